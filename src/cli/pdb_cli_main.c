@@ -1,0 +1,44 @@
+/* pdb_cli_main: dispatch `pdbridge SUBCOMMAND ...` to its handler; unknown subcommands and
+ * bare `pdbridge` print the list. Invariant: every subcommand answers --help with exit 0. */
+#include <stdio.h>
+#include <string.h>
+
+#include "pdb_cli.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *summary;
+} pdb_cli_cmd;
+
+static const pdb_cli_cmd cmds[] = {
+    {"tokenize", pdb_cli_tokenize, "text on stdin -> token ids (tokenizer.json BPE)"},
+    {"make-model", pdb_cli_make_model, "write a random checkpoint of a real architecture"},
+    {"forward", pdb_cli_forward, "reference CPU forward: prefill logits + greedy cached decode"},
+    {"generate", pdb_cli_generate, "reference CPU generation from a text prompt"},
+    {"info", pdb_cli_info, "build features, CPU and GPU visible to this binary"},
+};
+
+int pdb_cli_wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: pdbridge SUBCOMMAND [options]   (pdbridge SUBCOMMAND --help for each)\n\n");
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        fprintf(f, "  %-14s %s\n", cmds[i].name, cmds[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "pdbridge: unknown subcommand '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

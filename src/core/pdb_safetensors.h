@@ -1,0 +1,63 @@
+/* pdb_safetensors: mmap reader (single file, or sharded through model.safetensors.index.json)
+ * and writer of the safetensors format.
+ * Format (byte by byte): u64 little-endian N = header length; N bytes of UTF-8 JSON
+ * {"__metadata__": {str: str}, NAME: {"dtype": "BF16", "shape": [d0, ...],
+ *  "data_offsets": [begin, end]}, ...}; then the data area; offsets are relative to the data
+ * area start (8 + N), end - begin == prod(shape) * dtype size.
+ * Reader invariants: the header is fully validated at open (JSON, dtypes, shapes, offsets
+ * inside the file, no overflow, sizes consistent); a tensor view is valid while the reader is
+ * open; failures name the file and the tensor. */
+#ifndef PDB_SAFETENSORS_H
+#define PDB_SAFETENSORS_H
+
+#include <stdint.h>
+
+#include "pdb_dtype.h"
+#include "pdb_status.h"
+
+#define PDB_ST_MAX_DIMS 8
+
+typedef struct pdb_tensor_view {
+    const char *name;            /* owned by the reader */
+    pdb_dtype dtype;
+    int ndim;
+    int64_t shape[PDB_ST_MAX_DIMS];
+    int64_t numel;
+    const void *data;            /* mmap'd, read-only */
+    uint64_t nbytes;
+    const char *file;            /* path of the file holding it */
+} pdb_tensor_view;
+
+typedef struct pdb_st pdb_st; /* a set of one or more mapped files */
+
+/* path: a .safetensors file, or a directory holding model.safetensors or
+ * model.safetensors.index.json (+ shards). */
+pdb_status pdb_st_open(const char *path, pdb_st **out);
+void pdb_st_close(pdb_st *st);
+
+int64_t pdb_st_count(const pdb_st *st);
+const pdb_tensor_view *pdb_st_at(const pdb_st *st, int64_t i);
+const pdb_tensor_view *pdb_st_find(const pdb_st *st, const char *name); /* NULL if absent */
+/* Metadata value from the (first) file's __metadata__, NULL if absent. */
+const char *pdb_st_meta(const pdb_st *st, const char *key);
+
+/* Find a tensor and check its shape (any dtype); the error names
+ * the tensor and the file. ndim/shape given by the caller; a -1 dim matches anything. */
+pdb_status pdb_st_get(const pdb_st *st, const char *name, int ndim, const int64_t *shape,
+                      const pdb_tensor_view **out);
+/* Load a float tensor of any float dtype (F32/BF16/F16/F8_E4M3; FP8 with a companion
+ * NAME_scale_inv or NAME.scale tensor is block-dequantized) into a new f32 buffer. */
+pdb_status pdb_st_load_f32(const pdb_st *st, const char *name, int ndim, const int64_t *shape,
+                           float **out /* malloc'd, numel floats */);
+
+/* Writer: collects tensors (data pointers must stay valid until finish) then writes the
+ * file to path.tmp, fsyncs and renames to path (atomic publish). */
+typedef struct pdb_st_writer pdb_st_writer;
+pdb_status pdb_st_writer_init(pdb_st_writer **out);
+pdb_status pdb_st_writer_meta(pdb_st_writer *w, const char *key, const char *value);
+pdb_status pdb_st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, int ndim,
+                             const int64_t *shape, const void *data);
+pdb_status pdb_st_writer_finish(pdb_st_writer *w, const char *path);
+void pdb_st_writer_free(pdb_st_writer *w);
+
+#endif

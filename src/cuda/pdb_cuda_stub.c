@@ -1,0 +1,6 @@
+/* pdb_cuda_stub: the CUDA probe for builds without nvcc: no devices. */
+#include "pdb_cuda.h"
+#ifndef PDB_HAVE_CUDA
+int pdb_cuda_built(void) { return 0; }
+int pdb_cuda_device_count(char *name, int name_len) { if (name && name_len > 0) name[0] = 0; return 0; }
+#endif
