@@ -1,0 +1,161 @@
+/* pdb_cli_model: `pdbridge make-model` and `pdbridge forward` (the reference forward's CLI).
+ * Invariant: errors print the library's message (naming file/tensor) and exit 1; usage errors
+ * exit 2. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "pdb_cli.h"
+#include "pdb_make_model.h"
+#include "pdb_math.h"
+#include "pdb_safetensors.h"
+#include "pdb_v2.h"
+
+static int fail(const char *cmd) {
+    fprintf(stderr, "pdbridge %s: %s\n", cmd, pdb_err_msg());
+    return 1;
+}
+
+static int parse_i64(const char *cmd, const char *opt, const char *v, int64_t *out) {
+    char *end;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || *end || x < 0) {
+        fprintf(stderr, "pdbridge %s: %s needs a non-negative integer\n", cmd, opt);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+int pdb_cli_make_model(int argc, char **argv) {
+    static const char *usage =
+        "usage: pdbridge make-model --arch deepseek_v2 --preset NAME --seed S --out DIR\n"
+        "                           [--layers N] [--experts N] [--vocab N] [--hidden N] [--tokenizer FILE]\n\n"
+        "Writes a random checkpoint in the Hugging Face layout: config.json, model.safetensors (bf16)\n"
+        "and tokenizer.json when the vocabulary covers the DeepSeek tokenizer (--tokenizer, default\n"
+        ".cache/tokenizer/deepseek_v3/tokenizer.json when it exists).\n"
+        "Presets: tiny (unit tests), small (demo: real tokenizer vocabulary), v2-lite (DeepSeek-V2-Lite\n"
+        "shapes; 15.7B parameters, use --layers/--experts to shrink).\n";
+    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
+    pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = "tiny", .seed = 0};
+    const char *deftok = ".cache/tokenizer/deepseek_v3/tokenizer.json";
+    FILE *tf = fopen(deftok, "rb");
+    if (tf) { fclose(tf); o.tokenizer = deftok; }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int64_t x;
+        if (!strcmp(a, "--arch") && v) o.arch = argv[++i];
+        else if (!strcmp(a, "--preset") && v) o.preset = argv[++i];
+        else if (!strcmp(a, "--out") && v) o.out_dir = argv[++i];
+        else if (!strcmp(a, "--tokenizer") && v) o.tokenizer = argv[++i];
+        else if (!strcmp(a, "--seed")) { if (!parse_i64("make-model", a, v, &x)) return 2; o.seed = (uint64_t)x; i++; }
+        else if (!strcmp(a, "--layers")) { if (!parse_i64("make-model", a, v, &o.layers)) return 2; i++; }
+        else if (!strcmp(a, "--experts")) { if (!parse_i64("make-model", a, v, &o.experts)) return 2; i++; }
+        else if (!strcmp(a, "--vocab")) { if (!parse_i64("make-model", a, v, &o.vocab)) return 2; i++; }
+        else if (!strcmp(a, "--hidden")) { if (!parse_i64("make-model", a, v, &o.hidden)) return 2; i++; }
+        else { fprintf(stderr, "pdbridge make-model: unknown or incomplete option '%s'\n\n%s", a, usage); return 2; }
+    }
+    if (!o.out_dir) { fprintf(stderr, "pdbridge make-model: --out DIR is required\n\n%s", usage); return 2; }
+    if (pdb_make_model_write(&o)) return fail("make-model");
+    printf("wrote %s (%s, preset %s, seed %llu)\n", o.out_dir, o.arch, o.preset, (unsigned long long)o.seed);
+    return 0;
+}
+
+/* Read input_ids (I32 or I64, 1-D or [1,T]) from a safetensors file. */
+static pdb_status read_ids(const char *path, int32_t **ids, int64_t *n) {
+    pdb_st *st;
+    PDB_TRY(pdb_st_open(path, &st));
+    const pdb_tensor_view *v = pdb_st_find(st, "input_ids");
+    pdb_status s = PDB_OK;
+    if (!v) s = pdb_err_set(PDB_NOT_FOUND, "%s: no tensor 'input_ids'", path);
+    else if (v->dtype != PDB_DT_I32 && v->dtype != PDB_DT_I64)
+        s = pdb_err_set(PDB_MISMATCH, "%s: tensor 'input_ids' must be I32 or I64, not %s", path, pdb_dtype_name(v->dtype));
+    else if (v->numel <= 0 || (v->ndim != 1 && !(v->ndim == 2 && v->shape[0] == 1)))
+        s = pdb_err_set(PDB_MISMATCH, "%s: tensor 'input_ids' must be [T] or [1,T] with T > 0", path);
+    if (!s) {
+        *n = v->numel;
+        *ids = malloc(sizeof(int32_t) * (size_t)v->numel);
+        if (!*ids) s = pdb_err_set(PDB_NOMEM, "input_ids");
+        else
+            for (int64_t i = 0; i < v->numel; i++)
+                (*ids)[i] = v->dtype == PDB_DT_I32 ? ((const int32_t *)v->data)[i] : (int32_t)((const int64_t *)v->data)[i];
+    }
+    pdb_st_close(st);
+    return s;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int pdb_cli_forward(int argc, char **argv) {
+    static const char *usage =
+        "usage: pdbridge forward --model DIR --ids-file F --decode N --out OUT.safetensors [--chunk N]\n\n"
+        "Reference CPU forward (f32). F holds an I32 tensor input_ids [T]. OUT gets prefill_logits\n"
+        "F32 [T,V], decode_tokens I32 [N] (greedy, fed back one at a time through the cache) and\n"
+        "decode_logits F32 [N,V]. --chunk splits the prefill into chunks of N tokens (default: one).\n";
+    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
+    const char *model = NULL, *idsf = NULL, *out = NULL;
+    int64_t ndec = 0, chunk = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--model") && v) model = argv[++i];
+        else if (!strcmp(a, "--ids-file") && v) idsf = argv[++i];
+        else if (!strcmp(a, "--out") && v) out = argv[++i];
+        else if (!strcmp(a, "--decode")) { if (!parse_i64("forward", a, v, &ndec)) return 2; i++; }
+        else if (!strcmp(a, "--chunk")) { if (!parse_i64("forward", a, v, &chunk)) return 2; i++; }
+        else { fprintf(stderr, "pdbridge forward: unknown or incomplete option '%s'\n\n%s", a, usage); return 2; }
+    }
+    if (!model || !idsf || !out) { fprintf(stderr, "pdbridge forward: --model, --ids-file and --out are required\n\n%s", usage); return 2; }
+    int32_t *ids = NULL;
+    int64_t T = 0;
+    if (read_ids(idsf, &ids, &T)) return fail("forward");
+    pdb_v2_model *m = NULL;
+    double t0 = now_s();
+    if (pdb_v2_load(model, &m)) { free(ids); return fail("forward"); }
+    int64_t V = m->cfg.vocab_size;
+    float *pl = malloc(sizeof(float) * (size_t)(T * V)), *dl = malloc(sizeof(float) * (size_t)((ndec ? ndec : 1) * V));
+    int32_t *dt = malloc(sizeof(int32_t) * (size_t)(ndec ? ndec : 1));
+    pdb_v2_cache c = {0};
+    int rc = 1;
+    if (!pl || !dl || !dt) { pdb_err_set(PDB_NOMEM, "logits for %lld tokens", (long long)T); goto done; }
+    if (pdb_v2_cache_init(&c, m, T + ndec)) goto done;
+    double t1 = now_s();
+    if (chunk <= 0) chunk = T;
+    for (int64_t p = 0; p < T; p += chunk) {
+        int64_t n = T - p < chunk ? T - p : chunk;
+        if (pdb_v2_forward(m, &c, ids + p, n, 1, pl + p * V)) goto done;
+    }
+    double t2 = now_s();
+    const float *last = pl + (T - 1) * V;
+    for (int64_t i = 0; i < ndec; i++) {
+        dt[i] = (int32_t)pdb_math_argmax(last, V);
+        if (pdb_v2_forward(m, &c, &dt[i], 1, 1, dl + i * V)) goto done;
+        last = dl + i * V;
+    }
+    double t3 = now_s();
+    pdb_st_writer *w = NULL;
+    if (pdb_st_writer_init(&w)) goto done;
+    int64_t s_pl[2] = {T, V}, s_dt[1] = {ndec}, s_dl[2] = {ndec, V};
+    pdb_status s = pdb_st_writer_add(w, "prefill_logits", PDB_DT_F32, 2, s_pl, pl);
+    if (!s) s = pdb_st_writer_add(w, "decode_tokens", PDB_DT_I32, 1, s_dt, dt);
+    if (!s) s = pdb_st_writer_add(w, "decode_logits", PDB_DT_F32, 2, s_dl, dl);
+    if (!s) s = pdb_st_writer_finish(w, out);
+    pdb_st_writer_free(w);
+    if (s) goto done;
+    fprintf(stderr, "forward: load %.2fs, prefill %lld tokens %.2fs (%.1f tok/s), decode %lld tokens %.2fs\n", t1 - t0,
+            (long long)T, t2 - t1, T / (t2 - t1 + 1e-9), (long long)ndec, t3 - t2);
+    rc = 0;
+done:
+    if (rc) fail("forward");
+    pdb_v2_cache_free(&c);
+    pdb_v2_free(m);
+    free(pl);
+    free(dl);
+    free(dt);
+    free(ids);
+    return rc;
+}

@@ -1,0 +1,61 @@
+/* pdb_config: a model's config.json parsed into a fixed struct, validated.
+ * Invariants: after pdb_config_load returns PDB_OK every field is set (defaults applied the way
+ * transformers 5.x applies them), dims are positive and consistent, and the rope parameters are
+ * normalised into one form whichever of rope_parameters / rope_scaling + rope_theta the file used.
+ * Errors name the file and the field. */
+#ifndef PDB_CONFIG_H
+#define PDB_CONFIG_H
+
+#include <stdint.h>
+
+#include "pdb_status.h"
+
+typedef enum pdb_arch { PDB_ARCH_DEEPSEEK_V2 = 1, PDB_ARCH_DEEPSEEK_V4 = 2 } pdb_arch;
+typedef enum pdb_rope_type { PDB_ROPE_DEFAULT = 0, PDB_ROPE_YARN = 1 } pdb_rope_type;
+typedef enum pdb_topk_method { PDB_TOPK_GREEDY = 0, PDB_TOPK_GROUP_LIMITED = 1 } pdb_topk_method;
+
+typedef struct pdb_rope_params {
+    pdb_rope_type type;
+    double theta;
+    double factor;           /* yarn */
+    int64_t original_max_pos; /* yarn */
+    double beta_fast, beta_slow;
+    double mscale, mscale_all_dim; /* 0 when absent */
+    double attention_factor;  /* explicit, or < 0 when absent (derived) */
+    int truncate;             /* yarn correction range rounding (default 1) */
+} pdb_rope_params;
+
+typedef struct pdb_config {
+    pdb_arch arch;
+    char model_type[32];
+    int64_t vocab_size, hidden_size, intermediate_size, moe_intermediate_size;
+    int64_t num_layers, num_heads, max_position_embeddings;
+    double rms_norm_eps;
+    int tie_word_embeddings;
+    int64_t bos_token_id, eos_token_id; /* -1 when absent */
+    /* MLA (deepseek_v2) */
+    int64_t q_lora_rank;      /* 0 = no q compression (q_proj) */
+    int64_t kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    /* MoE */
+    int64_t n_routed_experts, n_shared_experts, num_experts_per_tok, first_k_dense_replace;
+    int64_t moe_layer_freq, n_group, topk_group;
+    double routed_scaling_factor;
+    int norm_topk_prob;
+    pdb_topk_method topk_method;
+    pdb_rope_params rope;
+} pdb_config;
+
+/* path: a model directory (reads DIR/config.json) or a config.json file. */
+pdb_status pdb_config_load(const char *path, pdb_config *cfg);
+/* Parse from a JSON string; `origin` names the source in errors. */
+pdb_status pdb_config_parse(const char *json, const char *origin, pdb_config *cfg);
+/* Serialise (the HF layout transformers 5.x writes: rope_parameters form). malloc'd string. */
+pdb_status pdb_config_to_json(const pdb_config *cfg, char **out);
+
+/* Is layer l a MoE layer (else dense MLP)? */
+int pdb_config_layer_is_moe(const pdb_config *cfg, int64_t l);
+/* Softmax scale of MLA attention: qk_head_dim^-0.5, times mscale(factor, mscale_all_dim)^2
+ * under YaRN (DeepSeek's rule; transformers 5.17 applies the same). */
+double pdb_config_softmax_scale(const pdb_config *cfg);
+
+#endif

@@ -1,0 +1,221 @@
+/* pdb_make_model: presets for random DeepSeek-V2 checkpoints and the writer. Weights: linear
+ * layers ~ N(0, 1/in_features), embeddings ~ N(0, 1), norm weights ~ 1 + N(0, 0.05^2). */
+#include "pdb_make_model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pdb_dtype.h"
+#include "pdb_safetensors.h"
+
+pdb_status pdb_make_model_preset(const char *arch, const char *preset, pdb_config *c) {
+    memset(c, 0, sizeof *c);
+    if (strcmp(arch, "deepseek_v2"))
+        return pdb_err_set(PDB_UNSUPPORTED, "make-model: architecture '%s' is not supported (deepseek_v2)", arch);
+    c->arch = PDB_ARCH_DEEPSEEK_V2;
+    snprintf(c->model_type, sizeof c->model_type, "deepseek_v2");
+    c->rms_norm_eps = 1e-6;
+    c->moe_layer_freq = 1;
+    c->n_group = 1;
+    c->topk_group = 1;
+    c->topk_method = PDB_TOPK_GREEDY;
+    c->bos_token_id = 0;
+    c->eos_token_id = 1;
+    c->rope.type = PDB_ROPE_YARN;
+    c->rope.theta = 10000;
+    c->rope.beta_fast = 32;
+    c->rope.beta_slow = 1;
+    c->rope.attention_factor = -1;
+    c->rope.truncate = 1;
+    if (!strcmp(preset, "tiny")) { /* unit tests: tiny, no tokenizer */
+        c->vocab_size = 1000; c->hidden_size = 64; c->num_layers = 3; c->num_heads = 4;
+        c->q_lora_rank = 0; c->kv_lora_rank = 32; c->qk_nope_head_dim = 16; c->qk_rope_head_dim = 8;
+        c->v_head_dim = 16; c->intermediate_size = 128; c->moe_intermediate_size = 32;
+        c->n_routed_experts = 8; c->num_experts_per_tok = 2; c->n_shared_experts = 1; c->first_k_dense_replace = 1;
+        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 16384;
+        c->rope.factor = 4; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
+    } else if (!strcmp(preset, "small")) { /* demo and end-to-end tests: real tokenizer vocabulary */
+        c->vocab_size = 129280; c->hidden_size = 256; c->num_layers = 4; c->num_heads = 4;
+        c->q_lora_rank = 96; c->kv_lora_rank = 64; c->qk_nope_head_dim = 32; c->qk_rope_head_dim = 16;
+        c->v_head_dim = 32; c->intermediate_size = 512; c->moe_intermediate_size = 128;
+        c->n_routed_experts = 16; c->num_experts_per_tok = 4; c->n_shared_experts = 2; c->first_k_dense_replace = 1;
+        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 163840;
+        c->rope.factor = 40; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
+    } else if (!strcmp(preset, "v2-lite")) { /* DeepSeek-V2-Lite's shapes (15.7B; use overrides) */
+        c->vocab_size = 102400; c->hidden_size = 2048; c->num_layers = 27; c->num_heads = 16;
+        c->q_lora_rank = 0; c->kv_lora_rank = 512; c->qk_nope_head_dim = 128; c->qk_rope_head_dim = 64;
+        c->v_head_dim = 128; c->intermediate_size = 10944; c->moe_intermediate_size = 1408;
+        c->n_routed_experts = 64; c->num_experts_per_tok = 6; c->n_shared_experts = 2; c->first_k_dense_replace = 1;
+        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 163840; c->bos_token_id = 100000;
+        c->eos_token_id = 100001;
+        c->rope.factor = 40; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
+    } else {
+        return pdb_err_set(PDB_NOT_FOUND, "make-model: unknown preset '%s' (tiny, small, v2-lite)", preset);
+    }
+    return PDB_OK;
+}
+
+/* ---- deterministic normal stream per tensor (splitmix64 + Box-Muller) ---------------------- */
+
+typedef struct { uint64_t s; } mm_rng;
+static uint64_t mm_next(mm_rng *r) {
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double mm_uniform(mm_rng *r) { return ((double)(mm_next(r) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static uint64_t mm_hash(const char *s, uint64_t seed) {
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+typedef struct { pdb_st_writer *w; uint16_t **bufs; int n, cap; uint64_t seed; } mm_ctx;
+
+static pdb_status mm_add(mm_ctx *x, const char *name, int64_t d0, int64_t d1, double mean, double std) {
+    int64_t n = d0 * (d1 ? d1 : 1);
+    uint16_t *b = malloc(sizeof(uint16_t) * (size_t)n);
+    if (!b) return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name);
+    if (x->n == x->cap) {
+        int nc = x->cap ? x->cap * 2 : 256;
+        uint16_t **nb = realloc(x->bufs, sizeof(*nb) * (size_t)nc);
+        if (!nb) { free(b); return pdb_err_set(PDB_NOMEM, "make-model"); }
+        x->bufs = nb;
+        x->cap = nc;
+    }
+    x->bufs[x->n++] = b;
+    mm_rng r = {mm_hash(name, x->seed)};
+    for (int64_t i = 0; i < n; i += 2) {
+        double u1 = mm_uniform(&r), u2 = mm_uniform(&r), rad = sqrt(-2 * log(u1));
+        b[i] = pdb_f32_to_bf16((float)(mean + std * rad * cos(2 * M_PI * u2)));
+        if (i + 1 < n) b[i + 1] = pdb_f32_to_bf16((float)(mean + std * rad * sin(2 * M_PI * u2)));
+    }
+    int64_t shape[2] = {d0, d1};
+    return pdb_st_writer_add(x->w, name, PDB_DT_BF16, d1 ? 2 : 1, shape, b);
+}
+
+static pdb_status mm_linear(mm_ctx *x, const char *name, int64_t out, int64_t in) {
+    return mm_add(x, name, out, in, 0, 1.0 / sqrt((double)in));
+}
+static pdb_status mm_norm(mm_ctx *x, const char *name, int64_t n) { return mm_add(x, name, n, 0, 1.0, 0.05); }
+
+static pdb_status mm_tensors(mm_ctx *x, const pdb_config *c) {
+    char n[256];
+    int64_t H = c->hidden_size, nh = c->num_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    PDB_TRY(mm_add(x, "model.embed_tokens.weight", c->vocab_size, H, 0, 1));
+    PDB_TRY(mm_norm(x, "model.norm.weight", H));
+    PDB_TRY(mm_linear(x, "lm_head.weight", c->vocab_size, H));
+    for (int64_t l = 0; l < c->num_layers; l++) {
+#define N(fmt) (snprintf(n, sizeof n, "model.layers.%lld." fmt, (long long)l), n)
+        PDB_TRY(mm_norm(x, N("input_layernorm.weight"), H));
+        PDB_TRY(mm_norm(x, N("post_attention_layernorm.weight"), H));
+        if (c->q_lora_rank) {
+            PDB_TRY(mm_linear(x, N("self_attn.q_a_proj.weight"), c->q_lora_rank, H));
+            PDB_TRY(mm_norm(x, N("self_attn.q_a_layernorm.weight"), c->q_lora_rank));
+            PDB_TRY(mm_linear(x, N("self_attn.q_b_proj.weight"), nh * qk, c->q_lora_rank));
+        } else {
+            PDB_TRY(mm_linear(x, N("self_attn.q_proj.weight"), nh * qk, H));
+        }
+        PDB_TRY(mm_linear(x, N("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora_rank + c->qk_rope_head_dim, H));
+        PDB_TRY(mm_norm(x, N("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank));
+        PDB_TRY(mm_linear(x, N("self_attn.kv_b_proj.weight"), nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank));
+        PDB_TRY(mm_linear(x, N("self_attn.o_proj.weight"), H, nh * c->v_head_dim));
+        if (!pdb_config_layer_is_moe(c, l)) {
+            PDB_TRY(mm_linear(x, N("mlp.gate_proj.weight"), c->intermediate_size, H));
+            PDB_TRY(mm_linear(x, N("mlp.up_proj.weight"), c->intermediate_size, H));
+            PDB_TRY(mm_linear(x, N("mlp.down_proj.weight"), H, c->intermediate_size));
+            continue;
+        }
+        int64_t Im = c->moe_intermediate_size;
+        PDB_TRY(mm_linear(x, N("mlp.gate.weight"), c->n_routed_experts, H));
+        for (int64_t e = 0; e < c->n_routed_experts; e++) {
+            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.gate_proj.weight", (long long)l, (long long)e);
+            PDB_TRY(mm_linear(x, n, Im, H));
+            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.up_proj.weight", (long long)l, (long long)e);
+            PDB_TRY(mm_linear(x, n, Im, H));
+            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.down_proj.weight", (long long)l, (long long)e);
+            PDB_TRY(mm_linear(x, n, H, Im));
+        }
+        if (c->n_shared_experts) {
+            int64_t Is = Im * c->n_shared_experts;
+            PDB_TRY(mm_linear(x, N("mlp.shared_experts.gate_proj.weight"), Is, H));
+            PDB_TRY(mm_linear(x, N("mlp.shared_experts.up_proj.weight"), Is, H));
+            PDB_TRY(mm_linear(x, N("mlp.shared_experts.down_proj.weight"), H, Is));
+        }
+#undef N
+    }
+    return PDB_OK;
+}
+
+static pdb_status mm_copy_file(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb");
+    if (!in) return pdb_err_set(PDB_IO, "make-model: cannot open tokenizer %s: %s", src, strerror(errno));
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+    FILE *out = fopen(tmp, "wb");
+    if (!out) { fclose(in); return pdb_err_set(PDB_IO, "make-model: cannot create %s: %s", tmp, strerror(errno)); }
+    char buf[1 << 16];
+    size_t r;
+    int bad = 0;
+    while ((r = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, r, out) != r) { bad = 1; break; }
+    bad |= ferror(in);
+    fclose(in);
+    bad |= fclose(out) != 0;
+    if (bad || rename(tmp, dst)) { remove(tmp); return pdb_err_set(PDB_IO, "make-model: writing %s failed", dst); }
+    return PDB_OK;
+}
+
+pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
+    pdb_config c;
+    PDB_TRY(pdb_make_model_preset(o->arch ? o->arch : "deepseek_v2", o->preset ? o->preset : "tiny", &c));
+    if (o->layers > 0) c.num_layers = o->layers;
+    if (o->experts > 0) { c.n_routed_experts = o->experts; if (c.num_experts_per_tok > o->experts) c.num_experts_per_tok = o->experts; }
+    if (o->vocab > 0) c.vocab_size = o->vocab;
+    if (o->hidden > 0) c.hidden_size = o->hidden;
+    if (c.bos_token_id >= c.vocab_size) c.bos_token_id = 0;
+    if (c.eos_token_id >= c.vocab_size) c.eos_token_id = c.vocab_size > 1 ? 1 : 0;
+    /* round-trip through the parser so that what we write is what we accept */
+    char *json = NULL;
+    PDB_TRY(pdb_config_to_json(&c, &json));
+    pdb_config check;
+    pdb_status s = pdb_config_parse(json, "make-model config", &check);
+    if (s) { free(json); return s; }
+    if (mkdir(o->out_dir, 0755) && errno != EEXIST) {
+        free(json);
+        return pdb_err_set(PDB_IO, "make-model: cannot create %s: %s", o->out_dir, strerror(errno));
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", o->out_dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) { free(json); return pdb_err_set(PDB_IO, "make-model: cannot create %s: %s", path, strerror(errno)); }
+    int bad = fputs(json, f) < 0 || fputc('\n', f) < 0;
+    bad |= fclose(f) != 0;
+    free(json);
+    if (bad) return pdb_err_set(PDB_IO, "make-model: writing %s failed", path);
+
+    mm_ctx x = {0};
+    x.seed = o->seed;
+    if ((s = pdb_st_writer_init(&x.w))) return s;
+    char seedbuf[32];
+    snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)o->seed);
+    if (!(s = pdb_st_writer_meta(x.w, "format", "pt")) && !(s = pdb_st_writer_meta(x.w, "pdbridge_seed", seedbuf)) &&
+        !(s = pdb_st_writer_meta(x.w, "pdbridge_preset", o->preset ? o->preset : "tiny")) && !(s = mm_tensors(&x, &c))) {
+        snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);
+        s = pdb_st_writer_finish(x.w, path);
+    }
+    pdb_st_writer_free(x.w);
+    for (int i = 0; i < x.n; i++) free(x.bufs[i]);
+    free(x.bufs);
+    if (s) return s;
+    if (o->tokenizer && c.vocab_size >= 129280) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", o->out_dir);
+        PDB_TRY(mm_copy_file(o->tokenizer, path));
+    }
+    return PDB_OK;
+}

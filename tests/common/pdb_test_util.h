@@ -1,0 +1,31 @@
+/* pdb_test_util: helpers shared by the C tests (temp dirs, tiny models). Header-only. */
+#ifndef PDB_TEST_UTIL_H
+#define PDB_TEST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_status.h"
+
+/* mkdtemp under /tmp; aborts the test binary on failure (tests only). */
+static inline char *pdb_test_tmpdir(const char *tag) {
+    char *p = malloc(256);
+    snprintf(p, 256, "/tmp/pdbtest-%s-XXXXXX", tag);
+    if (!mkdtemp(p)) { perror("mkdtemp"); exit(1); }
+    return p;
+}
+
+static inline void pdb_test_rmrf(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) fprintf(stderr, "warning: could not remove %s\n", dir);
+}
+
+#define PDB_TEST_OK(expr)                                                                        \
+    do {                                                                                         \
+        pdb_status s_ = (expr);                                                                  \
+        if (s_ != PDB_OK) fail_msg("%s -> %s: %s", #expr, pdb_status_str(s_), pdb_err_msg());    \
+    } while (0)
+
+#endif
