@@ -43,10 +43,14 @@ uint8_t pdb_f32_to_e4m3(float f);
 float pdb_e2m1_to_f32(uint8_t nibble); /* low 4 bits */
 uint8_t pdb_f32_to_e2m1(float f);
 float pdb_e8m0_to_f32(uint8_t e);      /* 2^(e-127); NaN for 0xFF */
+/* Nearest power of two of |f| (ties, at 1.5 * 2^k, to the even code), clamped to
+ * [2^-127, 2^127]; NaN -> 0xFF, +-inf -> 0xFE, 0 -> 0x00. */
+uint8_t pdb_f32_to_e8m0(float f);
 
-/* Convert n elements of a plain dtype (F32, BF16, F16, F8_E4M3, F64, I32, I64, I8, U8) to f32. */
+/* Convert n elements of a plain dtype (F32, BF16, F16, F8_E4M3, F8_E8M0, F64, I32, I64, I8,
+ * U8) to f32. src may be unaligned. */
 pdb_status pdb_dtype_to_f32(pdb_dtype dt, const void *src, int64_t n, float *dst);
-/* Convert n f32 values to BF16, F16, F8_E4M3 or F32. */
+/* Convert n f32 values to BF16, F16, F8_E4M3, F8_E8M0 or F32 (others: PDB_UNSUPPORTED). */
 pdb_status pdb_dtype_from_f32(pdb_dtype dt, const float *src, int64_t n, void *dst);
 
 /* DeepSeek FP8 weight [rows, cols] e4m3 with scale_inv [ceil(rows/128), ceil(cols/128)] f32. */
@@ -58,7 +62,9 @@ void pdb_dequant_mxfp4_row(const uint8_t *packed, const uint8_t *scales, int64_t
 /* MXFP8 row: n elements (n % 32 == 0), e4m3 [n], scales [n/32] e8m0. */
 void pdb_dequant_mxfp8_row(const uint8_t *q, const uint8_t *scales, int64_t n, float *out);
 /* Quantize one row to MXFP4 / MXFP8 (shared exponent = floor(log2(amax)) - emax_of_format,
- * as the OCP MX spec). Deterministic; used by `pdbridge quantize`. */
+ * as the OCP MX spec), clamped to the e8m0 range; elements round to nearest even and saturate.
+ * An all-zero block gets scale code 0; a block holding NaN or inf gets scale 0xFF (NaN) and
+ * zero elements. Deterministic; used by `pdbridge quantize`. */
 void pdb_quant_mxfp4_row(const float *x, int64_t n, uint8_t *packed, uint8_t *scales);
 void pdb_quant_mxfp8_row(const float *x, int64_t n, uint8_t *q, uint8_t *scales);
 
