@@ -1,0 +1,80 @@
+/* pdb_dec_service: the decode engine as a service: one model, one prefix-cache store, and a
+ * scheduler thread that runs continuous batching over all active requests (each decode step
+ * is one batched forward over every running sequence; new requests are prefilled between
+ * steps, in chunks, so short requests are never blocked behind a long prompt).
+ * Invariants: callbacks for one request are called from the scheduler thread, in order, and
+ * the final callback (finished != 0) is called exactly once; after it the request handle is
+ * invalid. The service knows nothing about who wrote the blocks it finds in its store. */
+#ifndef PDB_DEC_SERVICE_H
+#define PDB_DEC_SERVICE_H
+
+#include <stdint.h>
+
+#include "pdb_config.h"
+#include "pdb_sample.h"
+#include "pdb_status.h"
+
+typedef struct pdb_dec_service pdb_dec_service;
+
+typedef struct pdb_dec_service_opts {
+    const char *model_dir;   /* decoder checkpoint (pdbridge quantize output, or an HF dir) */
+    const char *cache_dir;   /* prefix-cache store directory (NULL = no store) */
+    int64_t block_size;      /* multiple of 128; default 2048 */
+    uint64_t cache_max_bytes;/* 0 = unlimited */
+    int threads;             /* 0 = all cores */
+    int max_batch;           /* max concurrently running sequences (default 16) */
+    int64_t max_context;     /* 0 = config max_position_embeddings */
+} pdb_dec_service_opts;
+
+typedef enum pdb_finish {
+    PDB_FINISH_NONE = 0,   /* not finished (a token event) */
+    PDB_FINISH_LENGTH,     /* max_tokens reached */
+    PDB_FINISH_STOP,       /* EOS token, or cancelled by the caller because a stop string matched */
+    PDB_FINISH_ERROR,      /* engine error: message in the event */
+    PDB_FINISH_CANCELLED,  /* client went away */
+} pdb_finish;
+
+typedef struct pdb_dec_event {
+    int32_t token;          /* valid when finish == NONE */
+    pdb_finish finish;      /* != NONE on the last event */
+    int64_t prompt_tokens;  /* set on every event */
+    int64_t cached_tokens;  /* prompt tokens served from the prefix-cache store */
+    const char *error;      /* finish == ERROR */
+} pdb_dec_event;
+
+/* Return nonzero from the callback to cancel the request (e.g. a stop string matched); the
+ * service then sends the final event with PDB_FINISH_STOP. */
+typedef int (*pdb_dec_event_fn)(void *user, const pdb_dec_event *ev);
+
+typedef struct pdb_dec_request {
+    const int32_t *ids;     /* prompt (copied at submit) */
+    int64_t n_ids;
+    int64_t max_tokens;     /* >= 0 */
+    pdb_sample_params sample;
+    int ignore_eos;
+    pdb_dec_event_fn on_event;
+    void *user;
+} pdb_dec_request;
+
+pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service **out);
+void pdb_dec_service_close(pdb_dec_service *s); /* finishes pending requests as CANCELLED */
+
+/* Queue a request. Validation errors (ids outside the vocabulary, prompt + max_tokens past the
+ * context) return PDB_INVALID / PDB_TOO_LARGE with a message and no callback is made. */
+pdb_status pdb_dec_service_submit(pdb_dec_service *s, const pdb_dec_request *r, uint64_t *request_id);
+/* Ask the scheduler to stop a request; its final event follows (CANCELLED). */
+void pdb_dec_service_cancel(pdb_dec_service *s, uint64_t request_id);
+
+const pdb_config *pdb_dec_service_config(const pdb_dec_service *s);
+const char *pdb_dec_service_model_dir(const pdb_dec_service *s);
+const char *pdb_dec_service_fingerprint_hex(const pdb_dec_service *s); /* 64 hex chars */
+int32_t pdb_dec_service_eos_id(const pdb_dec_service *s);               /* -1 when none */
+
+typedef struct pdb_dec_stats {
+    uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
+    uint64_t running, queued;
+    uint64_t store_blocks_written, store_hits, store_misses, store_corrupt;
+} pdb_dec_stats;
+void pdb_dec_service_stats(const pdb_dec_service *s, pdb_dec_stats *st);
+
+#endif
