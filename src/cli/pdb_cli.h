@@ -8,6 +8,8 @@ int pdb_cli_make_model(int argc, char **argv);
 int pdb_cli_forward(int argc, char **argv);
 int pdb_cli_generate(int argc, char **argv);
 int pdb_cli_info(int argc, char **argv);
+int pdb_cli_quantize(int argc, char **argv);
+int pdb_cli_decode_server(int argc, char **argv);
 
 /* True when argv holds -h or --help. */
 int pdb_cli_wants_help(int argc, char **argv);

@@ -16,6 +16,8 @@ static const pdb_cli_cmd cmds[] = {
     {"make-model", pdb_cli_make_model, "write a random checkpoint of a real architecture"},
     {"forward", pdb_cli_forward, "reference CPU forward: prefill logits + greedy cached decode"},
     {"generate", pdb_cli_generate, "reference CPU generation from a text prompt"},
+    {"quantize", pdb_cli_quantize, "write the decoder's own checkpoint (MXFP4/MXFP8, or --scheme none)"},
+    {"decode-server", pdb_cli_decode_server, "the decode engine: OpenAI-compatible server with a prefix-cache store"},
     {"info", pdb_cli_info, "build features, CPU and GPU visible to this binary"},
 };
 
