@@ -201,6 +201,34 @@ def load_model(path):
     return m.float().eval()
 
 
+def apply_official_v2_routing(model):
+    """transformers 5.17 drops norm_topk_prob for deepseek_v2 (its router always scales by
+    routed_scaling_factor). DeepSeek's own V2 code renormalises the top-k weights instead
+    (weights / (sum + 1e-20), no scaling) when norm_topk_prob and top_k > 1; pdbridge follows
+    DeepSeek. Patch each router so the goldens describe that rule. No-op when the flag is off."""
+    if not getattr(model.config, "norm_topk_prob", False):
+        return 0
+    n = 0
+    for mod in model.modules():
+        if type(mod).__name__ != "DeepseekV2TopkRouter":
+            continue
+        orig = mod.forward
+
+        def fwd(hidden_states, _orig=orig, _mod=mod):
+            router_logits, w, idx = _orig(hidden_states)
+            if _mod.top_k > 1:
+                scores = router_logits.softmax(dim=-1, dtype=torch.float32)
+                if _mod.topk_method == "group_limited_greedy":
+                    pass  # weights come from the masked scores; gathering unmasked ones is equal for kept experts
+                w = scores.gather(1, idx)
+                w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+            return router_logits, w, idx
+
+        mod.forward = fwd
+        n += 1
+    return n
+
+
 def is_norm_param(name):
     parts = name.split(".")
     return len(parts) >= 2 and "norm" in parts[-2]
@@ -365,6 +393,8 @@ def make_case(name, case, out_root, vers, gpu_check):
         # Reload from disk: the golden must describe exactly what a loader of these files sees.
         m2 = load_model(cdir)
         experts_impl = force_eager_experts(m2)
+        patched = apply_official_v2_routing(m2)
+        log(f"  official norm_topk_prob routing patched into {patched} routers")
         sd1, sd2 = model.state_dict(), m2.state_dict()
         roundtrip = 0.0
         missing = sorted(set(sd1) ^ set(sd2))
