@@ -122,8 +122,9 @@ typedef struct pdb_store_stats {
 } pdb_store_stats;
 void pdb_store_get_stats(pdb_store *store, pdb_store_stats *out);
 
-/* ---- I/O seam (fault injection): every call of a block or store.json write goes through
- * this table. Each member follows its POSIX namesake (-1 + errno on failure). NULL restores
+/* ---- I/O seam (fault injection): every open/write/fsync/close/rename of a block write
+ * (temp file and directory fsync) goes through this table (store.json is written at open,
+ * before a table can be set, with the default one). Each member follows its POSIX namesake (-1 + errno on failure). NULL restores
  * the default table. Set it before the handle is shared between threads. */
 typedef struct pdb_store_io {
     int (*open)(const char *path, int flags, mode_t mode);
