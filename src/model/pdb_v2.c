@@ -241,11 +241,10 @@ static void v2_mlp(const float *x, int64_t T, int64_t H, int64_t I, const float 
 
 /* Routing of one token: softmax over experts, (group-limited) greedy top-k, weights. Ties pick
  * the lower index. */
-static void v2_route(const pdb_config *cf, float *probs /* [E], softmaxed in place */, int64_t *idx, float *wt) {
+void pdb_v2_route(const pdb_config *cf, float *probs /* [E], softmaxed in place */, int64_t *idx, float *wt) {
     int64_t E = cf->n_routed_experts, K = cf->num_experts_per_tok;
     pdb_math_softmax(probs, E);
-    float masked[1024];
-    float *sc = E <= 1024 ? masked : probs; /* configs are validated to E <= 1024 below */
+    float sc[1024]; /* E <= 1024: checked by pdb_v2_forward and the decoder at load */
     memcpy(sc, probs, sizeof(float) * E);
     if (cf->topk_method == PDB_TOPK_GROUP_LIMITED) {
         int64_t G = cf->n_group, per = E / G;
@@ -288,7 +287,7 @@ static void v2_moe(const pdb_v2_model *m, const pdb_v2_layer *L, int64_t T, v2_s
     const pdb_config *cf = &m->cfg;
     int64_t H = cf->hidden_size, E = cf->n_routed_experts, K = cf->num_experts_per_tok, Im = cf->moe_intermediate_size;
     pdb_math_gemm_nt(T, E, H, 1, w->xn, H, L->router, H, 0, w->probs, E);
-    for (int64_t t = 0; t < T; t++) v2_route(cf, w->probs + t * E, w->topk_idx + t * K, w->topk_w + t * K);
+    for (int64_t t = 0; t < T; t++) pdb_v2_route(cf, w->probs + t * E, w->topk_idx + t * K, w->topk_w + t * K);
     memset(w->mlp, 0, sizeof(float) * T * H);
     float *xe = w->tmp, *ye = w->tmp + T * H; /* gathered rows and their outputs */
     for (int64_t e = 0; e < E; e++) {

@@ -63,4 +63,9 @@ void pdb_v2_cache_free(pdb_v2_cache *c);
 pdb_status pdb_v2_forward(const pdb_v2_model *m, pdb_v2_cache *c, const int32_t *ids, int64_t T,
                           int all_logits, float *logits);
 
+/* Routing of one token (shared by every engine): probs [E] holds router logits and is softmaxed
+ * in place; then (group-limited) greedy top-k with ties to the lower index; weights scaled by
+ * routed_scaling_factor, or renormalised when norm_topk_prob (DeepSeek's V2 rule). E <= 1024. */
+void pdb_v2_route(const pdb_config *cf, float *probs, int64_t *idx /* [K] */, float *wt /* [K] */);
+
 #endif

@@ -1,0 +1,22 @@
+/* pdb_pool: a fixed thread pool running one parallel-for at a time. Invariant: pdb_pool_run
+ * returns only after every task ran exactly once; which thread runs a task never changes a
+ * result (callers split work over outputs, never over a reduction). */
+#ifndef PDB_POOL_H
+#define PDB_POOL_H
+
+#include <stdint.h>
+
+#include "pdb_status.h"
+
+typedef struct pdb_pool pdb_pool;
+typedef void (*pdb_pool_fn)(void *ctx, int64_t task, int thread);
+
+/* n_threads <= 0: number of online CPUs. */
+pdb_status pdb_pool_create(int n_threads, pdb_pool **out);
+void pdb_pool_destroy(pdb_pool *p);
+int pdb_pool_threads(const pdb_pool *p);
+/* Run fn(ctx, i, thread) for i in [0, n_tasks); the caller's thread takes part. Not reentrant:
+ * one run at a time per pool (callers serialise). */
+void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx);
+
+#endif

@@ -1,0 +1,44 @@
+/* pdb_qmat: the decoder's weight matrices (f32, bf16, MXFP8, MXFP4; row-major [rows, cols],
+ * PyTorch Linear layout) and their deterministic products.
+ * Invariant (the exactness contract of issue 6): every output element y[t][o] is computed by
+ * one dot product of x[t] with the exactly-dequantized row o, in a fixed order: 32 lanes
+ * (lane j takes k = j mod 32) accumulated with fused multiply-adds in k order, then folded
+ * 32->16->8->4->2->1 (lane i with lane i + half). The scalar, AVX2 and AVX-512 paths implement
+ * this same order, so results are bit-identical across ISAs, thread counts, batch sizes and
+ * chunkings. */
+#ifndef PDB_QMAT_H
+#define PDB_QMAT_H
+
+#include <stdint.h>
+
+#include "pdb_pool.h"
+#include "pdb_status.h"
+
+typedef enum pdb_qfmt { PDB_QF_F32 = 0, PDB_QF_BF16, PDB_QF_MXFP8, PDB_QF_MXFP4 } pdb_qfmt;
+
+typedef struct pdb_qmat {
+    pdb_qfmt fmt;
+    int64_t rows, cols;
+    const void *data;       /* F32 [rows*cols] | BF16 u16 | MXFP8 e4m3 [rows*cols] | MXFP4 [rows*cols/2] */
+    const uint8_t *scales;  /* MX formats: e8m0 [rows * cols/32] */
+} pdb_qmat;
+
+typedef enum pdb_qmat_isa { PDB_ISA_SCALAR = 0, PDB_ISA_AVX2, PDB_ISA_AVX512 } pdb_qmat_isa;
+/* Best ISA this CPU supports (AVX2 needs FMA too). */
+pdb_qmat_isa pdb_qmat_isa_detect(void);
+const char *pdb_qmat_isa_name(pdb_qmat_isa isa);
+/* Force an ISA (tests compare them); returns the previous one. */
+pdb_qmat_isa pdb_qmat_isa_set(pdb_qmat_isa isa);
+
+/* Exact dequantization of row r into out [cols]. */
+void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out);
+/* Deterministic dot product of n floats (the order above). */
+float pdb_qmat_dot(const float *a, const float *b, int64_t n);
+/* y[t*ldy + o] = dot(x[t*ldx ...], row o) for t < T, o < rows. pool may be NULL (one thread).
+ * rowbuf: scratch of pdb_pool_threads(pool) * cols floats (the caller owns it). */
+void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
+                     int64_t ldy, float *rowbuf);
+/* y[c] += a * x[c] for c < n with one fused multiply-add per element (same on every ISA). */
+void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n);
+
+#endif
