@@ -1,0 +1,155 @@
+/* pdb_quantize: per-tensor scheme choice, MX quantization rows through the shared core code,
+ * the identity file, and the atomic directory publish. */
+#include "pdb_quantize.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pdb_config.h"
+#include "pdb_dec_model.h"
+#include "pdb_dtype.h"
+#include "pdb_safetensors.h"
+
+typedef enum { QK_KEEP = 0, QK_MXFP8, QK_MXFP4 } qkind;
+
+static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+static int ends(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static qkind choose(const pdb_tensor_view *v, const char *scheme) {
+    if (strcmp(scheme, "mx") || v->ndim != 2 || !ends(v->name, ".weight") || v->shape[1] % 32) return QK_KEEP;
+    if (v->dtype != PDB_DT_BF16 && v->dtype != PDB_DT_F32 && v->dtype != PDB_DT_F16 && v->dtype != PDB_DT_F8_E4M3)
+        return QK_KEEP;
+    if (has(v->name, "embed_tokens") || has(v->name, "layernorm") || ends(v->name, "mlp.gate.weight")) return QK_KEEP;
+    if (has(v->name, ".mlp.experts.")) return QK_MXFP4;
+    if (has(v->name, "self_attn.") || has(v->name, ".mlp.") || !strcmp(v->name, "lm_head.weight")) return QK_MXFP8;
+    return QK_KEEP;
+}
+
+static pdb_status copy_file(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb");
+    if (!in) return PDB_NOT_FOUND;
+    FILE *out = fopen(dst, "wb");
+    if (!out) { fclose(in); return pdb_err_set(PDB_IO, "quantize: cannot create %s: %s", dst, strerror(errno)); }
+    char buf[1 << 16];
+    size_t r;
+    int bad = 0;
+    while ((r = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, r, out) != r) bad = 1;
+    bad |= ferror(in);
+    fclose(in);
+    bad |= fclose(out) != 0;
+    return bad ? pdb_err_set(PDB_IO, "quantize: writing %s failed", dst) : PDB_OK;
+}
+
+pdb_status pdb_quantize_model(const char *src, const char *out_dir, const char *scheme, int verbose) {
+    if (strcmp(scheme, "mx") && strcmp(scheme, "none"))
+        return pdb_err_set(PDB_INVALID, "quantize: unknown scheme '%s' (mx, none)", scheme);
+    pdb_config cfg;
+    PDB_TRY(pdb_config_load(src, &cfg));
+    if (cfg.arch != PDB_ARCH_DEEPSEEK_V2) return pdb_err_set(PDB_UNSUPPORTED, "quantize: %s is not deepseek_v2", src);
+    pdb_st *st = NULL;
+    PDB_TRY(pdb_st_open(src, &st));
+    char tmpdir[4096], path[4200], spath[4200];
+    snprintf(tmpdir, sizeof tmpdir, "%s.tmp", out_dir);
+    char cmd[8500];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd)) { /* best effort: a stale temp dir from a crash */ }
+    pdb_status s = PDB_OK;
+    pdb_st_writer *w = NULL;
+    void **bufs = NULL;
+    int nb = 0;
+    int64_t n = pdb_st_count(st);
+    if (mkdir(tmpdir, 0755)) { pdb_st_close(st); return pdb_err_set(PDB_IO, "quantize: cannot create %s: %s", tmpdir, strerror(errno)); }
+    bufs = calloc((size_t)(2 * n + 1), sizeof(void *));
+    if (!bufs || (s = pdb_st_writer_init(&w))) { if (!s) s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
+    pdb_st_writer_meta(w, "format", "pt");
+    pdb_st_writer_meta(w, "pdbridge_scheme", scheme);
+    uint64_t in_bytes = 0, out_bytes = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const pdb_tensor_view *v = pdb_st_at(st, i);
+        if (ends(v->name, "_scale_inv") || ends(v->name, ".scale")) continue; /* consumed with their FP8 weight */
+        in_bytes += v->nbytes;
+        qkind k = choose(v, scheme);
+        if (k == QK_KEEP && v->dtype != PDB_DT_F8_E4M3) {
+            if ((s = pdb_st_writer_add(w, v->name, v->dtype, v->ndim, v->shape, v->data))) goto done;
+            out_bytes += v->nbytes;
+            continue;
+        }
+        float *f = NULL;
+        if ((s = pdb_st_load_f32(st, v->name, v->ndim, v->shape, &f))) goto done;
+        if (k == QK_KEEP) { /* block-scaled FP8 kept as bf16 under scheme none */
+            uint16_t *b = malloc(sizeof(uint16_t) * (size_t)v->numel);
+            if (!b) { free(f); s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
+            for (int64_t j = 0; j < v->numel; j++) b[j] = pdb_f32_to_bf16(f[j]);
+            free(f);
+            bufs[nb++] = b;
+            if ((s = pdb_st_writer_add(w, v->name, PDB_DT_BF16, v->ndim, v->shape, b))) goto done;
+            out_bytes += (uint64_t)v->numel * 2;
+            continue;
+        }
+        int64_t R = v->shape[0], C = v->shape[1];
+        uint8_t *q = malloc((size_t)(k == QK_MXFP4 ? R * C / 2 : R * C)), *sc = malloc((size_t)(R * C / 32));
+        if (!q || !sc) { free(q); free(sc); free(f); s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
+        for (int64_t r = 0; r < R; r++) {
+            if (k == QK_MXFP4) pdb_quant_mxfp4_row(f + r * C, C, q + r * C / 2, sc + r * C / 32);
+            else pdb_quant_mxfp8_row(f + r * C, C, q + r * C, sc + r * C / 32);
+        }
+        free(f);
+        bufs[nb++] = q;
+        bufs[nb++] = sc;
+        int64_t qs[2] = {R, k == QK_MXFP4 ? C / 2 : C}, ss[2] = {R, C / 32};
+        snprintf(spath, sizeof spath, "%s_mx_scale", v->name);
+        if ((s = pdb_st_writer_add(w, v->name, k == QK_MXFP4 ? PDB_DT_U8 : PDB_DT_F8_E4M3, 2, qs, q))) goto done;
+        if ((s = pdb_st_writer_add(w, spath, PDB_DT_F8_E8M0, 2, ss, sc))) goto done;
+        out_bytes += (uint64_t)(qs[0] * qs[1] + ss[0] * ss[1]);
+        if (verbose && i % 64 == 0) fprintf(stderr, "\rquantize: %lld/%lld tensors", (long long)i, (long long)n);
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", tmpdir);
+    if ((s = pdb_st_writer_finish(w, path))) goto done;
+    if (verbose) fprintf(stderr, "\rquantize: %lld tensors, %.1f MB -> %.1f MB (%s)\n", (long long)n, in_bytes / 1e6,
+                         out_bytes / 1e6, scheme);
+    /* identity: digest over what we wrote, read back */
+    {
+        pdb_st *o = NULL;
+        uint8_t dg[32], fp[32];
+        if ((s = pdb_st_open(path, &o))) goto done;
+        s = pdb_dec_weights_digest(o, dg);
+        pdb_st_close(o);
+        if (s || (s = pdb_dec_fingerprint(&cfg, scheme, dg, fp))) goto done;
+        char dh[65], fh[65];
+        for (int i = 0; i < 32; i++) { sprintf(dh + 2 * i, "%02x", dg[i]); sprintf(fh + 2 * i, "%02x", fp[i]); }
+        json_t *id = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "scheme", scheme, "weights_sha256", dh, "fingerprint", fh,
+                               "cache_semantics", PDB_DEC_CACHE_SEMANTICS, "source", src, "format_version", 1);
+        snprintf(path, sizeof path, "%s/pdbridge_decoder.json", tmpdir);
+        int bad = !id || json_dump_file(id, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+        json_decref(id);
+        if (bad) { s = pdb_err_set(PDB_IO, "quantize: writing %s failed", path); goto done; }
+    }
+    const char *copies[] = {"config.json", "tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(spath, sizeof spath, "%s/%s", src, copies[i]);
+        snprintf(path, sizeof path, "%s/%s", tmpdir, copies[i]);
+        pdb_status cs = copy_file(spath, path);
+        if (cs && cs != PDB_NOT_FOUND) { s = cs; goto done; }
+        if (cs == PDB_NOT_FOUND && i == 0) { s = pdb_err_set(PDB_IO, "quantize: cannot read %s", spath); goto done; }
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out_dir);
+    if (system(cmd) || rename(tmpdir, out_dir)) s = pdb_err_set(PDB_IO, "quantize: cannot publish %s: %s", out_dir, strerror(errno));
+done:
+    pdb_st_writer_free(w);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+    free(bufs);
+    pdb_st_close(st);
+    if (s) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+        if (system(cmd)) { /* leave it; the next run removes it */ }
+    }
+    return s;
+}
