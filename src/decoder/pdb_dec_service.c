@@ -1,0 +1,386 @@
+/* pdb_dec_service: the scheduler. State: a FIFO of queued requests and a list of active ones
+ * (each PREFILL or RUNNING), guarded by mu; only the scheduler thread touches an active
+ * request's sequence and the model. One iteration = one batched forward over every RUNNING
+ * request's next token plus one chunk of the oldest PREFILL request, so decode never waits for
+ * a long prefill to finish. Admission mounts the longest cached prefix from the store (capped
+ * so at least one prompt token is computed); after a prompt's prefill its new full blocks are
+ * written through the store's block writer, one block buffer at a time.
+ * Invariants: callbacks run on the scheduler thread without mu held; each request gets exactly
+ * one final event; a block that fails to load ends the mounted prefix (never served). */
+#include "pdb_dec_service.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_dec_model.h"
+#include "pdb_store.h"
+
+enum { SVC_CHUNK = 256 };
+typedef enum { RQ_QUEUED = 0, RQ_PREFILL, RQ_RUNNING } rq_state;
+
+typedef struct svc_req {
+    uint64_t id;
+    int32_t *ids;
+    int64_t n_ids, max_tokens, prefilled, cached, generated;
+    pdb_sample_params sp;
+    pdb_sample_rng rng;
+    int ignore_eos, cancel;
+    rq_state state;
+    pdb_dec_event_fn cb;
+    void *user;
+    pdb_dec_seq seq;
+    int32_t next_token;
+    float *logits;
+    struct svc_req *next;
+} svc_req;
+
+struct pdb_dec_service {
+    pdb_dec_service_opts opts;
+    char model_dir[4096];
+    pdb_pool *pool;
+    pdb_dec_model *model;
+    pdb_store *store;
+    float *block_buf;
+    char fp_hex[65];
+    int32_t eos;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    uint64_t next_id;
+    svc_req *queue, *queue_tail, *active;
+    pdb_dec_stats stats;
+};
+
+static void req_free(svc_req *r) {
+    pdb_dec_seq_free(&r->seq);
+    free(r->logits);
+    free(r->ids);
+    free(r);
+}
+
+static void emit_final(pdb_dec_service *s, svc_req *r, pdb_finish why, const char *err) {
+    pdb_dec_event ev = {.token = -1, .finish = why, .prompt_tokens = r->n_ids, .cached_tokens = r->cached, .error = err};
+    r->cb(r->user, &ev);
+}
+
+/* Mount the cached prefix, allocate the sequence. Runs on the scheduler thread. */
+static pdb_status admit(pdb_dec_service *s, svc_req *r) {
+    PDB_TRY(pdb_dec_seq_init(&r->seq, s->model, r->n_ids + r->max_tokens + 1));
+    r->logits = malloc(sizeof(float) * (size_t)pdb_dec_model_config(s->model)->vocab_size);
+    if (!r->logits) return pdb_err_set(PDB_NOMEM, "request %llu logits", (unsigned long long)r->id);
+    r->state = RQ_PREFILL;
+    if (!s->store) return PDB_OK;
+    int64_t bs = s->opts.block_size, nb = (r->n_ids - 1) / bs; /* keep >= 1 token to compute */
+    if (nb <= 0) return PDB_OK;
+    uint8_t(*h)[32] = malloc(sizeof(*h) * (size_t)nb);
+    if (!h) return pdb_err_set(PDB_NOMEM, "hashes");
+    int64_t hit = 0;
+    if (pdb_store_hash_chain(pdb_dec_model_fingerprint(s->model), r->ids, nb * bs, bs, h) ||
+        pdb_store_longest_prefix(s->store, (const uint8_t(*)[32])h, nb, &hit))
+        PDB_WARN("request %llu: store lookup failed: %s", (unsigned long long)r->id, pdb_err_msg());
+    int64_t b = 0;
+    for (; b < hit; b++) {
+        void *out[1] = {s->block_buf};
+        if (pdb_store_load_block(s->store, h[b], b, out)) {
+            PDB_WARN("request %llu: block %lld not mounted: %s", (unsigned long long)r->id, (long long)b, pdb_err_msg());
+            break;
+        }
+        pdb_dec_seq_put_block(&r->seq, b, bs, s->block_buf);
+    }
+    free(h);
+    r->seq.len = r->prefilled = r->cached = b * bs;
+    return PDB_OK;
+}
+
+/* Write the prompt's new full blocks through the store's block writer. */
+static void store_blocks(pdb_dec_service *s, svc_req *r) {
+    if (!s->store) return;
+    int64_t bs = s->opts.block_size, nfull = r->n_ids / bs, first = r->cached / bs;
+    if (nfull <= first) return;
+    pdb_store_stream *st = NULL;
+    if (pdb_store_stream_begin(s->store, r->ids, nfull * bs, &st)) {
+        PDB_WARN("request %llu: cannot write blocks: %s", (unsigned long long)r->id, pdb_err_msg());
+        return;
+    }
+    for (int64_t b = first; b < nfull; b++) {
+        pdb_dec_seq_get_block(&r->seq, b, bs, s->block_buf);
+        const void *in[1] = {s->block_buf};
+        if (pdb_store_stream_put(st, b, in)) {
+            PDB_WARN("request %llu: block %lld not written: %s", (unsigned long long)r->id, (long long)b, pdb_err_msg());
+            pdb_store_stream_abort(st);
+            return;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->stats.store_blocks_written++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (pdb_store_stream_finish(st)) PDB_WARN("request %llu: finishing blocks: %s", (unsigned long long)r->id, pdb_err_msg());
+}
+
+/* Sample from r->logits, emit the token; returns 1 when the request finished. */
+static int sample_and_emit(pdb_dec_service *s, svc_req *r) {
+    const pdb_config *c = pdb_dec_model_config(s->model);
+    if (r->generated >= r->max_tokens) { emit_final(s, r, PDB_FINISH_LENGTH, NULL); return 1; }
+    if (__atomic_load_n(&r->cancel, __ATOMIC_RELAXED)) { emit_final(s, r, PDB_FINISH_CANCELLED, NULL); return 1; }
+    int32_t tok = pdb_sample_next_token(r->logits, c->vocab_size, &r->sp, &r->rng);
+    r->generated++;
+    pthread_mutex_lock(&s->mu);
+    s->stats.generated_tokens++;
+    pthread_mutex_unlock(&s->mu);
+    if (tok == s->eos && !r->ignore_eos) { emit_final(s, r, PDB_FINISH_STOP, NULL); return 1; }
+    pdb_dec_event ev = {.token = tok, .finish = PDB_FINISH_NONE, .prompt_tokens = r->n_ids, .cached_tokens = r->cached};
+    if (r->cb(r->user, &ev)) { emit_final(s, r, PDB_FINISH_STOP, NULL); return 1; }
+    if (r->generated >= r->max_tokens) { emit_final(s, r, PDB_FINISH_LENGTH, NULL); return 1; }
+    r->next_token = tok;
+    return 0;
+}
+
+static void *svc_main(void *arg) {
+    pdb_dec_service *s = arg;
+    int max_batch = s->opts.max_batch > 0 ? s->opts.max_batch : 16;
+    pdb_dec_seg *segs = malloc(sizeof(*segs) * (size_t)(max_batch + 1));
+    svc_req **owners = malloc(sizeof(*owners) * (size_t)(max_batch + 1));
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int n_active = 0;
+        for (svc_req *r = s->active; r; r = r->next) n_active++;
+        while (!s->stop && !s->active && !s->queue) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop) { pthread_mutex_unlock(&s->mu); break; }
+        svc_req *admitted = NULL;
+        if (s->queue && n_active < max_batch) { /* one admission per iteration */
+            admitted = s->queue;
+            s->queue = admitted->next;
+            if (!s->queue) s->queue_tail = NULL;
+            s->stats.queued--;
+            s->stats.running++;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (admitted) {
+            admitted->next = NULL;
+            if (admit(s, admitted)) {
+                char msg[512];
+                snprintf(msg, sizeof msg, "%s", pdb_err_msg());
+                emit_final(s, admitted, PDB_FINISH_ERROR, msg);
+                req_free(admitted);
+                pthread_mutex_lock(&s->mu);
+                s->stats.running--;
+                pthread_mutex_unlock(&s->mu);
+            } else {
+                pthread_mutex_lock(&s->mu);
+                s->stats.cached_tokens += (uint64_t)admitted->cached;
+                svc_req **pp = &s->active;
+                while (*pp) pp = &(*pp)->next;
+                *pp = admitted;
+                pthread_mutex_unlock(&s->mu);
+            }
+        }
+        /* build the batch: every RUNNING request's next token + one PREFILL chunk */
+        int n = 0;
+        svc_req *pre = NULL;
+        for (svc_req *r = s->active; r; r = r->next) {
+            int cancelled = __atomic_load_n(&r->cancel, __ATOMIC_RELAXED);
+            if (cancelled && r->state == RQ_PREFILL) continue;
+            if (r->state == RQ_RUNNING && !cancelled) {
+                segs[n] = (pdb_dec_seg){&r->seq, &r->next_token, 1, r->logits};
+                owners[n++] = r;
+            } else if (r->state == RQ_PREFILL && !pre) {
+                pre = r;
+            }
+        }
+        if (pre) {
+            int64_t left = pre->n_ids - pre->prefilled, take = left < SVC_CHUNK ? left : SVC_CHUNK;
+            segs[n] = (pdb_dec_seg){&pre->seq, pre->ids + pre->prefilled, take, take == left ? pre->logits : NULL};
+            owners[n++] = pre;
+        }
+        pdb_status st = n ? pdb_dec_forward(s->model, segs, n) : PDB_OK;
+        char err[512] = "";
+        if (st) snprintf(err, sizeof err, "%s", pdb_err_msg());
+        /* advance states and emit events */
+        for (int i = 0; i < n; i++) {
+            svc_req *r = owners[i];
+            int done = 0;
+            if (st) {
+                emit_final(s, r, PDB_FINISH_ERROR, err);
+                done = 1;
+            } else if (r->state == RQ_PREFILL) {
+                r->prefilled += segs[i].n;
+                if (r->prefilled == r->n_ids) {
+                    store_blocks(s, r);
+                    r->state = RQ_RUNNING;
+                    done = sample_and_emit(s, r);
+                }
+            } else {
+                done = sample_and_emit(s, r);
+            }
+            if (done) r->state = (rq_state)-1; /* mark for removal */
+        }
+        /* remove finished and cancelled requests */
+        pthread_mutex_lock(&s->mu);
+        svc_req **pp = &s->active, *gone = NULL;
+        while (*pp) {
+            svc_req *r = *pp;
+            if ((int)r->state == -1 || r->cancel) {
+                *pp = r->next;
+                r->next = gone;
+                gone = r;
+                s->stats.running--;
+            } else {
+                pp = &r->next;
+            }
+        }
+        pthread_mutex_unlock(&s->mu);
+        while (gone) {
+            svc_req *r = gone;
+            gone = r->next;
+            if ((int)r->state != -1) emit_final(s, r, PDB_FINISH_CANCELLED, NULL);
+            req_free(r);
+        }
+    }
+    free(segs);
+    free(owners);
+    return NULL;
+}
+
+pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service **out) {
+    pdb_dec_service *s = calloc(1, sizeof *s);
+    if (!s) return pdb_err_set(PDB_NOMEM, "decoder service");
+    s->opts = *o;
+    if (!s->opts.block_size) s->opts.block_size = 2048;
+    if (s->opts.block_size % 128 || s->opts.block_size <= 0) {
+        free(s);
+        return pdb_err_set(PDB_INVALID, "block size %lld is not a positive multiple of 128", (long long)o->block_size);
+    }
+    snprintf(s->model_dir, sizeof s->model_dir, "%s", o->model_dir);
+    s->opts.model_dir = s->model_dir;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pdb_status st = pdb_pool_create(o->threads, &s->pool);
+    if (!st) st = pdb_dec_model_open(o->model_dir, s->pool, &s->model);
+    if (st) goto fail;
+    const pdb_config *c = pdb_dec_model_config(s->model);
+    if (!s->opts.max_context || s->opts.max_context > c->max_position_embeddings) s->opts.max_context = c->max_position_embeddings;
+    s->eos = (int32_t)c->eos_token_id;
+    pdb_store_hash_hex(pdb_dec_model_fingerprint(s->model), s->fp_hex);
+    if (o->cache_dir) {
+        st = pdb_store_open(o->cache_dir, pdb_dec_model_layout(s->model), pdb_dec_model_fingerprint(s->model),
+                            s->opts.block_size, o->cache_max_bytes, &s->store);
+        if (st) goto fail;
+        s->block_buf = malloc(pdb_store_block_bytes(s->store));
+        if (!s->block_buf) { st = pdb_err_set(PDB_NOMEM, "block buffer"); goto fail; }
+    }
+    if (pthread_create(&s->thread, NULL, svc_main, s)) { st = pdb_err_set(PDB_NOMEM, "scheduler thread"); goto fail; }
+    *out = s;
+    return PDB_OK;
+fail:
+    free(s->block_buf);
+    if (s->store) pdb_store_close(s->store);
+    pdb_dec_model_close(s->model);
+    pdb_pool_destroy(s->pool);
+    free(s);
+    return st;
+}
+
+void pdb_dec_service_close(pdb_dec_service *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    svc_req *lists[2] = {s->queue, s->active};
+    for (int i = 0; i < 2; i++)
+        while (lists[i]) {
+            svc_req *r = lists[i];
+            lists[i] = r->next;
+            emit_final(s, r, PDB_FINISH_CANCELLED, NULL);
+            req_free(r);
+        }
+    free(s->block_buf);
+    if (s->store) pdb_store_close(s->store);
+    pdb_dec_model_close(s->model);
+    pdb_pool_destroy(s->pool);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+pdb_status pdb_dec_service_submit(pdb_dec_service *s, const pdb_dec_request *q, uint64_t *request_id) {
+    const pdb_config *c = pdb_dec_model_config(s->model);
+    if (q->n_ids <= 0) return pdb_err_set(PDB_INVALID, "prompt has no tokens");
+    if (q->max_tokens < 0) return pdb_err_set(PDB_INVALID, "max_tokens must be >= 0");
+    if (q->n_ids + q->max_tokens > s->opts.max_context)
+        return pdb_err_set(PDB_TOO_LARGE, "prompt (%lld tokens) + max_tokens (%lld) exceeds the context length %lld",
+                           (long long)q->n_ids, (long long)q->max_tokens, (long long)s->opts.max_context);
+    for (int64_t i = 0; i < q->n_ids; i++)
+        if (q->ids[i] < 0 || q->ids[i] >= c->vocab_size)
+            return pdb_err_set(PDB_INVALID, "token id %d at index %lld is outside the vocabulary (0..%lld)", q->ids[i],
+                               (long long)i, (long long)c->vocab_size - 1);
+    svc_req *r = calloc(1, sizeof *r);
+    if (!r || !(r->ids = malloc(sizeof(int32_t) * (size_t)q->n_ids))) {
+        free(r);
+        return pdb_err_set(PDB_NOMEM, "request");
+    }
+    memcpy(r->ids, q->ids, sizeof(int32_t) * (size_t)q->n_ids);
+    r->n_ids = q->n_ids;
+    r->max_tokens = q->max_tokens;
+    r->sp = q->sample;
+    pdb_sample_rng_init(&r->rng, q->sample.seed);
+    r->ignore_eos = q->ignore_eos;
+    r->cb = q->on_event;
+    r->user = q->user;
+    pthread_mutex_lock(&s->mu);
+    r->id = ++s->next_id;
+    if (s->queue_tail) s->queue_tail->next = r;
+    else s->queue = r;
+    s->queue_tail = r;
+    s->stats.requests++;
+    s->stats.queued++;
+    s->stats.prompt_tokens += (uint64_t)q->n_ids;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (request_id) *request_id = r->id;
+    return PDB_OK;
+}
+
+void pdb_dec_service_cancel(pdb_dec_service *s, uint64_t id) {
+    pthread_mutex_lock(&s->mu);
+    svc_req **pp = &s->queue, *prev = NULL, *found = NULL;
+    for (; *pp; prev = *pp, pp = &(*pp)->next)
+        if ((*pp)->id == id) { /* still queued: remove now, final event below */
+            found = *pp;
+            *pp = found->next;
+            if (s->queue_tail == found) s->queue_tail = prev;
+            s->stats.queued--;
+            break;
+        }
+    if (!found)
+        for (svc_req *r = s->active; r; r = r->next)
+            if (r->id == id) __atomic_store_n(&r->cancel, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&s->mu);
+    if (found) {
+        emit_final(s, found, PDB_FINISH_CANCELLED, NULL);
+        req_free(found);
+    }
+}
+
+const pdb_config *pdb_dec_service_config(const pdb_dec_service *s) { return pdb_dec_model_config(s->model); }
+const char *pdb_dec_service_model_dir(const pdb_dec_service *s) { return s->model_dir; }
+const char *pdb_dec_service_fingerprint_hex(const pdb_dec_service *s) { return s->fp_hex; }
+int32_t pdb_dec_service_eos_id(const pdb_dec_service *s) { return s->eos; }
+
+void pdb_dec_service_stats(const pdb_dec_service *s, pdb_dec_stats *out) {
+    pdb_dec_service *m = (pdb_dec_service *)s;
+    pthread_mutex_lock(&m->mu);
+    *out = m->stats;
+    pthread_mutex_unlock(&m->mu);
+    if (m->store) {
+        pdb_store_stats ss;
+        pdb_store_get_stats(m->store, &ss);
+        out->store_hits = ss.hits;
+        out->store_misses = ss.misses;
+        out->store_corrupt = ss.corrupt_removed;
+    }
+}
