@@ -1,0 +1,122 @@
+/* pdb_openai: the OpenAI HTTP API as data: request bodies of /v1/completions and
+ * /v1/chat/completions parsed and validated into plain structs, and the response bodies, stream
+ * chunks and error objects built back. Engine-agnostic (no tokenizer, no model): the decoder
+ * server and the front both use it. Invariants: a parse either succeeds with every field in
+ * range or fails with an error naming the HTTP status and the offending param; all strings in
+ * a parsed request are valid UTF-8 copies; every builder emits valid JSON (invalid UTF-8 in
+ * generated text is replaced by U+FFFD, never passed through). */
+#ifndef PDB_OPENAI_H
+#define PDB_OPENAI_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pdb_status.h"
+
+#define PDB_OPENAI_MAX_STOP 4
+#define PDB_OPENAI_MAX_STOP_BYTES 256        /* per stop string */
+#define PDB_OPENAI_MAX_MESSAGES 4096
+#define PDB_OPENAI_MAX_PROMPT_IDS ((int64_t)1 << 24)
+
+typedef enum pdb_openai_kind { PDB_OPENAI_COMPLETION = 1, PDB_OPENAI_CHAT = 2 } pdb_openai_kind;
+
+typedef struct pdb_openai_error {
+    int status;          /* 400, 404, 413, 500 ... */
+    const char *type;    /* "invalid_request_error" | "not_found_error" | "server_error" */
+    char param[64];      /* "" = null */
+    char code[48];       /* "" = null */
+    char message[512];
+} pdb_openai_error;
+
+typedef struct pdb_openai_message {
+    char *role;
+    char *content;       /* text parts joined with "\n"; "" when null */
+} pdb_openai_message;
+
+typedef struct pdb_openai_request {
+    pdb_openai_kind kind;
+    char *model;                 /* NULL when absent */
+    /* completions: exactly one of text / ids */
+    int prompt_is_ids;
+    char *prompt_text;           /* [prompt_len] UTF-8, NUL-terminated */
+    size_t prompt_len;
+    int32_t *prompt_ids;         /* [n_prompt_ids], each >= 0 (vocabulary checked by the server) */
+    int64_t n_prompt_ids;
+    /* chat */
+    pdb_openai_message *messages;/* [n_messages] */
+    size_t n_messages;
+    /* sampling and limits */
+    int64_t max_tokens;          /* -1 = not given */
+    double temperature;          /* default 1.0 */
+    double top_p;                /* default 1.0, in (0, 1] */
+    int32_t top_k;               /* 0 = off (-1 accepted as off) */
+    int has_seed;
+    uint64_t seed;
+    char *stop[PDB_OPENAI_MAX_STOP];
+    size_t stop_len[PDB_OPENAI_MAX_STOP];
+    int n_stop;
+    int stream, include_usage, return_token_ids, ignore_eos;
+} pdb_openai_request;
+
+typedef struct pdb_openai_limits {
+    int64_t max_context;         /* max_tokens above this is refused; 0 = no check */
+} pdb_openai_limits;
+
+/* Parse a request body. On failure returns PDB_INVALID (or PDB_NOMEM) with *err filled (status
+ * 400 and param set for bad fields; JSON syntax errors carry line and column) and *req freed. */
+pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size_t len, const pdb_openai_limits *lim,
+                                    pdb_openai_request *req, pdb_openai_error *err);
+void pdb_openai_request_free(pdb_openai_request *req);
+
+/* Fill *err (returns PDB_INVALID, or PDB_NOT_FOUND for 404, so handlers can `return`). */
+pdb_status pdb_openai_set_error(pdb_openai_error *err, int status, const char *param, const char *code,
+                                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The request's model is served? (absent = yes). Else 404 model_not_found naming it. */
+pdb_status pdb_openai_check_model(const pdb_openai_request *req, const char *served_id, pdb_openai_error *err);
+
+/* {"error": {"message", "type", "param", "code"}} as a malloc'd compact JSON string. */
+char *pdb_openai_error_json(const pdb_openai_error *err);
+
+typedef struct pdb_openai_usage {
+    int64_t prompt_tokens, completion_tokens, cached_tokens;
+} pdb_openai_usage;
+
+/* What one choice produced (text need not be valid UTF-8: it is repaired). */
+typedef struct pdb_openai_result {
+    const char *text;
+    size_t text_len;
+    const char *finish_reason;   /* "stop" | "length" | NULL (stream chunk before the end) */
+    const int32_t *token_ids;    /* NULL = omit "token_ids" */
+    int64_t n_token_ids;
+} pdb_openai_result;
+
+/* Response identity shared by a body and all chunks of one stream. */
+typedef struct pdb_openai_meta {
+    pdb_openai_kind kind;
+    const char *id;              /* "cmpl-..." / "chatcmpl-..." */
+    int64_t created;             /* unix seconds */
+    const char *model;
+} pdb_openai_meta;
+
+/* Non-stream body: text_completion or chat.completion with one choice and usage. Each key of
+ * extra (an object, may be NULL; borrowed) is merged into the top level (e.g. "pd_bridge"). */
+pdb_status pdb_openai_build_response(const pdb_openai_meta *m, const pdb_openai_result *res, const pdb_openai_usage *u,
+                                     const json_t *extra, char **out, size_t *out_len);
+
+/* One SSE event "data: {...}\n\n" with a text_completion / chat.completion.chunk. first: chat
+ * chunks carry delta.role = "assistant". usage (may be NULL) and extra (may be NULL) go into
+ * this chunk: pass them on the final one. */
+pdb_status pdb_openai_build_chunk(const pdb_openai_meta *m, const pdb_openai_result *res, int first,
+                                  const pdb_openai_usage *u, const json_t *extra, char **out, size_t *out_len);
+/* An error inside a stream: "data: {"error": {...}}\n\n". */
+pdb_status pdb_openai_build_error_chunk(const pdb_openai_error *err, char **out, size_t *out_len);
+#define PDB_OPENAI_SSE_DONE "data: [DONE]\n\n"
+
+/* A JSON string from bytes that may hold invalid UTF-8 (each bad byte becomes U+FFFD). */
+json_t *pdb_openai_json_text(const char *s, size_t len);
+/* Length of the longest prefix of s[len] that does not end inside an incomplete but possibly
+ * valid UTF-8 sequence (for streaming: hold the rest back until more bytes arrive). */
+size_t pdb_openai_utf8_complete_prefix(const char *s, size_t len);
+
+#endif
