@@ -1,0 +1,353 @@
+/* pdb_v2_ops: loading V2 weights as pdb_qmat views and the deterministic layer steps (absorbed
+ * MLA over f32 latent rows, dense and MoE MLPs). Reading order: load -> latent rows ->
+ * attention -> ffn. */
+#include "pdb_v2_ops.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_math.h"
+#include "pdb_v2.h"
+
+/* ======================================= loading ============================================ */
+
+static pdb_status own(pdb_v2_qweights *w, float *p) {
+    if (w->n_owned == w->cap_owned) {
+        int nc = w->cap_owned ? w->cap_owned * 2 : 64;
+        float **n = realloc(w->owned, sizeof(*n) * (size_t)nc);
+        if (!n) { free(p); return pdb_err_set(PDB_NOMEM, "weights"); }
+        w->owned = n;
+        w->cap_owned = nc;
+    }
+    w->owned[w->n_owned++] = p;
+    return PDB_OK;
+}
+
+/* A linear weight [rows, cols]: BF16/F32 views, MX with "<name>_mx_scale", or any other float
+ * dtype (incl. DeepSeek block-scaled FP8) dequantized into an owned f32 copy. */
+static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, int64_t rows, int64_t cols,
+                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, int64_t rows, int64_t cols,
+                            const char *fmt, ...) {
+    char name[256], sname[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    if (cols > w->max_cols) w->max_cols = cols;
+    const pdb_tensor_view *v = pdb_st_find(st, name);
+    if (!v) return pdb_err_set(PDB_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
+    snprintf(sname, sizeof sname, "%s_mx_scale", name);
+    const pdb_tensor_view *sc = pdb_st_find(st, sname);
+    q->rows = rows;
+    q->cols = cols;
+    q->scales = NULL;
+    if (sc) {
+        int mx4 = v->dtype == PDB_DT_U8;
+        if ((v->dtype != PDB_DT_U8 && v->dtype != PDB_DT_F8_E4M3) || v->ndim != 2 || v->shape[0] != rows ||
+            v->shape[1] != (mx4 ? cols / 2 : cols) || cols % 32 || sc->ndim != 2 || sc->shape[0] != rows ||
+            sc->shape[1] != cols / 32 || (sc->dtype != PDB_DT_F8_E8M0 && sc->dtype != PDB_DT_U8))
+            return pdb_err_set(PDB_MISMATCH, "%s: tensor '%s' is not an MX weight of shape [%lld, %lld]", v->file, name,
+                               (long long)rows, (long long)cols);
+        q->fmt = mx4 ? PDB_QF_MXFP4 : PDB_QF_MXFP8;
+        q->data = v->data;
+        q->scales = sc->data;
+        return PDB_OK;
+    }
+    int64_t shape[2] = {rows, cols};
+    if (v->dtype == PDB_DT_BF16 || (v->dtype == PDB_DT_F32 && !((uintptr_t)v->data & 3))) {
+        PDB_TRY(pdb_st_get(st, name, 2, shape, &v));
+        q->fmt = v->dtype == PDB_DT_BF16 ? PDB_QF_BF16 : PDB_QF_F32;
+        q->data = v->data;
+        return PDB_OK;
+    }
+    float *f = NULL;
+    PDB_TRY(pdb_st_load_f32(st, name, 2, shape, &f));
+    PDB_TRY(own(w, f));
+    q->fmt = PDB_QF_F32;
+    q->data = f;
+    return PDB_OK;
+}
+
+static pdb_status load_vec(pdb_v2_qweights *w, const pdb_st *st, float **out, int64_t n, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static pdb_status load_vec(pdb_v2_qweights *w, const pdb_st *st, float **out, int64_t n, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    PDB_TRY(pdb_st_load_f32(st, name, 1, &n, out));
+    return own(w, *out);
+}
+
+static pdb_status load_layer(pdb_v2_qweights *w, const pdb_st *st, int l, int kv_only) {
+    const pdb_config *c = &w->cfg;
+    pdb_v2_qlayer *L = &w->layers[l];
+    int64_t H = c->hidden_size, nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
+    int64_t qk = nope + rope, vd = c->v_head_dim, kvl = c->kv_lora_rank;
+    const char *p = "model.layers";
+    PDB_TRY(load_qmat(w, st, &L->kv_a, kvl + rope, H, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l));
+    PDB_TRY(load_vec(w, st, &L->kv_a_norm, kvl, "%s.%d.self_attn.kv_a_layernorm.weight", p, l));
+    if (kv_only) return PDB_OK;
+    PDB_TRY(load_vec(w, st, &L->attn_norm, H, "%s.%d.input_layernorm.weight", p, l));
+    PDB_TRY(load_vec(w, st, &L->ffn_norm, H, "%s.%d.post_attention_layernorm.weight", p, l));
+    if (c->q_lora_rank == 0) {
+        PDB_TRY(load_qmat(w, st, &L->q_proj, nh * qk, H, "%s.%d.self_attn.q_proj.weight", p, l));
+    } else {
+        PDB_TRY(load_qmat(w, st, &L->q_a, c->q_lora_rank, H, "%s.%d.self_attn.q_a_proj.weight", p, l));
+        PDB_TRY(load_vec(w, st, &L->q_a_norm, c->q_lora_rank, "%s.%d.self_attn.q_a_layernorm.weight", p, l));
+        PDB_TRY(load_qmat(w, st, &L->q_b, nh * qk, c->q_lora_rank, "%s.%d.self_attn.q_b_proj.weight", p, l));
+    }
+    PDB_TRY(load_qmat(w, st, &L->o_proj, H, nh * vd, "%s.%d.self_attn.o_proj.weight", p, l));
+    pdb_qmat kvb;
+    PDB_TRY(load_qmat(w, st, &kvb, nh * (nope + vd), kvl, "%s.%d.self_attn.kv_b_proj.weight", p, l));
+    float *uk = malloc(sizeof(float) * (size_t)(nh * kvl * nope)), *uv = malloc(sizeof(float) * (size_t)(nh * vd * kvl));
+    float *row = malloc(sizeof(float) * (size_t)kvl);
+    if (!uk || !uv || !row) { free(uk); free(uv); free(row); return pdb_err_set(PDB_NOMEM, "layer %d kv_b", l); }
+    for (int64_t h = 0; h < nh; h++) {
+        for (int64_t n = 0; n < nope; n++) {
+            pdb_qmat_row_f32(&kvb, h * (nope + vd) + n, row);
+            for (int64_t k = 0; k < kvl; k++) uk[(h * kvl + k) * nope + n] = row[k];
+        }
+        for (int64_t v = 0; v < vd; v++) pdb_qmat_row_f32(&kvb, h * (nope + vd) + nope + v, uv + (h * vd + v) * kvl);
+    }
+    free(row);
+    pdb_status s = own(w, uk);
+    if (s) { free(uv); return s; }
+    PDB_TRY(own(w, uv));
+    L->w_uk_t = uk;
+    L->w_uv = uv;
+    L->is_moe = pdb_config_layer_is_moe(c, l);
+    if (!L->is_moe) {
+        int64_t I = c->intermediate_size;
+        PDB_TRY(load_qmat(w, st, &L->gate, I, H, "%s.%d.mlp.gate_proj.weight", p, l));
+        PDB_TRY(load_qmat(w, st, &L->up, I, H, "%s.%d.mlp.up_proj.weight", p, l));
+        return load_qmat(w, st, &L->down, H, I, "%s.%d.mlp.down_proj.weight", p, l);
+    }
+    int64_t E = c->n_routed_experts, Im = c->moe_intermediate_size;
+    char fused[256];
+    snprintf(fused, sizeof fused, "%s.%d.mlp.experts.gate_up_proj", p, l);
+    if (pdb_st_find(st, fused))
+        return pdb_err_set(PDB_UNSUPPORTED, "checkpoint: fused expert tensor '%s' (this engine reads per-expert tensors "
+                           "as DeepSeek and transformers' save_pretrained write them)", fused);
+    PDB_TRY(load_qmat(w, st, &L->router, E, H, "%s.%d.mlp.gate.weight", p, l));
+    L->eg = calloc((size_t)E * 3, sizeof(pdb_qmat));
+    if (!L->eg) return pdb_err_set(PDB_NOMEM, "layer %d experts", l);
+    L->eu = L->eg + E;
+    L->ed = L->eg + 2 * E;
+    for (int64_t e = 0; e < E; e++) {
+        PDB_TRY(load_qmat(w, st, &L->eg[e], Im, H, "%s.%d.mlp.experts.%lld.gate_proj.weight", p, l, (long long)e));
+        PDB_TRY(load_qmat(w, st, &L->eu[e], Im, H, "%s.%d.mlp.experts.%lld.up_proj.weight", p, l, (long long)e));
+        PDB_TRY(load_qmat(w, st, &L->ed[e], H, Im, "%s.%d.mlp.experts.%lld.down_proj.weight", p, l, (long long)e));
+    }
+    if (c->n_shared_experts > 0) {
+        int64_t Is = Im * c->n_shared_experts;
+        PDB_TRY(load_qmat(w, st, &L->sg, Is, H, "%s.%d.mlp.shared_experts.gate_proj.weight", p, l));
+        PDB_TRY(load_qmat(w, st, &L->su, Is, H, "%s.%d.mlp.shared_experts.up_proj.weight", p, l));
+        PDB_TRY(load_qmat(w, st, &L->sd, H, Is, "%s.%d.mlp.shared_experts.down_proj.weight", p, l));
+    }
+    return PDB_OK;
+}
+
+pdb_status pdb_v2_qweights_load(pdb_v2_qweights *w, const pdb_config *cfg, const pdb_st *st, int kv_only) {
+    memset(w, 0, sizeof *w);
+    w->cfg = *cfg;
+    const pdb_config *c = &w->cfg;
+    if (c->arch != PDB_ARCH_DEEPSEEK_V2) return pdb_err_set(PDB_UNSUPPORTED, "weights: not a deepseek_v2 config");
+    if (c->n_routed_experts > 1024 || c->n_group > 256)
+        return pdb_err_set(PDB_UNSUPPORTED, "weights: more than 1024 experts or 256 groups");
+    pdb_status s = pdb_rope_init(&w->rope, &c->rope, c->qk_rope_head_dim);
+    if (s) return s;
+    w->softmax_scale = (float)pdb_config_softmax_scale(c);
+    int64_t H = c->hidden_size, V = c->vocab_size;
+    w->layers = calloc((size_t)c->num_layers, sizeof *w->layers);
+    if (!w->layers) { s = pdb_err_set(PDB_NOMEM, "layers"); goto fail; }
+    if (!kv_only) {
+        if ((s = load_qmat(w, st, &w->embed, V, H, "model.embed_tokens.weight"))) goto fail;
+        if ((s = load_vec(w, st, &w->final_norm, H, "model.norm.weight"))) goto fail;
+        if (c->tie_word_embeddings && !pdb_st_find(st, "lm_head.weight")) w->lm_head = w->embed;
+        else if ((s = load_qmat(w, st, &w->lm_head, V, H, "lm_head.weight"))) goto fail;
+    }
+    for (int l = 0; l < c->num_layers; l++)
+        if ((s = load_layer(w, st, l, kv_only))) goto fail;
+    return PDB_OK;
+fail:
+    pdb_v2_qweights_free(w);
+    return s;
+}
+
+void pdb_v2_qweights_free(pdb_v2_qweights *w) {
+    if (w->layers)
+        for (int64_t l = 0; l < w->cfg.num_layers; l++) free(w->layers[l].eg);
+    free(w->layers);
+    for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
+    free(w->owned);
+    pdb_rope_free(&w->rope);
+    memset(w, 0, sizeof *w);
+}
+
+/* ======================================= layer math ========================================= */
+
+void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool, float *rowbuf, const float *xn,
+                            int64_t R, const int64_t *pos, const pdb_v2_rowcache *cache, float *kva) {
+    const pdb_config *c = &w->cfg;
+    const pdb_v2_qlayer *L = &w->layers[l];
+    int64_t kvl = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = kvl + rope;
+    pdb_qmat_matmul(pool, &L->kv_a, xn, c->hidden_size, R, kva, row, rowbuf);
+    for (int64_t t = 0; t < R; t++) {
+        float *dst = cache[t].base + l * cache[t].layer_stride + pos[t] * cache[t].pos_stride;
+        pdb_math_rmsnorm(dst, kva + t * row, L->kv_a_norm, kvl, c->rms_norm_eps);
+        memcpy(dst + kvl, kva + t * row + kvl, sizeof(float) * (size_t)rope);
+        pdb_rope_apply(&w->rope, dst + kvl, pos[t]);
+    }
+}
+
+static void batch_free_ptrs(pdb_v2_batch *b) {
+    void *ps[] = {b->cache, b->pos, b->h, b->xn, b->q, b->qa, b->kva, b->attn, b->tmp, b->mlp, b->g, b->u, b->probs,
+                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
+}
+
+pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool *pool, int64_t R, int64_t max_len) {
+    memset(b, 0, sizeof *b);
+    b->w = w;
+    b->pool = pool;
+    b->R = R;
+    const pdb_config *c = &w->cfg;
+    int64_t H = c->hidden_size, nh = c->num_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    int64_t row = c->kv_lora_rank + c->qk_rope_head_dim, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    int64_t I = c->intermediate_size, Is = c->moe_intermediate_size * (c->n_shared_experts > 1 ? c->n_shared_experts : 1);
+    if (Is > I) I = Is;
+    if (c->moe_intermediate_size > I) I = c->moe_intermediate_size;
+    int nth = pool ? pdb_pool_threads(pool) : 1;
+    b->att_stride = max_len + 2 * row;
+#define BA(p, n) if (!((p) = malloc(sizeof(*(p)) * (size_t)((n) > 0 ? (n) : 1)))) goto nomem
+    BA(b->cache, R); BA(b->pos, R); BA(b->h, R * H); BA(b->xn, R * H); BA(b->q, R * nh * qk);
+    BA(b->qa, R * (c->q_lora_rank ? c->q_lora_rank : 1)); BA(b->kva, R * row); BA(b->attn, R * nh * c->v_head_dim);
+    BA(b->tmp, R * H); BA(b->mlp, R * H); BA(b->g, R * I); BA(b->u, R * I); BA(b->probs, R * (E ? E : 1));
+    BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * H); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
+    BA(b->erows, R * (K ? K : 1)); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, nth * w->max_cols);
+#undef BA
+    return PDB_OK;
+nomem:
+    batch_free_ptrs(b);
+    return pdb_err_set(PDB_NOMEM, "forward scratch for %lld rows", (long long)R);
+}
+
+void pdb_v2_batch_free(pdb_v2_batch *b) { batch_free_ptrs(b); memset(b, 0, sizeof *b); }
+
+void pdb_v2_ops_embed(pdb_v2_batch *b, int64_t r, int32_t id) {
+    pdb_qmat_row_f32(&b->w->embed, id, b->h + r * b->w->cfg.hidden_size);
+}
+
+void pdb_v2_ops_attn_norm(pdb_v2_batch *b, int64_t l) {
+    const pdb_config *c = &b->w->cfg;
+    int64_t H = c->hidden_size;
+    for (int64_t t = 0; t < b->R; t++) pdb_math_rmsnorm(b->xn + t * H, b->h + t * H, b->w->layers[l].attn_norm, H, c->rms_norm_eps);
+}
+
+/* One (row, head) task: q_lat = [W_UK^T q_nope | q_pe]; softmax over rows at positions <= pos;
+ * o_lat = sum_j p_j c_j in j order; out = W_UV o_lat. */
+static void attn_task(void *vc, int64_t task, int thread) {
+    pdb_v2_batch *b = vc;
+    const pdb_config *c = &b->w->cfg;
+    const pdb_v2_qlayer *L = &b->w->layers[b->layer];
+    int64_t nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
+    int64_t kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope;
+    int64_t r = task / nh, h = task % nh, pos = b->pos[r];
+    const pdb_v2_rowcache *rc = &b->cache[r];
+    const float *lat = rc->base + b->layer * rc->layer_stride;
+    float *sc = b->att_scratch + (int64_t)thread * b->att_stride, *qlat = sc + pos + 1, *olat = qlat + row;
+    const float *qh = b->q + r * nh * qk + h * qk;
+    for (int64_t k = 0; k < kvl; k++) qlat[k] = pdb_qmat_dot(qh, L->w_uk_t + (h * kvl + k) * nope, nope);
+    memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
+    for (int64_t j = 0; j <= pos; j++) sc[j] = pdb_qmat_dot(qlat, lat + j * rc->pos_stride, row) * b->w->softmax_scale;
+    pdb_math_softmax(sc, pos + 1);
+    memset(olat, 0, sizeof(float) * (size_t)kvl);
+    for (int64_t j = 0; j <= pos; j++) pdb_qmat_axpy(olat, sc[j], lat + j * rc->pos_stride, kvl);
+    float *out = b->attn + r * nh * vd + h * vd;
+    for (int64_t v = 0; v < vd; v++) out[v] = pdb_qmat_dot(olat, L->w_uv + (h * vd + v) * kvl, kvl);
+}
+
+void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
+    const pdb_v2_qweights *w = b->w;
+    const pdb_config *c = &w->cfg;
+    const pdb_v2_qlayer *L = &w->layers[l];
+    int64_t R = b->R, H = c->hidden_size, nh = c->num_heads, nope = c->qk_nope_head_dim, qk = nope + c->qk_rope_head_dim;
+    if (c->q_lora_rank == 0) {
+        pdb_qmat_matmul(b->pool, &L->q_proj, b->xn, H, R, b->q, nh * qk, b->rowbuf);
+    } else {
+        int64_t r = c->q_lora_rank;
+        pdb_qmat_matmul(b->pool, &L->q_a, b->xn, H, R, b->qa, r, b->rowbuf);
+        for (int64_t t = 0; t < R; t++) pdb_math_rmsnorm(b->qa + t * r, b->qa + t * r, L->q_a_norm, r, c->rms_norm_eps);
+        pdb_qmat_matmul(b->pool, &L->q_b, b->qa, r, R, b->q, nh * qk, b->rowbuf);
+    }
+    pdb_v2_ops_latent_rows(w, l, b->pool, b->rowbuf, b->xn, R, b->pos, b->cache, b->kva);
+    for (int64_t t = 0; t < R; t++)
+        for (int64_t h = 0; h < nh; h++) pdb_rope_apply(&w->rope, b->q + t * nh * qk + h * qk + nope, b->pos[t]);
+    b->layer = l;
+    if (b->pool) pdb_pool_run(b->pool, R * nh, attn_task, b);
+    else
+        for (int64_t i = 0; i < R * nh; i++) attn_task(b, i, 0);
+    pdb_qmat_matmul(b->pool, &L->o_proj, b->attn, nh * c->v_head_dim, R, b->tmp, H, b->rowbuf);
+    for (int64_t i = 0; i < R * H; i++) b->h[i] += b->tmp[i];
+}
+
+/* out [n, H] = down(silu(x gate^T) * (x up^T)) */
+static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const pdb_qmat *down, const float *x,
+                int64_t n, float *out) {
+    int64_t H = b->w->cfg.hidden_size, I = gate->rows;
+    pdb_qmat_matmul(b->pool, gate, x, H, n, b->g, I, b->rowbuf);
+    pdb_qmat_matmul(b->pool, up, x, H, n, b->u, I, b->rowbuf);
+    pdb_math_silu_mul(b->g, b->g, b->u, n * I);
+    pdb_qmat_matmul(b->pool, down, b->g, I, n, out, H, b->rowbuf);
+}
+
+static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L) {
+    const pdb_config *c = &b->w->cfg;
+    int64_t R = b->R, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    pdb_qmat_matmul(b->pool, &L->router, b->xn, H, R, b->probs, E, b->rowbuf);
+    for (int64_t t = 0; t < R; t++) pdb_v2_route(c, b->probs + t * E, b->topk_idx + t * K, b->topk_w + t * K);
+    for (int64_t e = 0; e < E; e++) { /* expert e on the rows routed to it; outputs to slot r*K+k */
+        int64_t n = 0;
+        for (int64_t s = 0; s < R * K; s++)
+            if (b->topk_idx[s] == e) {
+                b->erows[n] = s;
+                memcpy(b->xe + n * H, b->xn + (s / K) * H, sizeof(float) * (size_t)H);
+                n++;
+            }
+        if (!n) continue;
+        mlp(b, &L->eg[e], &L->eu[e], &L->ed[e], b->xe, n, b->tmp);
+        for (int64_t i = 0; i < n; i++) memcpy(b->ybuf + b->erows[i] * H, b->tmp + i * H, sizeof(float) * (size_t)H);
+    }
+    for (int64_t t = 0; t < R; t++) /* combine in top-k order: a fixed order per token */
+        for (int64_t j = 0; j < H; j++) {
+            float acc = 0;
+            for (int64_t k = 0; k < K; k++) acc = acc + b->ybuf[(t * K + k) * H + j] * b->topk_w[t * K + k];
+            b->mlp[t * H + j] = acc;
+        }
+    if (c->n_shared_experts > 0) {
+        mlp(b, &L->sg, &L->su, &L->sd, b->xn, R, b->tmp);
+        for (int64_t i = 0; i < R * H; i++) b->mlp[i] = b->mlp[i] + b->tmp[i];
+    }
+}
+
+void pdb_v2_ops_ffn(pdb_v2_batch *b, int64_t l) {
+    const pdb_config *c = &b->w->cfg;
+    const pdb_v2_qlayer *L = &b->w->layers[l];
+    int64_t H = c->hidden_size;
+    for (int64_t t = 0; t < b->R; t++) pdb_math_rmsnorm(b->xn + t * H, b->h + t * H, L->ffn_norm, H, c->rms_norm_eps);
+    if (L->is_moe) moe(b, L);
+    else mlp(b, &L->gate, &L->up, &L->down, b->xn, b->R, b->mlp);
+    for (int64_t i = 0; i < b->R * H; i++) b->h[i] += b->mlp[i];
+}
+
+void pdb_v2_ops_logits(pdb_v2_batch *b, int64_t r, float *logits) {
+    const pdb_config *c = &b->w->cfg;
+    int64_t H = c->hidden_size;
+    pdb_math_rmsnorm(b->tmp, b->h + r * H, b->w->final_norm, H, c->rms_norm_eps);
+    pdb_qmat_matmul(b->pool, &b->w->lm_head, b->tmp, H, 1, logits, c->vocab_size, b->rowbuf);
+}

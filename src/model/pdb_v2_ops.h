@@ -1,0 +1,88 @@
+/* pdb_v2_ops: the DeepSeek-V2 layer math every CPU engine shares (the decode engine and the
+ * prefill engine's CPU backend): weights as pdb_qmat (f32/bf16/MXFP8/MXFP4) and the layer
+ * steps over a batch of rows, each row a (sequence cache, position).
+ * Invariants: (1) every reduction is pdb_qmat's fixed-order dot or a per-row sequential loop,
+ * so a row's results depend only on its token, its position and the cache rows before it;
+ * (2) pdb_v2_ops_latent_rows is THE definition of the decoder's cache row
+ * [RMSNorm(c_kv) | RoPE(k_pe)] f32 — the decoder writes its rows with it and the capture hook
+ * computes bridged rows with it, from the same attention input and the decoder's weights. */
+#ifndef PDB_V2_OPS_H
+#define PDB_V2_OPS_H
+
+#include <stdint.h>
+
+#include "pdb_config.h"
+#include "pdb_pool.h"
+#include "pdb_qmat.h"
+#include "pdb_rope.h"
+#include "pdb_safetensors.h"
+
+typedef struct pdb_v2_qlayer {
+    float *attn_norm, *ffn_norm, *q_a_norm, *kv_a_norm; /* f32 [H], [H], [qlr], [kvl] */
+    pdb_qmat q_proj, q_a, q_b, kv_a, o_proj;
+    float *w_uk_t;               /* [nh, kvl, nope] f32: W_UK transposed per head */
+    float *w_uv;                 /* [nh * vd, kvl] f32 */
+    int is_moe;
+    pdb_qmat gate, up, down;     /* dense MLP */
+    pdb_qmat router;             /* [E, H] */
+    pdb_qmat *eg, *eu, *ed;      /* [E] each: routed experts */
+    pdb_qmat sg, su, sd;         /* shared experts */
+} pdb_v2_qlayer;
+
+typedef struct pdb_v2_qweights {
+    pdb_config cfg;
+    pdb_rope rope;
+    float softmax_scale;
+    pdb_qmat embed, lm_head;
+    float *final_norm;
+    pdb_v2_qlayer *layers;
+    int64_t max_cols;            /* widest matrix input: matmul scratch is threads * max_cols */
+    float **owned;               /* buffers allocated at load */
+    int n_owned, cap_owned;
+} pdb_v2_qweights;
+
+/* Views over st (which must outlive w). attn_kv_only: load only what the cache rows need
+ * (kv_a_proj_with_mqa, kv_a_layernorm) — the capture hook's view of the decoder. */
+pdb_status pdb_v2_qweights_load(pdb_v2_qweights *w, const pdb_config *cfg, const pdb_st *st, int attn_kv_only);
+void pdb_v2_qweights_free(pdb_v2_qweights *w);
+
+/* Where a row's cache lives: row (layer l, position p) is base + l*layer_stride + p*pos_stride. */
+typedef struct pdb_v2_rowcache {
+    float *base;
+    int64_t layer_stride, pos_stride;
+} pdb_v2_rowcache;
+
+/* Compute the decoder cache rows for R rows at positions pos[r] of layer l from the attention
+ * input xn [R, H]: writes cache[r].base + l*layer_stride + pos[r]*pos_stride. kva: scratch
+ * [R, kvl + rope]; rowbuf: threads * max_cols. */
+void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool, float *rowbuf, const float *xn,
+                            int64_t R, const int64_t *pos, const pdb_v2_rowcache *cache, float *kva);
+
+/* A batch of R rows through the layers. */
+typedef struct pdb_v2_batch {
+    const pdb_v2_qweights *w;
+    pdb_pool *pool;
+    int64_t R;
+    pdb_v2_rowcache *cache;      /* [R] */
+    int64_t *pos;                /* [R] */
+    float *h;                    /* [R, H] residual stream */
+    float *xn;                   /* [R, H] the last normed input (attention input after attn_norm) */
+    /* scratch */
+    float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *ybuf, *xe, *topk_w, *att_scratch, *rowbuf;
+    int64_t *topk_idx, *erows, att_stride, layer;
+} pdb_v2_batch;
+
+/* max_len: the longest position+1 of any row (attention scratch). */
+pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool *pool, int64_t R, int64_t max_len);
+void pdb_v2_batch_free(pdb_v2_batch *b);
+void pdb_v2_ops_embed(pdb_v2_batch *b, int64_t r, int32_t id);
+/* xn = RMSNorm(h) with the layer's attention norm (the attention input). */
+void pdb_v2_ops_attn_norm(pdb_v2_batch *b, int64_t l);
+/* Attention of layer l for all rows (writes their cache rows first), residual added to h. */
+void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l);
+/* FFN of layer l (dense or MoE), residual added to h. */
+void pdb_v2_ops_ffn(pdb_v2_batch *b, int64_t l);
+/* logits [V] of row r. */
+void pdb_v2_ops_logits(pdb_v2_batch *b, int64_t r, float *logits);
+
+#endif
