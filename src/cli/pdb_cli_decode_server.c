@@ -1,4 +1,98 @@
-/* placeholder until the decode server lands */
+/* pdb_cli_decode_server: `pdbridge decode-server`, the decode engine behind an OpenAI-compatible
+ * HTTP API. Runs until SIGINT/SIGTERM, then stops gracefully (in-flight requests are cancelled,
+ * streams end). Invariant: SIGINT/SIGTERM are blocked in every thread and taken by sigwait in
+ * the main thread, so no handler runs in a signal context. Prints "listening on
+ * http://HOST:PORT" on stdout once ready (tests read the port from it when --port 0). */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "pdb_cli.h"
-int pdb_cli_decode_server(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "decode-server: not built yet\n"); return 1; }
+#include "pdb_dec_server.h"
+
+static int cli_ds_parse_i64(const char *s, long long lo, long long hi, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || !end || end == s || *end || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+int pdb_cli_decode_server(int argc, char **argv) {
+    static const char *usage =
+        "usage: pdbridge decode-server --model DEC_DIR --cache-dir DIR --port P [--host 127.0.0.1]\n"
+        "         [--threads N] [--block-size N] [--max-batch N] [--max-body BYTES] [--max-context N]\n"
+        "         [--cache-max-bytes N] [--api-key KEY] [--log-level debug|info|warn|error]\n\n"
+        "The decode engine as an OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions\n"
+        "(stream via SSE or not), GET /v1/models, GET /health, GET /metrics (Prometheus text).\n"
+        "DEC_DIR is a `pdbridge quantize` output (or an HF directory); without tokenizer.json it is\n"
+        "served in token-id mode (prompts must be arrays of token ids). --port 0 picks a free port;\n"
+        "the bound address is printed as \"listening on http://HOST:PORT\". --block-size (multiple of\n"
+        "128, default 2048) must match the store in --cache-dir. --api-key KEY requires\n"
+        "\"Authorization: Bearer KEY\" on every endpoint except /health. --max-body (default 32 MiB)\n"
+        "answers larger request bodies 413. See docs/api.md.\n";
+    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
+    pdb_dec_server_opts o;
+    memset(&o, 0, sizeof o);
+    o.port = -1;
+    o.svc.block_size = 2048;
+    long long v = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = val != NULL;
+        if (!strcmp(a, "--model") && val) o.svc.model_dir = argv[++i];
+        else if (!strcmp(a, "--cache-dir") && val) o.svc.cache_dir = argv[++i];
+        else if (!strcmp(a, "--host") && val) o.host = argv[++i];
+        else if (!strcmp(a, "--api-key") && val) o.api_key = argv[++i];
+        else if (!strcmp(a, "--port") && val && (ok = cli_ds_parse_i64(argv[++i], 0, 65535, &v))) o.port = (int)v;
+        else if (!strcmp(a, "--threads") && val && (ok = cli_ds_parse_i64(argv[++i], 0, 4096, &v))) o.svc.threads = (int)v;
+        else if (!strcmp(a, "--block-size") && val && (ok = cli_ds_parse_i64(argv[++i], 128, 1 << 20, &v)) && (ok = v % 128 == 0))
+            o.svc.block_size = v;
+        else if (!strcmp(a, "--max-batch") && val && (ok = cli_ds_parse_i64(argv[++i], 1, 4096, &v))) o.svc.max_batch = (int)v;
+        else if (!strcmp(a, "--max-body") && val && (ok = cli_ds_parse_i64(argv[++i], 256, (long long)1 << 34, &v))) o.max_body = (size_t)v;
+        else if (!strcmp(a, "--max-context") && val && (ok = cli_ds_parse_i64(argv[++i], 1, (long long)1 << 40, &v))) o.svc.max_context = v;
+        else if (!strcmp(a, "--cache-max-bytes") && val && (ok = cli_ds_parse_i64(argv[++i], 0, LLONG_MAX, &v)))
+            o.svc.cache_max_bytes = (uint64_t)v;
+        else if (!strcmp(a, "--log-level") && val) {
+            const char *l = argv[++i];
+            if (!strcmp(l, "debug")) pdb_log_set_level(PDB_LOG_DEBUG);
+            else if (!strcmp(l, "info")) pdb_log_set_level(PDB_LOG_INFO);
+            else if (!strcmp(l, "warn")) pdb_log_set_level(PDB_LOG_WARN);
+            else if (!strcmp(l, "error")) pdb_log_set_level(PDB_LOG_ERROR);
+            else ok = 0;
+        } else ok = 0;
+        if (!ok) {
+            fprintf(stderr, "pdbridge decode-server: bad, unknown or incomplete option '%s'%s%s\n\n%s", a, val ? " " : "",
+                    val ? val : "", usage);
+            return 2;
+        }
+    }
+    if (!o.svc.model_dir || !o.svc.cache_dir || o.port < 0) {
+        fprintf(stderr, "pdbridge decode-server: --model, --cache-dir and --port are required\n\n%s", usage);
+        return 2;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL); /* inherited by every thread started below */
+    signal(SIGPIPE, SIG_IGN);
+    pdb_dec_server *srv = NULL;
+    pdb_status st = pdb_dec_server_start(&o, &srv);
+    if (st != PDB_OK) {
+        fprintf(stderr, "pdbridge decode-server: %s: %s\n", pdb_status_str(st), pdb_err_msg());
+        return 1;
+    }
+    printf("listening on http://%s:%d (model %s)\n", o.host ? o.host : "127.0.0.1", pdb_dec_server_port(srv),
+           pdb_dec_server_model_id(srv));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    PDB_INFO("decode-server: signal %d, stopping", sig);
+    pdb_dec_server_stop(srv);
+    return 0;
+}

@@ -1,0 +1,682 @@
+/* pdb_dec_server: HTTP endpoints over the decode service (see pdb_dec_server.h).
+ * State: one dec_req per generation request, shared by the HTTP side (the handler thread that
+ * waits for a non-stream answer, or the SSE stream) and the engine (whose scheduler thread calls
+ * dec_on_event); it is reference-counted (engine + HTTP side) and its fields after submit are
+ * guarded by its mutex. Invariants: every service call happens inside srv_enter/srv_leave so
+ * that stop can close the service only when no handler is using it; no engine callback blocks
+ * (stream writes never wait: a client that does not read several MiB is dropped); the scheduler
+ * thread never takes a lock held while calling into the service. */
+#include "pdb_dec_server.h"
+
+#include <jansson.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "pdb_chat.h"
+#include "pdb_http.h"
+
+#define DEC_MAX_TEXT_BYTES ((size_t)256 << 20) /* generated text of one request */
+#define DEC_MAX_STATUS_ROWS 64
+#define DEC_DEFAULT_COMPLETION_TOKENS 16
+
+typedef struct dec_status_row { const char *endpoint; int status; uint64_t n; } dec_status_row;
+
+struct pdb_dec_server {
+    pdb_dec_service *svc;
+    pdb_tokenizer *tok;      /* NULL = token-id mode */
+    pdb_http_server *http;
+    char model_id[256];
+    char fingerprint[65];
+    int64_t vocab, context, block_size;
+    int64_t started;
+    pthread_mutex_t mu;      /* closing, users */
+    pthread_cond_t cv;
+    int closing, users;
+    pthread_mutex_t mmu;     /* metrics */
+    dec_status_row rows[DEC_MAX_STATUS_ROWS];
+    int n_rows;
+    uint64_t m_prompt, m_cached, m_generated, m_cancelled, m_errors;
+    atomic_uint_fast64_t next_req, seed_counter;
+};
+
+typedef struct dec_req {
+    pdb_dec_server *srv;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_int refs;
+    uint64_t id;
+    pdb_openai_request q;
+    pdb_openai_meta meta;
+    char id_str[48];
+    const char *endpoint;
+    struct timespec t0;
+    /* after submit, under mu */
+    pdb_http_stream *hs;
+    int stream, sent_first, done, stop_matched, gone;
+    int32_t *ids;            /* [cap_ids] generated ids */
+    int64_t n_ids, cap_ids, ids_sent;
+    char *text; size_t text_len, text_cap;   /* emitted text (non-stream) */
+    char *pend; size_t pend_len, pend_cap;   /* held back bytes */
+    pdb_finish finish;
+    char error[256];
+    int64_t prompt_tokens, cached_tokens;
+} dec_req;
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+static double dec_ms_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static int srv_enter(pdb_dec_server *s) {
+    pthread_mutex_lock(&s->mu);
+    int ok = !s->closing;
+    if (ok) s->users++;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
+}
+
+static void srv_leave(pdb_dec_server *s) {
+    pthread_mutex_lock(&s->mu);
+    if (--s->users == 0) pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void dec_count_status(pdb_dec_server *s, const char *endpoint, int status) {
+    pthread_mutex_lock(&s->mmu);
+    int i = 0;
+    for (; i < s->n_rows; i++)
+        if (s->rows[i].status == status && !strcmp(s->rows[i].endpoint, endpoint)) break;
+    if (i == s->n_rows && s->n_rows < DEC_MAX_STATUS_ROWS) s->rows[s->n_rows++] = (dec_status_row){endpoint, status, 0};
+    if (i < s->n_rows) s->rows[i].n++;
+    pthread_mutex_unlock(&s->mmu);
+}
+
+static void dec_respond_err(pdb_dec_server *s, pdb_http_request *hr, const char *endpoint, const pdb_openai_error *e) {
+    char *body = pdb_openai_error_json(e);
+    if (body) pdb_http_respond(hr, e->status, "application/json", body, strlen(body), NULL, 0);
+    else pdb_http_respond_error(hr, e->status, e->type, e->param[0] ? e->param : NULL, NULL, e->message);
+    free(body);
+    dec_count_status(s, endpoint, e->status);
+    PDB_INFO("http %s %s -> %d %s", pdb_http_request_method(hr), endpoint, e->status, e->message);
+}
+
+static void dec_respond_json(pdb_dec_server *s, pdb_http_request *hr, const char *endpoint, int status, json_t *j) {
+    char *body = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    if (!body) {
+        pdb_http_respond_error(hr, 500, "server_error", NULL, NULL, "cannot build the response");
+        dec_count_status(s, endpoint, 500);
+        return;
+    }
+    pdb_http_respond(hr, status, "application/json", body, strlen(body), NULL, 0);
+    free(body);
+    dec_count_status(s, endpoint, status);
+}
+
+/* ---- prompt ids ----------------------------------------------------------------------------- */
+
+pdb_status pdb_dec_server_prompt_ids(const pdb_tokenizer *tok, const pdb_openai_request *q, int32_t **ids, int64_t *n_ids,
+                                     pdb_openai_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (q->kind == PDB_OPENAI_COMPLETION && q->prompt_is_ids) {
+        *ids = malloc(sizeof(int32_t) * (size_t)(q->n_prompt_ids ? q->n_prompt_ids : 1));
+        if (!*ids) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
+        memcpy(*ids, q->prompt_ids, sizeof(int32_t) * (size_t)q->n_prompt_ids);
+        *n_ids = q->n_prompt_ids;
+        return PDB_OK;
+    }
+    const char *param = q->kind == PDB_OPENAI_CHAT ? "messages" : "prompt";
+    if (!tok)
+        return pdb_openai_set_error(err, 400, param, "no_tokenizer",
+                                    "this model has no tokenizer.json, so it is served in token-id mode: send the prompt as an "
+                                    "array of token ids to /v1/completions");
+    char *text = NULL;
+    size_t len = 0;
+    int add_bos = 0;
+    if (q->kind == PDB_OPENAI_CHAT) {
+        pdb_chat_message *m = calloc(q->n_messages, sizeof *m);
+        if (!m) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
+        for (size_t i = 0; i < q->n_messages; i++) m[i] = (pdb_chat_message){q->messages[i].role, q->messages[i].content};
+        pdb_status st = pdb_chat_render_prompt(m, q->n_messages, true, &text, &len);
+        free(m);
+        if (st != PDB_OK) return pdb_openai_set_error(err, 400, "messages", "invalid_value", "%s", pdb_err_msg());
+    } else {
+        text = q->prompt_text;
+        len = q->prompt_len;
+        add_bos = pdb_tokenizer_bos_id(tok) >= 0;
+    }
+    int32_t *enc = NULL;
+    int64_t n = 0;
+    pdb_status st = pdb_tokenizer_encode(tok, text, len, &enc, &n);
+    if (q->kind == PDB_OPENAI_CHAT) free(text);
+    if (st != PDB_OK) return pdb_openai_set_error(err, st == PDB_TOO_LARGE ? 400 : 500, param, NULL, "%s", pdb_err_msg());
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)(n + 1));
+    if (!out) { free(enc); return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory"); }
+    int64_t k = 0;
+    if (add_bos) out[k++] = pdb_tokenizer_bos_id(tok);
+    if (n) memcpy(out + k, enc, sizeof(int32_t) * (size_t)n);
+    free(enc);
+    *ids = out;
+    *n_ids = k + n;
+    return PDB_OK;
+}
+
+/* ---- generation state ----------------------------------------------------------------------- */
+
+static void dec_req_release(dec_req *r) {
+    if (atomic_fetch_sub(&r->refs, 1) != 1) return;
+    pdb_openai_request_free(&r->q);
+    free(r->ids);
+    free(r->text);
+    free(r->pend);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static int dec_grow(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 1;
+    if (need > DEC_MAX_TEXT_BYTES) return 0;
+    size_t nc = *cap ? *cap : 256;
+    while (nc < need) nc *= 2;
+    char *nb = realloc(*buf, nc);
+    if (!nb) return 0;
+    *buf = nb;
+    *cap = nc;
+    return 1;
+}
+
+/* Send (stream) or keep (non-stream) text that is final. Returns nonzero to cancel. mu held. */
+static const int32_t dec_no_ids[1] = {0};
+
+static int dec_emit(dec_req *r, const char *text, size_t len, const char *finish, const pdb_openai_usage *u) {
+    if (!r->stream) {
+        if (!dec_grow(&r->text, &r->text_cap, r->text_len + len + 1)) {
+            snprintf(r->error, sizeof r->error, "generated text exceeds %zu bytes", DEC_MAX_TEXT_BYTES);
+            return 1;
+        }
+        memcpy(r->text + r->text_len, text, len);
+        r->text_len += len;
+        return 0;
+    }
+    if (!r->hs || r->gone) return 1;
+    int64_t new_ids = r->n_ids - r->ids_sent;
+    int want_ids = r->q.return_token_ids && new_ids > 0;
+    if (!len && !want_ids && !finish && r->sent_first) return 0;
+    pdb_openai_result res = {text, len, finish, want_ids ? r->ids + r->ids_sent : finish && r->q.return_token_ids ? dec_no_ids : NULL,
+                             want_ids ? new_ids : 0};
+    char *chunk = NULL;
+    size_t n = 0;
+    if (pdb_openai_build_chunk(&r->meta, &res, !r->sent_first, u, NULL, &chunk, &n) != PDB_OK) return 1;
+    pdb_status st = pdb_http_stream_write(r->hs, chunk, n, 0);
+    free(chunk);
+    r->sent_first = 1;
+    r->ids_sent = r->n_ids;
+    if (st == PDB_OK && finish) st = pdb_http_stream_write(r->hs, PDB_OPENAI_SSE_DONE, strlen(PDB_OPENAI_SSE_DONE), 0);
+    if (st != PDB_OK) { r->gone = 1; return 1; }
+    return 0;
+}
+
+/* Earliest occurrence of any stop string in pend, or -1. */
+static int64_t dec_find_stop(const dec_req *r) {
+    int64_t best = -1;
+    for (int i = 0; i < r->q.n_stop; i++) {
+        const char *p = memmem(r->pend, r->pend_len, r->q.stop[i], r->q.stop_len[i]);
+        if (p && (best < 0 || p - r->pend < best)) best = p - r->pend;
+    }
+    return best;
+}
+
+/* Bytes at the end of pend that could be the start of a stop string. */
+static size_t dec_stop_holdback(const dec_req *r) {
+    size_t hold = 0;
+    for (int i = 0; i < r->q.n_stop; i++) {
+        size_t sl = r->q.stop_len[i];
+        for (size_t k = sl - 1; k > hold; k--)
+            if (k <= r->pend_len && !memcmp(r->pend + r->pend_len - k, r->q.stop[i], k)) { hold = k; break; }
+    }
+    return hold;
+}
+
+static void dec_pend_shift(dec_req *r, size_t n) {
+    memmove(r->pend, r->pend + n, r->pend_len - n);
+    r->pend_len -= n;
+}
+
+/* A generated token. mu held. Returns nonzero to cancel (stop string, client gone, limits). */
+static int dec_on_token(dec_req *r, int32_t tok) {
+    if (r->n_ids == r->cap_ids) {
+        int64_t nc = r->cap_ids ? r->cap_ids * 2 : 64;
+        int32_t *ni = realloc(r->ids, sizeof(int32_t) * (size_t)nc);
+        if (!ni) { snprintf(r->error, sizeof r->error, "out of memory"); return 1; }
+        r->ids = ni;
+        r->cap_ids = nc;
+    }
+    r->ids[r->n_ids++] = tok;
+    pdb_tokenizer *tk = r->srv->tok;
+    if (!tk) return dec_emit(r, "", 0, NULL, NULL);
+    size_t bl = 0;
+    const char *b = pdb_tokenizer_token_bytes(tk, tok, &bl);
+    if (!b) bl = 0;
+    if (!dec_grow(&r->pend, &r->pend_cap, r->pend_len + bl + 1)) { snprintf(r->error, sizeof r->error, "text too long"); return 1; }
+    memcpy(r->pend + r->pend_len, b, bl);
+    r->pend_len += bl;
+    int64_t at = dec_find_stop(r);
+    if (at >= 0) {
+        r->stop_matched = 1;
+        r->pend_len = (size_t)at; /* the stop string and anything after it are dropped; the final
+                                   * event flushes what is left (stream: with finish_reason) */
+        return 1;
+    }
+    size_t safe = r->pend_len - dec_stop_holdback(r);
+    safe = pdb_openai_utf8_complete_prefix(r->pend, safe);
+    if (!safe && !(r->stream && r->q.return_token_ids)) return r->stream && r->gone;
+    int c = dec_emit(r, r->pend, safe, NULL, NULL);
+    dec_pend_shift(r, safe);
+    return c;
+}
+
+static const char *dec_finish_str(pdb_finish f) {
+    switch (f) {
+    case PDB_FINISH_LENGTH: return "length";
+    case PDB_FINISH_STOP: return "stop";
+    case PDB_FINISH_ERROR: return "error";
+    case PDB_FINISH_CANCELLED: return "cancelled";
+    default: return "none";
+    }
+}
+
+static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
+    pdb_dec_server *s = r->srv;
+    r->finish = ev->finish;
+    if (r->error[0] && ev->finish != PDB_FINISH_ERROR) r->finish = PDB_FINISH_ERROR;
+    if (ev->finish == PDB_FINISH_ERROR) snprintf(r->error, sizeof r->error, "%s", ev->error ? ev->error : "engine error");
+    r->prompt_tokens = ev->prompt_tokens;
+    r->cached_tokens = ev->cached_tokens;
+    if (r->stream && r->hs) {
+        if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
+            pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
+            dec_emit(r, r->pend, r->pend_len, dec_finish_str(r->finish), r->q.include_usage ? &u : NULL);
+        } else if (r->finish == PDB_FINISH_ERROR && !r->gone) {
+            pdb_openai_error e;
+            pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
+            char *chunk = NULL;
+            size_t n = 0;
+            if (pdb_openai_build_error_chunk(&e, &chunk, &n) == PDB_OK) pdb_http_stream_write(r->hs, chunk, n, 0);
+            free(chunk);
+        }
+        pdb_http_stream_close(r->hs);
+        r->hs = NULL;
+    } else if (!r->stream) {
+        dec_emit(r, r->pend, r->pend_len, NULL, NULL);
+    }
+    r->pend_len = 0;
+    pthread_mutex_lock(&s->mmu);
+    s->m_prompt += (uint64_t)r->prompt_tokens;
+    s->m_cached += (uint64_t)r->cached_tokens;
+    s->m_generated += (uint64_t)r->n_ids;
+    if (r->finish == PDB_FINISH_CANCELLED || r->gone) s->m_cancelled++;
+    if (r->finish == PDB_FINISH_ERROR) s->m_errors++;
+    pthread_mutex_unlock(&s->mmu);
+    if (r->stream)
+        PDB_INFO("req %s %s stream prompt=%lld cached=%lld generated=%lld finish=%s%s ms=%.1f", r->id_str, r->endpoint,
+                 (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids, dec_finish_str(r->finish),
+                 r->gone ? " (client gone)" : "", dec_ms_since(&r->t0));
+}
+
+static int dec_on_event(void *user, const pdb_dec_event *ev) {
+    dec_req *r = user;
+    pthread_mutex_lock(&r->mu);
+    if (ev->finish == PDB_FINISH_NONE) {
+        int c = dec_on_token(r, ev->token);
+        pthread_mutex_unlock(&r->mu);
+        return c;
+    }
+    dec_on_final(r, ev);
+    r->done = 1;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    dec_req_release(r); /* the engine's reference */
+    return 0;
+}
+
+static void dec_stream_gone(void *user) {
+    dec_req *r = user;
+    pdb_dec_server *s = r->srv;
+    pthread_mutex_lock(&r->mu);
+    r->gone = 1;
+    int done = r->done;
+    uint64_t id = r->id;
+    pthread_mutex_unlock(&r->mu);
+    if (!done && srv_enter(s)) {
+        pdb_dec_service_cancel(s->svc, id);
+        srv_leave(s);
+    }
+}
+
+static void dec_stream_release(void *user) { dec_req_release(user); }
+
+/* ---- generation endpoints ------------------------------------------------------------------- */
+
+static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_openai_kind kind, const char *endpoint) {
+    dec_req *r = calloc(1, sizeof *r);
+    if (!r) { pdb_http_respond_error(hr, 500, "server_error", NULL, NULL, "out of memory"); return; }
+    r->srv = s;
+    r->endpoint = endpoint;
+    clock_gettime(CLOCK_MONOTONIC, &r->t0);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    atomic_init(&r->refs, 1);
+    pdb_openai_error e;
+    pdb_openai_limits lim = {.max_context = s->context};
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    const char *pparam = kind == PDB_OPENAI_CHAT ? "messages" : "prompt";
+    if (pdb_openai_parse_request(kind, pdb_http_request_body(hr), pdb_http_request_body_len(hr), &lim, &r->q, &e) != PDB_OK ||
+        pdb_openai_check_model(&r->q, s->model_id, &e) != PDB_OK || pdb_dec_server_prompt_ids(s->tok, &r->q, &ids, &n_ids, &e) != PDB_OK)
+        goto bad;
+    if (!s->tok && r->q.n_stop) {
+        pdb_openai_set_error(&e, 400, "stop", "no_tokenizer", "stop strings need a tokenizer; this model is served in token-id mode");
+        goto bad;
+    }
+    if (n_ids == 0) { pdb_openai_set_error(&e, 400, pparam, "invalid_value", "the prompt has no tokens"); goto bad; }
+    for (int64_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= s->vocab) {
+            pdb_openai_set_error(&e, 400, pparam, "invalid_token_id", "prompt token id %d at index %lld is outside the vocabulary (0..%lld)",
+                                 ids[i], (long long)i, (long long)s->vocab - 1);
+            goto bad;
+        }
+    if (n_ids >= s->context) {
+        pdb_openai_set_error(&e, 400, pparam, "context_length_exceeded",
+                             "the prompt has %lld tokens; this model's maximum context length is %lld tokens", (long long)n_ids,
+                             (long long)s->context);
+        goto bad;
+    }
+    int64_t mt = r->q.max_tokens;
+    if (mt < 0) {
+        mt = kind == PDB_OPENAI_CHAT ? s->context - n_ids : DEC_DEFAULT_COMPLETION_TOKENS;
+        if (mt > s->context - n_ids) mt = s->context - n_ids;
+    } else if (n_ids + mt > s->context) {
+        pdb_openai_set_error(&e, 400, "max_tokens",
+                             "context_length_exceeded",
+                             "this model's maximum context length is %lld tokens, but %lld were requested (%lld in the prompt, "
+                             "%lld to generate)", (long long)s->context, (long long)(n_ids + mt), (long long)n_ids, (long long)mt);
+        goto bad;
+    }
+    r->stream = r->q.stream;
+    uint64_t num = atomic_fetch_add(&s->next_req, 1) + 1;
+    snprintf(r->id_str, sizeof r->id_str, "%s-%llx%06llx", kind == PDB_OPENAI_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)s->started, (unsigned long long)num);
+    r->meta = (pdb_openai_meta){kind, r->id_str, (int64_t)time(NULL), s->model_id};
+    pdb_dec_request dq = {
+        .ids = ids, .n_ids = n_ids, .max_tokens = mt, .ignore_eos = r->q.ignore_eos, .on_event = dec_on_event, .user = r,
+        .sample = {.temperature = (float)r->q.temperature, .top_p = (float)r->q.top_p, .top_k = r->q.top_k,
+                   .seed = r->q.has_seed ? r->q.seed
+                                         : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ atomic_fetch_add(&s->seed_counter, 1)},
+    };
+    if (!srv_enter(s)) {
+        pdb_openai_set_error(&e, 503, NULL, "shutting_down", "the server is shutting down");
+        goto bad;
+    }
+    atomic_fetch_add(&r->refs, 1); /* the engine's */
+    pthread_mutex_lock(&r->mu);    /* events wait until the stream is attached */
+    pdb_status st = pdb_dec_service_submit(s->svc, &dq, &r->id);
+    if (st != PDB_OK) {
+        pthread_mutex_unlock(&r->mu);
+        srv_leave(s);
+        atomic_fetch_sub(&r->refs, 1);
+        pdb_openai_set_error(&e, st == PDB_NOMEM ? 503 : 400, pparam, st == PDB_TOO_LARGE ? "context_length_exceeded" : NULL, "%s",
+                             pdb_err_msg());
+        goto bad;
+    }
+    free(ids);
+    ids = NULL;
+    if (r->stream) {
+        pdb_http_stream_hooks hooks = {dec_stream_gone, dec_stream_release, r};
+        atomic_fetch_add(&r->refs, 1); /* the stream's */
+        st = pdb_http_respond_stream(hr, 200, "text/event-stream", NULL, 0, 0, &hooks, &r->hs);
+        if (st != PDB_OK) {
+            atomic_fetch_sub(&r->refs, 1);
+            r->gone = 1;
+        }
+        pthread_mutex_unlock(&r->mu);
+        dec_count_status(s, endpoint, st == PDB_OK ? 200 : 500);
+        if (st != PDB_OK) pdb_dec_service_cancel(s->svc, r->id);
+        srv_leave(s);
+        dec_req_release(r); /* the handler's */
+        return;
+    }
+    pthread_mutex_unlock(&r->mu);
+    srv_leave(s);
+    /* Non-stream: wait for the final event, cancelling if the client leaves (a server stop
+     * cancels everything itself). */
+    int cancelled = 0;
+    pthread_mutex_lock(&r->mu);
+    while (!r->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (!r->done && !cancelled && pdb_http_request_client_gone(hr)) {
+            cancelled = 1;
+            r->gone = 1;
+            uint64_t id = r->id;
+            pthread_mutex_unlock(&r->mu);
+            if (srv_enter(s)) {
+                pdb_dec_service_cancel(s->svc, id);
+                srv_leave(s);
+            }
+            pthread_mutex_lock(&r->mu);
+        }
+    }
+    pthread_mutex_unlock(&r->mu);
+    int status = 200;
+    if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
+        pdb_openai_result res = {r->text, r->text_len, dec_finish_str(r->finish), r->q.return_token_ids ? (r->ids ? r->ids : dec_no_ids) : NULL,
+                                 r->n_ids};
+        pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
+        char *body = NULL;
+        size_t n = 0;
+        if (pdb_openai_build_response(&r->meta, &res, &u, NULL, &body, &n) == PDB_OK) {
+            pdb_http_respond(hr, 200, "application/json", body, n, NULL, 0);
+            dec_count_status(s, endpoint, 200);
+        } else {
+            status = 500;
+            pdb_openai_set_error(&e, 500, NULL, NULL, "cannot build the response");
+            dec_respond_err(s, hr, endpoint, &e);
+        }
+        free(body);
+    } else if (r->finish == PDB_FINISH_CANCELLED) {
+        status = 503;
+        pdb_openai_set_error(&e, 503, NULL, "cancelled", "the request was cancelled (client gone or server shutting down)");
+        dec_respond_err(s, hr, endpoint, &e);
+    } else {
+        status = 500;
+        pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error[0] ? r->error : "engine error");
+        dec_respond_err(s, hr, endpoint, &e);
+    }
+    PDB_INFO("req %s %s status=%d prompt=%lld cached=%lld generated=%lld finish=%s ms=%.1f", r->id_str, endpoint, status,
+             (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids, dec_finish_str(r->finish),
+             dec_ms_since(&r->t0));
+    dec_req_release(r);
+    return;
+bad:
+    free(ids);
+    dec_respond_err(s, hr, endpoint, &e);
+    dec_req_release(r);
+}
+
+/* ---- other endpoints ------------------------------------------------------------------------ */
+
+static void dec_handle_models(pdb_dec_server *s, pdb_http_request *hr) {
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s, s:I, s:{s:s, s:I}}", "id", s->model_id, "object", "model", "created",
+                          (json_int_t)s->started, "owned_by", "pdbridge", "max_model_len", (json_int_t)s->context, "pdbridge",
+                          "fingerprint", s->fingerprint, "block_size", (json_int_t)s->block_size);
+    dec_respond_json(s, hr, "/v1/models", 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+static void dec_handle_health(pdb_dec_server *s, pdb_http_request *hr) {
+    dec_respond_json(s, hr, "/health", 200,
+                     json_pack("{s:s, s:s, s:s, s:b}", "status", "ok", "fingerprint", s->fingerprint, "model", s->model_id,
+                               "tokenizer", s->tok != NULL));
+}
+
+static void dec_metric(char **buf, size_t *len, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void dec_metric(char **buf, size_t *len, size_t cap, const char *fmt, ...) {
+    if (*len >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(*buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len = *len + (size_t)n < cap ? *len + (size_t)n : cap;
+}
+
+static void dec_handle_metrics(pdb_dec_server *s, pdb_http_request *hr) {
+    pdb_dec_stats st;
+    memset(&st, 0, sizeof st);
+    if (srv_enter(s)) {
+        pdb_dec_service_stats(s->svc, &st);
+        srv_leave(s);
+    }
+    enum { CAP = 16384 };
+    char *b = malloc(CAP);
+    if (!b) { pdb_http_respond_error(hr, 500, "server_error", NULL, NULL, "out of memory"); return; }
+    size_t n = 0;
+    dec_count_status(s, "/metrics", 200); /* this request counts itself */
+    pthread_mutex_lock(&s->mmu);
+    dec_metric(&b, &n, CAP, "# HELP pdb_dec_http_requests_total HTTP requests answered, by endpoint and status.\n"
+                            "# TYPE pdb_dec_http_requests_total counter\n");
+    for (int i = 0; i < s->n_rows; i++)
+        dec_metric(&b, &n, CAP, "pdb_dec_http_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", s->rows[i].endpoint,
+                   s->rows[i].status, (unsigned long long)s->rows[i].n);
+    const struct { const char *name, *help; uint64_t v; } ctr[] = {
+        {"pdb_dec_prompt_tokens_total", "Prompt tokens of finished requests.", s->m_prompt},
+        {"pdb_dec_cached_tokens_total", "Prompt tokens served from the prefix-cache store.", s->m_cached},
+        {"pdb_dec_generated_tokens_total", "Tokens generated for finished requests.", s->m_generated},
+        {"pdb_dec_requests_cancelled_total", "Requests cancelled (client gone or shutdown).", s->m_cancelled},
+        {"pdb_dec_requests_failed_total", "Requests that ended with an engine error.", s->m_errors},
+        {"pdb_dec_engine_requests_total", "Requests accepted by the engine.", st.requests},
+        {"pdb_dec_store_blocks_written_total", "Blocks written to the store.", st.store_blocks_written},
+        {"pdb_dec_store_hits_total", "Store block lookups that hit.", st.store_hits},
+        {"pdb_dec_store_misses_total", "Store block lookups that missed.", st.store_misses},
+        {"pdb_dec_store_corrupt_total", "Store blocks found corrupt and removed.", st.store_corrupt},
+    };
+    pthread_mutex_unlock(&s->mmu);
+    for (size_t i = 0; i < sizeof ctr / sizeof ctr[0]; i++)
+        dec_metric(&b, &n, CAP, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", ctr[i].name, ctr[i].help, ctr[i].name, ctr[i].name,
+                   (unsigned long long)ctr[i].v);
+    dec_metric(&b, &n, CAP, "# HELP pdb_dec_requests_running Sequences in the running batch.\n# TYPE pdb_dec_requests_running gauge\n"
+                            "pdb_dec_requests_running %llu\n", (unsigned long long)st.running);
+    dec_metric(&b, &n, CAP, "# HELP pdb_dec_requests_queued Requests waiting to start.\n# TYPE pdb_dec_requests_queued gauge\n"
+                            "pdb_dec_requests_queued %llu\n", (unsigned long long)st.queued);
+    pdb_http_respond(hr, 200, "text/plain; version=0.0.4", b, n, NULL, 0);
+    free(b);
+}
+
+static void dec_handle(void *user, pdb_http_request *hr) {
+    pdb_dec_server *s = user;
+    const char *path = pdb_http_request_path(hr), *method = pdb_http_request_method(hr);
+    static const struct { const char *path, *method; } routes[] = {
+        {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"}, {"/health", "GET"}, {"/metrics", "GET"},
+    };
+    size_t i = 0, nr = sizeof routes / sizeof routes[0];
+    for (; i < nr; i++)
+        if (!strcmp(path, routes[i].path)) break;
+    pdb_openai_error e;
+    if (i == nr) {
+        pdb_openai_set_error(&e, 404, NULL, "not_found", "no endpoint %.200s (see docs/api.md)", path);
+        dec_respond_err(s, hr, "other", &e);
+        return;
+    }
+    if (strcmp(method, routes[i].method) && !(i >= 2 && !strcmp(method, "HEAD"))) {
+        pdb_openai_set_error(&e, 405, NULL, "method_not_allowed", "%.200s takes %s, not %.20s", path, routes[i].method, method);
+        dec_respond_err(s, hr, routes[i].path, &e);
+        return;
+    }
+    switch (i) {
+    case 0: dec_handle_generate(s, hr, PDB_OPENAI_COMPLETION, routes[0].path); break;
+    case 1: dec_handle_generate(s, hr, PDB_OPENAI_CHAT, routes[1].path); break;
+    case 2: dec_handle_models(s, hr); break;
+    case 3: dec_handle_health(s, hr); break;
+    default: dec_handle_metrics(s, hr); break;
+    }
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+
+pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **out) {
+    *out = NULL;
+    if (!o->svc.model_dir) return pdb_err_set(PDB_INVALID, "decode-server: no model directory");
+    pdb_dec_server *s = calloc(1, sizeof *s);
+    if (!s) return pdb_err_set(PDB_NOMEM, "decode-server");
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->mmu, NULL);
+    s->started = (int64_t)time(NULL);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", o->svc.model_dir);
+    size_t dl = strlen(dir);
+    while (dl > 1 && dir[dl - 1] == '/') dir[--dl] = 0;
+    snprintf(s->model_id, sizeof s->model_id, "%s", basename(dir));
+    char tpath[4200];
+    snprintf(tpath, sizeof tpath, "%s/tokenizer.json", o->svc.model_dir);
+    struct stat sb;
+    pdb_status st = PDB_OK;
+    if (stat(tpath, &sb) == 0) {
+        st = pdb_tokenizer_load(tpath, &s->tok);
+        if (st != PDB_OK) { pdb_err_wrap(st, "decode-server: "); goto fail; }
+    } else {
+        PDB_INFO("decode-server: %s has no tokenizer.json: token-id mode (text prompts are refused)", o->svc.model_dir);
+    }
+    pdb_dec_service_opts so = o->svc;
+    if (!so.block_size) so.block_size = 2048;
+    st = pdb_dec_service_open(&so, &s->svc);
+    if (st != PDB_OK) goto fail;
+    const pdb_config *c = pdb_dec_service_config(s->svc);
+    s->vocab = c->vocab_size;
+    s->context = so.max_context > 0 && so.max_context < c->max_position_embeddings ? so.max_context : c->max_position_embeddings;
+    s->block_size = so.block_size;
+    snprintf(s->fingerprint, sizeof s->fingerprint, "%s", pdb_dec_service_fingerprint_hex(s->svc));
+    pdb_http_opts ho = {.host = o->host, .port = o->port, .max_body = o->max_body, .api_key = o->api_key, .handler = dec_handle, .user = s};
+    st = pdb_http_server_start(&ho, &s->http);
+    if (st != PDB_OK) goto fail;
+    *out = s;
+    return PDB_OK;
+fail:
+    if (s->svc) pdb_dec_service_close(s->svc);
+    pdb_tokenizer_free(s->tok);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mmu);
+    free(s);
+    return st;
+}
+
+int pdb_dec_server_port(const pdb_dec_server *s) { return pdb_http_server_port(s->http); }
+const char *pdb_dec_server_model_id(const pdb_dec_server *s) { return s->model_id; }
+
+void pdb_dec_server_stop(pdb_dec_server *s) {
+    if (!s) return;
+    pdb_http_server_quiesce(s->http);
+    pthread_mutex_lock(&s->mu);
+    s->closing = 1;
+    while (s->users > 0) pthread_cond_wait(&s->cv, &s->mu); /* short sections: submit, cancel, stats */
+    pthread_mutex_unlock(&s->mu);
+    pdb_dec_service_close(s->svc); /* streams still open end as CANCELLED */
+    pdb_http_server_stop(s->http);
+    pdb_tokenizer_free(s->tok);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mmu);
+    free(s);
+}
