@@ -79,7 +79,8 @@ static pdb_status hex32(const char *hex, uint8_t out[32]) {
 
 /* Scheme and weights digest: from pdbridge_decoder.json (written by quantize) or, for a plain
  * HF directory, scheme "none" and a digest computed now. */
-static pdb_status load_identity(pdb_dec_model *m, const char *dir) {
+pdb_status pdb_dec_model_identity(const char *dir, const pdb_config *cfg, const pdb_st *st, char scheme_out[32],
+                                  uint8_t fingerprint[32]) {
     char path[4096];
     snprintf(path, sizeof path, "%s/pdbridge_decoder.json", dir);
     uint8_t digest[32];
@@ -90,14 +91,14 @@ static pdb_status load_identity(pdb_dec_model *m, const char *dir) {
         const char *dg = json_string_value(json_object_get(j, "weights_sha256"));
         pdb_status s = PDB_OK;
         if (!scheme || hex32(dg, digest)) s = pdb_err_set(PDB_CORRUPT, "%s: needs 'scheme' and a 64-hex 'weights_sha256'", path);
-        else snprintf(m->scheme, sizeof m->scheme, "%s", scheme);
+        else snprintf(scheme_out, 32, "%s", scheme);
         json_decref(j);
         PDB_TRY(s);
     } else {
-        snprintf(m->scheme, sizeof m->scheme, "none");
-        PDB_TRY(pdb_dec_weights_digest(m->st, digest));
+        snprintf(scheme_out, 32, "none");
+        PDB_TRY(pdb_dec_weights_digest(st, digest));
     }
-    return pdb_dec_fingerprint(&m->w.cfg, m->scheme, digest, m->fingerprint);
+    return pdb_dec_fingerprint(cfg, scheme_out, digest, fingerprint);
 }
 
 pdb_status pdb_dec_model_open(const char *dir, pdb_pool *pool, pdb_dec_model **out) {
@@ -109,7 +110,7 @@ pdb_status pdb_dec_model_open(const char *dir, pdb_pool *pool, pdb_dec_model **o
     if (!s && cfg.arch != PDB_ARCH_DEEPSEEK_V2) s = pdb_err_set(PDB_UNSUPPORTED, "%s: decoder supports deepseek_v2", dir);
     if (!s) s = pdb_st_open(dir, &m->st);
     if (!s) s = pdb_v2_qweights_load(&m->w, &cfg, m->st, 0);
-    if (!s) s = load_identity(m, dir);
+    if (!s) s = pdb_dec_model_identity(dir, &cfg, m->st, m->scheme, m->fingerprint);
     if (s) {
         pdb_dec_model_close(m);
         return pdb_err_wrap(s, "decoder model %s", dir);
@@ -183,7 +184,7 @@ pdb_status pdb_dec_forward(pdb_dec_model *m, pdb_dec_seg *segs, int n_segs) {
     for (int i = 0; i < n_segs; i++) {
         pdb_dec_seq *s = segs[i].seq;
         for (int64_t t = 0; t < segs[i].n; t++, r++) {
-            b.cache[r] = (pdb_v2_rowcache){s->lat, s->cap * s->row, s->row};
+            b.cache[r] = (pdb_v2_rowcache){s->lat, s->cap * s->row, s->row, 0};
             b.pos[r] = s->len + t;
             pdb_v2_ops_embed(&b, r, segs[i].ids[t]);
         }

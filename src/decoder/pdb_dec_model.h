@@ -54,6 +54,10 @@ pdb_status pdb_dec_forward(pdb_dec_model *m, pdb_dec_seg *segs, int n_segs);
 void pdb_dec_seq_get_block(const pdb_dec_seq *s, int64_t b, int64_t block_size, float *buf);
 void pdb_dec_seq_put_block(pdb_dec_seq *s, int64_t b, int64_t block_size, const float *buf);
 
+/* A decoder checkpoint's identity without loading it: scheme and fingerprint from
+ * pdbridge_decoder.json, or for a plain HF directory scheme "none" and the digest of st. */
+pdb_status pdb_dec_model_identity(const char *dir, const pdb_config *cfg, const pdb_st *st, char scheme[32],
+                                  uint8_t fingerprint[32]);
 /* Weights digest as quantize records it: SHA-256 over every tensor (sorted by name) of
  * name, dtype name, shape and bytes. */
 pdb_status pdb_dec_weights_digest(const pdb_st *st, uint8_t out[32]);

@@ -198,7 +198,7 @@ void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool,
     int64_t kvl = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = kvl + rope;
     pdb_qmat_matmul(pool, &L->kv_a, xn, c->hidden_size, R, kva, row, rowbuf);
     for (int64_t t = 0; t < R; t++) {
-        float *dst = cache[t].base + l * cache[t].layer_stride + pos[t] * cache[t].pos_stride;
+        float *dst = cache[t].base + l * cache[t].layer_stride + (pos[t] - cache[t].pos_offset) * cache[t].pos_stride;
         pdb_math_rmsnorm(dst, kva + t * row, L->kv_a_norm, kvl, c->rms_norm_eps);
         memcpy(dst + kvl, kva + t * row + kvl, sizeof(float) * (size_t)rope);
         pdb_rope_apply(&w->rope, dst + kvl, pos[t]);
@@ -259,6 +259,7 @@ static void attn_task(void *vc, int64_t task, int thread) {
     int64_t kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope;
     int64_t r = task / nh, h = task % nh, pos = b->pos[r];
     const pdb_v2_rowcache *rc = &b->cache[r];
+    PDB_ASSERT(rc->pos_offset == 0, "attention needs every row from position 0");
     const float *lat = rc->base + b->layer * rc->layer_stride;
     float *sc = b->att_scratch + (int64_t)thread * b->att_stride, *qlat = sc + pos + 1, *olat = qlat + row;
     const float *qh = b->q + r * nh * qk + h * qk;

@@ -46,10 +46,11 @@ typedef struct pdb_v2_qweights {
 pdb_status pdb_v2_qweights_load(pdb_v2_qweights *w, const pdb_config *cfg, const pdb_st *st, int attn_kv_only);
 void pdb_v2_qweights_free(pdb_v2_qweights *w);
 
-/* Where a row's cache lives: row (layer l, position p) is base + l*layer_stride + p*pos_stride. */
+/* Where a row's cache lives: row (layer l, position p) is
+ * base + l*layer_stride + (p - pos_offset)*pos_stride (pos_offset: first position held). */
 typedef struct pdb_v2_rowcache {
     float *base;
-    int64_t layer_stride, pos_stride;
+    int64_t layer_stride, pos_stride, pos_offset;
 } pdb_v2_rowcache;
 
 /* Compute the decoder cache rows for R rows at positions pos[r] of layer l from the attention
