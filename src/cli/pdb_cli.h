@@ -11,6 +11,17 @@ int pdb_cli_info(int argc, char **argv);
 int pdb_cli_quantize(int argc, char **argv);
 int pdb_cli_decode_server(int argc, char **argv);
 
+int pdb_cli_prefill_server(int argc, char **argv);
+
+/* Servers: block SIGINT/SIGTERM in every thread started afterwards and ignore SIGPIPE; then
+ * wait for one of them in the main thread (returns the signal). */
+void pdb_cli_signals_block(void);
+int pdb_cli_signals_wait(void);
+/* Parse an integer in [lo, hi]; 0 when s is not one. */
+int pdb_cli_parse_int(const char *s, long long lo, long long hi, long long *out);
+/* Apply --log-level NAME; 0 when NAME is unknown. */
+int pdb_cli_set_log_level(const char *name);
+
 /* True when argv holds -h or --help. */
 int pdb_cli_wants_help(int argc, char **argv);
 

@@ -1,7 +1,13 @@
 /* pdb_cli_main: dispatch `pdbridge SUBCOMMAND ...` to its handler; unknown subcommands and
  * bare `pdbridge` print the list. Invariant: every subcommand answers --help with exit 0. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "pdb_status.h"
 
 #include "pdb_cli.h"
 
@@ -18,6 +24,7 @@ static const pdb_cli_cmd cmds[] = {
     {"generate", pdb_cli_generate, "reference CPU generation from a text prompt"},
     {"quantize", pdb_cli_quantize, "write the decoder's own checkpoint (MXFP4/MXFP8, or --scheme none)"},
     {"decode-server", pdb_cli_decode_server, "the decode engine: OpenAI-compatible server with a prefix-cache store"},
+    {"prefill-server", pdb_cli_prefill_server, "the prefill engine: streams the decoder's finished cache per block"},
     {"info", pdb_cli_info, "build features, CPU and GPU visible to this binary"},
 };
 
@@ -25,6 +32,40 @@ int pdb_cli_wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return 1;
     return 0;
+}
+
+static sigset_t cli_sigs;
+
+void pdb_cli_signals_block(void) {
+    sigemptyset(&cli_sigs);
+    sigaddset(&cli_sigs, SIGINT);
+    sigaddset(&cli_sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &cli_sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int pdb_cli_signals_wait(void) {
+    int sig = 0;
+    sigwait(&cli_sigs, &sig);
+    return sig;
+}
+
+int pdb_cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || errno || !end || end == s || *end || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+int pdb_cli_set_log_level(const char *l) {
+    if (!strcmp(l, "debug")) pdb_log_set_level(PDB_LOG_DEBUG);
+    else if (!strcmp(l, "info")) pdb_log_set_level(PDB_LOG_INFO);
+    else if (!strcmp(l, "warn")) pdb_log_set_level(PDB_LOG_WARN);
+    else if (!strcmp(l, "error")) pdb_log_set_level(PDB_LOG_ERROR);
+    else return 0;
+    return 1;
 }
 
 static void usage(FILE *f) {

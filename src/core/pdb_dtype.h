@@ -15,6 +15,10 @@
 
 #include "pdb_status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Append-only. Names are the safetensors dtype strings. */
 typedef enum pdb_dtype {
     PDB_DT_F32 = 0, /* "F32" */
@@ -67,5 +71,9 @@ void pdb_dequant_mxfp8_row(const uint8_t *q, const uint8_t *scales, int64_t n, f
  * zero elements. Deterministic; used by `pdbridge quantize`. */
 void pdb_quant_mxfp4_row(const float *x, int64_t n, uint8_t *packed, uint8_t *scales);
 void pdb_quant_mxfp8_row(const float *x, int64_t n, uint8_t *q, uint8_t *scales);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

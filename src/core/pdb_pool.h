@@ -8,6 +8,10 @@
 
 #include "pdb_status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pdb_pool pdb_pool;
 typedef void (*pdb_pool_fn)(void *ctx, int64_t task, int thread);
 
@@ -18,5 +22,9 @@ int pdb_pool_threads(const pdb_pool *p);
 /* Run fn(ctx, i, thread) for i in [0, n_tasks); the caller's thread takes part. Not reentrant:
  * one run at a time per pool (callers serialise). */
 void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

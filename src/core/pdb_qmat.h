@@ -14,6 +14,10 @@
 #include "pdb_pool.h"
 #include "pdb_status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum pdb_qfmt { PDB_QF_F32 = 0, PDB_QF_BF16, PDB_QF_MXFP8, PDB_QF_MXFP4 } pdb_qfmt;
 
 typedef struct pdb_qmat {
@@ -40,5 +44,9 @@ void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t 
                      int64_t ldy, float *rowbuf);
 /* y[c] += a * x[c] for c < n with one fused multiply-add per element (same on every ISA). */
 void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

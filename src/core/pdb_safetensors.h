@@ -15,6 +15,10 @@
 #include "pdb_dtype.h"
 #include "pdb_status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define PDB_ST_MAX_DIMS 8
 
 typedef struct pdb_tensor_view {
@@ -59,5 +63,9 @@ pdb_status pdb_st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, i
                              const int64_t *shape, const void *data);
 pdb_status pdb_st_writer_finish(pdb_st_writer *w, const char *path);
 void pdb_st_writer_free(pdb_st_writer *w);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

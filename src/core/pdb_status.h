@@ -9,6 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Append-only: values are part of logs and test expectations. */
 typedef enum pdb_status {
     PDB_OK = 0,
@@ -52,5 +56,9 @@ void pdb_assert_fail(const char *expr, const char *file, int line, const char *m
 /* Propagate a failure: `PDB_TRY(f(x));` returns f's status when it is not PDB_OK. */
 #define PDB_TRY(expr) \
     do { pdb_status pdb_try_st_ = (expr); if (pdb_try_st_ != PDB_OK) return pdb_try_st_; } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

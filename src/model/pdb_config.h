@@ -10,6 +10,10 @@
 
 #include "pdb_status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum pdb_arch { PDB_ARCH_DEEPSEEK_V2 = 1, PDB_ARCH_DEEPSEEK_V4 = 2 } pdb_arch;
 typedef enum pdb_rope_type { PDB_ROPE_DEFAULT = 0, PDB_ROPE_YARN = 1 } pdb_rope_type;
 typedef enum pdb_topk_method { PDB_TOPK_GREEDY = 0, PDB_TOPK_GROUP_LIMITED = 1 } pdb_topk_method;
@@ -57,5 +61,9 @@ int pdb_config_layer_is_moe(const pdb_config *cfg, int64_t l);
 /* Softmax scale of MLA attention: qk_head_dim^-0.5, times mscale(factor, mscale_all_dim)^2
  * under YaRN (DeepSeek's rule; transformers 5.17 applies the same). */
 double pdb_config_softmax_scale(const pdb_config *cfg);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

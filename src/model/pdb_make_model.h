@@ -10,6 +10,10 @@
 
 #include "pdb_config.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pdb_make_model_opts {
     const char *arch;       /* "deepseek_v2" */
     const char *preset;     /* "tiny", "small", "v2-lite" */
@@ -22,5 +26,9 @@ typedef struct pdb_make_model_opts {
 /* Fill cfg from a preset name; PDB_NOT_FOUND lists the presets. */
 pdb_status pdb_make_model_preset(const char *arch, const char *preset, pdb_config *cfg);
 pdb_status pdb_make_model_write(const pdb_make_model_opts *o);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* y[n] = x[n] / sqrt(mean(x^2) + eps) * w[n]  (in place allowed) */
 void pdb_math_rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps);
 /* out[i] = silu(g[i]) * u[i] */
@@ -21,5 +25,9 @@ void pdb_math_gemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float 
                       const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* index of the max element (lowest index on ties) */
 int64_t pdb_math_argmax(const float *x, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,10 @@
 
 #include "pdb_config.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pdb_rope {
     int64_t dim;       /* rotary dims (even) */
     float *inv_freq;   /* [dim/2] */
@@ -19,5 +23,9 @@ pdb_status pdb_rope_init(pdb_rope *r, const pdb_rope_params *p, int64_t dim);
 void pdb_rope_free(pdb_rope *r);
 /* Rotate one vector x [dim] in place for position pos. */
 void pdb_rope_apply(const pdb_rope *r, float *x, int64_t pos);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

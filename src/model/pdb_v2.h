@@ -13,6 +13,10 @@
 #include "pdb_rope.h"
 #include "pdb_safetensors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pdb_v2_layer {
     float *attn_norm;            /* [H] */
     float *q_proj;               /* [nh*qk, H]      (q_lora_rank == 0) */
@@ -67,5 +71,9 @@ pdb_status pdb_v2_forward(const pdb_v2_model *m, pdb_v2_cache *c, const int32_t 
  * in place; then (group-limited) greedy top-k with ties to the lower index; weights scaled by
  * routed_scaling_factor, or renormalised when norm_topk_prob (DeepSeek's V2 rule). E <= 1024. */
 void pdb_v2_route(const pdb_config *cf, float *probs, int64_t *idx /* [K] */, float *wt /* [K] */);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -17,6 +17,10 @@
 #include "pdb_rope.h"
 #include "pdb_safetensors.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pdb_v2_qlayer {
     float *attn_norm, *ffn_norm, *q_a_norm, *kv_a_norm; /* f32 [H], [H], [qlr], [kvl] */
     pdb_qmat q_proj, q_a, q_b, kv_a, o_proj;
@@ -85,5 +89,9 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l);
 void pdb_v2_ops_ffn(pdb_v2_batch *b, int64_t l);
 /* logits [V] of row r. */
 void pdb_v2_ops_logits(pdb_v2_batch *b, int64_t r, float *logits);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -17,6 +17,10 @@
 #include "pdb_safetensors.h"
 #include "pdb_status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct pdb_prefill_backend pdb_prefill_backend;
 
 struct pdb_prefill_backend {
@@ -48,5 +52,9 @@ typedef struct pdb_prefill_backend_opts {
 pdb_status pdb_prefill_backend_cpu_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 /* PDB_UNSUPPORTED when built without CUDA; PDB_CUDA (with the driver's message) when no usable GPU. */
 pdb_status pdb_prefill_backend_cuda_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

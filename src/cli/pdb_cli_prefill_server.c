@@ -1,0 +1,62 @@
+/* pdb_cli_prefill_server: `pdbridge prefill-server`. Runs until SIGINT/SIGTERM; prints
+ * "listening on http://HOST:PORT" once ready (tests read the port from it with --port 0). */
+#include <stdio.h>
+#include <string.h>
+
+#include "pdb_cli.h"
+#include "pdb_prefill_server.h"
+
+int pdb_cli_prefill_server(int argc, char **argv) {
+    static const char *usage =
+        "usage: pdbridge prefill-server --model HF_DIR --decoder-model DEC_DIR --port P [--host 127.0.0.1]\n"
+        "         [--backend auto|cuda|cpu] [--device N] [--chunk N] [--threads N] [--parallel N]\n"
+        "         [--max-tokens N] [--api-key KEY] [--log-level debug|info|warn|error]\n\n"
+        "The prefill engine: runs the model with its own weights (HF_DIR) and, at every layer, computes\n"
+        "the decoder's cache rows with the decoder's weights (DEC_DIR), streaming one segment per block\n"
+        "(POST /v1/prefill, format in docs/protocol.md). GET /health reports the decoder fingerprint.\n"
+        "--backend auto uses CUDA when a GPU is usable, else the CPU. --parallel N runs N prefills at\n"
+        "once (N engines). --port 0 picks a free port.\n";
+    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
+    pdb_prefill_server_opts o = {.backend = "auto", .port = -1};
+    long long v = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = val != NULL;
+        if (!strcmp(a, "--model") && val) o.model_dir = argv[++i];
+        else if (!strcmp(a, "--decoder-model") && val) o.decoder_dir = argv[++i];
+        else if (!strcmp(a, "--host") && val) o.host = argv[++i];
+        else if (!strcmp(a, "--api-key") && val) o.api_key = argv[++i];
+        else if (!strcmp(a, "--backend") && val) {
+            o.backend = argv[++i];
+            ok = !strcmp(o.backend, "auto") || !strcmp(o.backend, "cuda") || !strcmp(o.backend, "cpu");
+        } else if (!strcmp(a, "--port") && (ok = pdb_cli_parse_int(val, 0, 65535, &v))) { o.port = (int)v; i++; }
+        else if (!strcmp(a, "--device") && (ok = pdb_cli_parse_int(val, 0, 1024, &v))) { o.device = (int)v; i++; }
+        else if (!strcmp(a, "--chunk") && (ok = pdb_cli_parse_int(val, 1, 1 << 20, &v))) { o.chunk = v; i++; }
+        else if (!strcmp(a, "--threads") && (ok = pdb_cli_parse_int(val, 0, 4096, &v))) { o.threads = (int)v; i++; }
+        else if (!strcmp(a, "--parallel") && (ok = pdb_cli_parse_int(val, 1, 64, &v))) { o.parallel = (int)v; i++; }
+        else if (!strcmp(a, "--max-tokens") && (ok = pdb_cli_parse_int(val, 1, 1LL << 32, &v))) { o.max_tokens = v; i++; }
+        else if (!strcmp(a, "--log-level") && val) ok = pdb_cli_set_log_level(argv[++i]);
+        else ok = 0;
+        if (!ok) {
+            fprintf(stderr, "pdbridge prefill-server: bad, unknown or incomplete option '%s'\n\n%s", a, usage);
+            return 2;
+        }
+    }
+    if (!o.model_dir || !o.decoder_dir || o.port < 0) {
+        fprintf(stderr, "pdbridge prefill-server: --model, --decoder-model and --port are required\n\n%s", usage);
+        return 2;
+    }
+    pdb_cli_signals_block();
+    pdb_prefill_server *s = NULL;
+    if (pdb_prefill_server_start(&o, &s)) {
+        fprintf(stderr, "pdbridge prefill-server: %s\n", pdb_err_msg());
+        return 1;
+    }
+    printf("listening on http://%s:%d (backend %s)\n", o.host ? o.host : "127.0.0.1", pdb_prefill_server_port(s),
+           pdb_prefill_server_backend(s));
+    fflush(stdout);
+    int sig = pdb_cli_signals_wait();
+    PDB_INFO("prefill-server: signal %d, stopping", sig);
+    pdb_prefill_server_stop(s);
+    return 0;
+}

@@ -1,0 +1,37 @@
+/* pdb_prefill_server: `pdbridge prefill-server`, the compute box. POST /v1/prefill streams the
+ * decoder's finished cache for a prompt as PDBF frames (pdb_segment.h, docs/protocol.md);
+ * GET /health answers the decoder fingerprint it computes for; GET /metrics counts requests,
+ * tokens, blocks and bytes. Invariants: a request whose fingerprint differs from the decoder
+ * checkpoint it was started with is refused (409) before any compute; at most `parallel`
+ * prefills run at once (others wait, then 503); a stream's memory is bounded by the HTTP
+ * queue plus one chunk and one segment: when the consumer lags the engine pauses. */
+#ifndef PDB_PREFILL_SERVER_H
+#define PDB_PREFILL_SERVER_H
+
+#include <stdint.h>
+
+#include "pdb_status.h"
+
+typedef struct pdb_prefill_server pdb_prefill_server;
+
+typedef struct pdb_prefill_server_opts {
+    const char *model_dir;     /* the engine's weights (HF checkpoint) */
+    const char *decoder_dir;   /* the decoder's checkpoint (hook weights, fingerprint) */
+    const char *backend;       /* "auto" (CUDA when a GPU is usable, else CPU), "cuda", "cpu" */
+    int device;                /* CUDA device */
+    int threads;               /* CPU threads per engine; 0 = all cores / parallel */
+    int parallel;              /* engines (concurrent prefills); 0 = 1 */
+    int64_t chunk;             /* prefill chunk; 0 = 512 */
+    int64_t max_tokens;        /* longest prompt accepted; 0 = the config's max_position_embeddings */
+    const char *host;          /* NULL = 127.0.0.1 */
+    int port;                  /* 0 = ephemeral */
+    const char *api_key;
+    int wait_s;                /* how long a request waits for a free engine; 0 = 120 */
+} pdb_prefill_server_opts;
+
+pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefill_server **out);
+int pdb_prefill_server_port(const pdb_prefill_server *s);
+const char *pdb_prefill_server_backend(const pdb_prefill_server *s);
+void pdb_prefill_server_stop(pdb_prefill_server *s);
+
+#endif
