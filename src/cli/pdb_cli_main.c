@@ -25,6 +25,7 @@ static const pdb_cli_cmd cmds[] = {
     {"quantize", pdb_cli_quantize, "write the decoder's own checkpoint (MXFP4/MXFP8, or --scheme none)"},
     {"decode-server", pdb_cli_decode_server, "the decode engine: OpenAI-compatible server with a prefix-cache store"},
     {"prefill-server", pdb_cli_prefill_server, "the prefill engine: streams the decoder's finished cache per block"},
+    {"front", pdb_cli_front, "the front door: bridges cold long prompts, serves everything, says what happened"},
     {"info", pdb_cli_info, "build features, CPU and GPU visible to this binary"},
 };
 

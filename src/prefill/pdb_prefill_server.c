@@ -192,7 +192,9 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     if (!st) st = pdb_prefill_run(s->engines[eng], &s->cfg, ids, n, bs, fb, s->o.chunk, on_segment, &w, &ps);
     engine_give(s, eng);
     if (st) snprintf(msg, sizeof msg, "%s", pdb_err_msg());
-    write_end(&w, st ? (int32_t)st : 0, st ? msg : "ok");
+    else snprintf(msg, sizeof msg, "{\"engine_s\":%.6f,\"tokens\":%lld,\"blocks\":%lld}", ps.engine_s,
+                  (long long)ps.tokens_run, (long long)ps.blocks_sent);
+    write_end(&w, st ? (int32_t)st : 0, msg);
     pdb_http_stream_close(w.hs);
     PDB_INFO("prefill: %lld tokens, blocks %lld..%lld sent %lld, %.1f MB, engine %.2fs, stream wait %.2fs%s%s", (long long)n,
              (long long)fb, (long long)(n / bs) - 1, (long long)ps.blocks_sent, w.bytes / 1e6, ps.engine_s, ps.callback_s,

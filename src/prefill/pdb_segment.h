@@ -8,8 +8,9 @@
  *   SEGMENT (type 2): payload = block_index i64 | sha256 [32] of data | data [S bytes]:
  *             the block's pool tensors in the store layout's order, each [n_layers, rows,
  *             width] in the pool's dtype, exactly the bytes pdb_store_stream_put takes.
- *   END     (type 3): payload = status i32 (0 = every requested block was sent) |
- *             message_len u32 | message bytes (<= 4 KiB)
+ *   END     (type 3): payload = status i32 (0 = every requested block was sent; else a pdb_status) |
+ *             message_len u32 | message bytes (<= 4 KiB; on success the JSON object
+ *             {"engine_s": seconds in the backend, "tokens": run, "blocks": sent})
  * Invariants: the parser holds at most one frame (one segment) in memory; a frame whose
  * checksum, size or order is wrong stops the parse with PDB_CORRUPT / PDB_PROTOCOL and no
  * callback for that frame. Documented also in docs/protocol.md. */

@@ -1,0 +1,565 @@
+/* pdb_front: routes, the per-request flow (parse -> ids -> store lookup -> plan -> bridge ->
+ * forward -> verdict -> relay), config/env loading and metrics. State: the tokenizer, store and
+ * config (read-only after start), a bridge counter and verdict counters under mu. */
+#include "pdb_front.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "pdb_config.h"
+#include "pdb_dec_model.h"
+#include "pdb_dec_server.h"
+#include "pdb_front_bridge.h"
+#include "pdb_http.h"
+#include "pdb_openai.h"
+#include "pdb_store.h"
+#include "pdb_tokenizer.h"
+
+enum { FR_MAX_UPSTREAM_BODY = 64 << 20 };
+
+struct pdb_front {
+    pdb_front_opts o;
+    char decoder_url[512], prefill_url[512], cache_dir[1024], upstream_key[256];
+    pdb_config cfg;
+    pdb_tokenizer *tok;
+    pdb_store *store;
+    pdb_store_pool pool;
+    pdb_store_layout layout;
+    uint8_t fp[32];
+    char fp_hex[65], scheme[32];
+    pdb_http_server *http;
+    pthread_mutex_t mu;
+    int bridges_running;
+    uint64_t v_complete, v_partial, v_declined, v_skipped, requests, errors, bridge_bytes, bridge_blocks;
+};
+
+static double fr_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ======================================= options ============================================ */
+
+static pdb_status opt_apply(pdb_front_opts *o, const char *key, const char *val, const char *origin) {
+    long long v = 0;
+    char *end = NULL;
+    v = strtoll(val, &end, 10);
+    int num = end && end != val && !*end && v >= 0;
+    struct { const char *k; int64_t *p; } ints[] = {
+        {"min_bridge_tokens", &o->policy.min_bridge_tokens}, {"min_tail", &o->policy.min_tail},
+        {"max_bridge_tokens", &o->policy.max_bridge_tokens}, {"block_size", &o->block_size},
+    };
+    struct { const char *k; long *p; } longs[] = {
+        {"prefill_connect_ms", &o->prefill_connect_ms}, {"prefill_timeout_ms", &o->prefill_timeout_ms},
+        {"decoder_timeout_ms", &o->decoder_timeout_ms},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!strcmp(key, ints[i].k)) {
+            if (!num) return pdb_err_set(PDB_INVALID, "%s: '%s' must be a non-negative integer", origin, key);
+            *ints[i].p = v;
+            return PDB_OK;
+        }
+    for (size_t i = 0; i < sizeof longs / sizeof longs[0]; i++)
+        if (!strcmp(key, longs[i].k)) {
+            if (!num) return pdb_err_set(PDB_INVALID, "%s: '%s' must be a non-negative integer", origin, key);
+            *longs[i].p = (long)v;
+            return PDB_OK;
+        }
+    if (!strcmp(key, "max_bridges")) {
+        if (!num || v > 1024) return pdb_err_set(PDB_INVALID, "%s: 'max_bridges' must be 0..1024", origin);
+        o->max_bridges = (int)v;
+        return PDB_OK;
+    }
+    return pdb_err_set(PDB_INVALID, "%s: unknown setting '%s'", origin, key);
+}
+
+static const char *const env_keys[] = {"min_bridge_tokens", "min_tail", "max_bridge_tokens", "block_size",
+                                       "prefill_connect_ms", "prefill_timeout_ms", "decoder_timeout_ms", "max_bridges"};
+
+pdb_status pdb_front_opts_defaults(pdb_front_opts *o, const char *config_file) {
+    memset(o, 0, sizeof *o);
+    o->block_size = 2048;
+    o->policy.min_bridge_tokens = 1024;
+    o->policy.min_tail = 512;
+    o->prefill_connect_ms = 2000;
+    o->prefill_timeout_ms = 600000;
+    o->decoder_timeout_ms = 600000;
+    o->max_bridges = 4;
+    if (config_file) {
+        json_error_t e;
+        json_t *j = json_load_file(config_file, 0, &e);
+        if (!j || !json_is_object(j)) {
+            json_decref(j);
+            return pdb_err_set(PDB_INVALID, "%s: not a JSON object (line %d column %d: %s)", config_file, e.line, e.column, e.text);
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(j, k, v) {
+            char buf[64];
+            if (json_is_integer(v)) snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+            else snprintf(buf, sizeof buf, "%s", json_is_string(v) ? json_string_value(v) : "?");
+            pdb_status s = opt_apply(o, k, buf, config_file);
+            if (s) { json_decref(j); return s; }
+        }
+        json_decref(j);
+    }
+    for (size_t i = 0; i < sizeof env_keys / sizeof env_keys[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "PDB_FRONT_");
+        for (size_t k = 0; env_keys[i][k] && k < 50; k++) name[10 + k] = (char)(env_keys[i][k] >= 'a' ? env_keys[i][k] - 32 : env_keys[i][k]);
+        name[10 + strlen(env_keys[i])] = 0;
+        const char *v = getenv(name);
+        if (v) PDB_TRY(opt_apply(o, env_keys[i], v, name));
+    }
+    return PDB_OK;
+}
+
+/* ======================================= upstream HTTP ====================================== */
+
+typedef struct {
+    pdb_front *f;
+    pdb_http_request *req;
+    pdb_openai_request *q;
+    pdb_front_verdict *v;
+    int attempted, stream;
+    int client_usage;             /* the client asked for stream usage */
+    int status;                   /* decoder HTTP status */
+    char *buf;                    /* non-stream body / SSE line assembly */
+    size_t len, cap;
+    char *held;                   /* stream: the last data event, held back one event */
+    size_t held_len;
+    pdb_http_stream *hs;          /* opened at the first event */
+    int failed;
+    double t_start;
+} relay;
+
+static int buf_add(relay *r, const char *p, size_t n) {
+    if (r->len + n + 1 > r->cap) {
+        size_t nc = r->cap ? r->cap * 2 : 65536;
+        while (nc < r->len + n + 1) nc *= 2;
+        if (nc > FR_MAX_UPSTREAM_BODY) return 0;
+        char *b = realloc(r->buf, nc);
+        if (!b) return 0;
+        r->buf = b;
+        r->cap = nc;
+    }
+    memcpy(r->buf + r->len, p, n);
+    r->len += n;
+    r->buf[r->len] = 0;
+    return 1;
+}
+
+static int64_t usage_cached(json_t *j) {
+    json_t *u = json_object_get(j, "usage");
+    return json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+}
+
+static json_t *verdict_json(const pdb_front_verdict *v) {
+    char hdr[512];
+    pdb_front_verdict_header(v, hdr, sizeof hdr);
+    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f}", "verdict", hdr, "kind", v->kind,
+                     "reason", v->reason, "prompt_tokens", (json_int_t)v->prompt_tokens, "mounted_tokens",
+                     (json_int_t)v->mounted_tokens, "blocks_requested", (json_int_t)v->blocks_requested, "blocks_written",
+                     (json_int_t)v->blocks_written, "cached_blocks_before", (json_int_t)v->blocks_cached_before, "bytes",
+                     (json_int_t)v->bytes, "engine_ms", v->engine_ms, "transfer_ms", v->transfer_ms, "write_ms",
+                     v->write_ms, "total_ms", v->total_ms);
+}
+
+static void count_verdict(pdb_front *f, const pdb_front_verdict *v) {
+    pthread_mutex_lock(&f->mu);
+    if (!strcmp(v->kind, "complete")) f->v_complete++;
+    else if (!strcmp(v->kind, "partial")) f->v_partial++;
+    else if (!strcmp(v->kind, "declined")) f->v_declined++;
+    else f->v_skipped++;
+    f->bridge_bytes += v->bytes;
+    f->bridge_blocks += (uint64_t)v->blocks_written;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void finish_verdict(relay *r, int64_t decoder_cached) {
+    pdb_front_verdict_finish(r->v, r->attempted, decoder_cached);
+    r->v->total_ms = (fr_now() - r->t_start) * 1e3;
+    count_verdict(r->f, r->v);
+}
+
+/* Send one SSE data event to the client, rewritten: usage dropped unless wanted, pd_bridge
+ * added on the last one. */
+static int send_event(relay *r, const char *json, size_t len, int last) {
+    json_t *j = json_loadb(json, len, 0, NULL);
+    char *out = NULL;
+    if (j) {
+        if (!(last && r->client_usage)) json_object_del(j, "usage");
+        if (last) json_object_set_new(j, "pd_bridge", verdict_json(r->v));
+        out = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+    }
+    const char *pre = "data: ";
+    int ok = pdb_http_stream_write(r->hs, pre, strlen(pre), -1) == PDB_OK;
+    if (ok) ok = pdb_http_stream_write(r->hs, out ? out : json, out ? strlen(out) : len, -1) == PDB_OK;
+    if (ok) ok = pdb_http_stream_write(r->hs, "\n\n", 2, -1) == PDB_OK;
+    free(out);
+    return ok;
+}
+
+static int open_client_stream(relay *r, int64_t decoder_cached) {
+    finish_verdict(r, decoder_cached);
+    char hv[512];
+    pdb_front_verdict_header(r->v, hv, sizeof hv);
+    pdb_http_header h[1] = {{"X-PD-Bridge", hv}};
+    return pdb_http_respond_stream(r->req, 200, "text/event-stream", h, 1, 0, NULL, &r->hs) == PDB_OK;
+}
+
+/* One complete SSE event (without the trailing blank line). */
+static int on_sse_event(relay *r, const char *ev, size_t n) {
+    if (n < 6 || strncmp(ev, "data: ", 6)) return 1; /* comments, other fields: drop */
+    const char *d = ev + 6;
+    size_t dl = n - 6;
+    if (dl == 6 && !strncmp(d, "[DONE]", 6)) {
+        if (!r->hs && !open_client_stream(r, 0)) return 0;
+        if (r->held && !send_event(r, r->held, r->held_len, 1)) return 0;
+        free(r->held);
+        r->held = NULL;
+        return pdb_http_stream_write(r->hs, PDB_OPENAI_SSE_DONE, strlen(PDB_OPENAI_SSE_DONE), -1) == PDB_OK;
+    }
+    if (!r->hs) { /* first event: the decoder's cached_tokens decide the verdict, then headers go out */
+        json_t *j = json_loadb(d, dl, 0, NULL);
+        int64_t cached = j ? usage_cached(j) : 0;
+        json_decref(j);
+        if (!open_client_stream(r, cached)) return 0;
+    }
+    if (r->held && !send_event(r, r->held, r->held_len, 0)) return 0;
+    free(r->held);
+    r->held = malloc(dl);
+    if (!r->held) return 0;
+    memcpy(r->held, d, dl);
+    r->held_len = dl;
+    return 1;
+}
+
+static size_t fr_write_cb(char *p, size_t sz, size_t nm, void *u) {
+    relay *r = u;
+    size_t n = sz * nm;
+    if (!r->stream || r->status != 200) return buf_add(r, p, n) ? n : 0;
+    if (!buf_add(r, p, n)) return 0;
+    char *s;
+    while ((s = strstr(r->buf, "\n\n"))) {
+        size_t ev = (size_t)(s - r->buf);
+        if (!on_sse_event(r, r->buf, ev)) { r->failed = 1; return 0; }
+        memmove(r->buf, s + 2, r->len - ev - 2 + 1);
+        r->len -= ev + 2;
+    }
+    return n;
+}
+
+static size_t fr_header_cb(char *b, size_t sz, size_t nm, void *u) {
+    relay *r = u;
+    int code;
+    if (sz * nm > 9 && !strncmp(b, "HTTP/", 5) && sscanf(b, "HTTP/%*s %d", &code) == 1) r->status = code;
+    return sz * nm;
+}
+
+/* Forward the (rewritten) body to the decoder and answer the client. */
+static void forward(relay *r, const char *path, const char *body) {
+    pdb_front *f = r->f;
+    CURL *h = curl_easy_init();
+    char url[1024], auth[300], cerr[CURL_ERROR_SIZE] = "";
+    snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
+    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    if (f->upstream_key[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->upstream_key);
+        hd = curl_slist_append(hd, auth);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fr_header_cb);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, f->o.decoder_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+    CURLcode cc = curl_easy_perform(h);
+    curl_slist_free_all(hd);
+    curl_easy_cleanup(h);
+    char hv[512];
+    if (r->hs) { /* a stream was open: finish it */
+        if (cc != CURLE_OK && !r->failed) {
+            const char *e = "data: {\"error\":{\"message\":\"decoder connection lost\",\"type\":\"server_error\"}}\n\n";
+            pdb_http_stream_write(r->hs, e, strlen(e), 1000);
+        }
+        pdb_http_stream_close(r->hs);
+        return;
+    }
+    if (cc != CURLE_OK) {
+        finish_verdict(r, 0);
+        pdb_front_verdict_header(r->v, hv, sizeof hv);
+        PDB_WARN("front: decoder %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
+        pdb_openai_error e = {.status = 502, .type = "server_error"};
+        snprintf(e.message, sizeof e.message, "the decoder at %.200s did not answer: %.200s", f->decoder_url,
+                 cerr[0] ? cerr : curl_easy_strerror(cc));
+        char *ej = pdb_openai_error_json(&e);
+        pdb_http_header h[1] = {{"X-PD-Bridge", hv}};
+        pdb_http_respond(r->req, 502, "application/json", ej ? ej : "{}", ej ? strlen(ej) : 2, h, 1);
+        free(ej);
+        pthread_mutex_lock(&f->mu);
+        f->errors++;
+        pthread_mutex_unlock(&f->mu);
+        return;
+    }
+    /* non-stream answer (or an error status before any stream) */
+    json_t *j = r->buf ? json_loadb(r->buf, r->len, 0, NULL) : NULL;
+    finish_verdict(r, j && r->status == 200 ? usage_cached(j) : 0);
+    pdb_front_verdict_header(r->v, hv, sizeof hv);
+    pdb_http_header vh[1] = {{"X-PD-Bridge", hv}};
+    if (j && r->status == 200) {
+        json_object_set_new(j, "pd_bridge", verdict_json(r->v));
+        char *out = json_dumps(j, JSON_COMPACT);
+        pdb_http_respond(r->req, 200, "application/json", out ? out : "{}", out ? strlen(out) : 2, vh, 1);
+        free(out);
+    } else {
+        pdb_http_respond(r->req, r->status ? r->status : 502, "application/json", r->buf ? r->buf : "{}",
+                         r->buf ? r->len : 2, vh, 1);
+    }
+    json_decref(j);
+}
+
+/* ======================================= requests =========================================== */
+
+static void respond_err(pdb_http_request *req, const pdb_openai_error *e, const char *verdict) {
+    char *ej = pdb_openai_error_json(e);
+    pdb_http_header h[1] = {{"X-PD-Bridge", verdict}};
+    pdb_http_respond(req, e->status, "application/json", ej ? ej : "{}", ej ? strlen(ej) : 2, h, 1);
+    free(ej);
+}
+
+static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_kind kind, const char *path) {
+    double t0 = fr_now();
+    pdb_openai_request q;
+    pdb_openai_error err;
+    memset(&err, 0, sizeof err);
+    pdb_openai_limits lim = {.max_context = f->cfg.max_position_embeddings};
+    pthread_mutex_lock(&f->mu);
+    f->requests++;
+    pthread_mutex_unlock(&f->mu);
+    if (pdb_openai_parse_request(kind, pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)) {
+        respond_err(req, &err, "skipped invalid_request");
+        return;
+    }
+    int mode = pdb_front_parse_mode(pdb_http_request_header(req, "X-PD-Bridge-Mode"));
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    if (mode < 0) {
+        pdb_openai_set_error(&err, 400, NULL, "invalid_header", "X-PD-Bridge-Mode must be auto, off or force");
+        respond_err(req, &err, "skipped invalid_request");
+        goto out;
+    }
+    if (pdb_dec_server_prompt_ids(f->tok, &q, &ids, &n, &err)) {
+        respond_err(req, &err, "skipped invalid_request");
+        goto out;
+    }
+    pdb_front_verdict v = {0};
+    v.prompt_tokens = n;
+    v.block_size = f->o.block_size;
+    v.blocks_bridgeable = n > 0 ? (n - 1) / f->o.block_size : 0;
+    int64_t cached = 0;
+    if (v.blocks_bridgeable > 0) {
+        uint8_t(*hs)[32] = malloc(sizeof(*hs) * (size_t)v.blocks_bridgeable);
+        if (hs && !pdb_store_hash_chain(f->fp, ids, v.blocks_bridgeable * f->o.block_size, f->o.block_size, hs))
+            pdb_store_longest_prefix(f->store, (const uint8_t(*)[32])hs, v.blocks_bridgeable, &cached);
+        free(hs);
+    }
+    v.blocks_cached_before = cached;
+    pdb_front_plan plan = pdb_front_policy_decide(&f->o.policy, (pdb_bridge_mode)mode, n, f->o.block_size, cached);
+    relay r = {.f = f, .req = req, .q = &q, .v = &v, .stream = q.stream, .client_usage = q.include_usage, .t_start = t0};
+    if (plan.kind == PDB_PLAN_SKIP) {
+        snprintf(v.kind, sizeof v.kind, "skipped");
+        snprintf(v.reason, sizeof v.reason, "%s", plan.skip_reason);
+    } else {
+        pthread_mutex_lock(&f->mu);
+        int ok = f->bridges_running < f->o.max_bridges;
+        if (ok) f->bridges_running++;
+        pthread_mutex_unlock(&f->mu);
+        if (!ok) {
+            snprintf(v.kind, sizeof v.kind, "skipped");
+            snprintf(v.reason, sizeof v.reason, "busy");
+        } else {
+            r.attempted = 1;
+            v.blocks_requested = plan.end_block - plan.first_block;
+            pdb_front_bridge_opts bo = {.prefill_url = f->prefill_url, .api_key = f->upstream_key,
+                                        .connect_timeout_ms = f->o.prefill_connect_ms, .total_timeout_ms = f->o.prefill_timeout_ms};
+            pdb_front_bridge_result br;
+            pdb_front_bridge_run(&bo, f->store, f->fp_hex, ids, f->o.block_size, plan.first_block, plan.end_block, &br);
+            pthread_mutex_lock(&f->mu);
+            f->bridges_running--;
+            pthread_mutex_unlock(&f->mu);
+            v.blocks_written = br.blocks_written;
+            v.bytes = br.bytes;
+            v.engine_ms = br.engine_ms;
+            v.transfer_ms = br.transfer_ms;
+            v.write_ms = br.write_ms;
+            snprintf(v.reason, sizeof v.reason, "%s", br.reason);
+        }
+    }
+    /* forward the original request; streams ask the decoder for usage on every chunk so the
+     * verdict can use its cached_tokens before our headers go out */
+    json_t *body = json_loadb(pdb_http_request_body(req), pdb_http_request_body_len(req), 0, NULL);
+    if (q.stream) {
+        json_t *so = json_object();
+        json_object_set_new(so, "include_usage", json_true());
+        json_object_set_new(so, "continuous_usage_stats", json_true());
+        json_object_set_new(body, "stream_options", so);
+    }
+    char *fwd = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    forward(&r, path, fwd ? fwd : pdb_http_request_body(req));
+    char hv[512];
+    pdb_front_verdict_header(&v, hv, sizeof hv);
+    PDB_INFO("front: %s %lld tokens -> %s", path, (long long)n, hv);
+    free(fwd);
+    free(r.buf);
+    free(r.held);
+out:
+    free(ids);
+    pdb_openai_request_free(&q);
+}
+
+static void proxy_get(pdb_front *f, pdb_http_request *req, const char *path) {
+    relay r = {.f = f};
+    CURL *h = curl_easy_init();
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fr_header_cb);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    struct curl_slist *hd = NULL;
+    char auth[300];
+    if (f->upstream_key[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->upstream_key);
+        hd = curl_slist_append(hd, auth);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    }
+    CURLcode cc = curl_easy_perform(h);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hd);
+    if (cc != CURLE_OK) pdb_http_respond_error(req, 502, "server_error", NULL, NULL, "the decoder did not answer");
+    else pdb_http_respond(req, r.status, "application/json", r.buf ? r.buf : "", r.len, NULL, 0);
+    free(r.buf);
+}
+
+static void handle_metrics(pdb_front *f, pdb_http_request *req) {
+    char b[2048];
+    pdb_store_stats ss;
+    pdb_store_get_stats(f->store, &ss);
+    pthread_mutex_lock(&f->mu);
+    int n = snprintf(b, sizeof b,
+                     "# TYPE pdbridge_front_requests_total counter\npdbridge_front_requests_total %llu\n"
+                     "# TYPE pdbridge_front_verdicts_total counter\n"
+                     "pdbridge_front_verdicts_total{verdict=\"complete\"} %llu\n"
+                     "pdbridge_front_verdicts_total{verdict=\"partial\"} %llu\n"
+                     "pdbridge_front_verdicts_total{verdict=\"declined\"} %llu\n"
+                     "pdbridge_front_verdicts_total{verdict=\"skipped\"} %llu\n"
+                     "# TYPE pdbridge_front_upstream_errors_total counter\npdbridge_front_upstream_errors_total %llu\n"
+                     "# TYPE pdbridge_front_bridges_running gauge\npdbridge_front_bridges_running %d\n"
+                     "# TYPE pdbridge_front_bridge_blocks_total counter\npdbridge_front_bridge_blocks_total %llu\n"
+                     "# TYPE pdbridge_front_bridge_bytes_total counter\npdbridge_front_bridge_bytes_total %llu\n"
+                     "# TYPE pdbridge_front_store_blocks gauge\npdbridge_front_store_blocks %llu\n",
+                     (unsigned long long)f->requests, (unsigned long long)f->v_complete, (unsigned long long)f->v_partial,
+                     (unsigned long long)f->v_declined, (unsigned long long)f->v_skipped, (unsigned long long)f->errors,
+                     f->bridges_running, (unsigned long long)f->bridge_blocks, (unsigned long long)f->bridge_bytes,
+                     (unsigned long long)ss.n_blocks);
+    pthread_mutex_unlock(&f->mu);
+    pdb_http_respond(req, 200, "text/plain; version=0.0.4", b, (size_t)n, NULL, 0);
+}
+
+static void handler(void *user, pdb_http_request *req) {
+    pdb_front *f = user;
+    const char *m = pdb_http_request_method(req), *p = pdb_http_request_path(req);
+    int post = !strcmp(m, "POST"), get = !strcmp(m, "GET");
+    if (!strcmp(p, "/v1/completions") && post) handle_completion(f, req, PDB_OPENAI_COMPLETION, p);
+    else if (!strcmp(p, "/v1/chat/completions") && post) handle_completion(f, req, PDB_OPENAI_CHAT, p);
+    else if (!strcmp(p, "/v1/models") && get) proxy_get(f, req, p);
+    else if (!strcmp(p, "/metrics") && get) handle_metrics(f, req);
+    else if (!strcmp(p, "/health") && get) {
+        char b[512];
+        int n = snprintf(b, sizeof b, "{\"status\":\"ok\",\"role\":\"front\",\"fingerprint\":\"%s\",\"block_size\":%lld}",
+                         f->fp_hex, (long long)f->o.block_size);
+        pdb_http_respond(req, 200, "application/json", b, (size_t)n, NULL, 0);
+    } else {
+        char b[600];
+        snprintf(b, sizeof b, "no route %s %s", m, p);
+        pdb_http_respond_error(req, 404, "invalid_request_error", NULL, NULL, b);
+    }
+}
+
+/* ======================================= lifecycle ========================================== */
+
+pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
+    if (!o->decoder_url || !o->prefill_url || !o->decoder_model || !o->cache_dir)
+        return pdb_err_set(PDB_INVALID, "front: --decoder, --prefill, --decoder-model and --cache-dir are required");
+    pdb_front *f = calloc(1, sizeof *f);
+    if (!f) return pdb_err_set(PDB_NOMEM, "front");
+    f->o = *o;
+    if (!f->o.block_size) f->o.block_size = 2048;
+    if (!f->o.max_bridges) f->o.max_bridges = 4;
+    snprintf(f->decoder_url, sizeof f->decoder_url, "%s", o->decoder_url);
+    snprintf(f->prefill_url, sizeof f->prefill_url, "%s", o->prefill_url);
+    snprintf(f->cache_dir, sizeof f->cache_dir, "%s", o->cache_dir);
+    const char *uk = o->upstream_api_key ? o->upstream_api_key : o->api_key;
+    snprintf(f->upstream_key, sizeof f->upstream_key, "%s", uk ? uk : "");
+    pthread_mutex_init(&f->mu, NULL);
+    pdb_st *st = NULL;
+    pdb_status s = pdb_config_load(o->decoder_model, &f->cfg);
+    if (!s) s = pdb_st_open(o->decoder_model, &st);
+    if (!s) s = pdb_dec_model_identity(o->decoder_model, &f->cfg, st, f->scheme, f->fp);
+    pdb_st_close(st);
+    if (s) goto fail;
+    pdb_store_hash_hex(f->fp, f->fp_hex);
+    char tj[1100];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", o->decoder_model);
+    FILE *tf = fopen(tj, "rb");
+    if (tf) {
+        fclose(tf);
+        if ((s = pdb_tokenizer_load(tj, &f->tok))) goto fail;
+    }
+    f->pool = (pdb_store_pool){.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = f->cfg.num_layers, .stride = 1,
+                               .width = f->cfg.kv_lora_rank + f->cfg.qk_rope_head_dim, .dtype = PDB_DT_F32};
+    f->layout = (pdb_store_layout){.n_pools = 1, .pools = &f->pool};
+    if ((s = pdb_store_open(o->cache_dir, &f->layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = o->max_body,
+                        .handler = handler, .user = f};
+    if ((s = pdb_http_server_start(&ho, &f->http))) goto fail;
+    PDB_INFO("front: port %d, decoder %s, prefill %s, store %s (block %lld, fingerprint %.16s...), policy min_bridge_tokens=%lld "
+             "min_tail=%lld max_bridge_tokens=%lld",
+             pdb_http_server_port(f->http), f->decoder_url, f->prefill_url, f->cache_dir, (long long)f->o.block_size, f->fp_hex,
+             (long long)f->o.policy.min_bridge_tokens, (long long)f->o.policy.min_tail, (long long)f->o.policy.max_bridge_tokens);
+    *out = f;
+    return PDB_OK;
+fail:
+    pdb_front_stop(f);
+    return s;
+}
+
+int pdb_front_port(const pdb_front *f) { return pdb_http_server_port(f->http); }
+
+void pdb_front_stop(pdb_front *f) {
+    if (!f) return;
+    if (f->http) pdb_http_server_stop(f->http);
+    if (f->store) pdb_store_close(f->store);
+    pdb_tokenizer_free(f->tok);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}

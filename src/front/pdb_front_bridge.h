@@ -1,0 +1,35 @@
+/* pdb_front_bridge: one bridge transfer. Asks the prefill server for blocks
+ * [first_block, end_block) of a prompt, verifies each arriving segment (frame checksum, order,
+ * header identity) and writes it as one block through the decoder's block writer
+ * (pdb_store_stream_put), holding one segment in memory. Stops at the first bad or missing
+ * segment; blocks already written stay (they are complete and verified).
+ * Invariant: blocks_written counts only blocks the store accepted, contiguous from first_block. */
+#ifndef PDB_FRONT_BRIDGE_H
+#define PDB_FRONT_BRIDGE_H
+
+#include <stdint.h>
+
+#include "pdb_status.h"
+#include "pdb_store.h"
+
+typedef struct pdb_front_bridge_opts {
+    const char *prefill_url;     /* http://host:port */
+    const char *api_key;         /* sent as Bearer when set */
+    long connect_timeout_ms;     /* 0 = 2000 */
+    long total_timeout_ms;       /* 0 = 600000 */
+} pdb_front_bridge_opts;
+
+typedef struct pdb_front_bridge_result {
+    int64_t blocks_written;
+    uint64_t bytes;              /* segment bytes written to the store */
+    double engine_ms, transfer_ms, write_ms, total_ms;
+    char reason[96];             /* "" when every requested block arrived */
+} pdb_front_bridge_result;
+
+/* ids: the prompt; blocks [first_block, end_block) of block_size tokens are requested. Returns
+ * PDB_OK even when the transfer stopped early: the result says how far it got and why. */
+pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store, const char *fingerprint_hex,
+                                const int32_t *ids, int64_t block_size, int64_t first_block, int64_t end_block,
+                                pdb_front_bridge_result *res);
+
+#endif
