@@ -22,12 +22,3 @@ int pdb_cuda_device_count(char *name, int name_len) {
     return n;
 }
 }
-
-/* TEMPORARY (lead): keeps CUDA builds linking until pdb_cuda_prefill.cu defines the backend;
- * delete this block when it does (it will then be a duplicate symbol). */
-#include "pdb_prefill_backend.h"
-extern "C" pdb_status pdb_prefill_backend_cuda_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
-    (void)o;
-    (void)out;
-    return pdb_err_set(PDB_UNSUPPORTED, "the CUDA prefill backend is not built yet");
-}

@@ -1,0 +1,87 @@
+/* pdb_cuda_blas: cuBLAS loaded at run time (dlopen "libcublas.so.13", then "libcublas.so") and
+ * the row-major GEMM wrapper. Invariant: the binary has no link-time cuBLAS dependency; a
+ * missing library or symbol is a PDB_CUDA error naming it, never a crash. */
+#include <dlfcn.h>
+#include <string.h>
+
+#include "pdb_cuda_util.h"
+
+const char *pdb_cuda_blas_status_str(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "unknown cuBLAS status";
+    }
+}
+
+static void *blas_sym(void *lib, const char *name, pdb_status *st) {
+    void *p = dlsym(lib, name);
+    if (!p && *st == PDB_OK) *st = pdb_err_set(PDB_CUDA, "cuBLAS: symbol %s not found in libcublas", name);
+    return p;
+}
+
+pdb_status pdb_cuda_blas_open(pdb_cuda_blas *b, cudaStream_t stream) {
+    memset(b, 0, sizeof *b);
+    const char *names[] = {"libcublas.so.13", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so.13"};
+    const char *err = "";
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !b->lib; i++) {
+        b->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!b->lib) err = dlerror();
+    }
+    if (!b->lib) return pdb_err_set(PDB_CUDA, "cuBLAS: cannot load libcublas.so.13 or libcublas.so (%s)", err ? err : "");
+    pdb_status st = PDB_OK;
+    *(void **)&b->create = blas_sym(b->lib, "cublasCreate_v2", &st);
+    *(void **)&b->destroy = blas_sym(b->lib, "cublasDestroy_v2", &st);
+    *(void **)&b->set_stream = blas_sym(b->lib, "cublasSetStream_v2", &st);
+    *(void **)&b->set_math_mode = blas_sym(b->lib, "cublasSetMathMode", &st);
+    *(void **)&b->gemm_ex = blas_sym(b->lib, "cublasGemmEx", &st);
+    *(void **)&b->gemm_sb_ex = blas_sym(b->lib, "cublasGemmStridedBatchedEx", &st);
+    if (st) { dlclose(b->lib); memset(b, 0, sizeof *b); return st; }
+    cublasStatus_t cs = b->create(&b->h);
+    if (cs != CUBLAS_STATUS_SUCCESS) {
+        dlclose(b->lib);
+        memset(b, 0, sizeof *b);
+        return pdb_err_set(PDB_CUDA, "%s:%d cublasCreate_v2: %s", __FILE__, __LINE__, pdb_cuda_blas_status_str(cs));
+    }
+    PDB_CUBLAS(b->set_stream(b->h, stream));
+    PDB_CUBLAS(b->set_math_mode(b->h, CUBLAS_DEFAULT_MATH));
+    return PDB_OK;
+}
+
+void pdb_cuda_blas_close(pdb_cuda_blas *b) {
+    if (b->h && b->destroy) b->destroy(b->h);
+    if (b->lib) dlclose(b->lib);
+    memset(b, 0, sizeof *b);
+}
+
+/* Column-major view: C^T [N, M] = op(B)^T [N, K] @ A^T [K, M]. A row-major [M,K] (lda) is a
+ * column-major [K,M]; B stored [N,K] is a column-major [K,N], transposed to [N,K]; B stored
+ * [K,N] is a column-major [N,K] as is. */
+pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
+                         const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
+                         float *C, int64_t ldc, int64_t sc, int64_t batch) {
+    if (M <= 0 || N <= 0 || batch <= 0) return PDB_OK;
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX || ldc > INT32_MAX ||
+        batch > INT32_MAX)
+        return pdb_err_set(PDB_TOO_LARGE, "gemm: dimension beyond 32 bits (M %lld N %lld K %lld)", (long long)M,
+                           (long long)N, (long long)K);
+    cudaDataType t = dt == PDB_CUDA_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasOperation_t ob = b_is_nk ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (batch == 1) {
+        PDB_CUBLAS(b->gemm_ex(b->h, ob, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B, t, (int)ldb, A, t, (int)lda,
+                              &beta, C, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+        PDB_CUBLAS(b->gemm_sb_ex(b->h, ob, CUBLAS_OP_N, (int)N, (int)M, (int)K, &alpha, B, t, (int)ldb, sb, A, t,
+                                 (int)lda, sa, &beta, C, CUDA_R_32F, (int)ldc, sc, (int)batch, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+    }
+    return PDB_OK;
+}

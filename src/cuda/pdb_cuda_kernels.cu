@@ -1,0 +1,431 @@
+/* pdb_cuda_kernels: the CUDA backend's own kernels. Reading order: elementwise -> norms ->
+ * latent rows -> attention -> MoE -> capture hook. Invariants: arithmetic that must match the
+ * CPU uses explicit round-to-nearest intrinsics (__fmaf_rn, __fadd_rn, __fmul_rn) so nvcc's
+ * contraction cannot change it; reductions have a fixed order per row. */
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "pdb_cuda_kernels.h"
+
+static inline unsigned grid1(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
+
+template <typename T> __device__ __forceinline__ float ld_f(const T *p, int64_t i);
+template <> __device__ __forceinline__ float ld_f<float>(const float *p, int64_t i) { return p[i]; }
+template <> __device__ __forceinline__ float ld_f<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) {
+    return __bfloat162float(p[i]);
+}
+template <typename T> __device__ __forceinline__ void st_f(T *p, int64_t i, float v);
+template <> __device__ __forceinline__ void st_f<float>(float *p, int64_t i, float v) { p[i] = v; }
+template <> __device__ __forceinline__ void st_f<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v) {
+    p[i] = __float2bfloat16_rn(v);
+}
+
+/* ======================================= elementwise ======================================== */
+
+template <typename T> __global__ void k_embed(const int32_t *ids, const T *emb, int64_t n, int64_t H, float *h) {
+    int64_t t = blockIdx.x;
+    const T *src = emb + (int64_t)ids[t] * H;
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) h[t * H + j] = ld_f(src, j);
+}
+
+pdb_status pdb_cuda_embed(cudaStream_t s, const int32_t *ids, const void *emb, pdb_cuda_dt dt, int64_t n, int64_t H,
+                          float *h) {
+    if (n <= 0) return PDB_OK;
+    if (dt == PDB_CUDA_DT_BF16) k_embed<<<(unsigned)n, 256, 0, s>>>(ids, (const __nv_bfloat16 *)emb, n, H, h);
+    else k_embed<<<(unsigned)n, 256, 0, s>>>(ids, (const float *)emb, n, H, h);
+    PDB_CU_LAUNCH("embed");
+    return PDB_OK;
+}
+
+__global__ void k_to_bf16(const float *src, int64_t count, __nv_bfloat16 *dst) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+pdb_status pdb_cuda_convert(cudaStream_t s, const float *src, int64_t count, pdb_cuda_dt dt, void *dst) {
+    if (count <= 0 || dt == PDB_CUDA_DT_F32) return PDB_OK;
+    unsigned g = grid1(count, 256);
+    if (g > 65535u * 16) g = 65535u * 16;
+    k_to_bf16<<<g, 256, 0, s>>>(src, count, (__nv_bfloat16 *)dst);
+    PDB_CU_LAUNCH("convert");
+    return PDB_OK;
+}
+
+__global__ void k_silu_mul(const float *g, const float *u, float *out, int64_t count) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float x = g[i];
+        out[i] = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), u[i]);
+    }
+}
+
+pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, float *out, int64_t count) {
+    if (count <= 0) return PDB_OK;
+    unsigned gr = grid1(count, 256);
+    if (gr > 65535u * 16) gr = 65535u * 16;
+    k_silu_mul<<<gr, 256, 0, s>>>(g, u, out, count);
+    PDB_CU_LAUNCH("silu_mul");
+    return PDB_OK;
+}
+
+/* ======================================= norms ============================================== */
+
+/* Block-wide double sum of squares of x[0..C); every thread gets the total. */
+__device__ double block_sumsq(const float *x, int64_t C, double *red) {
+    double ss = 0;
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) ss += (double)x[j] * (double)x[j];
+    for (int off = 16; off >= 1; off /= 2) ss += __shfl_down_sync(0xffffffffu, ss, off);
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (lane == 0) red[w] = ss;
+    __syncthreads();
+    double tot = 0;
+    for (int i = 0; i < nw; i++) tot += red[i];
+    return tot;
+}
+
+__global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, float *y, int64_t ldy, int64_t C, double eps) {
+    __shared__ double red[32];
+    int64_t t = blockIdx.x;
+    const float *xr = x + t * ldx;
+    double ss = block_sumsq(xr, C, red);
+    float r = (float)(1.0 / sqrt(ss / (double)C + eps));
+    __syncthreads(); /* in place: every thread has read its x before anyone writes y */
+    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) y[t * ldy + j] = __fmul_rn(w[j], __fmul_rn(xr[j], r));
+}
+
+pdb_status pdb_cuda_rmsnorm(cudaStream_t s, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,
+                            int64_t n, int64_t C, double eps) {
+    if (n <= 0) return PDB_OK;
+    k_rmsnorm<<<(unsigned)n, 256, 0, s>>>(x, ldx, w, y, ldy, C, eps);
+    PDB_CU_LAUNCH("rmsnorm");
+    return PDB_OK;
+}
+
+/* ======================================= latent rows ======================================== */
+
+__device__ __forceinline__ void rope_pair(float a, float b, float c, float sn, float *o0, float *o1) {
+    *o0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn));
+    *o1 = __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c));
+}
+
+template <typename T>
+__global__ void k_latent(const float *kva, const float *norm, const float *cs, T *base, const int32_t *ptab,
+                         int64_t page, int64_t rowpad, int64_t pos0, int64_t kvl, int64_t rope, const float *q,
+                         int64_t nh, int64_t nope, float *qlat, double eps) {
+    __shared__ double red[32];
+    int64_t t = blockIdx.x, row = kvl + rope, p = pos0 + t, half = rope / 2;
+    const float *src = kva + t * row, *c = cs + t * rope, *sn = c + half;
+    T *dst = base + ((int64_t)ptab[p / page] * page + p % page) * rowpad;
+    double ss = block_sumsq(src, kvl, red);
+    float r = (float)(1.0 / sqrt(ss / (double)kvl + eps));
+    for (int64_t j = threadIdx.x; j < kvl; j += blockDim.x) st_f(dst, j, __fmul_rn(norm[j], __fmul_rn(src[j], r)));
+    for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+        float o0, o1;
+        rope_pair(src[kvl + 2 * i], src[kvl + 2 * i + 1], c[i], sn[i], &o0, &o1);
+        st_f(dst, kvl + 2 * i, o0);
+        st_f(dst, kvl + 2 * i + 1, o1);
+    }
+    int64_t qk = nope + rope;
+    for (int64_t k = threadIdx.x; k < nh * half; k += blockDim.x) {
+        int64_t h = k / half, i = k % half;
+        const float *qh = q + (t * nh + h) * qk + nope;
+        float *out = qlat + (t * nh + h) * row + kvl;
+        rope_pair(qh[2 * i], qh[2 * i + 1], c[i], sn[i], &out[2 * i], &out[2 * i + 1]);
+    }
+}
+
+pdb_status pdb_cuda_latent_write(cudaStream_t s, const float *kva, const float *norm, const float *cs,
+                                 const pdb_cuda_pages *pg, int64_t pos0, int64_t n, int64_t kvl, int64_t rope,
+                                 const float *q, int64_t nh, int64_t nope, float *qlat, double eps) {
+    if (n <= 0) return PDB_OK;
+    if (pg->dt == PDB_CUDA_DT_BF16)
+        k_latent<<<(unsigned)n, 256, 0, s>>>(kva, norm, cs, (__nv_bfloat16 *)pg->base, pg->ptab, pg->page, pg->rowpad,
+                                             pos0, kvl, rope, q, nh, nope, qlat, eps);
+    else
+        k_latent<<<(unsigned)n, 256, 0, s>>>(kva, norm, cs, (float *)pg->base, pg->ptab, pg->page, pg->rowpad, pos0,
+                                             kvl, rope, q, nh, nope, qlat, eps);
+    PDB_CU_LAUNCH("latent_write");
+    return PDB_OK;
+}
+
+/* ======================================= attention ========================================== */
+
+/* Block: 8 warps x 4 query rows = 32 query rows (row index = token * nh + head), one tile of 32
+ * cache rows at a time in shared memory as f32 (stride row + 4: float4 reads by 8 lanes touch
+ * distinct banks). Score phase: lane j owns cache row j of the tile; P.V phase: lane owns latent
+ * columns lane + 32 i. Online softmax per query row: running max m, sum l, output o. */
+enum { AT_WARPS = 8, AT_QW = 4, AT_BQ = AT_WARPS * AT_QW, AT_BK = 32, AT_CI = PDB_CUDA_MAX_KVL / 32 };
+
+template <typename T>
+__global__ void __launch_bounds__(AT_WARPS * 32)
+    k_attn(const float *qlat, const T *base, const int32_t *ptab, int64_t page, int64_t rowpad, int64_t pos0, int64_t n,
+           int64_t nh, int64_t kvl, int64_t row, float scale, float *olat) {
+    extern __shared__ float4 smem4[];
+    float *sm = (float *)smem4;
+    int64_t rs = row + 4;
+    float *Qs = sm, *Ks = sm + AT_BQ * rs;
+    int64_t q0 = (int64_t)blockIdx.x * AT_BQ, nq = n * nh;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int64_t i = threadIdx.x; i < AT_BQ * row; i += blockDim.x) {
+        int64_t r = i / row, c = i % row;
+        Qs[r * rs + c] = q0 + r < nq ? qlat[(q0 + r) * row + c] : 0.0f;
+    }
+    int64_t qlast = q0 + AT_BQ - 1 < nq ? q0 + AT_BQ - 1 : nq - 1;
+    int64_t kmax = pos0 + qlast / nh; /* last cache row any query of the block sees */
+    int64_t qpos[AT_QW];
+    float m[AT_QW], l[AT_QW], o[AT_QW][AT_CI];
+#pragma unroll
+    for (int a = 0; a < AT_QW; a++) {
+        int64_t qi = q0 + warp * AT_QW + a;
+        qpos[a] = qi < nq ? pos0 + qi / nh : -1;
+        m[a] = -INFINITY;
+        l[a] = 0;
+#pragma unroll
+        for (int i = 0; i < AT_CI; i++) o[a][i] = 0;
+    }
+    for (int64_t kb = 0; kb <= kmax; kb += AT_BK) {
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < AT_BK * (row / 2); i += blockDim.x) {
+            int64_t r = i / (row / 2), c = 2 * (i % (row / 2)), p = kb + r;
+            float v0 = 0, v1 = 0;
+            if (p <= kmax) {
+                const T *src = base + ((int64_t)ptab[p / page] * page + p % page) * rowpad;
+                v0 = ld_f(src, c);
+                v1 = ld_f(src, c + 1);
+            }
+            Ks[r * rs + c] = v0;
+            Ks[r * rs + c + 1] = v1;
+        }
+        __syncthreads();
+        /* scores: lane j against cache row kb + j */
+        float sc[AT_QW] = {0, 0, 0, 0};
+        const float *kr = Ks + lane * rs;
+        for (int64_t d = 0; d < row; d += 4) {
+            float4 kv = *(const float4 *)(kr + d);
+#pragma unroll
+            for (int a = 0; a < AT_QW; a++) {
+                float4 qv = *(const float4 *)(Qs + (warp * AT_QW + a) * rs + d);
+                sc[a] = fmaf(qv.x, kv.x, sc[a]);
+                sc[a] = fmaf(qv.y, kv.y, sc[a]);
+                sc[a] = fmaf(qv.z, kv.z, sc[a]);
+                sc[a] = fmaf(qv.w, kv.w, sc[a]);
+            }
+        }
+        float p[AT_QW];
+#pragma unroll
+        for (int a = 0; a < AT_QW; a++) {
+            float s = kb + lane <= qpos[a] ? sc[a] * scale : -INFINITY;
+            float mt = s;
+            for (int off = 16; off >= 1; off /= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+            float mn = fmaxf(m[a], mt);
+            p[a] = mn == -INFINITY ? 0.0f : expf(s - mn);
+            float corr = m[a] == -INFINITY ? 0.0f : expf(m[a] - mn);
+            float ps = p[a];
+            for (int off = 16; off >= 1; off /= 2) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            l[a] = l[a] * corr + ps;
+            m[a] = mn;
+#pragma unroll
+            for (int i = 0; i < AT_CI; i++) o[a][i] *= corr;
+        }
+        /* o += p . rows[:, :kvl] */
+        for (int j = 0; j < AT_BK; j++) {
+            float pj[AT_QW];
+#pragma unroll
+            for (int a = 0; a < AT_QW; a++) pj[a] = __shfl_sync(0xffffffffu, p[a], j);
+            const float *kr2 = Ks + j * rs;
+#pragma unroll
+            for (int i = 0; i < AT_CI; i++) {
+                int64_t c = lane + 32 * i;
+                if (c < kvl) {
+                    float v = kr2[c];
+#pragma unroll
+                    for (int a = 0; a < AT_QW; a++) o[a][i] = fmaf(pj[a], v, o[a][i]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < AT_QW; a++) {
+        int64_t qi = q0 + warp * AT_QW + a;
+        if (qi >= nq) continue;
+        float inv = 1.0f / l[a];
+#pragma unroll
+        for (int i = 0; i < AT_CI; i++) {
+            int64_t c = lane + 32 * i;
+            if (c < kvl) olat[qi * kvl + c] = o[a][i] * inv;
+        }
+    }
+}
+
+pdb_status pdb_cuda_attention(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0, int64_t n,
+                              int64_t nh, int64_t kvl, int64_t row, float scale, float *olat) {
+    if (n <= 0) return PDB_OK;
+    if (kvl > PDB_CUDA_MAX_KVL || row > PDB_CUDA_MAX_ROW || row % 4)
+        return pdb_err_set(PDB_UNSUPPORTED, "attention: kv_lora_rank %lld / row %lld outside the kernel's limits",
+                           (long long)kvl, (long long)row);
+    size_t smem = sizeof(float) * (size_t)(AT_BQ + AT_BK) * (size_t)(row + 4);
+    unsigned g = grid1(n * nh, AT_BQ);
+    if (pg->dt == PDB_CUDA_DT_BF16) {
+        PDB_CU(cudaFuncSetAttribute(k_attn<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        k_attn<__nv_bfloat16><<<g, AT_WARPS * 32, smem, s>>>(qlat, (const __nv_bfloat16 *)pg->base, pg->ptab, pg->page,
+                                                             pg->rowpad, pos0, n, nh, kvl, row, scale, olat);
+    } else {
+        PDB_CU(cudaFuncSetAttribute(k_attn<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        k_attn<float><<<g, AT_WARPS * 32, smem, s>>>(qlat, (const float *)pg->base, pg->ptab, pg->page, pg->rowpad,
+                                                     pos0, n, nh, kvl, row, scale, olat);
+    }
+    PDB_CU_LAUNCH("attention");
+    return PDB_OK;
+}
+
+/* ======================================= MoE ================================================ */
+
+/* One thread per token, pdb_v2_route step by step: softmax (max, expf, double sum, multiply by
+ * the f32 inverse), group-limited mask, greedy top-k with ties to the lower index, weights. */
+__global__ void k_route(float *probs, float *scratch, int32_t *idx, float *wt, int64_t n, pdb_cuda_route_cfg rc) {
+    int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    int E = rc.E, K = rc.K;
+    float *x = probs + t * E, *sc = scratch + t * E;
+    int32_t *ix = idx + t * K;
+    float *w = wt + t * K;
+    float mx = -INFINITY;
+    for (int i = 0; i < E; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int i = 0; i < E; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < E; i++) { x[i] = x[i] * inv; sc[i] = x[i]; }
+    if (rc.group_limited) {
+        int G = rc.n_group, per = E / G;
+        unsigned keep[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* G <= 256 */
+        for (int k = 0; k < rc.topk_group; k++) {
+            int b = -1;
+            float bs = 0;
+            for (int g = 0; g < G; g++) {
+                if (keep[g / 32] >> (g % 32) & 1u) continue;
+                float gs = -INFINITY;
+                for (int j = 0; j < per; j++) gs = fmaxf(gs, x[g * per + j]);
+                if (b < 0 || gs > bs) { b = g; bs = gs; }
+            }
+            keep[b / 32] |= 1u << (b % 32);
+        }
+        for (int g = 0; g < G; g++)
+            if (!(keep[g / 32] >> (g % 32) & 1u))
+                for (int j = 0; j < per; j++) sc[g * per + j] = 0.0f;
+    }
+    for (int k = 0; k < K; k++) {
+        int b = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int q = 0; q < k; q++) taken |= ix[q] == e;
+            if (!taken && (b < 0 || sc[e] > sc[b])) b = e;
+        }
+        ix[k] = b;
+        w[k] = sc[b];
+    }
+    if (K > 1 && rc.norm_topk_prob) {
+        double s = 1e-20;
+        for (int k = 0; k < K; k++) s += w[k];
+        for (int k = 0; k < K; k++) w[k] = (float)(w[k] / s);
+    } else {
+        for (int k = 0; k < K; k++) w[k] *= rc.routed_scaling_factor;
+    }
+}
+
+pdb_status pdb_cuda_route(cudaStream_t s, float *probs, float *scratch, int32_t *idx, float *wt, int64_t n,
+                          const pdb_cuda_route_cfg *rc) {
+    if (n <= 0) return PDB_OK;
+    if (rc->E > PDB_CUDA_MAX_EXPERTS || rc->n_group > 256 || rc->n_group < 1 || rc->K > rc->E)
+        return pdb_err_set(PDB_UNSUPPORTED, "route: %d experts / %d groups / top-%d outside the kernel's limits", rc->E,
+                           rc->n_group, rc->K);
+    k_route<<<grid1(n, 64), 64, 0, s>>>(probs, scratch, idx, wt, n, *rc);
+    PDB_CU_LAUNCH("route");
+    return PDB_OK;
+}
+
+__global__ void k_gather(const float *src, const int32_t *src_row, int64_t H, float *dst) {
+    int64_t r = blockIdx.x;
+    const float *s = src + (int64_t)src_row[r] * H;
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) dst[r * H + j] = s[j];
+}
+
+pdb_status pdb_cuda_gather(cudaStream_t s, const float *src, const int32_t *src_row, int64_t M, int64_t H, float *dst) {
+    if (M <= 0) return PDB_OK;
+    k_gather<<<(unsigned)M, 256, 0, s>>>(src, src_row, H, dst);
+    PDB_CU_LAUNCH("gather");
+    return PDB_OK;
+}
+
+__global__ void k_combine(const float *ye, const int32_t *slot_row, const float *wt, const float *shared, int64_t K,
+                          int64_t H, float *h) {
+    int64_t t = blockIdx.x;
+    for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
+        float acc = 0;
+        for (int64_t k = 0; k < K; k++) acc = fmaf(ye[(int64_t)slot_row[t * K + k] * H + j], wt[t * K + k], acc);
+        if (shared) acc = acc + shared[t * H + j];
+        h[t * H + j] = h[t * H + j] + acc;
+    }
+}
+
+pdb_status pdb_cuda_moe_combine(cudaStream_t s, const float *ye, const int32_t *slot_row, const float *wt,
+                                const float *shared, int64_t n, int64_t K, int64_t H, float *h) {
+    if (n <= 0) return PDB_OK;
+    k_combine<<<(unsigned)n, 256, 0, s>>>(ye, slot_row, wt, shared, K, H, h);
+    PDB_CU_LAUNCH("moe_combine");
+    return PDB_OK;
+}
+
+/* ======================================= capture hook ======================================= */
+
+/* A warp computes a 4 x 4 tile (tokens x outputs); each of its 16 elements is one pdb_qmat_dot:
+ * lane j accumulates k = j, j + 32, ... with a fused multiply-add in k order from +0, then the
+ * 32 lanes fold as l[i] = l[i] + l[i + off] for off = 16, 8, 4, 2, 1. The tile only shares
+ * loads; it never mixes elements. */
+enum { HK_T = 4, HK_O = 4, HK_WARPS = 8 };
+
+__global__ void __launch_bounds__(HK_WARPS * 32)
+    k_hook_dot(const float *x, const float *W, int64_t n, int64_t R, int64_t H, float *out) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int64_t tiles_o = (R + HK_O - 1) / HK_O;
+    int64_t tile = (int64_t)blockIdx.x * HK_WARPS + warp;
+    int64_t t0 = (tile / tiles_o) * HK_T, o0 = (tile % tiles_o) * HK_O;
+    if (t0 >= n) return;
+    const float *xr[HK_T], *wr[HK_O];
+#pragma unroll
+    for (int a = 0; a < HK_T; a++) xr[a] = x + (t0 + a < n ? t0 + a : n - 1) * H;
+#pragma unroll
+    for (int b = 0; b < HK_O; b++) wr[b] = W + (o0 + b < R ? o0 + b : R - 1) * H;
+    float acc[HK_T][HK_O];
+#pragma unroll
+    for (int a = 0; a < HK_T; a++)
+#pragma unroll
+        for (int b = 0; b < HK_O; b++) acc[a][b] = 0.0f;
+    for (int64_t k = lane; k < H; k += 32) {
+        float xv[HK_T], wv[HK_O];
+#pragma unroll
+        for (int a = 0; a < HK_T; a++) xv[a] = xr[a][k];
+#pragma unroll
+        for (int b = 0; b < HK_O; b++) wv[b] = wr[b][k];
+#pragma unroll
+        for (int a = 0; a < HK_T; a++)
+#pragma unroll
+            for (int b = 0; b < HK_O; b++) acc[a][b] = __fmaf_rn(xv[a], wv[b], acc[a][b]);
+    }
+#pragma unroll
+    for (int a = 0; a < HK_T; a++)
+#pragma unroll
+        for (int b = 0; b < HK_O; b++) {
+            float v = acc[a][b];
+            for (int off = 16; off >= 1; off /= 2) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, off));
+            if (lane == 0 && t0 + a < n && o0 + b < R) out[(t0 + a) * R + o0 + b] = v;
+        }
+}
+
+pdb_status pdb_cuda_hook_dot(cudaStream_t s, const float *x, const float *W, int64_t n, int64_t R, int64_t H,
+                             float *out) {
+    if (n <= 0 || R <= 0) return PDB_OK;
+    int64_t tiles = ((n + HK_T - 1) / HK_T) * ((R + HK_O - 1) / HK_O);
+    k_hook_dot<<<grid1(tiles, HK_WARPS), HK_WARPS * 32, 0, s>>>(x, W, n, R, H, out);
+    PDB_CU_LAUNCH("hook_dot");
+    return PDB_OK;
+}

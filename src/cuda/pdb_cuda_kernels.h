@@ -1,0 +1,64 @@
+/* pdb_cuda_kernels: the CUDA backend's own kernels (norms, RoPE + latent-row write into the
+ * paged cache, flash-style absorbed MLA attention, MoE routing/gather/combine, the capture
+ * hook's fixed-order dot). Internal header for .cu files.
+ * Invariants: each launcher checks its launch; every kernel computes a row's result from that
+ * row (and, for attention, the cache rows before it) in a fixed order independent of the
+ * launch's row count, so a position's values do not depend on chunking (the GEMMs are
+ * cuBLAS's and carry no such promise); pdb_cuda_hook_dot reproduces pdb_qmat_dot bit for bit. */
+#ifndef PDB_CUDA_KERNELS_H
+#define PDB_CUDA_KERNELS_H
+
+#include "pdb_cuda_util.h"
+
+/* Paged latent cache of one layer: row (pos p) lives at
+ * base + ((int64_t)ptab[p / page] * page + p % page) * rowpad, elements of type dt. */
+typedef struct pdb_cuda_pages {
+    void *base;          /* this layer's pages */
+    const int32_t *ptab; /* [logical pages] -> physical page (device) */
+    int64_t page, rowpad;
+    pdb_cuda_dt dt;
+} pdb_cuda_pages;
+
+/* Hard limits of the attention kernel (checked at create). */
+enum { PDB_CUDA_MAX_KVL = 512, PDB_CUDA_MAX_ROW = 640, PDB_CUDA_MAX_EXPERTS = 1024 };
+
+/* h [n, H] f32 = embedding rows ids[n] of emb [V, H] (dt). */
+pdb_status pdb_cuda_embed(cudaStream_t s, const int32_t *ids, const void *emb, pdb_cuda_dt dt, int64_t n, int64_t H,
+                          float *h);
+/* y [n, ldy] = RMSNorm(x [n, ldx]) * w over C columns (pdb_math_rmsnorm's formula, double sum). */
+pdb_status pdb_cuda_rmsnorm(cudaStream_t s, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,
+                            int64_t n, int64_t C, double eps);
+/* dst [count] of dt from src f32 (bf16: round to nearest even); returns dst (or src for f32). */
+pdb_status pdb_cuda_convert(cudaStream_t s, const float *src, int64_t count, pdb_cuda_dt dt, void *dst);
+/* Engine latent rows for n tokens at positions pos0..: cache row = [RMSNorm(kva[:kvl]) * norm |
+ * RoPE(kva[kvl:])], and qlat[t, h, kvl:] = RoPE(q[t, h, nope:]). cs: [n, rope] (cos[rope/2] then
+ * sin[rope/2] per token, attention factor included). */
+pdb_status pdb_cuda_latent_write(cudaStream_t s, const float *kva, const float *norm, const float *cs,
+                                 const pdb_cuda_pages *pg, int64_t pos0, int64_t n, int64_t kvl, int64_t rope,
+                                 const float *q, int64_t nh, int64_t nope, float *qlat, double eps);
+/* Causal absorbed attention over the latent cache: olat [n*nh, kvl] = softmax(scale * qlat
+ * [n*nh, row] . rows[0..pos]) @ rows[:, :kvl], row index = token * nh + head. Online softmax over
+ * tiles of 32 cache rows; never materialises scores. */
+pdb_status pdb_cuda_attention(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0, int64_t n,
+                              int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
+/* out [n] = silu(g) * u elementwise (pdb_math_silu_mul's formula). */
+pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, float *out, int64_t count);
+/* Routing of n tokens (pdb_v2_route semantics): probs [n, E] router logits, softmaxed in place;
+ * scratch [n, E]; idx [n, K] int32, wt [n, K]. */
+typedef struct pdb_cuda_route_cfg {
+    int E, K, n_group, topk_group, group_limited, norm_topk_prob;
+    float routed_scaling_factor;
+} pdb_cuda_route_cfg;
+pdb_status pdb_cuda_route(cudaStream_t s, float *probs, float *scratch, int32_t *idx, float *wt, int64_t n,
+                          const pdb_cuda_route_cfg *rc);
+/* dst [M, H] = src rows src_row[M]. */
+pdb_status pdb_cuda_gather(cudaStream_t s, const float *src, const int32_t *src_row, int64_t M, int64_t H, float *dst);
+/* h [n, H] += sum_k ye[slot_row[t*K+k]] * wt[t*K+k] (k order) + shared [n, H] (may be NULL). */
+pdb_status pdb_cuda_moe_combine(cudaStream_t s, const float *ye, const int32_t *slot_row, const float *wt,
+                                const float *shared, int64_t n, int64_t K, int64_t H, float *h);
+/* The capture hook's projection: out [n, R] = x [n, H] . W [R, H] row by row, each element
+ * pdb_qmat_dot's order exactly (32 lanes, fma in k order, fold 16/8/4/2/1). */
+pdb_status pdb_cuda_hook_dot(cudaStream_t s, const float *x, const float *W, int64_t n, int64_t R, int64_t H,
+                             float *out);
+
+#endif

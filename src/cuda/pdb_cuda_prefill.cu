@@ -1,0 +1,668 @@
+/* pdb_cuda_prefill: the CUDA prefill backend for DeepSeek-V2. Reading order: create (device,
+ * cuBLAS, engine weights as bf16 or f32, decoder hook weights as exact f32) -> begin (paged
+ * cache, scratch) -> forward (per layer: norm, hook, q, latent rows, attention, o_proj, MoE) ->
+ * capture row math on the host -> capture_rows.
+ * Invariants: (1) capture rows are pdb_v2_ops_latent_rows' definition: kva by pdb_cuda_hook_dot
+ * (pdb_qmat_dot's order) from this engine's attention input, then pdb_math_rmsnorm and
+ * pdb_rope_apply on the host — so from identical xn they are bit-identical to the CPU's;
+ * (2) every device buffer is sized at create/begin from the config and the sub-chunk bound, and
+ * forward passes never exceed sub_chunk tokens; (3) every CUDA/cuBLAS call is checked, a failure
+ * returns PDB_CUDA and leaves the backend destroyable. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_cuda_kernels.h"
+#include "pdb_cuda_util.h"
+
+extern "C" {
+#include "pdb_cuda_prefill.h"
+#include "pdb_dtype.h"
+#include "pdb_math.h"
+#include "pdb_rope.h"
+#include "pdb_v2_ops.h"
+}
+
+/* ======================================= state ============================================== */
+
+typedef struct cu_layer {
+    float *attn_norm, *ffn_norm, *q_a_norm, *kv_a_norm; /* device f32 [H], [H], [qlr], [kvl] */
+    void *q_proj, *q_a, *q_b, *kv_a, *o_proj;            /* dt: [nh*qk, H], [qlr, H], [nh*qk, qlr], [row, H], [H, nh*vd] */
+    void *kv_b;                                          /* dt [nh*(nope+vd), kvl]: W_UK_h then W_UV_h per head */
+    int is_moe;
+    void *gate, *up, *down;                              /* dt dense [I, H], [I, H], [H, I] */
+    float *router;                                       /* f32 [E, H] */
+    void *eg, *eu, *ed;                                  /* dt [E, Im, H], [E, Im, H], [E, H, Im] */
+    void *sg, *su, *sd;                                  /* dt [Is, H], [Is, H], [H, Is] */
+    float *dec_kva;                                      /* f32 [row, H]: the DECODER's kv_a, exactly dequantized */
+} cu_layer;
+
+typedef struct cu_list { void **p; int n, cap; } cu_list;
+
+typedef struct cu_prefill {
+    pdb_prefill_backend be;
+    pdb_config cfg;
+    pdb_cuda_dt dt;
+    size_t esz;                 /* bytes per dt element */
+    int64_t sub_cfg, sub_max, page; /* configured / current pass bound (tokens), page size */
+    int device;
+    cudaStream_t s;
+    int have_stream;
+    pdb_cuda_blas blas;
+    int have_blas;
+    pdb_v2_qweights dec;        /* host: decoder kv_a_norm and rope (the capture row math) */
+    int have_dec;
+    pdb_rope rope;              /* engine rope table (inv_freq, attention factor) */
+    float scale;
+    void *embed, *lm_head;      /* dt [V, H] */
+    float *final_norm;          /* [H] */
+    cu_layer *L;
+    cu_list wts, seq;           /* device allocations: weights (freed at destroy), sequence (at end) */
+    /* dims */
+    int64_t H, nh, nope, rope_d, qk, vd, kvl, row, qlr, E, K, Im, Is, I, V, nl;
+    /* sequence */
+    int64_t max_tokens, len, n_pages, rowpad;
+    void *cache;                /* dt [L, n_pages, page, rowpad] */
+    int32_t *ptab;              /* device [n_pages] */
+    float *h, *xn, *q, *qa, *kva, *qlat, *olat, *attn, *probs, *rsc, *topk_w, *g, *u, *xe, *ye, *sh, *hook, *cs, *logits;
+    int32_t *ids, *topk_idx, *row_src, *slot_row;
+    void *cvt;                  /* dt staging for GEMM A operands */
+    /* pinned host */
+    float *h_hook, *h_cs;       /* [L, S, row], [S, rope] */
+    int32_t *h_ids, *h_topk, *h_rows; /* [S], [S*K], [2*S*K] */
+    int64_t *h_cnt;             /* [E] */
+    /* capture_rows staging */
+    float *cr_x, *cr_kva, *h_cr;
+} cu_prefill;
+
+enum { CR_ROWS = 256 };
+
+static pdb_status list_add(cu_list *l, void *p) {
+    if (l->n == l->cap) {
+        int nc = l->cap ? l->cap * 2 : 256;
+        void **np = (void **)realloc(l->p, sizeof(void *) * (size_t)nc);
+        if (!np) { cudaFree(p); return pdb_err_set(PDB_NOMEM, "device allocation list"); }
+        l->p = np;
+        l->cap = nc;
+    }
+    l->p[l->n++] = p;
+    return PDB_OK;
+}
+
+static void list_free(cu_list *l) {
+    for (int i = 0; i < l->n; i++) cudaFree(l->p[i]);
+    free(l->p);
+    memset(l, 0, sizeof *l);
+}
+
+template <typename T> static pdb_status dalloc(cu_list *l, T **p, size_t bytes) {
+    void *v = NULL;
+    if (bytes == 0) bytes = 16;
+    cudaError_t e = cudaMalloc(&v, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return pdb_err_set(PDB_CUDA, "cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
+    }
+    *p = (T *)v;
+    return list_add(l, v);
+}
+
+/* ======================================= weights ============================================ */
+
+/* Upload an f32 host array as dt into dst (device, preallocated). */
+static pdb_status upload_dt(cu_prefill *c, void *dst, const float *src, int64_t count) {
+    if (c->dt == PDB_CUDA_DT_F32) {
+        PDB_CU(cudaMemcpy(dst, src, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice));
+        return PDB_OK;
+    }
+    uint16_t *tmp = (uint16_t *)malloc(2 * (size_t)count);
+    if (!tmp) return pdb_err_set(PDB_NOMEM, "bf16 staging of %lld values", (long long)count);
+    pdb_status s = pdb_dtype_from_f32(PDB_DT_BF16, src, count, tmp);
+    if (!s) {
+        cudaError_t e = cudaMemcpy(dst, tmp, 2 * (size_t)count, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            s = pdb_err_set(PDB_CUDA, "%s:%d cudaMemcpy(weights): %s", __FILE__, __LINE__, cudaGetErrorString(e));
+        }
+    }
+    free(tmp);
+    return s;
+}
+
+/* Load tensor `name` of shape [d0, d1] (d1 == 0: 1-D) from the engine checkpoint (any float dtype,
+ * FP8 block-scaled included) into dst + offset elements, as dt (or f32 when as_f32). */
+static pdb_status load_into(cu_prefill *c, const pdb_st *st, const char *name, int64_t d0, int64_t d1, void *dst,
+                            int64_t offset, int as_f32) {
+    int64_t shape[2] = {d0, d1};
+    float *f = NULL;
+    PDB_TRY(pdb_st_load_f32(st, name, d1 ? 2 : 1, shape, &f));
+    int64_t count = d0 * (d1 ? d1 : 1);
+    pdb_status s;
+    if (as_f32) {
+        cudaError_t e = cudaMemcpy((float *)dst + offset, f, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice);
+        s = e == cudaSuccess ? PDB_OK
+                             : pdb_err_set(PDB_CUDA, "%s:%d cudaMemcpy(%s): %s", __FILE__, __LINE__, name,
+                                           cudaGetErrorString(e));
+        if (e != cudaSuccess) cudaGetLastError();
+    } else {
+        s = upload_dt(c, (char *)dst + (size_t)offset * c->esz, f, count);
+    }
+    free(f);
+    return s ? pdb_err_wrap(s, "tensor '%s': ", name) : PDB_OK;
+}
+
+static pdb_status load_w(cu_prefill *c, const pdb_st *st, void **dst, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static pdb_status load_w(cu_prefill *c, const pdb_st *st, void **dst, int64_t d0, int64_t d1, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    PDB_TRY(dalloc(&c->wts, dst, c->esz * (size_t)(d0 * d1)));
+    return load_into(c, st, name, d0, d1, *dst, 0, 0);
+}
+
+static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d0, int64_t d1, const char *fmt, ...) {
+    char name[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    PDB_TRY(dalloc(&c->wts, dst, sizeof(float) * (size_t)(d0 * (d1 ? d1 : 1))));
+    return load_into(c, st, name, d0, d1, *dst, 0, 1);
+}
+
+static pdb_status load_layer(cu_prefill *c, const pdb_st *st, int l) {
+    cu_layer *L = &c->L[l];
+    const char *p = "model.layers";
+    int64_t H = c->H;
+    PDB_TRY(load_v(c, st, &L->attn_norm, H, 0, "%s.%d.input_layernorm.weight", p, l));
+    PDB_TRY(load_v(c, st, &L->ffn_norm, H, 0, "%s.%d.post_attention_layernorm.weight", p, l));
+    if (c->qlr == 0) {
+        PDB_TRY(load_w(c, st, &L->q_proj, c->nh * c->qk, H, "%s.%d.self_attn.q_proj.weight", p, l));
+    } else {
+        PDB_TRY(load_w(c, st, &L->q_a, c->qlr, H, "%s.%d.self_attn.q_a_proj.weight", p, l));
+        PDB_TRY(load_v(c, st, &L->q_a_norm, c->qlr, 0, "%s.%d.self_attn.q_a_layernorm.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->q_b, c->nh * c->qk, c->qlr, "%s.%d.self_attn.q_b_proj.weight", p, l));
+    }
+    PDB_TRY(load_w(c, st, &L->kv_a, c->row, H, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l));
+    PDB_TRY(load_v(c, st, &L->kv_a_norm, c->kvl, 0, "%s.%d.self_attn.kv_a_layernorm.weight", p, l));
+    PDB_TRY(load_w(c, st, &L->kv_b, c->nh * (c->nope + c->vd), c->kvl, "%s.%d.self_attn.kv_b_proj.weight", p, l));
+    PDB_TRY(load_w(c, st, &L->o_proj, H, c->nh * c->vd, "%s.%d.self_attn.o_proj.weight", p, l));
+    L->is_moe = pdb_config_layer_is_moe(&c->cfg, l);
+    if (!L->is_moe) {
+        PDB_TRY(load_w(c, st, &L->gate, c->I, H, "%s.%d.mlp.gate_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->up, c->I, H, "%s.%d.mlp.up_proj.weight", p, l));
+        return load_w(c, st, &L->down, H, c->I, "%s.%d.mlp.down_proj.weight", p, l);
+    }
+    char name[256];
+    snprintf(name, sizeof name, "%s.%d.mlp.experts.gate_up_proj", p, l);
+    if (pdb_st_find(st, name))
+        return pdb_err_set(PDB_UNSUPPORTED, "checkpoint: fused expert tensor '%s' (the CUDA backend reads per-expert "
+                           "tensors)", name);
+    PDB_TRY(load_v(c, st, &L->router, c->E, H, "%s.%d.mlp.gate.weight", p, l));
+    int64_t per = c->Im * H;
+    PDB_TRY(dalloc(&c->wts, &L->eg, c->esz * (size_t)(c->E * per)));
+    PDB_TRY(dalloc(&c->wts, &L->eu, c->esz * (size_t)(c->E * per)));
+    PDB_TRY(dalloc(&c->wts, &L->ed, c->esz * (size_t)(c->E * per)));
+    for (int64_t e = 0; e < c->E; e++) {
+        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.gate_proj.weight", p, l, (long long)e);
+        PDB_TRY(load_into(c, st, name, c->Im, H, L->eg, e * per, 0));
+        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.up_proj.weight", p, l, (long long)e);
+        PDB_TRY(load_into(c, st, name, c->Im, H, L->eu, e * per, 0));
+        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.down_proj.weight", p, l, (long long)e);
+        PDB_TRY(load_into(c, st, name, H, c->Im, L->ed, e * per, 0));
+    }
+    if (c->cfg.n_shared_experts > 0) {
+        PDB_TRY(load_w(c, st, &L->sg, c->Is, H, "%s.%d.mlp.shared_experts.gate_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->su, c->Is, H, "%s.%d.mlp.shared_experts.up_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->sd, H, c->Is, "%s.%d.mlp.shared_experts.down_proj.weight", p, l));
+    }
+    return PDB_OK;
+}
+
+/* The decoder's kv_a of every layer, dequantized row by row with pdb_qmat_row_f32 (exact). */
+static pdb_status load_hook(cu_prefill *c) {
+    float *buf = (float *)malloc(sizeof(float) * (size_t)(c->row * c->H));
+    if (!buf) return pdb_err_set(PDB_NOMEM, "hook weight staging");
+    pdb_status s = PDB_OK;
+    for (int64_t l = 0; l < c->nl && !s; l++) {
+        const pdb_qmat *w = &c->dec.layers[l].kv_a;
+        for (int64_t r = 0; r < c->row; r++) pdb_qmat_row_f32(w, r, buf + r * c->H);
+        s = dalloc(&c->wts, &c->L[l].dec_kva, sizeof(float) * (size_t)(c->row * c->H));
+        if (!s) {
+            cudaError_t e = cudaMemcpy(c->L[l].dec_kva, buf, sizeof(float) * (size_t)(c->row * c->H), cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) {
+                cudaGetLastError();
+                s = pdb_err_set(PDB_CUDA, "%s:%d cudaMemcpy(hook weights): %s", __FILE__, __LINE__, cudaGetErrorString(e));
+            }
+        }
+    }
+    free(buf);
+    return s;
+}
+
+/* ======================================= sequence =========================================== */
+
+static void seq_free(cu_prefill *c) {
+    list_free(&c->seq);
+    cudaFreeHost(c->h_hook);
+    cudaFreeHost(c->h_cs);
+    cudaFreeHost(c->h_ids);
+    cudaFreeHost(c->h_topk);
+    cudaFreeHost(c->h_rows);
+    free(c->h_cnt);
+    c->h_hook = c->h_cs = NULL;
+    c->h_ids = c->h_topk = c->h_rows = NULL;
+    c->h_cnt = NULL;
+    c->cache = NULL;
+    c->max_tokens = c->len = 0;
+}
+
+template <typename T> static pdb_status hpin(T **p, size_t bytes) {
+    void *v = NULL;
+    if (bytes == 0) bytes = 16;
+    PDB_CU(cudaMallocHost(&v, bytes));
+    *p = (T *)v;
+    return PDB_OK;
+}
+
+static pdb_status cu_begin(pdb_prefill_backend *be, int64_t max_tokens) {
+    cu_prefill *c = (cu_prefill *)be->impl;
+    seq_free(c);
+    if (max_tokens <= 0 || max_tokens > ((int64_t)1 << 31))
+        return pdb_err_set(PDB_INVALID, "cuda begin: max_tokens %lld outside 1..2^31", (long long)max_tokens);
+    PDB_CU(cudaSetDevice(c->device));
+    int64_t S = max_tokens < c->sub_cfg ? max_tokens : c->sub_cfg, K = c->K ? c->K : 1, E = c->E ? c->E : 1;
+    c->n_pages = (max_tokens + c->page - 1) / c->page;
+    c->rowpad = (c->row + 7) / 8 * 8;
+    size_t sz = sizeof(float);
+    PDB_TRY(dalloc(&c->seq, &c->cache, c->esz * (size_t)(c->nl * c->n_pages * c->page * c->rowpad)));
+    PDB_TRY(dalloc(&c->seq, &c->ptab, sizeof(int32_t) * (size_t)c->n_pages));
+    {
+        int32_t *tab = (int32_t *)malloc(sizeof(int32_t) * (size_t)c->n_pages);
+        if (!tab) return pdb_err_set(PDB_NOMEM, "page table");
+        for (int64_t i = 0; i < c->n_pages; i++) tab[i] = (int32_t)i; /* one sequence: identity */
+        cudaError_t e = cudaMemcpy(c->ptab, tab, sizeof(int32_t) * (size_t)c->n_pages, cudaMemcpyHostToDevice);
+        free(tab);
+        PDB_CU(e);
+    }
+    int64_t Imax = c->I;
+    if (K * c->Im > Imax) Imax = K * c->Im;
+    if (c->Is > Imax) Imax = c->Is;
+    PDB_TRY(dalloc(&c->seq, &c->h, sz * (size_t)(S * c->H)));
+    PDB_TRY(dalloc(&c->seq, &c->xn, sz * (size_t)(S * c->H)));
+    PDB_TRY(dalloc(&c->seq, &c->q, sz * (size_t)(S * c->nh * c->qk)));
+    PDB_TRY(dalloc(&c->seq, &c->qa, sz * (size_t)(S * (c->qlr ? c->qlr : 1))));
+    PDB_TRY(dalloc(&c->seq, &c->kva, sz * (size_t)(S * c->row)));
+    PDB_TRY(dalloc(&c->seq, &c->qlat, sz * (size_t)(S * c->nh * c->row)));
+    PDB_TRY(dalloc(&c->seq, &c->olat, sz * (size_t)(S * c->nh * c->kvl)));
+    PDB_TRY(dalloc(&c->seq, &c->attn, sz * (size_t)(S * c->nh * c->vd)));
+    PDB_TRY(dalloc(&c->seq, &c->probs, sz * (size_t)(S * E)));
+    PDB_TRY(dalloc(&c->seq, &c->rsc, sz * (size_t)(S * E)));
+    PDB_TRY(dalloc(&c->seq, &c->topk_w, sz * (size_t)(S * K)));
+    PDB_TRY(dalloc(&c->seq, &c->topk_idx, sizeof(int32_t) * (size_t)(S * K)));
+    PDB_TRY(dalloc(&c->seq, &c->row_src, sizeof(int32_t) * (size_t)(S * K)));
+    PDB_TRY(dalloc(&c->seq, &c->slot_row, sizeof(int32_t) * (size_t)(S * K)));
+    PDB_TRY(dalloc(&c->seq, &c->g, sz * (size_t)(S * Imax)));
+    PDB_TRY(dalloc(&c->seq, &c->u, sz * (size_t)(S * Imax)));
+    PDB_TRY(dalloc(&c->seq, &c->xe, sz * (size_t)(S * K * c->H)));
+    PDB_TRY(dalloc(&c->seq, &c->ye, sz * (size_t)(S * K * c->H)));
+    PDB_TRY(dalloc(&c->seq, &c->sh, sz * (size_t)(S * c->H)));
+    PDB_TRY(dalloc(&c->seq, &c->hook, sz * (size_t)(S * c->row)));
+    PDB_TRY(dalloc(&c->seq, &c->cs, sz * (size_t)(S * c->rope_d)));
+    PDB_TRY(dalloc(&c->seq, &c->logits, sz * (size_t)c->V));
+    PDB_TRY(dalloc(&c->seq, &c->ids, sizeof(int32_t) * (size_t)S));
+    int64_t cmax = S * c->H; /* largest A operand staged in dt */
+    int64_t cand[] = {S * c->nh * c->qk, S * c->nh * c->kvl, S * c->nh * c->vd, S * K * c->H, S * Imax, S * c->qlr};
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) cmax = cand[i] > cmax ? cand[i] : cmax;
+    PDB_TRY(dalloc(&c->seq, &c->cvt, c->esz * (size_t)cmax));
+    PDB_TRY(hpin(&c->h_hook, sz * (size_t)(c->nl * S * c->row)));
+    PDB_TRY(hpin(&c->h_cs, sz * (size_t)(S * c->rope_d)));
+    PDB_TRY(hpin(&c->h_ids, sizeof(int32_t) * (size_t)S));
+    PDB_TRY(hpin(&c->h_topk, sizeof(int32_t) * (size_t)(S * K)));
+    PDB_TRY(hpin(&c->h_rows, sizeof(int32_t) * (size_t)(2 * S * K)));
+    c->h_cnt = (int64_t *)calloc((size_t)E + 1, sizeof(int64_t));
+    if (!c->h_cnt) return pdb_err_set(PDB_NOMEM, "expert counts");
+    c->max_tokens = max_tokens;
+    c->len = 0;
+    c->sub_max = S;
+    return PDB_OK;
+}
+
+static void cu_end(pdb_prefill_backend *be) {
+    cu_prefill *c = (cu_prefill *)be->impl;
+    cudaStreamSynchronize(c->s);
+    cudaGetLastError();
+    seq_free(c);
+}
+
+/* ======================================= forward ============================================ */
+
+/* A operand in dt: the f32 activation itself (f32 engine) or its bf16 copy in the staging buffer. */
+static pdb_status as_dt(cu_prefill *c, const float *x, int64_t count, const void **out) {
+    if (c->dt == PDB_CUDA_DT_F32) { *out = x; return PDB_OK; }
+    PDB_TRY(pdb_cuda_convert(c->s, x, count, c->dt, c->cvt));
+    *out = c->cvt;
+    return PDB_OK;
+}
+
+/* y [n, N] (+)= x [n, K] @ W[N, K]^T with x f32 (staged to dt). */
+static pdb_status linear(cu_prefill *c, const float *x, int64_t n, int64_t Kd, const void *W, int64_t N, float beta,
+                         float *y) {
+    const void *A;
+    PDB_TRY(as_dt(c, x, n * Kd, &A));
+    return pdb_cuda_gemm(&c->blas, c->dt, 1, n, N, Kd, 1.0f, A, Kd, 0, W, Kd, 0, beta, y, N, 0, 1);
+}
+
+static pdb_cuda_pages layer_pages(cu_prefill *c, int64_t l) {
+    pdb_cuda_pages pg;
+    pg.base = (char *)c->cache + c->esz * (size_t)(l * c->n_pages * c->page * c->rowpad);
+    pg.ptab = c->ptab;
+    pg.page = c->page;
+    pg.rowpad = c->rowpad;
+    pg.dt = c->dt;
+    return pg;
+}
+
+static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t p0, int64_t n) {
+    int64_t nh = c->nh, qk = c->qk, kvl = c->kvl, row = c->row, nope = c->nope, vd = c->vd;
+    if (c->qlr == 0) {
+        PDB_TRY(linear(c, c->xn, n, c->H, L->q_proj, nh * qk, 0.0f, c->q));
+    } else {
+        PDB_TRY(linear(c, c->xn, n, c->H, L->q_a, c->qlr, 0.0f, c->qa));
+        PDB_TRY(pdb_cuda_rmsnorm(c->s, c->qa, c->qlr, L->q_a_norm, c->qa, c->qlr, n, c->qlr, c->cfg.rms_norm_eps));
+        PDB_TRY(linear(c, c->qa, n, c->qlr, L->q_b, nh * qk, 0.0f, c->q));
+    }
+    PDB_TRY(linear(c, c->xn, n, c->H, L->kv_a, row, 0.0f, c->kva));
+    pdb_cuda_pages pg = layer_pages(c, l);
+    PDB_TRY(pdb_cuda_latent_write(c->s, c->kva, L->kv_a_norm, c->cs, &pg, p0, n, kvl, c->rope_d, c->q, nh, nope,
+                                  c->qlat, c->cfg.rms_norm_eps));
+    /* qlat[t, h, :kvl] = q_nope[t, h] @ W_UK_h ([nope, kvl] rows of kv_b), batched over heads */
+    const void *A;
+    PDB_TRY(as_dt(c, c->q, n * nh * qk, &A));
+    int64_t hs = (nope + vd) * kvl;
+    PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 0, n, kvl, nope, 1.0f, A, nh * qk, qk, L->kv_b, kvl, hs, 0.0f, c->qlat,
+                          nh * row, row, nh));
+    PDB_TRY(pdb_cuda_attention(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
+    /* attn[t, h] = olat[t, h] @ W_UV_h^T ([vd, kvl] rows of kv_b) */
+    PDB_TRY(as_dt(c, c->olat, n * nh * kvl, &A));
+    PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, n, vd, kvl, 1.0f, A, nh * kvl, kvl, (char *)L->kv_b + c->esz * (size_t)(nope * kvl),
+                          kvl, hs, 0.0f, c->attn, nh * vd, vd, nh));
+    return linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h); /* h += o_proj(attn) */
+}
+
+/* out [n, H] = down(silu(x gate^T) * (x up^T)), beta: 1 accumulates into out. */
+static pdb_status mlp(cu_prefill *c, const float *x, int64_t n, const void *gate, const void *up, const void *down,
+                      int64_t I, float beta, float *out) {
+    PDB_TRY(linear(c, x, n, c->H, gate, I, 0.0f, c->g));
+    PDB_TRY(linear(c, x, n, c->H, up, I, 0.0f, c->u));
+    PDB_TRY(pdb_cuda_silu_mul(c->s, c->g, c->u, c->g, n * I));
+    return linear(c, c->g, n, I, down, c->H, beta, out);
+}
+
+static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
+    int64_t H = c->H, E = c->E, K = c->K, Im = c->Im;
+    /* router in f32 */
+    PDB_TRY(pdb_cuda_gemm(&c->blas, PDB_CUDA_DT_F32, 1, n, E, H, 1.0f, c->xn, H, 0, L->router, H, 0, 0.0f, c->probs, E,
+                          0, 1));
+    pdb_cuda_route_cfg rc;
+    rc.E = (int)E;
+    rc.K = (int)K;
+    rc.n_group = (int)(c->cfg.n_group > 0 ? c->cfg.n_group : 1);
+    rc.topk_group = (int)c->cfg.topk_group;
+    rc.group_limited = c->cfg.topk_method == PDB_TOPK_GROUP_LIMITED;
+    rc.norm_topk_prob = c->cfg.norm_topk_prob;
+    rc.routed_scaling_factor = (float)c->cfg.routed_scaling_factor;
+    PDB_TRY(pdb_cuda_route(c->s, c->probs, c->rsc, c->topk_idx, c->topk_w, n, &rc));
+    PDB_CU(cudaMemcpyAsync(c->h_topk, c->topk_idx, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyDeviceToHost, c->s));
+    /* shared experts meanwhile (device), then the host orders the slots by expert */
+    if (c->cfg.n_shared_experts > 0) PDB_TRY(mlp(c, c->xn, n, L->sg, L->su, L->sd, c->Is, 0.0f, c->sh));
+    PDB_CU(cudaStreamSynchronize(c->s));
+    int64_t *cnt = c->h_cnt;
+    memset(cnt, 0, sizeof(int64_t) * (size_t)(E + 1));
+    for (int64_t sl = 0; sl < n * K; sl++) {
+        int32_t e = c->h_topk[sl];
+        if (e < 0 || e >= E) return pdb_err_set(PDB_CUDA, "moe: routed expert %d out of range (device fault?)", e);
+        cnt[e + 1]++;
+    }
+    for (int64_t e = 0; e < E; e++) cnt[e + 1] += cnt[e]; /* cnt[e] = first gathered row of expert e */
+    int32_t *row_src = c->h_rows, *slot_row = c->h_rows + n * K;
+    {
+        int64_t *fill = (int64_t *)malloc(sizeof(int64_t) * (size_t)E);
+        if (!fill) return pdb_err_set(PDB_NOMEM, "moe fill");
+        memcpy(fill, cnt, sizeof(int64_t) * (size_t)E);
+        for (int64_t sl = 0; sl < n * K; sl++) { /* rows of an expert in slot order: fixed */
+            int64_t r = fill[c->h_topk[sl]]++;
+            row_src[r] = (int32_t)(sl / K);
+            slot_row[sl] = (int32_t)r;
+        }
+        free(fill);
+    }
+    PDB_CU(cudaMemcpyAsync(c->row_src, row_src, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyHostToDevice, c->s));
+    PDB_CU(cudaMemcpyAsync(c->slot_row, slot_row, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyHostToDevice, c->s));
+    PDB_TRY(pdb_cuda_gather(c->s, c->xn, c->row_src, n * K, H, c->xe));
+    const void *A;
+    PDB_TRY(as_dt(c, c->xe, n * K * H, &A));
+    int64_t per = Im * H;
+    for (int64_t e = 0; e < E; e++) {
+        int64_t r0 = cnt[e], m = cnt[e + 1] - cnt[e];
+        if (!m) continue;
+        const char *a = (const char *)A + c->esz * (size_t)(r0 * H);
+        PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, Im, H, 1.0f, a, H, 0, (char *)L->eg + c->esz * (size_t)(e * per), H,
+                              0, 0.0f, c->g + r0 * Im, Im, 0, 1));
+        PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, Im, H, 1.0f, a, H, 0, (char *)L->eu + c->esz * (size_t)(e * per), H,
+                              0, 0.0f, c->u + r0 * Im, Im, 0, 1));
+    }
+    PDB_TRY(pdb_cuda_silu_mul(c->s, c->g, c->u, c->g, n * K * Im));
+    PDB_TRY(as_dt(c, c->g, n * K * Im, &A));
+    for (int64_t e = 0; e < E; e++) {
+        int64_t r0 = cnt[e], m = cnt[e + 1] - cnt[e];
+        if (!m) continue;
+        PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, H, Im, 1.0f, (const char *)A + c->esz * (size_t)(r0 * Im), Im, 0,
+                              (char *)L->ed + c->esz * (size_t)(e * per), Im, 0, 0.0f, c->ye + r0 * H, H, 0, 1));
+    }
+    return pdb_cuda_moe_combine(c->s, c->ye, c->slot_row, c->topk_w, c->cfg.n_shared_experts > 0 ? c->sh : NULL, n, K,
+                                H, c->h);
+}
+
+/* Host side of the hook: rows = pdb_v2_ops_latent_rows' row math on kva from the GPU. */
+static void hook_rows(cu_prefill *c, int64_t l, const float *kva, const int64_t *pos, int64_t p0, int64_t n,
+                      float *dst, int64_t dst_stride) {
+    const float *norm = c->dec.layers[l].kv_a_norm;
+    for (int64_t i = 0; i < n; i++) {
+        float *d = dst + i * dst_stride;
+        const float *s = kva + i * c->row;
+        pdb_math_rmsnorm(d, s, norm, c->kvl, c->cfg.rms_norm_eps);
+        memcpy(d + c->kvl, s + c->kvl, sizeof(float) * (size_t)c->rope_d);
+        pdb_rope_apply(&c->dec.rope, d + c->kvl, pos ? pos[i] : p0 + i);
+    }
+}
+
+/* One pass of n <= sub_max tokens at p0; capture rows to capture[(l * ncap + coff + i) * row]. */
+static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, int64_t n, float *capture, int64_t ncap,
+                               int64_t coff, float *logits) {
+    int64_t H = c->H, half = c->rope_d / 2;
+    memcpy(c->h_ids, ids, sizeof(int32_t) * (size_t)n);
+    for (int64_t t = 0; t < n; t++) { /* cos/sin exactly as pdb_rope_apply computes them */
+        float *cs = c->h_cs + t * c->rope_d;
+        for (int64_t i = 0; i < half; i++) {
+            float ang = c->rope.inv_freq[i] * (float)(p0 + t);
+            cs[i] = cosf(ang) * c->rope.attn_factor;
+            cs[half + i] = sinf(ang) * c->rope.attn_factor;
+        }
+    }
+    PDB_CU(cudaMemcpyAsync(c->ids, c->h_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, c->s));
+    PDB_CU(cudaMemcpyAsync(c->cs, c->h_cs, sizeof(float) * (size_t)(n * c->rope_d), cudaMemcpyHostToDevice, c->s));
+    PDB_TRY(pdb_cuda_embed(c->s, c->ids, c->embed, c->dt, n, H, c->h));
+    for (int64_t l = 0; l < c->nl; l++) {
+        const cu_layer *L = &c->L[l];
+        PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h, H, L->attn_norm, c->xn, H, n, H, c->cfg.rms_norm_eps));
+        if (capture) {
+            PDB_TRY(pdb_cuda_hook_dot(c->s, c->xn, L->dec_kva, n, c->row, H, c->hook));
+            PDB_CU(cudaMemcpyAsync(c->h_hook + l * n * c->row, c->hook, sizeof(float) * (size_t)(n * c->row),
+                                   cudaMemcpyDeviceToHost, c->s));
+        }
+        PDB_TRY(attention(c, L, l, p0, n));
+        PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h, H, L->ffn_norm, c->xn, H, n, H, c->cfg.rms_norm_eps));
+        if (L->is_moe) PDB_TRY(moe(c, L, n));
+        else PDB_TRY(mlp(c, c->xn, n, L->gate, L->up, L->down, c->I, 1.0f, c->h));
+    }
+    if (logits) {
+        PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h + (n - 1) * H, H, c->final_norm, c->xn, H, 1, H, c->cfg.rms_norm_eps));
+        PDB_TRY(linear(c, c->xn, 1, H, c->lm_head, c->V, 0.0f, c->logits));
+        PDB_CU(cudaMemcpyAsync(logits, c->logits, sizeof(float) * (size_t)c->V, cudaMemcpyDeviceToHost, c->s));
+    }
+    PDB_CU(cudaStreamSynchronize(c->s));
+    if (capture)
+        for (int64_t l = 0; l < c->nl; l++)
+            hook_rows(c, l, c->h_hook + l * n * c->row, NULL, p0, n, capture + (l * ncap + coff) * c->row, c->row);
+    return PDB_OK;
+}
+
+static pdb_status cu_forward(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, float *capture,
+                             float *logits_last) {
+    cu_prefill *c = (cu_prefill *)be->impl;
+    if (!c->cache) return pdb_err_set(PDB_INVALID, "cuda forward: no sequence (call begin first)");
+    if (n <= 0) return pdb_err_set(PDB_INVALID, "cuda forward: no tokens");
+    if (pos0 != c->len)
+        return pdb_err_set(PDB_INVALID, "cuda forward: pos0 %lld but %lld positions already run", (long long)pos0,
+                           (long long)c->len);
+    if (pos0 + n > c->max_tokens)
+        return pdb_err_set(PDB_TOO_LARGE, "cuda forward: %lld + %lld positions exceed the sequence's %lld",
+                           (long long)pos0, (long long)n, (long long)c->max_tokens);
+    for (int64_t t = 0; t < n; t++)
+        if (ids[t] < 0 || ids[t] >= c->V)
+            return pdb_err_set(PDB_INVALID, "cuda forward: token id %d at %lld outside the vocabulary (%lld)", ids[t],
+                               (long long)t, (long long)c->V);
+    PDB_CU(cudaSetDevice(c->device));
+    for (int64_t off = 0; off < n; off += c->sub_max) {
+        int64_t m = n - off < c->sub_max ? n - off : c->sub_max;
+        pdb_status s = forward_pass(c, ids + off, pos0 + off, m, capture, n, off, off + m == n ? logits_last : NULL);
+        if (s) return s;
+        c->len += m;
+    }
+    return PDB_OK;
+}
+
+static pdb_status cu_capture_rows(pdb_prefill_backend *be, int64_t l, const float *xn, const int64_t *pos, int64_t n,
+                                  float *rows) {
+    cu_prefill *c = (cu_prefill *)be->impl;
+    if (l < 0 || l >= c->nl) return pdb_err_set(PDB_INVALID, "capture_rows: layer %lld of %lld", (long long)l, (long long)c->nl);
+    PDB_CU(cudaSetDevice(c->device));
+    for (int64_t off = 0; off < n; off += CR_ROWS) {
+        int64_t m = n - off < CR_ROWS ? n - off : CR_ROWS;
+        PDB_CU(cudaMemcpyAsync(c->cr_x, xn + off * c->H, sizeof(float) * (size_t)(m * c->H), cudaMemcpyHostToDevice, c->s));
+        PDB_TRY(pdb_cuda_hook_dot(c->s, c->cr_x, c->L[l].dec_kva, m, c->row, c->H, c->cr_kva));
+        PDB_CU(cudaMemcpyAsync(c->h_cr, c->cr_kva, sizeof(float) * (size_t)(m * c->row), cudaMemcpyDeviceToHost, c->s));
+        PDB_CU(cudaStreamSynchronize(c->s));
+        hook_rows(c, l, c->h_cr, pos + off, 0, m, rows + off * c->row, c->row);
+    }
+    return PDB_OK;
+}
+
+/* ======================================= create / destroy =================================== */
+
+static void cu_destroy(pdb_prefill_backend *be) {
+    if (!be) return;
+    cu_prefill *c = (cu_prefill *)be->impl;
+    if (c) {
+        if (c->have_stream) cudaStreamSynchronize(c->s);
+        cudaGetLastError();
+        seq_free(c);
+        list_free(&c->wts);
+        cudaFreeHost(c->h_cr);
+        if (c->have_blas) pdb_cuda_blas_close(&c->blas);
+        if (c->have_stream) cudaStreamDestroy(c->s);
+        if (c->have_dec) pdb_v2_qweights_free(&c->dec);
+        pdb_rope_free(&c->rope);
+        free(c->L);
+        free(c);
+    }
+}
+
+static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o) {
+    const pdb_config *cf = o->cfg;
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device present";
+        cudaGetLastError();
+        return pdb_err_set(PDB_CUDA, "cuda backend: no usable GPU (%s)", why);
+    }
+    if (o->device < 0 || o->device >= ndev)
+        return pdb_err_set(PDB_CUDA, "cuda backend: device %d requested, %d present", o->device, ndev);
+    c->device = o->device;
+    PDB_CU(cudaSetDevice(c->device));
+    PDB_CU(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking));
+    c->have_stream = 1;
+    PDB_TRY(pdb_cuda_blas_open(&c->blas, c->s));
+    c->have_blas = 1;
+    PDB_TRY(pdb_rope_init(&c->rope, &cf->rope, c->rope_d));
+    c->scale = (float)pdb_config_softmax_scale(cf);
+    PDB_TRY(pdb_v2_qweights_load(&c->dec, cf, o->decoder, 1));
+    c->have_dec = 1;
+    c->L = (cu_layer *)calloc((size_t)c->nl, sizeof(cu_layer));
+    if (!c->L) return pdb_err_set(PDB_NOMEM, "layers");
+    const pdb_st *st = o->engine;
+    PDB_TRY(load_w(c, st, &c->embed, c->V, c->H, "model.embed_tokens.weight"));
+    PDB_TRY(load_v(c, st, &c->final_norm, c->H, 0, "model.norm.weight"));
+    if (cf->tie_word_embeddings && !pdb_st_find(st, "lm_head.weight")) c->lm_head = c->embed;
+    else PDB_TRY(load_w(c, st, &c->lm_head, c->V, c->H, "lm_head.weight"));
+    for (int l = 0; l < c->nl; l++) PDB_TRY(load_layer(c, st, l));
+    PDB_TRY(load_hook(c));
+    PDB_TRY(dalloc(&c->wts, &c->cr_x, sizeof(float) * (size_t)(CR_ROWS * c->H)));
+    PDB_TRY(dalloc(&c->wts, &c->cr_kva, sizeof(float) * (size_t)(CR_ROWS * c->row)));
+    PDB_TRY(hpin(&c->h_cr, sizeof(float) * (size_t)(CR_ROWS * c->row)));
+    return PDB_OK;
+}
+
+extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o, const pdb_cuda_prefill_opts *co,
+                                              pdb_prefill_backend **out) {
+    *out = NULL;
+    if (!o || !o->cfg || !o->engine || !o->decoder) return pdb_err_set(PDB_INVALID, "cuda backend: missing options");
+    const pdb_config *cf = o->cfg;
+    if (cf->arch != PDB_ARCH_DEEPSEEK_V2) return pdb_err_set(PDB_UNSUPPORTED, "cuda backend: only deepseek_v2 models");
+    int64_t row = cf->kv_lora_rank + cf->qk_rope_head_dim;
+    if (cf->kv_lora_rank > PDB_CUDA_MAX_KVL || row > PDB_CUDA_MAX_ROW || row % 4 || cf->qk_rope_head_dim % 2 ||
+        cf->n_routed_experts > PDB_CUDA_MAX_EXPERTS || cf->n_group > 256)
+        return pdb_err_set(PDB_UNSUPPORTED, "cuda backend: kv_lora_rank %lld (max %d), latent row %lld (max %d, a "
+                           "multiple of 4), %lld experts (max %d) or %lld groups (max 256) outside its kernels",
+                           (long long)cf->kv_lora_rank, PDB_CUDA_MAX_KVL, (long long)row, PDB_CUDA_MAX_ROW,
+                           (long long)cf->n_routed_experts, PDB_CUDA_MAX_EXPERTS, (long long)cf->n_group);
+    cu_prefill *c = (cu_prefill *)calloc(1, sizeof *c);
+    if (!c) return pdb_err_set(PDB_NOMEM, "cuda backend");
+    c->cfg = *cf;
+    c->dt = co && co->prec == PDB_CUDA_PREC_F32 ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
+    c->esz = c->dt == PDB_CUDA_DT_F32 ? 4 : 2;
+    c->sub_cfg = co && co->sub_chunk > 0 ? co->sub_chunk : 8192;
+    c->page = co && co->page_tokens > 0 ? co->page_tokens : 64;
+    c->H = cf->hidden_size; c->nh = cf->num_heads; c->nope = cf->qk_nope_head_dim; c->rope_d = cf->qk_rope_head_dim;
+    c->qk = c->nope + c->rope_d; c->vd = cf->v_head_dim; c->kvl = cf->kv_lora_rank; c->row = row;
+    c->qlr = cf->q_lora_rank; c->E = cf->n_routed_experts; c->K = cf->num_experts_per_tok;
+    c->Im = cf->moe_intermediate_size; c->Is = c->Im * cf->n_shared_experts; c->I = cf->intermediate_size;
+    c->V = cf->vocab_size; c->nl = cf->num_layers;
+    c->be.name = "cuda";
+    c->be.impl = c;
+    c->be.begin = cu_begin;
+    c->be.forward_chunk = cu_forward;
+    c->be.capture_rows = cu_capture_rows;
+    c->be.end = cu_end;
+    c->be.destroy = cu_destroy;
+    pdb_status s = create_inner(c, o);
+    if (s) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", pdb_err_msg());
+        cu_destroy(&c->be);
+        return pdb_err_set(s, "%s", msg);
+    }
+    *out = &c->be;
+    return PDB_OK;
+}
+
+extern "C" pdb_status pdb_prefill_backend_cuda_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
+    return pdb_cuda_prefill_create(o, NULL, out);
+}

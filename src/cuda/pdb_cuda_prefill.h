@@ -1,0 +1,35 @@
+/* pdb_cuda_prefill: the CUDA prefill backend for DeepSeek-V2 (pdb_prefill_backend_cuda_create
+ * and a variant with an explicit engine precision). Invariants: see pdb_cuda_prefill.cu and
+ * docs/cuda.md — engine GEMMs through cuBLAS with f32 accumulation, the engine's own paged
+ * latent cache, and capture rows computed with the decoder's exactly-dequantized kv_a weights
+ * in pdb_qmat_dot's order on the GPU plus the shared CPU row math (pdb_math_rmsnorm,
+ * pdb_rope_apply) on the host. */
+#ifndef PDB_CUDA_PREFILL_H
+#define PDB_CUDA_PREFILL_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "pdb_prefill_backend.h"
+
+/* Engine precision: weights, GEMM operands and the engine's latent cache. */
+typedef enum pdb_cuda_prec {
+    PDB_CUDA_PREC_BF16 = 0, /* default: bf16 weights/operands/cache, f32 accumulation and activations */
+    PDB_CUDA_PREC_F32 = 1   /* validation: f32 everywhere (no TF32) */
+} pdb_cuda_prec;
+
+typedef struct pdb_cuda_prefill_opts {
+    pdb_cuda_prec prec;
+    int64_t sub_chunk; /* largest run of tokens per internal pass (scratch bound); 0 = 8192 */
+    int64_t page_tokens; /* engine cache page size in tokens (power of two); 0 = 64 */
+} pdb_cuda_prefill_opts;
+
+pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o, const pdb_cuda_prefill_opts *co,
+                                   pdb_prefill_backend **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

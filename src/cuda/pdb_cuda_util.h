@@ -1,0 +1,73 @@
+/* pdb_cuda_util: internal helpers of the CUDA backend (C++/CUDA translation units only): the
+ * one checking macro for CUDA and cuBLAS calls, cuBLAS resolved at run time through dlopen (no
+ * link-time dependency: a binary built here runs on machines without cuBLAS and reports it),
+ * and the row-major GEMM wrapper every engine matrix product goes through.
+ * Invariants: every CUDA/cuBLAS call is checked and a failure becomes PDB_CUDA with
+ * "file:line call: message" in pdb_err_msg(); nothing here exits or aborts; GEMMs accumulate in
+ * f32 (CUBLAS_COMPUTE_32F, default math mode: no TF32 on f32 inputs). */
+#ifndef PDB_CUDA_UTIL_H
+#define PDB_CUDA_UTIL_H
+
+#include <cublas_api.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "pdb_status.h"
+}
+
+/* Check a cudaError_t-returning call; on failure set PDB_CUDA and return it from the caller. */
+#define PDB_CU(call)                                                                                  \
+    do {                                                                                              \
+        cudaError_t pdb_cu_e_ = (call);                                                               \
+        if (pdb_cu_e_ != cudaSuccess) {                                                               \
+            cudaGetLastError();                                                                       \
+            return pdb_err_set(PDB_CUDA, "%s:%d %s: %s", __FILE__, __LINE__, #call,                   \
+                               cudaGetErrorString(pdb_cu_e_));                                        \
+        }                                                                                             \
+    } while (0)
+
+/* After a kernel launch: launch-configuration errors and (asynchronously) earlier faults. */
+#define PDB_CU_LAUNCH(what) PDB_CU(cudaPeekAtLastError())
+
+/* Check a cublasStatus_t-returning call made through the dlopen'ed table. */
+#define PDB_CUBLAS(call)                                                                              \
+    do {                                                                                              \
+        cublasStatus_t pdb_cb_e_ = (call);                                                            \
+        if (pdb_cb_e_ != CUBLAS_STATUS_SUCCESS)                                                       \
+            return pdb_err_set(PDB_CUDA, "%s:%d %s: %s", __FILE__, __LINE__, #call,                   \
+                               pdb_cuda_blas_status_str(pdb_cb_e_));                                  \
+    } while (0)
+
+/* Element type of engine weights and GEMM operands on the device. */
+typedef enum pdb_cuda_dt { PDB_CUDA_DT_BF16 = 0, PDB_CUDA_DT_F32 = 1 } pdb_cuda_dt;
+
+typedef struct pdb_cuda_blas {
+    void *lib; /* dlopen handle */
+    cublasHandle_t h;
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                              cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+    cublasStatus_t (*gemm_sb_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                                 const void *, cudaDataType, int, long long, const void *, cudaDataType, int, long long,
+                                 const void *, void *, cudaDataType, int, long long, int, cublasComputeType_t,
+                                 cublasGemmAlgo_t);
+} pdb_cuda_blas;
+
+const char *pdb_cuda_blas_status_str(cublasStatus_t s);
+/* dlopen libcublas.so.13 (then libcublas.so), resolve the table, create a handle on stream. */
+pdb_status pdb_cuda_blas_open(pdb_cuda_blas *b, cudaStream_t stream);
+void pdb_cuda_blas_close(pdb_cuda_blas *b);
+
+/* Row-major C[M,N] (ldc, f32) = alpha * A[M,K] (lda) @ op(B) + beta * C, with A and B of type dt.
+ * b_is_nk: B is stored [N,K] (a PyTorch Linear weight; op(B) = B^T), else [K,N].
+ * batch > 1: strided batches (element strides sa, sb, sc). */
+pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
+                         const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
+                         float *C, int64_t ldc, int64_t sc, int64_t batch);
+
+#endif

@@ -1,0 +1,298 @@
+/* test_cuda_prefill: the CUDA prefill backend against the CPU references. Without a GPU: create
+ * fails with PDB_CUDA and a clear message, nothing crashes, and the GPU checks print
+ * "skipped: no GPU" (asserting nothing they cannot). With a GPU, on random "tiny" and "small"
+ * checkpoints: logits vs pdb_v2_forward (max |dlogit|, asserted < 5e-2 in bf16), capture rows vs
+ * the reference latent rows (identical fraction, worst bf16 ulp), chunkings 1/7/64/1000 vs
+ * one-shot, and capture_rows on identical xn bit-identical to pdb_v2_ops_latent_rows (asserted,
+ * also with an MXFP4/MXFP8 decoder). Numbers are printed as "cuda-metric ..." lines. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "pdb_config.h"
+#include "pdb_cuda.h"
+#include "pdb_cuda_prefill.h"
+#include "pdb_dtype.h"
+#include "pdb_make_model.h"
+#include "pdb_safetensors.h"
+#include "pdb_test_util.h"
+#include "pdb_v2.h"
+#include "pdb_v2_ops.h"
+
+static int have_gpu(void) {
+    char name[256];
+    int n = pdb_cuda_device_count(name, sizeof name);
+    if (n > 0) printf("cuda device: %s\n", name);
+    return n > 0;
+}
+
+typedef struct fixture {
+    char *dir, dec_path[512];
+    pdb_config cfg;
+    pdb_st *st, *dec; /* engine checkpoint; MX-quantized decoder (kv_a only) */
+} fixture;
+
+/* A decoder checkpoint holding only what the hook reads: kv_a_proj_with_mqa (layer 0 MXFP4, the
+ * others MXFP8) with its _mx_scale and kv_a_layernorm. */
+static void write_mx_decoder(fixture *f) {
+    const pdb_config *c = &f->cfg;
+    int64_t H = c->hidden_size, R = c->kv_lora_rank + c->qk_rope_head_dim, kvl = c->kv_lora_rank;
+    pdb_st_writer *w = NULL;
+    PDB_TEST_OK(pdb_st_writer_init(&w));
+    int64_t L = c->num_layers;
+    void **keep = calloc((size_t)L * 3, sizeof(void *));
+    for (int64_t l = 0; l < L; l++) {
+        char name[256], sname[300], nname[256];
+        snprintf(name, sizeof name, "model.layers.%lld.self_attn.kv_a_proj_with_mqa.weight", (long long)l);
+        snprintf(sname, sizeof sname, "%s_mx_scale", name);
+        snprintf(nname, sizeof nname, "model.layers.%lld.self_attn.kv_a_layernorm.weight", (long long)l);
+        float *wf = NULL, *nf = NULL;
+        int64_t shp[2] = {R, H};
+        PDB_TEST_OK(pdb_st_load_f32(f->st, name, 2, shp, &wf));
+        PDB_TEST_OK(pdb_st_load_f32(f->st, nname, 1, &kvl, &nf));
+        int mx4 = l == 0;
+        uint8_t *q = malloc((size_t)(R * (mx4 ? H / 2 : H))), *sc = malloc((size_t)(R * H / 32));
+        for (int64_t r = 0; r < R; r++) {
+            if (mx4) pdb_quant_mxfp4_row(wf + r * H, H, q + r * H / 2, sc + r * H / 32);
+            else pdb_quant_mxfp8_row(wf + r * H, H, q + r * H, sc + r * H / 32);
+        }
+        int64_t qs[2] = {R, mx4 ? H / 2 : H}, ss[2] = {R, H / 32};
+        PDB_TEST_OK(pdb_st_writer_add(w, name, mx4 ? PDB_DT_U8 : PDB_DT_F8_E4M3, 2, qs, q));
+        PDB_TEST_OK(pdb_st_writer_add(w, sname, PDB_DT_F8_E8M0, 2, ss, sc));
+        PDB_TEST_OK(pdb_st_writer_add(w, nname, PDB_DT_F32, 1, &kvl, nf));
+        keep[3 * l] = q;
+        keep[3 * l + 1] = sc;
+        keep[3 * l + 2] = nf;
+        free(wf);
+    }
+    snprintf(f->dec_path, sizeof f->dec_path, "%s/decoder_mx.safetensors", f->dir);
+    PDB_TEST_OK(pdb_st_writer_finish(w, f->dec_path));
+    pdb_st_writer_free(w);
+    for (int64_t i = 0; i < L * 3; i++) free(keep[i]);
+    free(keep);
+    PDB_TEST_OK(pdb_st_open(f->dec_path, &f->dec));
+}
+
+static void fixture_open(fixture *f, const char *preset) {
+    memset(f, 0, sizeof *f);
+    f->dir = pdb_test_tmpdir("cuda");
+    pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = preset, .seed = 11, .out_dir = f->dir};
+    PDB_TEST_OK(pdb_make_model_write(&o));
+    PDB_TEST_OK(pdb_config_load(f->dir, &f->cfg));
+    PDB_TEST_OK(pdb_st_open(f->dir, &f->st));
+    write_mx_decoder(f);
+}
+
+static void fixture_close(fixture *f) {
+    pdb_st_close(f->dec);
+    pdb_st_close(f->st);
+    pdb_test_rmrf(f->dir);
+    free(f->dir);
+}
+
+/* ---- comparisons ------------------------------------------------------------------------------ */
+
+static double bf16_ulp(float ref) { /* spacing of bf16 numbers at |ref| */
+    float a = fabsf(ref);
+    if (a < 1e-30f) a = 1e-30f;
+    int e;
+    frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
+    return ldexp(1.0, e - 8);
+}
+
+typedef struct cmp { int64_t n, same; double worst_ulp, max_abs; } cmp;
+
+static cmp compare(const float *got, const float *ref, int64_t n) {
+    cmp r = {n, 0, 0, 0};
+    for (int64_t i = 0; i < n; i++) {
+        if (!memcmp(&got[i], &ref[i], 4)) { r.same++; continue; }
+        double d = fabs((double)got[i] - (double)ref[i]);
+        if (d > r.max_abs) r.max_abs = d;
+        double u = d / bf16_ulp(ref[i]);
+        if (u > r.worst_ulp || isnan(d)) r.worst_ulp = isnan(d) ? INFINITY : u;
+    }
+    return r;
+}
+
+static void ids_for(int32_t *ids, int64_t n, int64_t V, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % V); }
+}
+
+/* ---- no GPU ------------------------------------------------------------------------------------ */
+
+static void test_create_without_gpu(void **state) {
+    (void)state;
+    fixture f;
+    fixture_open(&f, "tiny");
+    pdb_prefill_backend_opts o = {.cfg = &f.cfg, .engine = f.st, .decoder = f.dec, .threads = 1, .device = 0};
+    pdb_prefill_backend *be = NULL;
+    pdb_status s = pdb_prefill_backend_cuda_create(&o, &be);
+    if (!have_gpu()) {
+        printf("create without a GPU: %s: %s\n", pdb_status_str(s), pdb_err_msg());
+        assert_int_equal(s, PDB_CUDA);
+        assert_null(be);
+        assert_true(strlen(pdb_err_msg()) > 10);
+        printf("skipped: no GPU (GPU checks of this test)\n");
+    } else {
+        if (s) fail_msg("create: %s", pdb_err_msg());
+        be->destroy(be);
+        o.device = 99;
+        assert_int_equal(pdb_prefill_backend_cuda_create(&o, &be), PDB_CUDA);
+    }
+    fixture_close(&f);
+}
+
+/* ---- capture_rows: identical xn gives identical rows ------------------------------------------- */
+
+static void check_capture_rows(fixture *f, const pdb_st *dec, const char *what) {
+    const pdb_config *c = &f->cfg;
+    int64_t H = c->hidden_size, row = c->kv_lora_rank + c->qk_rope_head_dim, n = 300;
+    pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = dec, .threads = 1, .device = 0};
+    pdb_prefill_backend *be = NULL;
+    PDB_TEST_OK(pdb_prefill_backend_cuda_create(&o, &be));
+    pdb_v2_qweights w;
+    PDB_TEST_OK(pdb_v2_qweights_load(&w, c, dec, 1));
+    float *xn = malloc(sizeof(float) * (size_t)(n * H)), *ref = malloc(sizeof(float) * (size_t)(n * row));
+    float *got = malloc(sizeof(float) * (size_t)(n * row)), *kva = malloc(sizeof(float) * (size_t)(n * row));
+    float *rowbuf = malloc(sizeof(float) * (size_t)(w.max_cols > H ? w.max_cols : H));
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)n);
+    pdb_v2_rowcache *rc = malloc(sizeof(*rc) * (size_t)n);
+    uint32_t seed = 99;
+    for (int64_t i = 0; i < n * H; i++) { /* attention-input-like values: ~N(0,1) with a spread of scales */
+        seed = seed * 1664525u + 1013904223u;
+        xn[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.4f * (1.0f + (float)(i % 7));
+    }
+    for (int64_t i = 0; i < n; i++) pos[i] = i < n / 2 ? i : 100000 + 37 * i;
+    int64_t same = 0, total = 0;
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        for (int64_t i = 0; i < n; i++) rc[i] = (pdb_v2_rowcache){.base = ref + i * row, .layer_stride = 0, .pos_stride = 0};
+        pdb_v2_ops_latent_rows(&w, l, NULL, rowbuf, xn, n, pos, rc, kva);
+        PDB_TEST_OK(be->capture_rows(be, l, xn, pos, n, got));
+        cmp r = compare(got, ref, n * row);
+        same += r.same;
+        total += r.n;
+    }
+    printf("cuda-metric capture_rows decoder=%s identical=%lld/%lld (%.4f%%)\n", what, (long long)same, (long long)total,
+           100.0 * (double)same / (double)total);
+    assert_int_equal(same, total);
+    free(xn); free(ref); free(got); free(kva); free(rowbuf); free(pos); free(rc);
+    pdb_v2_qweights_free(&w);
+    be->destroy(be);
+}
+
+/* ---- full prefill ------------------------------------------------------------------------------ */
+
+/* The decoder's native prefill (pdb_v2_ops over qmat weights): rows [L, T, row]. */
+static void native_rows(fixture *f, const int32_t *ids, int64_t T, float *lat) {
+    const pdb_config *c = &f->cfg;
+    int64_t row = c->kv_lora_rank + c->qk_rope_head_dim;
+    pdb_v2_qweights w;
+    PDB_TEST_OK(pdb_v2_qweights_load(&w, c, f->st, 0));
+    pdb_v2_batch b;
+    PDB_TEST_OK(pdb_v2_batch_init(&b, &w, NULL, T, T));
+    for (int64_t r = 0; r < T; r++) {
+        b.cache[r] = (pdb_v2_rowcache){.base = lat, .layer_stride = T * row, .pos_stride = row};
+        b.pos[r] = r;
+        pdb_v2_ops_embed(&b, r, ids[r]);
+    }
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        pdb_v2_ops_attn_norm(&b, l);
+        pdb_v2_ops_attention(&b, l);
+        pdb_v2_ops_ffn(&b, l);
+    }
+    pdb_v2_batch_free(&b);
+    pdb_v2_qweights_free(&w);
+}
+
+static void run_prefill(fixture *f, const char *preset) {
+    const pdb_config *c = &f->cfg;
+    int64_t T = 300, L = c->num_layers, V = c->vocab_size, row = c->kv_lora_rank + c->qk_rope_head_dim;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)T);
+    ids_for(ids, T, V, 5);
+    /* references */
+    pdb_v2_model *m = NULL;
+    PDB_TEST_OK(pdb_v2_load_from(c, f->st, &m));
+    pdb_v2_cache cache;
+    PDB_TEST_OK(pdb_v2_cache_init(&cache, m, T));
+    float *ref_logits = malloc(sizeof(float) * (size_t)V);
+    PDB_TEST_OK(pdb_v2_forward(m, &cache, ids, T, 0, ref_logits));
+    float *ref_lat = cache.latent; /* [L, T, row] (cap == T) */
+    float *nat_lat = malloc(sizeof(float) * (size_t)(L * T * row));
+    native_rows(f, ids, T, nat_lat);
+    cmp rn = compare(nat_lat, ref_lat, L * T * row);
+    printf("cuda-metric %s cpu-native-vs-v2_forward rows identical=%.4f%% worst_ulp=%.2f\n", preset,
+           100.0 * (double)rn.same / (double)rn.n, rn.worst_ulp);
+
+    float *full = malloc(sizeof(float) * (size_t)(L * T * row)), *one = malloc(sizeof(float) * (size_t)(L * T * row));
+    float *chunk_cap = malloc(sizeof(float) * (size_t)(L * T * row)), *logits = malloc(sizeof(float) * (size_t)V);
+    float *one_logits = malloc(sizeof(float) * (size_t)V);
+    pdb_cuda_prec precs[2] = {PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_F32};
+    const char *pname[2] = {"bf16", "f32"};
+    for (int pi = 0; pi < 2; pi++) {
+        pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = f->st, .threads = 1, .device = 0};
+        pdb_cuda_prefill_opts co = {.prec = precs[pi], .sub_chunk = 0, .page_tokens = 64};
+        pdb_prefill_backend *be = NULL;
+        PDB_TEST_OK(pdb_cuda_prefill_create(&o, &co, &be));
+        int64_t chunks[] = {1000, 1, 7, 64}; /* 1000 >= T: one-shot (in passes of sub_chunk) first */
+        for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+            PDB_TEST_OK(be->begin(be, T));
+            for (int64_t p = 0; p < T; p += chunks[k]) {
+                int64_t n = T - p < chunks[k] ? T - p : chunks[k];
+                PDB_TEST_OK(be->forward_chunk(be, ids + p, p, n, chunk_cap, p + n == T ? logits : NULL));
+                for (int64_t l = 0; l < L; l++)
+                    memcpy(full + (l * T + p) * row, chunk_cap + l * n * row, sizeof(float) * (size_t)(n * row));
+            }
+            be->end(be);
+            float dl = 0;
+            for (int64_t v = 0; v < V; v++) dl = fmaxf(dl, fabsf(logits[v] - ref_logits[v]));
+            cmp rc = compare(full, ref_lat, L * T * row), rv = compare(full, nat_lat, L * T * row);
+            printf("cuda-metric %s prec=%s chunk=%lld max_dlogit=%.3e rows_vs_v2_forward identical=%.4f%% "
+                   "worst_ulp=%.2f rows_vs_cpu_native identical=%.4f%% worst_ulp=%.2f\n",
+                   preset, pname[pi], (long long)chunks[k], dl, 100.0 * (double)rc.same / (double)rc.n, rc.worst_ulp,
+                   100.0 * (double)rv.same / (double)rv.n, rv.worst_ulp);
+            if (pi == 0) assert_true(dl < 5e-2f);
+            else assert_true(dl < 5e-2f);
+            if (k == 0) {
+                memcpy(one, full, sizeof(float) * (size_t)(L * T * row));
+                memcpy(one_logits, logits, sizeof(float) * (size_t)V);
+            } else {
+                cmp ro = compare(full, one, L * T * row);
+                int lsame = !memcmp(logits, one_logits, sizeof(float) * (size_t)V);
+                printf("cuda-metric %s prec=%s chunk=%lld vs_one_shot rows identical=%.4f%% worst_ulp=%.2f "
+                       "logits_identical=%s\n",
+                       preset, pname[pi], (long long)chunks[k], 100.0 * (double)ro.same / (double)ro.n, ro.worst_ulp,
+                       lsame ? "yes" : "no");
+            }
+        }
+        be->destroy(be);
+    }
+    free(full); free(one); free(chunk_cap); free(logits); free(one_logits); free(ref_logits); free(nat_lat); free(ids);
+    pdb_v2_cache_free(&cache);
+    pdb_v2_free(m);
+}
+
+static void test_gpu_preset(const char *preset) {
+    if (!have_gpu()) { printf("skipped: no GPU (%s prefill and capture checks)\n", preset); return; }
+    fixture f;
+    fixture_open(&f, preset);
+    check_capture_rows(&f, f.st, "bf16");
+    check_capture_rows(&f, f.dec, "mxfp4+mxfp8");
+    run_prefill(&f, preset);
+    fixture_close(&f);
+}
+
+static void test_gpu_tiny(void **state) { (void)state; test_gpu_preset("tiny"); }
+static void test_gpu_small(void **state) { (void)state; test_gpu_preset("small"); }
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_without_gpu),
+        cmocka_unit_test(test_gpu_tiny),
+        cmocka_unit_test(test_gpu_small),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
