@@ -204,7 +204,7 @@ static int dec_emit(dec_req *r, const char *text, size_t len, const char *finish
             snprintf(r->error, sizeof r->error, "generated text exceeds %zu bytes", DEC_MAX_TEXT_BYTES);
             return 1;
         }
-        memcpy(r->text + r->text_len, text, len);
+        if (len) memcpy(r->text + r->text_len, text, len);
         r->text_len += len;
         return 0;
     }
@@ -248,7 +248,7 @@ static size_t dec_stop_holdback(const dec_req *r) {
 }
 
 static void dec_pend_shift(dec_req *r, size_t n) {
-    memmove(r->pend, r->pend + n, r->pend_len - n);
+    if (n) memmove(r->pend, r->pend + n, r->pend_len - n);
     r->pend_len -= n;
 }
 
@@ -268,7 +268,7 @@ static int dec_on_token(dec_req *r, int32_t tok) {
     const char *b = pdb_tokenizer_token_bytes(tk, tok, &bl);
     if (!b) bl = 0;
     if (!dec_grow(&r->pend, &r->pend_cap, r->pend_len + bl + 1)) { snprintf(r->error, sizeof r->error, "text too long"); return 1; }
-    memcpy(r->pend + r->pend_len, b, bl);
+    if (bl) memcpy(r->pend + r->pend_len, b, bl);
     r->pend_len += bl;
     int64_t at = dec_find_stop(r);
     if (at >= 0) {

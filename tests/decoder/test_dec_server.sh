@@ -40,7 +40,10 @@ stop_server() {
     kill -INT "$SRV_PID" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$SRV_PID" 2>/dev/null || break; sleep 0.1; done
     kill -0 "$SRV_PID" 2>/dev/null && fail "server did not stop within 10 s of SIGINT"
-    wait "$SRV_PID" 2>/dev/null || true
+    local rc=0
+    wait "$SRV_PID" 2>/dev/null || rc=$?
+    [ "$rc" = 0 ] || fail "server exited with status $rc after SIGINT"
+    if grep -qE "runtime error|AddressSanitizer|LeakSanitizer" "$TMP"/srv-*.log; then fail "sanitizer report"; fi
 }
 
 PY="$TMP/client.py"
