@@ -306,9 +306,10 @@ static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
         if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
             pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
             dec_emit(r, r->pend, r->pend_len, dec_finish_str(r->finish), r->q.include_usage ? &u : NULL);
-        } else if (r->finish == PDB_FINISH_ERROR && !r->gone) {
+        } else if (!r->gone) { /* engine error, or cancelled by a server stop: say so in the stream */
             pdb_openai_error e;
-            pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
+            if (r->finish == PDB_FINISH_ERROR) pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
+            else pdb_openai_set_error(&e, 503, NULL, "cancelled", "the request was cancelled (server shutting down)");
             char *chunk = NULL;
             size_t n = 0;
             if (pdb_openai_build_error_chunk(&e, &chunk, &n) == PDB_OK) pdb_http_stream_write(r->hs, chunk, n, 0);
