@@ -23,6 +23,7 @@
 #define DEC_MAX_TEXT_BYTES ((size_t)256 << 20) /* generated text of one request */
 #define DEC_MAX_STATUS_ROWS 64
 #define DEC_DEFAULT_COMPLETION_TOKENS 16
+#define DEC_DEFAULT_CHAT_TOKENS 4096
 
 typedef struct dec_status_row { const char *endpoint; int status; uint64_t n; } dec_status_row;
 
@@ -404,7 +405,9 @@ static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_ope
     }
     int64_t mt = r->q.max_tokens;
     if (mt < 0) {
-        mt = kind == PDB_OPENAI_CHAT ? s->context - n_ids : DEC_DEFAULT_COMPLETION_TOKENS;
+        /* The engine reserves the sequence's whole cache up front, so an absent max_tokens on chat
+         * (OpenAI: "the rest of the context") is capped. */
+        mt = kind == PDB_OPENAI_CHAT ? DEC_DEFAULT_CHAT_TOKENS : DEC_DEFAULT_COMPLETION_TOKENS;
         if (mt > s->context - n_ids) mt = s->context - n_ids;
     } else if (n_ids + mt > s->context) {
         pdb_openai_set_error(&e, 400, "max_tokens",
