@@ -123,11 +123,22 @@ pdb_status pdb_front_opts_defaults(pdb_front_opts *o, const char *config_file) {
 
 /* ======================================= upstream HTTP ====================================== */
 
+/* One forwarded request. The decoder is called from a worker thread (libmicrohttpd sends
+ * nothing for a connection until its handler returns); every answer to the client is made by
+ * the handler thread through a handoff: phase 0 working -> 1 "open the stream" -> 2 opened, or
+ * 0 -> 3 "send this response" -> 4 sent. Both threads hold a reference; the last frees. */
 typedef struct {
     pdb_front *f;
-    pdb_http_request *req;
-    pdb_openai_request *q;
-    pdb_front_verdict *v;
+    pdb_http_request *req;        /* handler side only */
+    pdb_front_verdict vd, *v;
+    char path[64], *fwd_body;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int phase, refs;
+    int resp_status;
+    const char *resp_body;
+    size_t resp_len;
+    char hv[512];
     int attempted, stream;
     int client_usage;             /* the client asked for stream usage */
     int status;                   /* decoder HTTP status */
@@ -208,12 +219,28 @@ static int send_event(relay *r, const char *json, size_t len, int last) {
     return ok;
 }
 
+/* Worker side of the handoff: ask the handler to answer, wait until it has. */
+static void handoff(relay *r, int phase, int wait_for) {
+    pthread_mutex_lock(&r->mu);
+    r->phase = phase;
+    pthread_cond_broadcast(&r->cv);
+    while (r->phase != wait_for) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void relay_respond(relay *r, int status, const char *body, size_t len) {
+    pdb_front_verdict_header(r->v, r->hv, sizeof r->hv);
+    r->resp_status = status;
+    r->resp_body = body;
+    r->resp_len = len;
+    handoff(r, 3, 4);
+}
+
 static int open_client_stream(relay *r, int64_t decoder_cached) {
     finish_verdict(r, decoder_cached);
-    char hv[512];
-    pdb_front_verdict_header(r->v, hv, sizeof hv);
-    pdb_http_header h[1] = {{"X-PD-Bridge", hv}};
-    return pdb_http_respond_stream(r->req, 200, "text/event-stream", h, 1, 0, NULL, &r->hs) == PDB_OK;
+    pdb_front_verdict_header(r->v, r->hv, sizeof r->hv);
+    handoff(r, 1, 2);
+    return r->hs != NULL;
 }
 
 /* One complete SSE event (without the trailing blank line). */
@@ -290,7 +317,6 @@ static void forward(relay *r, const char *path, const char *body) {
     CURLcode cc = curl_easy_perform(h);
     curl_slist_free_all(hd);
     curl_easy_cleanup(h);
-    char hv[512];
     if (r->hs) { /* a stream was open: finish it */
         if (cc != CURLE_OK && !r->failed) {
             const char *e = "data: {\"error\":{\"message\":\"decoder connection lost\",\"type\":\"server_error\"}}\n\n";
@@ -301,14 +327,12 @@ static void forward(relay *r, const char *path, const char *body) {
     }
     if (cc != CURLE_OK) {
         finish_verdict(r, 0);
-        pdb_front_verdict_header(r->v, hv, sizeof hv);
         PDB_WARN("front: decoder %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
         pdb_openai_error e = {.status = 502, .type = "server_error"};
         snprintf(e.message, sizeof e.message, "the decoder at %.200s did not answer: %.200s", f->decoder_url,
                  cerr[0] ? cerr : curl_easy_strerror(cc));
         char *ej = pdb_openai_error_json(&e);
-        pdb_http_header h[1] = {{"X-PD-Bridge", hv}};
-        pdb_http_respond(r->req, 502, "application/json", ej ? ej : "{}", ej ? strlen(ej) : 2, h, 1);
+        relay_respond(r, 502, ej ? ej : "{}", ej ? strlen(ej) : 2);
         free(ej);
         pthread_mutex_lock(&f->mu);
         f->errors++;
@@ -318,18 +342,70 @@ static void forward(relay *r, const char *path, const char *body) {
     /* non-stream answer (or an error status before any stream) */
     json_t *j = r->buf ? json_loadb(r->buf, r->len, 0, NULL) : NULL;
     finish_verdict(r, j && r->status == 200 ? usage_cached(j) : 0);
-    pdb_front_verdict_header(r->v, hv, sizeof hv);
-    pdb_http_header vh[1] = {{"X-PD-Bridge", hv}};
     if (j && r->status == 200) {
         json_object_set_new(j, "pd_bridge", verdict_json(r->v));
         char *out = json_dumps(j, JSON_COMPACT);
-        pdb_http_respond(r->req, 200, "application/json", out ? out : "{}", out ? strlen(out) : 2, vh, 1);
+        relay_respond(r, 200, out ? out : "{}", out ? strlen(out) : 2);
         free(out);
     } else {
-        pdb_http_respond(r->req, r->status ? r->status : 502, "application/json", r->buf ? r->buf : "{}",
-                         r->buf ? r->len : 2, vh, 1);
+        relay_respond(r, r->status ? r->status : 502, r->buf ? r->buf : "{}", r->buf ? r->len : 2);
     }
     json_decref(j);
+}
+
+static void relay_unref(relay *r) {
+    pthread_mutex_lock(&r->mu);
+    int last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (!last) return;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->fwd_body);
+    free(r->buf);
+    free(r->held);
+    free(r);
+}
+
+static void *relay_worker(void *arg) {
+    relay *r = arg;
+    forward(r, r->path, r->fwd_body);
+    char hv[512];
+    pdb_front_verdict_header(r->v, hv, sizeof hv);
+    PDB_INFO("front: %s %lld tokens -> %s", r->path, (long long)r->v->prompt_tokens, hv);
+    if (r->phase == 0) handoff(r, 3, 4); /* never answered (cannot happen): let the handler send 500 */
+    relay_unref(r);
+    return NULL;
+}
+
+/* Handler side: run the worker, answer what it hands over, return once the client's answer is
+ * queued (a stream keeps flowing from the worker). */
+static void relay_run(relay *r) {
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, relay_worker, r)) {
+        pthread_attr_destroy(&at);
+        pdb_http_respond_error(r->req, 503, "server_error", NULL, NULL, "front: cannot start a worker thread");
+        r->refs = 1;
+        relay_unref(r);
+        return;
+    }
+    pthread_attr_destroy(&at);
+    pthread_mutex_lock(&r->mu);
+    while (r->phase != 1 && r->phase != 3) pthread_cond_wait(&r->cv, &r->mu);
+    pdb_http_header h[1] = {{"X-PD-Bridge", r->hv}};
+    if (r->phase == 1) {
+        if (pdb_http_respond_stream(r->req, 200, "text/event-stream", h, 1, 0, NULL, &r->hs)) r->hs = NULL;
+        r->phase = 2;
+    } else {
+        if (r->resp_status) pdb_http_respond(r->req, r->resp_status, "application/json", r->resp_body, r->resp_len, h, 1);
+        else pdb_http_respond_error(r->req, 500, "server_error", NULL, NULL, "front: no answer from the worker");
+        r->phase = 4;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    relay_unref(r);
 }
 
 /* ======================================= requests =========================================== */
@@ -379,7 +455,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     }
     v.blocks_cached_before = cached;
     pdb_front_plan plan = pdb_front_policy_decide(&f->o.policy, (pdb_bridge_mode)mode, n, f->o.block_size, cached);
-    relay r = {.f = f, .req = req, .q = &q, .v = &v, .stream = q.stream, .client_usage = q.include_usage, .t_start = t0};
+    relay rr = {.f = f, .stream = q.stream, .client_usage = q.include_usage, .t_start = t0}, *r = &rr;
     if (plan.kind == PDB_PLAN_SKIP) {
         snprintf(v.kind, sizeof v.kind, "skipped");
         snprintf(v.reason, sizeof v.reason, "%s", plan.skip_reason);
@@ -392,7 +468,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
             snprintf(v.kind, sizeof v.kind, "skipped");
             snprintf(v.reason, sizeof v.reason, "busy");
         } else {
-            r.attempted = 1;
+            r->attempted = 1;
             v.blocks_requested = plan.end_block - plan.first_block;
             pdb_front_bridge_opts bo = {.prefill_url = f->prefill_url, .api_key = f->upstream_key,
                                         .connect_timeout_ms = f->o.prefill_connect_ms, .total_timeout_ms = f->o.prefill_timeout_ms};
@@ -420,13 +496,23 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     }
     char *fwd = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    forward(&r, path, fwd ? fwd : pdb_http_request_body(req));
-    char hv[512];
-    pdb_front_verdict_header(&v, hv, sizeof hv);
-    PDB_INFO("front: %s %lld tokens -> %s", path, (long long)n, hv);
-    free(fwd);
-    free(r.buf);
-    free(r.held);
+    relay *hr = calloc(1, sizeof *hr);
+    if (!fwd || !hr) {
+        free(fwd);
+        free(hr);
+        pdb_http_respond_error(req, 503, "server_error", NULL, NULL, "front: out of memory");
+        goto out;
+    }
+    *hr = rr;
+    hr->req = req;
+    hr->vd = v;
+    hr->v = &hr->vd;
+    hr->fwd_body = fwd;
+    hr->refs = 2;
+    snprintf(hr->path, sizeof hr->path, "%s", path);
+    pthread_mutex_init(&hr->mu, NULL);
+    pthread_cond_init(&hr->cv, NULL);
+    relay_run(hr);
 out:
     free(ids);
     pdb_openai_request_free(&q);

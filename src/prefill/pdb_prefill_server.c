@@ -103,6 +103,60 @@ static void write_end(ps_stream *w, int32_t status, const char *msg) {
     write_all(w, buf, 24 + ml);
 }
 
+/* ---- the prefill job: runs on its own thread (libmicrohttpd sends nothing for a connection
+ * until its handler returns), writing frames as segments complete ---------------------------- */
+
+typedef struct {
+    pdb_prefill_server *s;
+    int eng;
+    int32_t *ids;
+    int64_t n, bs, fb;
+    ps_stream w;
+} ps_job;
+
+static void *prefill_job(void *arg) {
+    ps_job *job = arg;
+    pdb_prefill_server *s = job->s;
+    ps_stream *w = &job->w;
+    int64_t n = job->n, bs = job->bs, fb = job->fb;
+    char hj[512], msg[600];
+    pthread_mutex_lock(&s->mu);
+    s->requests++;
+    pthread_mutex_unlock(&s->mu);
+    pdb_store_pool pool = {.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = s->cfg.num_layers, .stride = 1,
+                           .width = s->cfg.kv_lora_rank + s->cfg.qk_rope_head_dim, .dtype = PDB_DT_F32};
+    int hl = snprintf(hj, sizeof hj,
+                      "{\"version\":1,\"fingerprint\":\"%s\",\"block_size\":%lld,\"first_block\":%lld,\"n_blocks\":%lld,"
+                      "\"block_bytes\":%llu}",
+                      s->fp_hex, (long long)bs, (long long)fb, (long long)(n / bs),
+                      (unsigned long long)pdb_store_pool_bytes(&pool, bs));
+    uint8_t prefix[16];
+    pdb_segment_frame_prefix(PDB_SEG_HEADER, (uint64_t)hl, prefix);
+    pdb_prefill_stats ps = {0};
+    pdb_status st = write_all(w, prefix, 16);
+    if (!st) st = write_all(w, hj, (uint64_t)hl);
+    if (!st) st = pdb_prefill_run(s->engines[job->eng], &s->cfg, job->ids, n, bs, fb, s->o.chunk, on_segment, w, &ps);
+    engine_give(s, job->eng);
+    if (st) snprintf(msg, sizeof msg, "%s", pdb_err_msg());
+    else snprintf(msg, sizeof msg, "{\"engine_s\":%.6f,\"tokens\":%lld,\"blocks\":%lld}", ps.engine_s,
+                  (long long)ps.tokens_run, (long long)ps.blocks_sent);
+    write_end(w, st ? (int32_t)st : 0, msg);
+    pdb_http_stream_close(w->hs);
+    PDB_INFO("prefill: %lld tokens, blocks %lld..%lld sent %lld, %.1f MB, engine %.2fs, stream wait %.2fs%s%s", (long long)n,
+             (long long)fb, (long long)(n / bs) - 1, (long long)ps.blocks_sent, w->bytes / 1e6, ps.engine_s, ps.callback_s,
+             st ? ": " : "", st ? msg : "");
+    pthread_mutex_lock(&s->mu);
+    if (st) s->failed++;
+    else s->ok++;
+    s->tokens += (uint64_t)ps.tokens_run;
+    s->blocks += (uint64_t)ps.blocks_sent;
+    s->bytes += w->bytes;
+    pthread_mutex_unlock(&s->mu);
+    free(job->ids);
+    free(job);
+    return NULL;
+}
+
 /* ---- handlers ----------------------------------------------------------------------------- */
 
 static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
@@ -170,42 +224,32 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
         pdb_http_respond_error(r, 503, "server_error", NULL, "busy", "all prefill engines are busy; try again");
         goto out;
     }
-    ps_stream w = {.s = s};
-    pdb_status st = pdb_http_respond_stream(r, 200, "application/x-pdbridge-segments", NULL, 0, 0, NULL, &w.hs);
-    if (st) { engine_give(s, eng); goto out; }
-    pthread_mutex_lock(&s->mu);
-    s->requests++;
-    pthread_mutex_unlock(&s->mu);
-    char hj[512];
-    pdb_store_pool pool = {.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = s->cfg.num_layers, .stride = 1,
-                           .width = s->cfg.kv_lora_rank + s->cfg.qk_rope_head_dim, .dtype = PDB_DT_F32};
-    int hl = snprintf(hj, sizeof hj,
-                      "{\"version\":1,\"fingerprint\":\"%s\",\"block_size\":%lld,\"first_block\":%lld,\"n_blocks\":%lld,"
-                      "\"block_bytes\":%llu}",
-                      s->fp_hex, (long long)bs, (long long)fb, (long long)(n / bs),
-                      (unsigned long long)pdb_store_pool_bytes(&pool, bs));
-    uint8_t prefix[16];
-    pdb_segment_frame_prefix(PDB_SEG_HEADER, (uint64_t)hl, prefix);
-    pdb_prefill_stats ps = {0};
-    st = write_all(&w, prefix, 16);
-    if (!st) st = write_all(&w, hj, (uint64_t)hl);
-    if (!st) st = pdb_prefill_run(s->engines[eng], &s->cfg, ids, n, bs, fb, s->o.chunk, on_segment, &w, &ps);
-    engine_give(s, eng);
-    if (st) snprintf(msg, sizeof msg, "%s", pdb_err_msg());
-    else snprintf(msg, sizeof msg, "{\"engine_s\":%.6f,\"tokens\":%lld,\"blocks\":%lld}", ps.engine_s,
-                  (long long)ps.tokens_run, (long long)ps.blocks_sent);
-    write_end(&w, st ? (int32_t)st : 0, msg);
-    pdb_http_stream_close(w.hs);
-    PDB_INFO("prefill: %lld tokens, blocks %lld..%lld sent %lld, %.1f MB, engine %.2fs, stream wait %.2fs%s%s", (long long)n,
-             (long long)fb, (long long)(n / bs) - 1, (long long)ps.blocks_sent, w.bytes / 1e6, ps.engine_s, ps.callback_s,
-             st ? ": " : "", st ? msg : "");
-    pthread_mutex_lock(&s->mu);
-    if (st) s->failed++;
-    else s->ok++;
-    s->tokens += (uint64_t)ps.tokens_run;
-    s->blocks += (uint64_t)ps.blocks_sent;
-    s->bytes += w.bytes;
-    pthread_mutex_unlock(&s->mu);
+    ps_job *job = calloc(1, sizeof *job);
+    if (!job) {
+        engine_give(s, eng);
+        pdb_http_respond_error(r, 503, "server_error", NULL, NULL, "out of memory");
+        goto out;
+    }
+    *job = (ps_job){.s = s, .eng = eng, .ids = ids, .n = n, .bs = bs, .fb = fb};
+    if (pdb_http_respond_stream(r, 200, "application/x-pdbridge-segments", NULL, 0, 0, NULL, &job->w.hs)) {
+        engine_give(s, eng);
+        free(job);
+        goto out;
+    }
+    job->w.s = s;
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &at, prefill_job, job)) {
+        write_end(&job->w, PDB_NOMEM, "prefill server: cannot start a worker thread");
+        pdb_http_stream_close(job->w.hs);
+        engine_give(s, eng);
+        free(job);
+    } else {
+        ids = NULL; /* owned by the job */
+    }
+    pthread_attr_destroy(&at);
 out:
     free(ids);
     json_decref(j);
