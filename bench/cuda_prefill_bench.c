@@ -1,0 +1,103 @@
+/* cuda_prefill_bench: CUDA prefill throughput (tokens/s) at several prompt lengths on a
+ * V2-Lite-shaped random checkpoint (make-model preset v2-lite with fewer layers/experts/vocab),
+ * with and without the capture hook (its overhead). Prints one "cuda-bench ..." line per run.
+ * Invariant: every number printed was measured in this process; a run whose predecessor took
+ * longer than the time budget is skipped and printed as skipped. Built by tools/cuda_validate.sh. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "pdb_config.h"
+#include "pdb_cuda.h"
+#include "pdb_cuda_prefill.h"
+#include "pdb_make_model.h"
+#include "pdb_safetensors.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int die(const char *what) {
+    fprintf(stderr, "cuda_prefill_bench: %s: %s\n", what, pdb_err_msg());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "/tmp/pdb-cuda-bench-model";
+    int64_t layers = argc > 2 ? atoll(argv[2]) : 4, experts = argc > 3 ? atoll(argv[3]) : 16;
+    int64_t chunk = argc > 4 ? atoll(argv[4]) : 8192;
+    double budget = argc > 5 ? atof(argv[5]) : 150.0; /* seconds one run may take before longer ones are skipped */
+    int64_t Ts[] = {4096, 16384, 65536};
+    char name[256];
+    if (!pdb_cuda_device_count(name, sizeof name)) { printf("cuda-bench skipped: no GPU\n"); return 0; }
+    printf("cuda-bench device=\"%s\" layers=%lld experts=%lld chunk=%lld\n", name, (long long)layers,
+           (long long)experts, (long long)chunk);
+    char cfgp[600];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
+    struct stat sb;
+    double t0 = now_s();
+    if (stat(cfgp, &sb)) {
+        pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = "v2-lite", .seed = 3, .layers = layers,
+                                 .experts = experts, .vocab = 32000, .out_dir = dir};
+        if (pdb_make_model_write(&o)) return die("make-model");
+    }
+    pdb_config cfg;
+    pdb_st *st = NULL;
+    if (pdb_config_load(dir, &cfg) || pdb_st_open(dir, &st)) return die("open model");
+    printf("cuda-bench model ready in %.1f s (hidden %lld, layers %lld, experts %lld top-%lld, vocab %lld)\n",
+           now_s() - t0, (long long)cfg.hidden_size, (long long)cfg.num_layers, (long long)cfg.n_routed_experts,
+           (long long)cfg.num_experts_per_tok, (long long)cfg.vocab_size);
+    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = st, .decoder = st, .threads = 0, .device = 0};
+    pdb_cuda_prefill_opts co = {.prec = PDB_CUDA_PREC_BF16, .sub_chunk = chunk, .page_tokens = 64};
+    pdb_prefill_backend *be = NULL;
+    t0 = now_s();
+    if (pdb_cuda_prefill_create(&o, &co, &be)) return die("create");
+    printf("cuda-bench weights uploaded in %.1f s\n", now_s() - t0);
+    int64_t L = cfg.num_layers, row = cfg.kv_lora_rank + cfg.qk_rope_head_dim, V = cfg.vocab_size;
+    float *cap = malloc(sizeof(float) * (size_t)(L * chunk * row)), *logits = malloc(sizeof(float) * (size_t)V);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)Ts[2]);
+    if (!cap || !logits || !ids) { fprintf(stderr, "out of memory\n"); return 1; }
+    uint32_t seed = 1;
+    for (int64_t i = 0; i < Ts[2]; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % V); }
+    /* warm-up: kernels, cuBLAS heuristics */
+    if (be->begin(be, 1024) || be->forward_chunk(be, ids, 0, 1024, cap, logits)) return die("warm-up");
+    be->end(be);
+    double last = 0;
+    for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+        int64_t T = Ts[k];
+        double dt[2] = {0, 0};
+        for (int withcap = 1; withcap >= 0; withcap--) {
+            double ratio = k ? (double)T / (double)Ts[k - 1] : 1.0; /* attention grows ~T^2 */
+            if (last * ratio * ratio > budget) {
+                printf("cuda-bench T=%lld capture=%s skipped (time budget)\n", (long long)T, withcap ? "on" : "off");
+                continue;
+            }
+            if (be->begin(be, T)) return die("begin");
+            double s0 = now_s();
+            for (int64_t p = 0; p < T; p += chunk) {
+                int64_t n = T - p < chunk ? T - p : chunk;
+                if (be->forward_chunk(be, ids + p, p, n, withcap ? cap : NULL, p + n == T ? logits : NULL))
+                    return die("forward");
+            }
+            dt[withcap] = now_s() - s0;
+            be->end(be);
+            printf("cuda-bench T=%lld capture=%s time=%.3f s tokens_per_s=%.0f\n", (long long)T, withcap ? "on" : "off",
+                   dt[withcap], (double)T / dt[withcap]);
+            fflush(stdout);
+            if (withcap) last = dt[withcap];
+        }
+        if (dt[0] > 0 && dt[1] > 0)
+            printf("cuda-bench T=%lld capture_overhead=%.1f%%\n", (long long)T, 100.0 * (dt[1] - dt[0]) / dt[0]);
+    }
+    be->destroy(be);
+    pdb_st_close(st);
+    free(cap);
+    free(logits);
+    free(ids);
+    return 0;
+}

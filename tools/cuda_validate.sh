@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# cuda_validate: build the CUDA backend, its test and the prefill benchmark (sm_90), then run them
+# on a GPU machine, writing logs to $OUT (default .cache/cuda-out). Invariant: prints only what the
+# programs measured; on a machine without a GPU the test passes with "skipped: no GPU" lines and
+# the bench prints "skipped".
+#   tools/cuda_validate.sh build   # here: build + stage binaries and their shared libs in .cache/devcarry
+#   tools/cuda_validate.sh run     # on the GPU machine: run the staged binaries
+#   tools/cuda_validate.sh all     # both, on a machine that has the build dependencies and a GPU
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${PDB_CUDA_BUILD:-$ROOT/build-cuda}
+CARRY=$ROOT/.cache/devcarry
+OUT=${OUT:-$ROOT/.cache/cuda-out}
+MODE=${1:-all}
+
+build() {
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  cmake --build "$BUILD" --target test_cuda_prefill
+  local inc=()
+  for d in core model tokenizer cuda prefill; do inc+=(-I"$ROOT/src/$d"); done
+  gcc -O2 -std=gnu11 -Wall -ffp-contract=off "${inc[@]}" -c "$ROOT/bench/cuda_prefill_bench.c" -o "$BUILD/cuda_prefill_bench.o"
+  nvcc -o "$BUILD/cuda_prefill_bench" "$BUILD/cuda_prefill_bench.o" "$BUILD/libpdb_cuda.a" "$BUILD/libpdb_model.a" \
+    "$BUILD/libpdb_tokenizer.a" "$BUILD/libpdb_core.a" -ljansson -lpcre2-8 -lmicrohttpd -lcurl -lopenblas -lcrypto \
+    -lm -lpthread -ldl
+  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
+  cp "$BUILD/test_cuda_prefill" "$BUILD/cuda_prefill_bench" "$CARRY/bin/"
+  # non-system shared libraries the binaries need (the GPU image has no -dev packages)
+  for b in "$CARRY"/bin/*; do
+    ldd "$b" | awk '/=> \//{print $3}' | while read -r so; do
+      case "$(basename "$so")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*) ;;
+        *) cp -Ln "$so" "$CARRY/lib/" 2>/dev/null || true ;;
+      esac
+    done
+  done
+  du -sh "$CARRY"
+}
+
+run() {
+  mkdir -p "$OUT"
+  local cublas_dir
+  cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$CARRY/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$OUT/gpu.txt" || true
+  set +e
+  (cd "$ROOT" && "$CARRY/bin/test_cuda_prefill") 2>&1 | tee "$OUT/test_cuda_prefill.log"
+  local trc=${PIPESTATUS[0]}
+  "$CARRY/bin/cuda_prefill_bench" /tmp/pdb-cuda-bench-model "${PDB_BENCH_LAYERS:-4}" "${PDB_BENCH_EXPERTS:-16}" \
+    "${PDB_BENCH_CHUNK:-8192}" "${PDB_BENCH_BUDGET:-150}" 2>&1 | tee "$OUT/cuda_prefill_bench.log"
+  local brc=${PIPESTATUS[0]}
+  set -e
+  echo "test rc=$trc bench rc=$brc" | tee "$OUT/rc.txt"
+  [ "$trc" = 0 ] && [ "$brc" = 0 ]
+}
+
+case "$MODE" in
+  build) build ;;
+  run) run ;;
+  all) build && run ;;
+  *) echo "usage: $0 [build|run|all]" >&2; exit 2 ;;
+esac
