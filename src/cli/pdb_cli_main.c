@@ -18,6 +18,7 @@ typedef struct {
 } pdb_cli_cmd;
 
 static const pdb_cli_cmd cmds[] = {
+    {"up", pdb_cli_up, "the demo: start decoder + prefill + front, bridge a cold prompt, compare with native"},
     {"tokenize", pdb_cli_tokenize, "text on stdin -> token ids (tokenizer.json BPE)"},
     {"make-model", pdb_cli_make_model, "write a random checkpoint of a real architecture"},
     {"forward", pdb_cli_forward, "reference CPU forward: prefill logits + greedy cached decode"},

@@ -360,6 +360,11 @@ static pdb_status pdb_openai_parse_fields(json_t *root, const pdb_openai_limits 
         if (iu && !json_is_null(iu) && !json_is_boolean(iu))
             return pdb_openai_set_error(err, 400, "stream_options.include_usage", "invalid_type", "'stream_options.include_usage' must be a boolean");
         r->include_usage = json_is_true(iu);
+        json_t *cu = json_object_get(so, "continuous_usage_stats");
+        if (cu && !json_is_null(cu) && !json_is_boolean(cu))
+            return pdb_openai_set_error(err, 400, "stream_options.continuous_usage_stats", "invalid_type",
+                                        "'stream_options.continuous_usage_stats' must be a boolean");
+        r->continuous_usage = json_is_true(cu);
     }
     PDB_TRY(pdb_openai_get_bool(root, "return_token_ids", &r->return_token_ids, err));
     PDB_TRY(pdb_openai_get_bool(root, "ignore_eos", &r->ignore_eos, err));

@@ -57,6 +57,7 @@ typedef struct pdb_openai_request {
     size_t stop_len[PDB_OPENAI_MAX_STOP];
     int n_stop;
     int stream, include_usage, return_token_ids, ignore_eos;
+    int continuous_usage;        /* stream_options.continuous_usage_stats (vLLM): usage on every chunk */
 } pdb_openai_request;
 
 typedef struct pdb_openai_limits {

@@ -215,6 +215,8 @@ static int dec_emit(dec_req *r, const char *text, size_t len, const char *finish
     if (!len && !want_ids && !finish && r->sent_first) return 0;
     pdb_openai_result res = {text, len, finish, want_ids ? r->ids + r->ids_sent : finish && r->q.return_token_ids ? dec_no_ids : NULL,
                              want_ids ? new_ids : 0};
+    pdb_openai_usage cu = {r->prompt_tokens, r->n_ids, r->cached_tokens};
+    if (!u && r->q.continuous_usage) u = &cu; /* vLLM's continuous_usage_stats: usage on every chunk */
     char *chunk = NULL;
     size_t n = 0;
     if (pdb_openai_build_chunk(&r->meta, &res, !r->sent_first, u, NULL, &chunk, &n) != PDB_OK) return 1;
@@ -306,7 +308,7 @@ static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
     if (r->stream && r->hs) {
         if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
             pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
-            dec_emit(r, r->pend, r->pend_len, dec_finish_str(r->finish), r->q.include_usage ? &u : NULL);
+            dec_emit(r, r->pend, r->pend_len, dec_finish_str(r->finish), r->q.include_usage || r->q.continuous_usage ? &u : NULL);
         } else if (!r->gone) { /* engine error, or cancelled by a server stop: say so in the stream */
             pdb_openai_error e;
             if (r->finish == PDB_FINISH_ERROR) pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
@@ -339,6 +341,8 @@ static int dec_on_event(void *user, const pdb_dec_event *ev) {
     dec_req *r = user;
     pthread_mutex_lock(&r->mu);
     if (ev->finish == PDB_FINISH_NONE) {
+        r->prompt_tokens = ev->prompt_tokens;
+        r->cached_tokens = ev->cached_tokens;
         int c = dec_on_token(r, ev->token);
         pthread_mutex_unlock(&r->mu);
         return c;

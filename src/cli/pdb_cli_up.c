@@ -1,0 +1,374 @@
+/* pdb_cli_up: `pdbridge up`, the one-command demo (make run). Generates (once) a small random
+ * DeepSeek-V2 checkpoint with the real tokenizer and its decoder copy, starts a decoder, a
+ * prefill server (CUDA when a GPU is usable, else CPU) and a front on loopback, plus a second,
+ * purely native decoder for comparison; sends a cold prompt of several thousand tokens built
+ * from the Python standard library's sources with a needle sentence in the middle, then a warm
+ * follow-up; prints tokens, verdict, time to first token, total, bridged vs native and whether
+ * the answers are equal; stops everything it started. */
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pdb_cli.h"
+#include "pdb_make_model.h"
+#include "pdb_quantize.h"
+#include "pdb_tokenizer.h"
+
+#define UP_NEEDLE "The secret passphrase for the pdbridge demo is violet-harbor-42."
+#define UP_QUESTION "\n\nQuestion: what is the secret passphrase mentioned in the text above?"
+#define UP_FOLLOWUP "\n\nQuestion: which module of the text above defines the most functions?"
+
+typedef struct { pid_t pid; char url[128]; char log[512]; } up_proc;
+
+static double up_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Start `pdbridge ARGS...` with output to log; wait for "listening on URL". */
+static int up_start(up_proc *p, const char *name, const char *dir, char *const argv[]) {
+    snprintf(p->log, sizeof p->log, "%s/%s.log", dir, name);
+    int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644); /* truncated before the child runs */
+    if (fd < 0) { fprintf(stderr, "up: cannot create %s: %s\n", p->log, strerror(errno)); return 0; }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) { close(fd); return 0; }
+    if (pid == 0) {
+        if (dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
+        close(fd);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    close(fd);
+    p->pid = pid;
+    for (int i = 0; i < 1200; i++) {
+        FILE *f = fopen(p->log, "r");
+        char line[1024];
+        while (f && fgets(line, sizeof line, f)) {
+            char *u = strstr(line, "listening on http://");
+            if (u) {
+                sscanf(u + 13, "%127s", p->url);
+                fclose(f);
+                return 1;
+            }
+        }
+        if (f) fclose(f);
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) { p->pid = 0; break; }
+        usleep(100000);
+    }
+    fprintf(stderr, "up: %s did not start; its log (%s):\n", name, p->log);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "tail -20 '%s' >&2", p->log);
+    if (system(cmd)) {}
+    return 0;
+}
+
+static void up_stop(up_proc *p) {
+    if (p->pid <= 0) return;
+    kill(p->pid, SIGTERM);
+    for (int i = 0; i < 100; i++) {
+        if (waitpid(p->pid, NULL, WNOHANG) == p->pid) { p->pid = 0; return; }
+        usleep(50000);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    p->pid = 0;
+}
+
+/* ---- prompt from the Python standard library ----------------------------------------------- */
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static char *up_stdlib_dir(void) {
+    FILE *p = popen("python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])' 2>/dev/null", "r");
+    char buf[512] = "";
+    if (p) {
+        if (!fgets(buf, sizeof buf, p)) buf[0] = 0;
+        pclose(p);
+    }
+    buf[strcspn(buf, "\n")] = 0;
+    if (!buf[0]) snprintf(buf, sizeof buf, "/usr/lib/python3.11");
+    return strdup(buf);
+}
+
+/* Concatenate sorted stdlib .py files until about `target` tokens, needle in the middle. */
+static char *up_build_context(const pdb_tokenizer *tok, int64_t target) {
+    char *dir = up_stdlib_dir();
+    DIR *d = opendir(dir);
+    if (!d) { fprintf(stderr, "up: cannot read the Python standard library at %s\n", dir); free(dir); return NULL; }
+    char *names[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        size_t l = strlen(e->d_name);
+        if (l > 3 && !strcmp(e->d_name + l - 3, ".py") && e->d_name[0] != '_') names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    size_t cap = 1 << 20, len = 0;
+    char *text = malloc(cap);
+    int64_t toks = 0, placed = 0;
+    for (int i = 0; i < n && toks < target && text; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        char buf[1 << 16];
+        size_t r = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        int32_t *ids = NULL;
+        int64_t ni = 0;
+        if (pdb_tokenizer_encode(tok, buf, r, &ids, &ni)) continue;
+        free(ids);
+        if (toks + ni > target) { /* take a proportional prefix */
+            r = (size_t)((double)r * (double)(target - toks) / (double)ni);
+            ni = target - toks;
+        }
+        char head[1200];
+        int hl = snprintf(head, sizeof head, "\n# ---- file %s ----\n", names[i]);
+        while (len + r + (size_t)hl + 200 > cap) {
+            cap *= 2;
+            text = realloc(text, cap);
+            if (!text) break;
+        }
+        if (!text) break;
+        memcpy(text + len, head, (size_t)hl);
+        len += (size_t)hl;
+        memcpy(text + len, buf, r);
+        len += r;
+        toks += ni;
+        if (!placed && toks >= target / 2) {
+            len += (size_t)snprintf(text + len, cap - len, "\n# %s\n", UP_NEEDLE);
+            placed = 1;
+        }
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(dir);
+    if (text) text[len] = 0;
+    return text;
+}
+
+/* ---- a streaming chat request -------------------------------------------------------------- */
+
+typedef struct {
+    double t0, ttft;
+    char verdict[512];
+    char *text;
+    size_t len, cap;
+    char line[1 << 16];
+    size_t ll;
+    int64_t prompt_tokens, cached_tokens;
+} up_req;
+
+static void up_append(up_req *r, const char *s, size_t n) {
+    if (r->len + n + 1 > r->cap) {
+        r->cap = (r->len + n + 1) * 2;
+        r->text = realloc(r->text, r->cap);
+    }
+    memcpy(r->text + r->len, s, n);
+    r->len += n;
+    r->text[r->len] = 0;
+}
+
+static void up_event(up_req *r, const char *data) {
+    if (!strncmp(data, "[DONE]", 6)) return;
+    json_t *j = json_loads(data, 0, NULL);
+    if (!j) return;
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    const char *t = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
+    if (t && *t) {
+        if (r->ttft == 0) r->ttft = up_now() - r->t0;
+        up_append(r, t, strlen(t));
+    }
+    json_t *u = json_object_get(j, "usage");
+    if (u) {
+        r->prompt_tokens = json_integer_value(json_object_get(u, "prompt_tokens"));
+        r->cached_tokens = json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    }
+    json_decref(j);
+}
+
+static size_t up_write(char *p, size_t sz, size_t nm, void *u) {
+    up_req *r = u;
+    for (size_t i = 0; i < sz * nm; i++) {
+        if (p[i] == '\n') {
+            r->line[r->ll] = 0;
+            if (!strncmp(r->line, "data: ", 6)) up_event(r, r->line + 6);
+            r->ll = 0;
+        } else if (r->ll + 1 < sizeof r->line) {
+            r->line[r->ll++] = p[i];
+        }
+    }
+    return sz * nm;
+}
+
+static size_t up_header(char *b, size_t sz, size_t nm, void *u) {
+    up_req *r = u;
+    if (!strncasecmp(b, "X-PD-Bridge:", 12)) {
+        snprintf(r->verdict, sizeof r->verdict, "%.*s", (int)(sz * nm - 12), b + 12);
+        r->verdict[strcspn(r->verdict, "\r\n")] = 0;
+    }
+    return sz * nm;
+}
+
+static int up_chat(const char *url, const char *content, int max_tokens, up_req *r) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->verdict, sizeof r->verdict, " (native: no front)");
+    json_t *b = json_pack("{s:[{s:s,s:s}], s:i, s:f, s:b, s:{s:b}}", "messages", "role", "user", "content", content,
+                          "max_tokens", max_tokens, "temperature", 0.0, "stream", 1, "stream_options", "include_usage", 1);
+    char *body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    char full[256];
+    snprintf(full, sizeof full, "%s/v1/chat/completions", url);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(h, CURLOPT_URL, full);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, up_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, up_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 1800L);
+    r->t0 = up_now();
+    CURLcode cc = curl_easy_perform(h);
+    double total = up_now() - r->t0;
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    curl_slist_free_all(hd);
+    curl_easy_cleanup(h);
+    free(body);
+    r->t0 = total; /* reuse: total seconds */
+    if (cc != CURLE_OK || code != 200) {
+        fprintf(stderr, "up: request to %s failed: %s (HTTP %ld)\n", full, curl_easy_strerror(cc), code);
+        return 0;
+    }
+    if (!r->text) up_append(r, "", 0);
+    return 1;
+}
+
+static int up_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int pdb_cli_up(int argc, char **argv) {
+    static const char *usage =
+        "usage: pdbridge up [--tokens N] [--max-tokens N] [--scheme none|mx] [--dir DIR] [--backend auto|cpu|cuda]\n\n"
+        "The demo end to end: a small random DeepSeek-V2 (real tokenizer), its decoder copy (--scheme none:\n"
+        "same weights on both engines, so bridged and native answers must be equal), decoder + prefill +\n"
+        "front on loopback and a native decoder for comparison; a cold prompt of N tokens (default 6000)\n"
+        "from the Python standard library with a needle sentence in the middle, then a warm follow-up.\n"
+        "Models are generated once under DIR (default .cache/up); logs go to DIR/logs.\n";
+    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
+    long long tokens = 6000, max_tokens = 24;
+    const char *scheme = "none", *dir = ".cache/up", *backend = "auto";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long x;
+        if (!strcmp(a, "--tokens") && pdb_cli_parse_int(v, 300, 1 << 20, &x)) { tokens = x; i++; }
+        else if (!strcmp(a, "--max-tokens") && pdb_cli_parse_int(v, 1, 4096, &x)) { max_tokens = x; i++; }
+        else if (!strcmp(a, "--scheme") && v) scheme = argv[++i];
+        else if (!strcmp(a, "--dir") && v) dir = argv[++i];
+        else if (!strcmp(a, "--backend") && v) backend = argv[++i];
+        else { fprintf(stderr, "pdbridge up: bad option '%s'\n\n%s", a, usage); return 2; }
+    }
+    char hf[600], dec[600], logs[600], cache[600], cache_n[600], path[700];
+    snprintf(hf, sizeof hf, "%s/v2-small", dir);
+    snprintf(dec, sizeof dec, "%s/v2-small-dec-%s", dir, scheme);
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    snprintf(cache_n, sizeof cache_n, "%s/cache-native", dir);
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s' && rm -rf '%s' '%s'", dir, logs, cache, cache_n);
+    if (system(cmd)) { fprintf(stderr, "up: cannot prepare %s\n", dir); return 1; }
+    snprintf(path, sizeof path, "%s/model.safetensors", hf);
+    if (!up_exists(path)) {
+        printf("up: writing a random DeepSeek-V2 checkpoint (preset small, real tokenizer) to %s\n", hf);
+        fflush(stdout);
+        pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = "small", .seed = 1, .out_dir = hf,
+                                 .tokenizer = ".cache/tokenizer/deepseek_v3/tokenizer.json"};
+        if (pdb_make_model_write(&o)) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
+    }
+    snprintf(path, sizeof path, "%s/pdbridge_decoder.json", dec);
+    if (!up_exists(path)) {
+        printf("up: writing the decoder's checkpoint (scheme %s) to %s\n", scheme, dec);
+        fflush(stdout);
+        if (pdb_quantize_model(hf, dec, scheme, 0)) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
+    }
+    pdb_tokenizer *tok = NULL;
+    if (pdb_tokenizer_load(dec, &tok)) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
+    char *ctx = up_build_context(tok, tokens);
+    pdb_tokenizer_free(tok);
+    if (!ctx) return 1;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    up_proc pd = {0}, pp = {0}, pf = {0}, pn = {0};
+    int rc = 1;
+    char *dargs[] = {"pdbridge", "decode-server", "--model", dec, "--cache-dir", cache, "--port", "0", "--block-size", "512", NULL};
+    char *nargs[] = {"pdbridge", "decode-server", "--model", dec, "--cache-dir", cache_n, "--port", "0", "--block-size", "512", NULL};
+    char *pargs[] = {"pdbridge", "prefill-server", "--model", hf, "--decoder-model", dec, "--port", "0", "--backend",
+                     (char *)backend, NULL};
+    printf("up: starting decoder, native decoder, prefill server and front on loopback (logs in %s)\n", logs);
+    fflush(stdout);
+    if (!up_start(&pd, "decoder", logs, dargs) || !up_start(&pn, "native", logs, nargs) || !up_start(&pp, "prefill", logs, pargs))
+        goto done;
+    char *fargs[] = {"pdbridge", "front", "--decoder", pd.url, "--prefill", pp.url, "--decoder-model", dec, "--cache-dir", cache,
+                     "--port", "0", "--block-size", "512", NULL};
+    if (!up_start(&pf, "front", logs, fargs)) goto done;
+    size_t cl = strlen(ctx);
+    char *cold = malloc(cl + 200), *warm = malloc(cl + 200);
+    snprintf(cold, cl + 200, "%s%s", ctx, UP_QUESTION);
+    snprintf(warm, cl + 200, "%s%s", ctx, UP_FOLLOWUP);
+    up_req rc1, rw, rn;
+    printf("up: cold prompt via the front (bridged)...\n");
+    fflush(stdout);
+    int ok = up_chat(pf.url, cold, (int)max_tokens, &rc1);
+    printf("up: warm follow-up via the front...\n");
+    fflush(stdout);
+    ok = ok && up_chat(pf.url, warm, (int)max_tokens, &rw);
+    printf("up: the cold prompt on the native decoder (no bridge, empty cache)...\n");
+    fflush(stdout);
+    ok = ok && up_chat(pn.url, cold, (int)max_tokens, &rn);
+    if (!ok) goto done;
+    int equal = rc1.len == rn.len && !memcmp(rc1.text, rn.text, rc1.len);
+    printf("\n%-22s %7s %7s %9s %9s  %s\n", "request", "tokens", "cached", "TTFT s", "total s", "verdict (X-PD-Bridge)");
+    up_req *rs[3] = {&rc1, &rw, &rn};
+    const char *names[3] = {"cold, bridged", "warm follow-up", "cold, native"};
+    for (int i = 0; i < 3; i++) {
+        char v[600];
+        snprintf(v, sizeof v, "%s", rs[i]->verdict[0] == ' ' ? rs[i]->verdict + 1 : rs[i]->verdict);
+        v[strcspn(v, ";")] = 0;
+        printf("%-22s %7lld %7lld %9.2f %9.2f  %s\n", names[i], (long long)rs[i]->prompt_tokens, (long long)rs[i]->cached_tokens,
+               rs[i]->ttft, rs[i]->t0, v);
+    }
+    printf("\nbridged TTFT %.2f s vs native %.2f s (%.1fx); bridged answer %s the native one (random weights: the words are "
+           "nonsense)\n  bridged: %.70s\n  native:  %.70s\n",
+           rc1.ttft, rn.ttft, rn.ttft / (rc1.ttft > 0 ? rc1.ttft : 1), equal ? "EQUALS" : "DIFFERS FROM", rc1.text, rn.text);
+    rc = !strncmp(rc1.verdict, " complete", 9) || !strncmp(rc1.verdict, "complete", 8) ? (equal || strcmp(scheme, "none") ? 0 : 1) : 1;
+    if (rc) fprintf(stderr, "up: expected a complete bridge%s\n", strcmp(scheme, "none") ? "" : " and equal answers");
+    free(rc1.text);
+    free(rw.text);
+    free(rn.text);
+    free(cold);
+    free(warm);
+done:
+    up_stop(&pf);
+    up_stop(&pp);
+    up_stop(&pd);
+    up_stop(&pn);
+    free(ctx);
+    return rc;
+}
