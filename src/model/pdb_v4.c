@@ -1,0 +1,559 @@
+/* pdb_v4: the DeepSeek-V4 forward (hyper-connections -> attention with sliding window, CSA or
+ * HCA -> hyper-connections -> MoE), readable top to bottom: cache -> hyper-connections ->
+ * compressor -> indexer -> attention -> MoE -> layer -> forward. All math is f32 with
+ * reductions in double; the order of every reduction is fixed, so the per-token cache updates
+ * do not depend on how a prompt is chunked. See pdb_v4.h for the pools and docs/v4.md. */
+#include "pdb_v4.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_math.h"
+#include "pdb_v4_qsim.h"
+
+/* ======================================== semantics / cache ======================================== */
+
+pdb_status pdb_v4_semantics_parse(const char *s, pdb_v4_semantics *out) {
+    if (s && !strcmp(s, "official")) { *out = PDB_V4_SEM_OFFICIAL; return PDB_OK; }
+    if (s && !strcmp(s, "exact")) { *out = PDB_V4_SEM_EXACT; return PDB_OK; }
+    return pdb_err_set(PDB_INVALID, "v4 semantics '%s' is not one of official, exact", s ? s : "(null)");
+}
+
+const char *pdb_v4_semantics_name(pdb_v4_semantics s) { return s == PDB_V4_SEM_EXACT ? "exact" : "official"; }
+
+pdb_status pdb_v4_check_semantics(const pdb_config *c, pdb_v4_semantics sem) {
+    if (sem != PDB_V4_SEM_OFFICIAL) return PDB_OK;
+    int64_t nope = c->head_dim - c->qk_rope_head_dim, ihd = c->index_head_dim;
+    if (nope % 64)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 official semantics: head_dim - rotary dims = %lld is not a multiple of 64 "
+                           "(FP8 blocks); use --v4-semantics exact", (long long)nope);
+    int any_csa = 0;
+    for (int64_t l = 0; l < c->num_layers; l++) any_csa |= c->v4_attn[l] == PDB_V4_ATTN_CSA;
+    if (any_csa && (ihd % 32 || (ihd & (ihd - 1))))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 official semantics: index_head_dim = %lld must be a power of two and a "
+                           "multiple of 32 (Hadamard + FP4 blocks); use --v4-semantics exact", (long long)ihd);
+    return PDB_OK;
+}
+
+static float *falloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+
+void pdb_v4_cache_free(pdb_v4_cache *c) {
+    if (c->layers)
+        for (int64_t l = 0; l < c->n_layers; l++) {
+            pdb_v4_layer_cache *lc = &c->layers[l];
+            float *f[] = {lc->win, lc->comp, lc->ikeys, lc->buf_kv, lc->buf_gate, lc->ov_kv, lc->ov_gate,
+                          lc->ibuf_kv, lc->ibuf_gate, lc->iov_kv, lc->iov_gate};
+            for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
+        }
+    free(c->layers);
+    memset(c, 0, sizeof *c);
+}
+
+pdb_status pdb_v4_cache_init(pdb_v4_cache *c, const pdb_v4_model *m, int64_t cap, pdb_v4_semantics sem) {
+    memset(c, 0, sizeof *c);
+    const pdb_config *cf = &m->cfg;
+    PDB_TRY(pdb_v4_check_semantics(cf, sem));
+    if (cap <= 0 || cap > (1LL << 31)) return pdb_err_set(PDB_INVALID, "v4 cache: capacity %lld is impossible", (long long)cap);
+    int64_t hd = cf->head_dim, ihd = cf->index_head_dim, W = cf->sliding_window;
+    c->cap = cap;
+    c->sem = sem;
+    c->window = W;
+    c->n_layers = cf->num_layers;
+    c->layers = calloc((size_t)cf->num_layers, sizeof *c->layers);
+    if (!c->layers) return pdb_err_set(PDB_NOMEM, "v4 cache: out of memory");
+    for (int64_t l = 0; l < cf->num_layers; l++) {
+        const pdb_v4_layer *L = &m->layers[l];
+        pdb_v4_layer_cache *lc = &c->layers[l];
+        int ok = (lc->win = falloc(W * hd)) != NULL;
+        if (L->rate) {
+            int64_t n = cap / L->rate + 1, r = L->rate, coff = L->comp.coff;
+            ok = ok && (lc->comp = falloc(n * hd)) && (lc->buf_kv = falloc(r * coff * hd)) &&
+                 (lc->buf_gate = falloc(r * coff * hd));
+            if (L->attn == PDB_V4_ATTN_CSA)
+                ok = ok && (lc->ov_kv = falloc(r * hd)) && (lc->ov_gate = falloc(r * hd)) && (lc->ikeys = falloc(n * ihd)) &&
+                     (lc->ibuf_kv = falloc(r * 2 * ihd)) && (lc->ibuf_gate = falloc(r * 2 * ihd)) &&
+                     (lc->iov_kv = falloc(r * ihd)) && (lc->iov_gate = falloc(r * ihd));
+        }
+        if (!ok) {
+            pdb_v4_cache_free(c);
+            return pdb_err_set(PDB_NOMEM, "v4 cache: out of memory for %lld positions", (long long)cap);
+        }
+    }
+    return PDB_OK;
+}
+
+/* ======================================== hyper-connections ======================================== */
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* RMS-normalised copy of the flattened streams hs[n] into tmp[n] (no weight). */
+static void unweighted_norm(float *tmp, const float *hs, int64_t n, double eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)hs[i] * hs[i];
+    float r = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) tmp[i] = hs[i] * r;
+}
+
+static float dotd(const float *a, const float *b, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+/* One token's mHC mapping: hs [hc, H] -> collapsed x [H], post [hc], comb [hc, hc] (comb[j][k] is
+ * the weight of old stream j in new stream k). Sinkhorn: softmax rows + eps, normalise columns,
+ * then iters-1 x (rows, columns), each with + eps in the denominator. tmp: [hc*H]. */
+static void hc_pre(const pdb_config *c, const float *fn, const float *base, const float *scale, const float *hs,
+                   float *x, float *post, float *comb, float *tmp) {
+    int64_t hc = c->hc_mult, H = c->hidden_size, n = hc * H;
+    float eps = (float)c->hc_eps, mixes[64 * 66], pre[64];
+    unweighted_norm(tmp, hs, n, c->rms_norm_eps);
+    for (int64_t j = 0; j < (2 + hc) * hc; j++) mixes[j] = dotd(fn + j * n, tmp, n);
+    for (int64_t k = 0; k < hc; k++) {
+        pre[k] = sigmoidf(mixes[k] * scale[0] + base[k]) + eps;
+        post[k] = 2.0f * sigmoidf(mixes[hc + k] * scale[1] + base[hc + k]);
+    }
+    for (int64_t i = 0; i < hc; i++) {
+        float *row = comb + i * hc;
+        for (int64_t j = 0; j < hc; j++) row[j] = mixes[2 * hc + i * hc + j] * scale[2] + base[2 * hc + i * hc + j];
+        pdb_math_softmax(row, hc);
+        for (int64_t j = 0; j < hc; j++) row[j] += eps;
+    }
+    for (int64_t it = 0; it < c->hc_sinkhorn_iters; it++) {
+        if (it > 0)
+            for (int64_t i = 0; i < hc; i++) {
+                double s = 0;
+                for (int64_t j = 0; j < hc; j++) s += comb[i * hc + j];
+                float d = (float)s + eps;
+                for (int64_t j = 0; j < hc; j++) comb[i * hc + j] /= d;
+            }
+        for (int64_t j = 0; j < hc; j++) {
+            double s = 0;
+            for (int64_t i = 0; i < hc; i++) s += comb[i * hc + j];
+            float d = (float)s + eps;
+            for (int64_t i = 0; i < hc; i++) comb[i * hc + j] /= d;
+        }
+    }
+    for (int64_t d = 0; d < H; d++) {
+        double s = 0;
+        for (int64_t k = 0; k < hc; k++) s += (double)pre[k] * hs[k * H + d];
+        x[d] = (float)s;
+    }
+}
+
+/* hs [hc, H] <- post[k] * out + sum_j comb[j][k] * hs[j]. tmp: [hc*H]. */
+static void hc_post(const pdb_config *c, float *hs, const float *out, const float *post, const float *comb, float *tmp) {
+    int64_t hc = c->hc_mult, H = c->hidden_size;
+    memcpy(tmp, hs, sizeof(float) * (size_t)(hc * H));
+    for (int64_t k = 0; k < hc; k++)
+        for (int64_t d = 0; d < H; d++) {
+            double s = (double)post[k] * out[d];
+            for (int64_t j = 0; j < hc; j++) s += (double)comb[j * hc + k] * tmp[j * H + d];
+            hs[k * H + d] = (float)s;
+        }
+}
+
+/* Final collapse of the streams (weights from sigmoid only) into y [H]. tmp: [hc*H]. */
+static void hc_head(const pdb_v4_model *m, const float *hs, float *y, float *tmp) {
+    const pdb_config *c = &m->cfg;
+    int64_t hc = c->hc_mult, H = c->hidden_size, n = hc * H;
+    float pre[64];
+    unweighted_norm(tmp, hs, n, c->rms_norm_eps);
+    for (int64_t k = 0; k < hc; k++)
+        pre[k] = sigmoidf(dotd(m->hc_head_fn + k * n, tmp, n) * m->hc_head_scale[0] + m->hc_head_base[k]) + (float)c->hc_eps;
+    for (int64_t d = 0; d < H; d++) {
+        double s = 0;
+        for (int64_t k = 0; k < hc; k++) s += (double)pre[k] * hs[k * H + d];
+        y[d] = (float)s;
+    }
+}
+
+/* ======================================== compressor ======================================== */
+
+typedef enum { QSIM_NONE, QSIM_FP8_NOPE, QSIM_FP4_ROT } qsim_kind;
+
+/* Rope (trailing rd dims) at pos, then the semantics' rounding, on one row of width dim. */
+static void finish_row(float *row, int64_t dim, const pdb_rope *rope, int64_t pos, qsim_kind q) {
+    pdb_rope_apply(rope, row + dim - rope->dim, pos);
+    if (q == QSIM_FP8_NOPE) pdb_v4_qsim_fp8(row, dim - rope->dim);
+    else if (q == QSIM_FP4_ROT) {
+        pdb_v4_qsim_hadamard(row, dim);
+        pdb_v4_qsim_fp4(row, dim);
+    }
+}
+
+/* Feed T tokens (projections kvp/gp [T, coff*dim]) at positions p0.. into one compressor's
+ * buffer; each time a window of `rate` tokens is full, emit entry w = p / rate into entries:
+ * softmax over the window's slots (CSA: the previous window's overlap half first, weight 0 for
+ * w == 0, then the current window's second half) of gate + ape, per dim, weighting kv; then
+ * RMSNorm, RoPE at position w * rate, and the semantics' rounding. */
+static void compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
+                            const float *kvp, const float *gp, int64_t T, int64_t p0, float *buf_kv, float *buf_gate,
+                            float *ov_kv, float *ov_gate, float *entries) {
+    int64_t r = cp->rate, dim = cp->dim, D = cp->coff * dim;
+    int overlap = cp->coff == 2;
+    for (int64_t t = 0; t < T; t++) {
+        int64_t p = p0 + t, s = p % r;
+        memcpy(buf_kv + s * D, kvp + t * D, sizeof(float) * (size_t)D);
+        for (int64_t i = 0; i < D; i++) buf_gate[s * D + i] = gp[t * D + i] + cp->ape[s * D + i];
+        if (s != r - 1) continue;
+        int64_t w = p / r;
+        float *e = entries + w * dim;
+        for (int64_t d = 0; d < dim; d++) {
+            float mx = -INFINITY;
+            int prev = overlap && w > 0;
+            for (int64_t j = 0; j < r; j++) {
+                if (prev) mx = fmaxf(mx, ov_gate[j * dim + d]);
+                mx = fmaxf(mx, buf_gate[j * D + (overlap ? dim : 0) + d]);
+            }
+            double den = 0, num = 0;
+            for (int64_t j = 0; j < r; j++) {
+                if (prev) {
+                    double ex = exp((double)ov_gate[j * dim + d] - mx);
+                    den += ex;
+                    num += ex * ov_kv[j * dim + d];
+                }
+                double ex = exp((double)buf_gate[j * D + (overlap ? dim : 0) + d] - mx);
+                den += ex;
+                num += ex * buf_kv[j * D + (overlap ? dim : 0) + d];
+            }
+            e[d] = (float)(num / den);
+        }
+        pdb_math_rmsnorm(e, e, cp->norm, dim, c->rms_norm_eps);
+        finish_row(e, dim, rope, w * r, q);
+        if (overlap)
+            for (int64_t j = 0; j < r; j++) {
+                memcpy(ov_kv + j * dim, buf_kv + j * D, sizeof(float) * (size_t)dim);
+                memcpy(ov_gate + j * dim, buf_gate + j * D, sizeof(float) * (size_t)dim);
+            }
+    }
+}
+
+/* Project x [T, H] through a compressor and feed it. */
+static pdb_status run_compressor(const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
+                                 const float *x, int64_t T, int64_t p0, float *buf_kv, float *buf_gate, float *ov_kv,
+                                 float *ov_gate, float *entries) {
+    int64_t H = c->hidden_size, D = cp->coff * cp->dim;
+    float *kvp = falloc(T * D), *gp = falloc(T * D);
+    if (!kvp || !gp) { free(kvp); free(gp); return pdb_err_set(PDB_NOMEM, "v4 compressor: out of memory"); }
+    pdb_math_gemm_nt(T, D, H, 1.0f, x, H, cp->wkv, H, 0.0f, kvp, D);
+    pdb_math_gemm_nt(T, D, H, 1.0f, x, H, cp->wgate, H, 0.0f, gp, D);
+    compress_tokens(c, cp, rope, q, kvp, gp, T, p0, buf_kv, buf_gate, ov_kv, ov_gate, entries);
+    free(kvp);
+    free(gp);
+    return PDB_OK;
+}
+
+/* ======================================== indexer ======================================== */
+
+typedef struct { float s; int32_t i; } scored;
+
+static int cmp_scored(const void *a, const void *b) {
+    const scored *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* For each of the T queries pick its compressed entries: all nv = (p+1)/rate when nv <= topk, else
+ * the topk highest scores sum_h w_h * relu(q_h . k_w) / sqrt(ihd), equal scores by lower index.
+ * sel [T, topk] (entry ids, ascending order irrelevant), nsel [T]. qr [T, qlr], x [T, H]. */
+static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_layer *L, const pdb_v4_layer_cache *lc, qsim_kind q,
+                              const float *qr, const float *x, int64_t T, int64_t p0, int32_t *sel, int64_t *nsel) {
+    const pdb_config *c = &m->cfg;
+    int64_t nih = c->index_n_heads, ihd = c->index_head_dim, qlr = c->q_lora_rank, H = c->hidden_size;
+    int64_t K = c->index_topk, r = L->rate;
+    int64_t nmax = (p0 + T) / r;
+    float *iq = falloc(T * nih * ihd), *wt = falloc(T * nih);
+    scored *sc = malloc(sizeof(scored) * (size_t)(nmax > 0 ? nmax : 1));
+    if (!iq || !wt || !sc) { free(iq); free(wt); free(sc); return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory"); }
+    pdb_math_gemm_nt(T, nih * ihd, qlr, 1.0f, qr, qlr, L->idx_wq_b, qlr, 0.0f, iq, nih * ihd);
+    pdb_math_gemm_nt(T, nih, H, 1.0f, x, H, L->idx_wproj, H, 0.0f, wt, nih);
+    float wscale = (float)(1.0 / sqrt((double)nih)), sscale = (float)(1.0 / sqrt((double)ihd));
+    for (int64_t t = 0; t < T; t++) {
+        int64_t p = p0 + t, nv = (p + 1) / r;
+        int32_t *st = sel + t * K;
+        if (nv <= K) {
+            for (int64_t w = 0; w < nv; w++) st[w] = (int32_t)w;
+            nsel[t] = nv;
+            continue;
+        }
+        float *qt = iq + t * nih * ihd;
+        for (int64_t h = 0; h < nih; h++) finish_row(qt + h * ihd, ihd, L->rope, p, q);
+        for (int64_t w = 0; w < nv; w++) {
+            const float *k = lc->ikeys + w * ihd;
+            double s = 0;
+            for (int64_t h = 0; h < nih; h++) {
+                float dp = dotd(qt + h * ihd, k, ihd);
+                float rl = dp > 0 ? dp * sscale : 0.0f;
+                s += (double)(rl * (wt[t * nih + h] * wscale));
+            }
+            sc[w].s = (float)s;
+            sc[w].i = (int32_t)w;
+        }
+        qsort(sc, (size_t)nv, sizeof *sc, cmp_scored);
+        for (int64_t j = 0; j < K; j++) st[j] = sc[j].i;
+        nsel[t] = K;
+    }
+    free(iq);
+    free(wt);
+    free(sc);
+    return PDB_OK;
+}
+
+/* ======================================== attention ======================================== */
+
+/* softmax with a sink over scores s[n] (in place), returns nothing: s becomes the probabilities. */
+static void softmax_sink(float *s, int64_t n, float sink) {
+    float mx = sink;
+    for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, s[i]);
+    double den = exp((double)sink - mx);
+    for (int64_t i = 0; i < n; i++) den += exp((double)s[i] - mx);
+    for (int64_t i = 0; i < n; i++) s[i] = (float)(exp((double)s[i] - mx) / den);
+}
+
+/* The attention block for T tokens of layer l: x [T, H] (after attn_norm) -> out [T, H]. */
+static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *out) {
+    const pdb_config *c = &m->cfg;
+    const pdb_v4_layer *L = &m->layers[l];
+    pdb_v4_layer_cache *lc = &cc->layers[l];
+    int64_t H = c->hidden_size, nh = c->num_heads, hd = c->head_dim, rd = c->qk_rope_head_dim, qlr = c->q_lora_rank;
+    int64_t W = c->sliding_window, G = c->o_groups, olr = c->o_lora_rank, gin = nh * hd / G, p0 = cc->len;
+    int official = cc->sem == PDB_V4_SEM_OFFICIAL;
+    int64_t lo = p0 - W + 1 > 0 ? p0 - W + 1 : 0, nold = p0 - lo, K = c->index_topk;
+    int64_t ncomp_max = L->rate ? (p0 + T) / L->rate : 0;
+    pdb_status s = PDB_OK;
+    float *qr = falloc(T * qlr), *q = falloc(T * nh * hd), *keys = falloc((nold + T) * hd), *o = falloc(T * nh * hd);
+    float *a = falloc(T * G * olr), *sc = falloc(W + ncomp_max + 1);
+    int32_t *sel = L->attn == PDB_V4_ATTN_CSA ? malloc(sizeof(int32_t) * (size_t)(T * K)) : NULL;
+    int64_t *nsel = L->attn == PDB_V4_ATTN_CSA ? malloc(sizeof(int64_t) * (size_t)T) : NULL;
+    if (!qr || !q || !keys || !o || !a || !sc || (L->attn == PDB_V4_ATTN_CSA && (!sel || !nsel))) {
+        s = pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
+        goto done;
+    }
+    /* queries: q_a -> q_norm -> q_b -> per-head unweighted RMSNorm -> RoPE on the trailing dims */
+    pdb_math_gemm_nt(T, qlr, H, 1.0f, x, H, L->wq_a, H, 0.0f, qr, qlr);
+    for (int64_t t = 0; t < T; t++) pdb_math_rmsnorm(qr + t * qlr, qr + t * qlr, L->q_norm, qlr, c->rms_norm_eps);
+    pdb_math_gemm_nt(T, nh * hd, qlr, 1.0f, qr, qlr, L->wq_b, qlr, 0.0f, q, nh * hd);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < nh; h++) {
+            float *qh = q + (t * nh + h) * hd;
+            double ss = 0;
+            for (int64_t i = 0; i < hd; i++) ss += (double)qh[i] * qh[i];
+            float rr = (float)(1.0 / sqrt(ss / (double)hd + c->rms_norm_eps));
+            for (int64_t i = 0; i < hd; i++) qh[i] *= rr;
+            pdb_rope_apply(L->rope, qh + hd - rd, p0 + t);
+        }
+    /* K=V rows: the cached window rows of positions lo..p0-1, then this chunk's */
+    for (int64_t p = lo; p < p0; p++) memcpy(keys + (p - lo) * hd, lc->win + (p % W) * hd, sizeof(float) * (size_t)hd);
+    float *kv = keys + nold * hd;
+    pdb_math_gemm_nt(T, hd, H, 1.0f, x, H, L->wkv, H, 0.0f, kv, hd);
+    for (int64_t t = 0; t < T; t++) {
+        pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
+        finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
+    }
+    /* compressed entries (and the indexer's keys) of every window completed by this chunk */
+    if (L->rate) {
+        s = run_compressor(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, x, T, p0, lc->buf_kv,
+                           lc->buf_gate, lc->ov_kv, lc->ov_gate, lc->comp);
+        if (s) goto done;
+    }
+    if (L->attn == PDB_V4_ATTN_CSA) {
+        qsim_kind iq = official ? QSIM_FP4_ROT : QSIM_NONE;
+        s = run_compressor(c, &L->icomp, L->rope, iq, x, T, p0, lc->ibuf_kv, lc->ibuf_gate, lc->iov_kv, lc->iov_gate,
+                           lc->ikeys);
+        if (!s) s = run_indexer(m, L, lc, iq, qr, x, T, p0, sel, nsel);
+        if (s) goto done;
+    }
+    /* attention per token and head over [window rows | picked compressed entries], with a sink */
+    float scale = (float)(1.0 / sqrt((double)hd));
+    for (int64_t t = 0; t < T; t++) {
+        int64_t p = p0 + t, wlo = p - W + 1 > lo ? p - W + 1 : lo, nw = p - wlo + 1;
+        const float *wk = keys + (wlo - lo) * hd;
+        int64_t nc = 0;
+        const int32_t *ids = NULL;
+        if (L->attn == PDB_V4_ATTN_HCA) nc = (p + 1) / L->rate;
+        else if (L->attn == PDB_V4_ATTN_CSA) { nc = nsel[t]; ids = sel + t * K; }
+        for (int64_t h = 0; h < nh; h++) {
+            const float *qh = q + (t * nh + h) * hd;
+            float *oh = o + (t * nh + h) * hd;
+            for (int64_t j = 0; j < nw; j++) sc[j] = dotd(qh, wk + j * hd, hd) * scale;
+            for (int64_t j = 0; j < nc; j++) sc[nw + j] = dotd(qh, lc->comp + (ids ? ids[j] : j) * hd, hd) * scale;
+            softmax_sink(sc, nw + nc, L->sink[h]);
+            for (int64_t i = 0; i < hd; i++) {
+                double acc = 0;
+                for (int64_t j = 0; j < nw; j++) acc += (double)sc[j] * wk[j * hd + i];
+                for (int64_t j = 0; j < nc; j++) acc += (double)sc[nw + j] * lc->comp[(ids ? ids[j] : j) * hd + i];
+                oh[i] = (float)acc;
+            }
+            pdb_rope_apply(L->rope, oh + hd - rd, -p); /* inverse rotation: V carried RoPE */
+        }
+    }
+    for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
+        memcpy(lc->win + (p % W) * hd, kv + (p - p0) * hd, sizeof(float) * (size_t)hd);
+    /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
+    for (int64_t g = 0; g < G; g++)
+        pdb_math_gemm_nt(T, olr, gin, 1.0f, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0.0f, a + g * olr, G * olr);
+    pdb_math_gemm_nt(T, H, G * olr, 1.0f, a, G * olr, L->wo_b, G * olr, 0.0f, out, H);
+done:
+    free(qr);
+    free(q);
+    free(keys);
+    free(o);
+    free(a);
+    free(sc);
+    free(sel);
+    free(nsel);
+    return s;
+}
+
+/* ======================================== MoE ======================================== */
+
+static int cmp_desc_idx(float a, int64_t ia, float b, int64_t ib) { return a > b || (a == b && ia < ib); }
+
+void pdb_v4_route(const pdb_config *cf, const pdb_v4_layer *ly, int32_t token, float *scores, int64_t *idx, float *wt) {
+    int64_t E = cf->n_routed_experts, K = cf->num_experts_per_tok;
+    if (cf->scoring_func == PDB_V4_SCORE_SOFTMAX) pdb_math_softmax(scores, E);
+    else
+        for (int64_t e = 0; e < E; e++) {
+            float l = scores[e];
+            scores[e] = cf->scoring_func == PDB_V4_SCORE_SIGMOID ? sigmoidf(l) : sqrtf(l > 20.0f ? l : log1pf(expf(l)));
+        }
+    if (ly->hash) {
+        for (int64_t k = 0; k < K; k++) idx[k] = ly->tid2eid[(int64_t)token * K + k];
+    } else {
+        static _Thread_local unsigned char taken[65536];
+        memset(taken, 0, (size_t)E);
+        for (int64_t k = 0; k < K; k++) {
+            int64_t best = -1;
+            float bv = 0;
+            for (int64_t e = 0; e < E; e++) {
+                if (taken[e]) continue;
+                float v = scores[e] + (ly->gate_bias ? ly->gate_bias[e] : 0.0f);
+                if (best < 0 || cmp_desc_idx(v, e, bv, best)) { best = e; bv = v; }
+            }
+            taken[best] = 1;
+            idx[k] = best;
+        }
+    }
+    double sum = 0;
+    for (int64_t k = 0; k < K; k++) sum += scores[idx[k]];
+    float den = (float)sum + 1e-20f;
+    for (int64_t k = 0; k < K; k++) wt[k] = scores[idx[k]] / den * (float)cf->routed_scaling_factor;
+}
+
+/* silu(clip(g)) * clip(u) in place into g; limit <= 0 disables the clipping. */
+static void swiglu(float *g, const float *u, int64_t n, float limit) {
+    for (int64_t i = 0; i < n; i++) {
+        float a = g[i], b = u[i];
+        if (limit > 0) {
+            a = fminf(a, limit);
+            b = fminf(fmaxf(b, -limit), limit);
+        }
+        g[i] = a / (1.0f + expf(-a)) * b;
+    }
+}
+
+/* Routed experts (grouped by expert, ascending) + the shared expert: x [T, H] -> out [T, H]. */
+static pdb_status moe(const pdb_v4_model *m, const pdb_v4_layer *L, const int32_t *ids, const float *x, int64_t T,
+                      float *out) {
+    const pdb_config *c = &m->cfg;
+    int64_t H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok, I = c->moe_intermediate_size;
+    float limit = (float)c->swiglu_limit;
+    pdb_status s = PDB_OK;
+    int64_t TK = T * K; /* a token may pick one expert twice (hash tables): rows for every pick */
+    float *lg = falloc(T * E), *wt = falloc(TK), *xg = falloc(TK * H), *g = falloc(TK * I), *u = falloc(TK * I);
+    float *y = falloc(TK * H);
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)TK), *rows = malloc(sizeof(int64_t) * (size_t)TK);
+    float *rw = falloc(TK);
+    if (!lg || !wt || !xg || !g || !u || !y || !idx || !rows || !rw) { s = pdb_err_set(PDB_NOMEM, "v4 moe: out of memory"); goto done; }
+    pdb_math_gemm_nt(T, E, H, 1.0f, x, H, L->gate, H, 0.0f, lg, E);
+    for (int64_t t = 0; t < T; t++) pdb_v4_route(c, L, ids[t], lg + t * E, idx + t * K, wt + t * K);
+    memset(out, 0, sizeof(float) * (size_t)(T * H));
+    for (int64_t e = 0; e < E; e++) {
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t k = 0; k < K; k++)
+                if (idx[t * K + k] == e) { /* a duplicate pick (possible in hash tables) counts twice, as in transformers */
+                    rows[n] = t;
+                    rw[n] = wt[t * K + k];
+                    memcpy(xg + n * H, x + t * H, sizeof(float) * (size_t)H);
+                    n++;
+                }
+        if (!n) continue;
+        pdb_math_gemm_nt(n, I, H, 1.0f, xg, H, L->w1 + e * I * H, H, 0.0f, g, I);
+        pdb_math_gemm_nt(n, I, H, 1.0f, xg, H, L->w3 + e * I * H, H, 0.0f, u, I);
+        swiglu(g, u, n * I, limit);
+        pdb_math_gemm_nt(n, H, I, 1.0f, g, I, L->w2 + e * H * I, I, 0.0f, y, H);
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t d = 0; d < H; d++) out[rows[j] * H + d] += rw[j] * y[j * H + d];
+    }
+    if (c->n_shared_experts) {
+        pdb_math_gemm_nt(T, I, H, 1.0f, x, H, L->sh_w1, H, 0.0f, g, I);
+        pdb_math_gemm_nt(T, I, H, 1.0f, x, H, L->sh_w3, H, 0.0f, u, I);
+        swiglu(g, u, T * I, limit);
+        pdb_math_gemm_nt(T, H, I, 1.0f, g, I, L->sh_w2, I, 1.0f, out, H);
+    }
+done:
+    free(lg); free(wt); free(xg); free(g); free(u); free(y); free(idx); free(rows); free(rw);
+    return s;
+}
+
+/* ======================================== layer / forward ======================================== */
+
+/* One hyper-connected sub-block: collapse the streams, norm, run `which` (0 attention, 1 MoE), expand. */
+static pdb_status sub_block(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, int which, const int32_t *ids,
+                            float *hs, int64_t T) {
+    const pdb_config *c = &m->cfg;
+    const pdb_v4_layer *L = &m->layers[l];
+    int64_t H = c->hidden_size, hc = c->hc_mult;
+    float *x = falloc(T * H), *out = falloc(T * H), *post = falloc(T * hc), *comb = falloc(T * hc * hc), *tmp = falloc(hc * H);
+    pdb_status s = PDB_OK;
+    if (!x || !out || !post || !comb || !tmp) { s = pdb_err_set(PDB_NOMEM, "v4 layer: out of memory"); goto done; }
+    for (int64_t t = 0; t < T; t++) {
+        hc_pre(c, which ? L->hc_ffn_fn : L->hc_attn_fn, which ? L->hc_ffn_base : L->hc_attn_base,
+               which ? L->hc_ffn_scale : L->hc_attn_scale, hs + t * hc * H, x + t * H, post + t * hc, comb + t * hc * hc, tmp);
+        pdb_math_rmsnorm(x + t * H, x + t * H, which ? L->ffn_norm : L->attn_norm, H, c->rms_norm_eps);
+    }
+    s = which ? moe(m, L, ids, x, T, out) : attention(m, cc, l, x, T, out);
+    if (s) goto done;
+    for (int64_t t = 0; t < T; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
+done:
+    free(x); free(out); free(post); free(comb); free(tmp);
+    return s;
+}
+
+pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
+                          float *logits) {
+    const pdb_config *c = &m->cfg;
+    int64_t H = c->hidden_size, hc = c->hc_mult, V = c->vocab_size;
+    if (T <= 0) return pdb_err_set(PDB_INVALID, "v4 forward: no tokens");
+    if (cc->len + T > cc->cap)
+        return pdb_err_set(PDB_TOO_LARGE, "v4 forward: %lld cached + %lld new positions exceed the cache capacity %lld",
+                           (long long)cc->len, (long long)T, (long long)cc->cap);
+    for (int64_t t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= V)
+            return pdb_err_set(PDB_INVALID, "v4 forward: token id %d at %lld is outside the vocabulary (%lld)", ids[t],
+                               (long long)t, (long long)V);
+    float *hs = falloc(T * hc * H), *tmp = falloc(hc * H), *y = falloc(H);
+    pdb_status s = PDB_OK;
+    if (!hs || !tmp || !y) { s = pdb_err_set(PDB_NOMEM, "v4 forward: out of memory for %lld tokens", (long long)T); goto done; }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t k = 0; k < hc; k++) memcpy(hs + (t * hc + k) * H, m->embed + (int64_t)ids[t] * H, sizeof(float) * (size_t)H);
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        if ((s = sub_block(m, cc, l, 0, ids, hs, T))) goto done;
+        if ((s = sub_block(m, cc, l, 1, ids, hs, T))) goto done;
+    }
+    cc->len += T;
+    if (logits)
+        for (int64_t t = all_logits ? 0 : T - 1, r = 0; t < T; t++, r++) {
+            hc_head(m, hs + t * hc * H, y, tmp);
+            pdb_math_rmsnorm(y, y, m->norm, H, c->rms_norm_eps);
+            pdb_math_gemm_nt(1, V, H, 1.0f, y, H, m->head, H, 0.0f, logits + r * V, V);
+        }
+done:
+    free(hs);
+    free(tmp);
+    free(y);
+    return s;
+}

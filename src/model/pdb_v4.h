@@ -1,0 +1,128 @@
+/* pdb_v4: the DeepSeek-V4 (V4-Flash architecture) CPU reference forward in f32, readable top to
+ * bottom, with a cache whose per-layer state is exactly the decoder's pools (docs/v4.md):
+ *   append pools  comp  [n_comp, head_dim]        one compressed entry per `rate` tokens (CSA 4, HCA 128)
+ *                 ikeys [n_comp, index_head_dim]  CSA only: the indexer's compressed keys
+ *   state pool    win   [W, head_dim]             the last W K=V rows, row of position p at p % W
+ *                 buf_kv/buf_gate [rate, coff*head_dim]   the compressor's not-yet-full window
+ *                                                  (slot p % rate; gate already holds + ape)
+ *                 ov_kv/ov_gate   [rate, head_dim]        CSA: previous full window's overlap half
+ *                 ibuf_* / iov_*  the same for the indexer's compressor (index_head_dim)
+ * Invariants: weights are f32 copies made at load (any checkpoint dtype, dequantized by the
+ * shared core code); a forward call processes T tokens at positions cache->len .. len+T-1 and
+ * every per-token step that feeds the cache (K=V row, compressor slots, emitted entries) is a
+ * pure function of that token's inputs and the cache state, applied token by token, so any
+ * chunking of the prefill produces the same pools as one shot; compressed entries are emitted
+ * in order the moment their window is full; the semantics (official | exact) is fixed per cache
+ * and decides whether the FP8/FP4 simulations of pdb_v4_qsim are applied to cached rows, entries
+ * and indexer queries/keys. Tie rule of the indexer's top-k: higher score first, equal scores
+ * by lower entry index (transformers / DeepSeek leave ties to torch.topk). */
+#ifndef PDB_V4_H
+#define PDB_V4_H
+
+#include <stdint.h>
+
+#include "pdb_config.h"
+#include "pdb_rope.h"
+#include "pdb_safetensors.h"
+
+typedef enum pdb_v4_semantics {
+    PDB_V4_SEM_OFFICIAL = 0, /* DeepSeek's inference math: FP8 on cached K=V nope dims, FP4+Hadamard in the indexer */
+    PDB_V4_SEM_EXACT = 1     /* transformers 5.17: no quantization simulation */
+} pdb_v4_semantics;
+
+/* "official" / "exact" -> enum (PDB_INVALID otherwise); and back. */
+pdb_status pdb_v4_semantics_parse(const char *s, pdb_v4_semantics *out);
+const char *pdb_v4_semantics_name(pdb_v4_semantics s);
+
+typedef struct pdb_v4_compressor {
+    int64_t rate, dim, coff;  /* coff = 2 for the overlapping (CSA) form, else 1 */
+    float *wkv, *wgate;       /* [coff*dim, H] each */
+    float *ape;               /* [rate, coff*dim] position bias added to the gate */
+    float *norm;              /* [dim] */
+} pdb_v4_compressor;
+
+typedef struct pdb_v4_layer {
+    pdb_v4_attn attn;
+    int64_t rate;                    /* 0 sliding-only, else the compression rate */
+    int hash;                        /* hash-routed MoE */
+    const pdb_rope *rope;            /* main (sliding-only) or compress */
+    float *attn_norm, *ffn_norm;     /* [H] */
+    float *hc_attn_fn, *hc_ffn_fn;   /* [(2+hc)*hc, hc*H] */
+    float *hc_attn_base, *hc_ffn_base; /* [(2+hc)*hc] */
+    float *hc_attn_scale, *hc_ffn_scale; /* [3] */
+    float *wq_a;                     /* [qlr, H] */
+    float *q_norm;                   /* [qlr] */
+    float *wq_b;                     /* [nh*hd, qlr] */
+    float *wkv;                      /* [hd, H] */
+    float *kv_norm;                  /* [hd] */
+    float *wo_a;                     /* [G*olr, nh*hd/G] */
+    float *wo_b;                     /* [H, G*olr] */
+    float *sink;                     /* [nh] */
+    pdb_v4_compressor comp;          /* CSA/HCA */
+    pdb_v4_compressor icomp;         /* CSA: the indexer's compressor */
+    float *idx_wq_b;                 /* [nih*ihd, qlr] */
+    float *idx_wproj;                /* [nih, H] */
+    float *gate;                     /* [E, H] */
+    float *gate_bias;                /* [E] (score-routed layers) */
+    int32_t *tid2eid;                /* [V, K] (hash-routed layers) */
+    float *w1, *w3;                  /* [E, I, H] */
+    float *w2;                       /* [E, H, I] */
+    float *sh_w1, *sh_w3;            /* [I, H] (n_shared_experts == 1) */
+    float *sh_w2;                    /* [H, I] */
+} pdb_v4_layer;
+
+typedef struct pdb_v4_model {
+    pdb_config cfg;
+    pdb_rope rope_main, rope_compress;
+    float *embed;                    /* [V, H] */
+    float *head;                     /* [V, H] (== embed when tied) */
+    float *norm;                     /* [H] */
+    float *hc_head_fn;               /* [hc, hc*H] */
+    float *hc_head_base;             /* [hc] */
+    float *hc_head_scale;            /* [1] */
+    pdb_v4_layer *layers;            /* [L] */
+} pdb_v4_model;
+
+/* One layer's decoder cache state; NULL pools are absent for that layer type. */
+typedef struct pdb_v4_layer_cache {
+    float *win;                      /* [W, hd] */
+    float *comp;                     /* [cap/rate, hd] */
+    float *ikeys;                    /* [cap/rate, ihd] */
+    float *buf_kv, *buf_gate;        /* [rate, coff*hd] */
+    float *ov_kv, *ov_gate;          /* [rate, hd] */
+    float *ibuf_kv, *ibuf_gate;      /* [rate, 2*ihd] */
+    float *iov_kv, *iov_gate;        /* [rate, ihd] */
+} pdb_v4_layer_cache;
+
+typedef struct pdb_v4_cache {
+    int64_t cap, len;                /* positions allocated / filled; entries n_comp = len / rate */
+    int64_t n_layers, window;        /* window = sliding_window rows per layer */
+    pdb_v4_semantics sem;
+    pdb_v4_layer_cache *layers;      /* [L] */
+} pdb_v4_cache;
+
+/* dir: HF model directory (config.json + safetensors). */
+pdb_status pdb_v4_load(const char *dir, pdb_v4_model **out);
+/* Load from an open reader with a parsed config. */
+pdb_status pdb_v4_load_from(const pdb_config *cfg, const pdb_st *st, pdb_v4_model **out);
+void pdb_v4_free(pdb_v4_model *m);
+
+/* PDB_UNSUPPORTED (naming the field) when `official` cannot run on this config: the non-rotary
+ * dims must be a multiple of 64, index_head_dim a power of two and a multiple of 32. */
+pdb_status pdb_v4_check_semantics(const pdb_config *cfg, pdb_v4_semantics sem);
+pdb_status pdb_v4_cache_init(pdb_v4_cache *c, const pdb_v4_model *m, int64_t cap, pdb_v4_semantics sem);
+void pdb_v4_cache_free(pdb_v4_cache *c);
+
+/* Run T tokens at positions c->len..; logits [T, V] for every position when all_logits, else
+ * [1, V] for the last one (NULL skips the head). */
+pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *c, const int32_t *ids, int64_t T, int all_logits,
+                          float *logits);
+
+/* Routing of one token (shared by every engine): scores [E] holds router logits and is turned
+ * into scores in place (sqrt(softplus), softmax or sigmoid); hash layers take tid2eid[token],
+ * others the top-k of scores + bias (ties to the lower index); weights = the picked scores
+ * normalised to sum 1 (+1e-20), times routed_scaling_factor. E <= 65536. */
+void pdb_v4_route(const pdb_config *cf, const pdb_v4_layer *ly, int32_t token, float *scores, int64_t *idx /* [K] */,
+                  float *wt /* [K] */);
+
+#endif
