@@ -36,3 +36,10 @@ if [ ! -s "$TOK" ]; then
   mv "$TOK.tmp" "$TOK"
   rm -rf "$tmp"
 fi
+
+# The official openai npm client, driven unmodified by the end-to-end tests.
+if [ ! -f .cache/npm/node_modules/openai/package.json ]; then
+  echo "setup: installing the openai npm client into .cache/npm"
+  mkdir -p .cache/npm
+  npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error openai@4 >/dev/null
+fi

@@ -33,6 +33,7 @@ struct pdb_front {
     pdb_store_layout layout;
     uint8_t fp[32];
     char fp_hex[65], scheme[32];
+    char model_id[256];             /* the decoder's model id (GET /v1/models), "" until known */
     pdb_http_server *http;
     pthread_mutex_t mu;
     int bridges_running;
@@ -417,6 +418,8 @@ static void respond_err(pdb_http_request *req, const pdb_openai_error *e, const 
     free(ej);
 }
 
+static const char *decoder_model_id(pdb_front *f);
+
 static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_kind kind, const char *path) {
     double t0 = fr_now();
     pdb_openai_request q;
@@ -433,6 +436,11 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     int mode = pdb_front_parse_mode(pdb_http_request_header(req, "X-PD-Bridge-Mode"));
     int32_t *ids = NULL;
     int64_t n = 0;
+    const char *mid = decoder_model_id(f); /* unknown model: the decoder's 404, before any bridge */
+    if (mid && pdb_openai_check_model(&q, mid, &err)) {
+        respond_err(req, &err, "skipped invalid_request");
+        goto out;
+    }
     if (mode < 0) {
         pdb_openai_set_error(&err, 400, NULL, "invalid_header", "X-PD-Bridge-Mode must be auto, off or force");
         respond_err(req, &err, "skipped invalid_request");
@@ -543,6 +551,41 @@ static void proxy_get(pdb_front *f, pdb_http_request *req, const char *path) {
     if (cc != CURLE_OK) pdb_http_respond_error(req, 502, "server_error", NULL, NULL, "the decoder did not answer");
     else pdb_http_respond(req, r.status, "application/json", r.buf ? r.buf : "", r.len, NULL, 0);
     free(r.buf);
+}
+
+/* The decoder's served model id, asked once (GET /v1/models) and kept. */
+static const char *decoder_model_id(pdb_front *f) {
+    pthread_mutex_lock(&f->mu);
+    int known = f->model_id[0] != 0;
+    pthread_mutex_unlock(&f->mu);
+    if (known) return f->model_id;
+    relay r = {.f = f};
+    CURL *h = curl_easy_init();
+    char url[1024];
+    snprintf(url, sizeof url, "%s/v1/models", f->decoder_url);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    struct curl_slist *hd = NULL;
+    char auth[300];
+    if (f->upstream_key[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->upstream_key);
+        hd = curl_slist_append(hd, auth);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    }
+    CURLcode cc = curl_easy_perform(h);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hd);
+    json_t *j = cc == CURLE_OK && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
+    const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
+    pthread_mutex_lock(&f->mu);
+    if (id) snprintf(f->model_id, sizeof f->model_id, "%s", id);
+    pthread_mutex_unlock(&f->mu);
+    json_decref(j);
+    free(r.buf);
+    return f->model_id[0] ? f->model_id : NULL;
 }
 
 static void handle_metrics(pdb_front *f, pdb_http_request *req) {

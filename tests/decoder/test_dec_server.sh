@@ -315,19 +315,8 @@ if [ -n "$SMALL" ]; then
     python3 "$PY" "$PORT" text || fail text
     python3 "$PY" "$PORT" concurrent 1 || fail "concurrent text"
 fi
-if command -v node >/dev/null && command -v npm >/dev/null; then
-    NPM_DIR="$PWD/.cache/npm"
-    if [ ! -f "$NPM_DIR/node_modules/openai/package.json" ]; then
-        mkdir -p "$NPM_DIR"
-        npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error openai@4 >/dev/null 2>&1 || true
-    fi
-    if [ -f "$NPM_DIR/node_modules/openai/package.json" ]; then
-        OPENAI_MODULE="$NPM_DIR/node_modules/openai" node tests/decoder/openai_client.js "$PORT" "$NODE_MODE" || fail "openai npm client"
-    else
-        echo "note: the openai npm package could not be installed (offline?): npm client check skipped"
-    fi
-else
-    echo "note: node/npm not found: npm client check skipped"
-fi
+NPM_DIR="$PWD/.cache/npm" # installed by scripts/setup.sh; a missing client is a failure, not a skip
+[ -f "$NPM_DIR/node_modules/openai/package.json" ] || fail "the openai npm client is missing: run scripts/setup.sh"
+OPENAI_MODULE="$NPM_DIR/node_modules/openai" node tests/decoder/openai_client.js "$PORT" "$NODE_MODE" || fail "openai npm client"
 stop_server
 echo "test_dec_server: all checks passed"
