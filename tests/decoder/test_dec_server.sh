@@ -263,13 +263,10 @@ EOF
 
 # ---- models ----
 "$BIN" make-model --preset tiny --seed 1 --out "$TMP/tiny" >/dev/null 2>&1 || fail "make-model tiny"
-SMALL=""
-TOK=.cache/tokenizer/deepseek_v3/tokenizer.json
-if [ -f "$TOK" ]; then
-    "$BIN" make-model --preset small --seed 1 --out "$TMP/small" --tokenizer "$TOK" >/dev/null 2>&1 || fail "make-model small"
-    [ -f "$TMP/small/tokenizer.json" ] && SMALL="$TMP/small"
-fi
-[ -z "$SMALL" ] && echo "note: no $TOK: text/chat checks skipped (run the setup to fetch the tokenizer)"
+TOK=.cache/tokenizer/deepseek_v3/tokenizer.json  # installed by scripts/setup.sh
+[ -f "$TOK" ] || fail "$TOK is missing: run scripts/setup.sh"
+"$BIN" make-model --preset small --seed 1 --out "$TMP/small" --tokenizer "$TOK" >/dev/null 2>&1 || fail "make-model small"
+SMALL="$TMP/small"
 
 # ---- token-id mode: cache, restart, corruption, concurrency, bad requests ----
 start_server tiny "$TMP/tiny" "$TMP/cache" --block-size 128 --max-body 65536 --max-context 4096
