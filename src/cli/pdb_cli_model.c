@@ -1,4 +1,5 @@
-/* pdb_cli_model: `pdbridge make-model` and `pdbridge forward` (the reference forward's CLI).
+/* pdb_cli_model: `pdbridge make-model` and `pdbridge forward` (the reference forward's CLI;
+ * DeepSeek-V2 or DeepSeek-V4 by the model's config.json).
  * Invariant: errors print the library's message (naming file/tensor) and exit 1; usage errors
  * exit 2. */
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include "pdb_math.h"
 #include "pdb_safetensors.h"
 #include "pdb_v2.h"
+#include "pdb_v4.h"
 
 static int fail(const char *cmd) {
     fprintf(stderr, "pdbridge %s: %s\n", cmd, pdb_err_msg());
@@ -30,13 +32,15 @@ static int parse_i64(const char *cmd, const char *opt, const char *v, int64_t *o
 
 int pdb_cli_make_model(int argc, char **argv) {
     static const char *usage =
-        "usage: pdbridge make-model --arch deepseek_v2 --preset NAME --seed S --out DIR\n"
+        "usage: pdbridge make-model --arch deepseek_v2|deepseek_v4 --preset NAME --seed S --out DIR\n"
         "                           [--layers N] [--experts N] [--vocab N] [--hidden N] [--tokenizer FILE]\n\n"
         "Writes a random checkpoint in the Hugging Face layout: config.json, model.safetensors (bf16)\n"
         "and tokenizer.json when the vocabulary covers the DeepSeek tokenizer (--tokenizer, default\n"
         ".cache/tokenizer/deepseek_v3/tokenizer.json when it exists).\n"
         "Presets: tiny (unit tests), small (demo: real tokenizer vocabulary), v2-lite (DeepSeek-V2-Lite\n"
-        "shapes; 15.7B parameters, use --layers/--experts to shrink).\n";
+        "shapes; 15.7B parameters, use --layers/--experts to shrink).\n"
+        "deepseek_v4 presets: tiny (every attention path on short prompts), v4-flash (V4-Flash's\n"
+        "architecture exactly; --experts 8 gives its active compute in ~15B parameters).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = "tiny", .seed = 0};
     const char *deftok = ".cache/tokenizer/deepseek_v3/tokenizer.json";
@@ -91,28 +95,91 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The V4 path of `forward` (same outputs as V2's). Takes ownership of ids. */
+static int forward_v4(const char *model, int32_t *ids, int64_t T, int64_t ndec, int64_t chunk, pdb_v4_semantics sem,
+                      const char *out) {
+    pdb_v4_model *m = NULL;
+    double t0 = now_s();
+    if (pdb_v4_load(model, &m)) { free(ids); return fail("forward"); }
+    int64_t V = m->cfg.vocab_size;
+    float *pl = malloc(sizeof(float) * (size_t)(T * V)), *dl = malloc(sizeof(float) * (size_t)((ndec ? ndec : 1) * V));
+    int32_t *dt = malloc(sizeof(int32_t) * (size_t)(ndec ? ndec : 1));
+    pdb_v4_cache c = {0};
+    int rc = 1;
+    if (!pl || !dl || !dt) { pdb_err_set(PDB_NOMEM, "logits for %lld tokens", (long long)T); goto done; }
+    if (pdb_v4_cache_init(&c, m, T + ndec, sem)) goto done;
+    double t1 = now_s();
+    if (chunk <= 0) chunk = T;
+    for (int64_t p = 0; p < T; p += chunk) {
+        int64_t n = T - p < chunk ? T - p : chunk;
+        if (pdb_v4_forward(m, &c, ids + p, n, 1, pl + p * V)) goto done;
+    }
+    double t2 = now_s();
+    const float *last = pl + (T - 1) * V;
+    for (int64_t i = 0; i < ndec; i++) {
+        dt[i] = (int32_t)pdb_math_argmax(last, V);
+        if (pdb_v4_forward(m, &c, &dt[i], 1, 1, dl + i * V)) goto done;
+        last = dl + i * V;
+    }
+    double t3 = now_s();
+    pdb_st_writer *w = NULL;
+    if (pdb_st_writer_init(&w)) goto done;
+    int64_t s_pl[2] = {T, V}, s_dt[1] = {ndec}, s_dl[2] = {ndec, V};
+    pdb_status s = pdb_st_writer_meta(w, "v4_semantics", pdb_v4_semantics_name(sem));
+    if (!s) s = pdb_st_writer_add(w, "prefill_logits", PDB_DT_F32, 2, s_pl, pl);
+    if (!s) s = pdb_st_writer_add(w, "decode_tokens", PDB_DT_I32, 1, s_dt, dt);
+    if (!s) s = pdb_st_writer_add(w, "decode_logits", PDB_DT_F32, 2, s_dl, dl);
+    if (!s) s = pdb_st_writer_finish(w, out);
+    pdb_st_writer_free(w);
+    if (s) goto done;
+    fprintf(stderr, "forward (deepseek_v4, %s): load %.2fs, prefill %lld tokens %.2fs (%.1f tok/s), decode %lld tokens %.2fs\n",
+            pdb_v4_semantics_name(sem), t1 - t0, (long long)T, t2 - t1, T / (t2 - t1 + 1e-9), (long long)ndec, t3 - t2);
+    rc = 0;
+done:
+    if (rc) fail("forward");
+    pdb_v4_cache_free(&c);
+    pdb_v4_free(m);
+    free(pl);
+    free(dl);
+    free(dt);
+    free(ids);
+    return rc;
+}
+
 int pdb_cli_forward(int argc, char **argv) {
     static const char *usage =
-        "usage: pdbridge forward --model DIR --ids-file F --decode N --out OUT.safetensors [--chunk N]\n\n"
+        "usage: pdbridge forward --model DIR --ids-file F --decode N --out OUT.safetensors [--chunk N]\n"
+        "                        [--v4-semantics official|exact]\n\n"
         "Reference CPU forward (f32). F holds an I32 tensor input_ids [T]. OUT gets prefill_logits\n"
         "F32 [T,V], decode_tokens I32 [N] (greedy, fed back one at a time through the cache) and\n"
-        "decode_logits F32 [N,V]. --chunk splits the prefill into chunks of N tokens (default: one).\n";
+        "decode_logits F32 [N,V]. --chunk splits the prefill into chunks of N tokens (default: one).\n"
+        "DeepSeek-V4 models: --v4-semantics official (default: DeepSeek's inference math, FP8 on cached\n"
+        "K=V rows and compressed entries, Hadamard + FP4 in the indexer) or exact (transformers 5.17).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
-    const char *model = NULL, *idsf = NULL, *out = NULL;
+    const char *model = NULL, *idsf = NULL, *out = NULL, *semname = NULL;
     int64_t ndec = 0, chunk = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--model") && v) model = argv[++i];
         else if (!strcmp(a, "--ids-file") && v) idsf = argv[++i];
         else if (!strcmp(a, "--out") && v) out = argv[++i];
+        else if (!strcmp(a, "--v4-semantics") && v) semname = argv[++i];
         else if (!strcmp(a, "--decode")) { if (!parse_i64("forward", a, v, &ndec)) return 2; i++; }
         else if (!strcmp(a, "--chunk")) { if (!parse_i64("forward", a, v, &chunk)) return 2; i++; }
         else { fprintf(stderr, "pdbridge forward: unknown or incomplete option '%s'\n\n%s", a, usage); return 2; }
     }
     if (!model || !idsf || !out) { fprintf(stderr, "pdbridge forward: --model, --ids-file and --out are required\n\n%s", usage); return 2; }
+    pdb_v4_semantics sem = PDB_V4_SEM_OFFICIAL;
+    if (semname && pdb_v4_semantics_parse(semname, &sem)) {
+        fprintf(stderr, "pdbridge forward: --v4-semantics must be official or exact\n\n%s", usage);
+        return 2;
+    }
+    pdb_config mcfg;
+    if (pdb_config_load(model, &mcfg)) return fail("forward");
     int32_t *ids = NULL;
     int64_t T = 0;
     if (read_ids(idsf, &ids, &T)) return fail("forward");
+    if (mcfg.arch == PDB_ARCH_DEEPSEEK_V4) return forward_v4(model, ids, T, ndec, chunk, sem, out);
     pdb_v2_model *m = NULL;
     double t0 = now_s();
     if (pdb_v2_load(model, &m)) { free(ids); return fail("forward"); }

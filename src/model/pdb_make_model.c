@@ -1,4 +1,4 @@
-/* pdb_make_model: presets for random DeepSeek-V2 checkpoints and the writer. Weights: linear
+/* pdb_make_model: presets for random DeepSeek-V2 and DeepSeek-V4 checkpoints and the writer. Weights: linear
  * layers ~ N(0, 1/in_features), embeddings ~ N(0, 1), norm weights ~ 1 + N(0, 0.05^2). */
 #include "pdb_make_model.h"
 
@@ -12,10 +12,72 @@
 #include "pdb_dtype.h"
 #include "pdb_safetensors.h"
 
+/* DeepSeek-V4 presets. "v4-flash" is V4-Flash's architecture exactly (attention, indexer,
+ * compressors, hyper-connections, layer schedule, rope); only the expert count may be changed
+ * (--experts; 8 gives V4-Flash's active compute in ~15B parameters). "tiny" keeps every path
+ * (sliding, CSA with its indexer, HCA, hash routing) on short prompts: window 8, HCA rate 16. */
+static pdb_status v4_preset(const char *preset, pdb_config *c) {
+    c->arch = PDB_ARCH_DEEPSEEK_V4;
+    snprintf(c->model_type, sizeof c->model_type, "deepseek_v4");
+    c->rms_norm_eps = 1e-6;
+    c->moe_layer_freq = 1;
+    c->n_group = 1;
+    c->topk_group = 1;
+    c->bos_token_id = 0;
+    c->eos_token_id = 1;
+    c->num_kv_heads = 1;
+    c->hc_sinkhorn_iters = 20;
+    c->hc_eps = 1e-6;
+    c->swiglu_limit = 10.0;
+    c->scoring_func = PDB_V4_SCORE_SQRTSOFTPLUS;
+    c->norm_topk_prob = 1;
+    c->routed_scaling_factor = 1.5;
+    c->num_nextn_predict_layers = 0;
+    c->max_position_embeddings = 1048576;
+    c->rope.type = PDB_ROPE_DEFAULT;
+    c->rope.theta = 10000;
+    c->rope.attention_factor = -1;
+    c->rope.truncate = 1;
+    c->rope_compress.type = PDB_ROPE_YARN;
+    c->rope_compress.theta = 160000;
+    c->rope_compress.factor = 16;
+    c->rope_compress.original_max_pos = 65536;
+    c->rope_compress.beta_fast = 32;
+    c->rope_compress.beta_slow = 1;
+    c->rope_compress.attention_factor = 1.0;
+    c->rope_compress.truncate = 1;
+    c->compress_rate_csa = 4;
+    c->compress_rate_hca = 128;
+    c->n_shared_experts = 1;
+    int64_t nhash = 3;
+    if (!strcmp(preset, "tiny")) {
+        c->vocab_size = 1000; c->hidden_size = 64; c->num_layers = 4; c->num_heads = 4; c->head_dim = 128;
+        c->q_lora_rank = 32; c->o_groups = 2; c->o_lora_rank = 32; c->sliding_window = 8; c->hc_mult = 4;
+        c->index_n_heads = 8; c->index_head_dim = 64; c->index_topk = 4; c->n_routed_experts = 8;
+        c->num_experts_per_tok = 2; c->moe_intermediate_size = 32; c->compress_rate_hca = 16; nhash = 1;
+    } else if (!strcmp(preset, "v4-flash")) {
+        c->vocab_size = 129280; c->hidden_size = 4096; c->num_layers = 43; c->num_heads = 64; c->head_dim = 512;
+        c->q_lora_rank = 1024; c->o_groups = 8; c->o_lora_rank = 1024; c->sliding_window = 128; c->hc_mult = 4;
+        c->index_n_heads = 64; c->index_head_dim = 128; c->index_topk = 512; c->n_routed_experts = 256;
+        c->num_experts_per_tok = 6; c->moe_intermediate_size = 2048;
+    } else {
+        return pdb_err_set(PDB_NOT_FOUND, "make-model: unknown deepseek_v4 preset '%s' (tiny, v4-flash)", preset);
+    }
+    c->intermediate_size = c->moe_intermediate_size;
+    c->partial_rotary_factor = 64.0 / (double)c->head_dim;
+    c->qk_rope_head_dim = 64;
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        c->v4_attn[l] = l < 2 ? PDB_V4_ATTN_SLIDING : (l % 2 ? PDB_V4_ATTN_HCA : PDB_V4_ATTN_CSA);
+        c->v4_hash_moe[l] = l < nhash;
+    }
+    return PDB_OK;
+}
+
 pdb_status pdb_make_model_preset(const char *arch, const char *preset, pdb_config *c) {
     memset(c, 0, sizeof *c);
+    if (!strcmp(arch, "deepseek_v4")) return v4_preset(preset, c);
     if (strcmp(arch, "deepseek_v2"))
-        return pdb_err_set(PDB_UNSUPPORTED, "make-model: architecture '%s' is not supported (deepseek_v2)", arch);
+        return pdb_err_set(PDB_UNSUPPORTED, "make-model: architecture '%s' is not supported (deepseek_v2, deepseek_v4)", arch);
     c->arch = PDB_ARCH_DEEPSEEK_V2;
     snprintf(c->model_type, sizeof c->model_type, "deepseek_v2");
     c->rms_norm_eps = 1e-6;
@@ -152,6 +214,105 @@ static pdb_status mm_tensors(mm_ctx *x, const pdb_config *c) {
     return PDB_OK;
 }
 
+/* I64 tid2eid [V, K]: K distinct experts per token (partial Fisher-Yates from the tensor's stream). */
+static pdb_status mm_tid2eid(mm_ctx *x, const char *name, int64_t V, int64_t K, int64_t E) {
+    int64_t *b = malloc(sizeof(int64_t) * (size_t)(V * K));
+    int64_t *perm = malloc(sizeof(int64_t) * (size_t)E);
+    if (!b || !perm || K > E) { free(b); free(perm); return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name); }
+    if (x->n == x->cap) {
+        int nc = x->cap ? x->cap * 2 : 256;
+        uint16_t **nb = realloc(x->bufs, sizeof(*nb) * (size_t)nc);
+        if (!nb) { free(b); free(perm); return pdb_err_set(PDB_NOMEM, "make-model"); }
+        x->bufs = nb;
+        x->cap = nc;
+    }
+    x->bufs[x->n++] = (uint16_t *)b;
+    mm_rng r = {mm_hash(name, x->seed)};
+    for (int64_t v = 0; v < V; v++) {
+        for (int64_t e = 0; e < E; e++) perm[e] = e;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t j = k + (int64_t)(mm_next(&r) % (uint64_t)(E - k)), t = perm[k];
+            perm[k] = perm[j];
+            perm[j] = t;
+            b[v * K + k] = perm[k];
+        }
+    }
+    free(perm);
+    int64_t shape[2] = {V, K};
+    return pdb_st_writer_add(x->w, name, PDB_DT_I64, 2, shape, b);
+}
+
+/* V4 tensors, named as transformers 5.17 save_pretrained writes them (DeepSeek's names under
+ * "model.", the main kv_norm as attn.norm, model.embed_tokens, head). */
+static pdb_status mm_tensors_v4(mm_ctx *x, const pdb_config *c) {
+    char n[256];
+    int64_t H = c->hidden_size, nh = c->num_heads, hd = c->head_dim, hc = c->hc_mult, mix = (2 + hc) * hc;
+    int64_t qlr = c->q_lora_rank, G = c->o_groups, olr = c->o_lora_rank, E = c->n_routed_experts;
+    int64_t I = c->moe_intermediate_size, nih = c->index_n_heads, ihd = c->index_head_dim;
+    PDB_TRY(mm_add(x, "model.embed_tokens.weight", c->vocab_size, H, 0, 1));
+    PDB_TRY(mm_norm(x, "model.norm.weight", H));
+    PDB_TRY(mm_linear(x, "head.weight", c->vocab_size, H));
+    PDB_TRY(mm_linear(x, "model.hc_head.hc_fn", hc, hc * H));
+    PDB_TRY(mm_add(x, "model.hc_head.hc_base", hc, 0, 0, 0.1));
+    PDB_TRY(mm_add(x, "model.hc_head.hc_scale", 1, 0, 1, 0.05));
+    for (int64_t l = 0; l < c->num_layers; l++) {
+#define N(fmt) (snprintf(n, sizeof n, "model.layers.%lld." fmt, (long long)l), n)
+        PDB_TRY(mm_norm(x, N("attn_norm.weight"), H));
+        PDB_TRY(mm_norm(x, N("ffn_norm.weight"), H));
+        const char *site[2] = {"attn", "ffn"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_fn", (long long)l, site[i]);
+            PDB_TRY(mm_linear(x, n, mix, hc * H));
+            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_base", (long long)l, site[i]);
+            PDB_TRY(mm_add(x, n, mix, 0, 0, 0.1));
+            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_scale", (long long)l, site[i]);
+            PDB_TRY(mm_add(x, n, 3, 0, 1, 0.05));
+        }
+        PDB_TRY(mm_linear(x, N("attn.wq_a.weight"), qlr, H));
+        PDB_TRY(mm_norm(x, N("attn.q_norm.weight"), qlr));
+        PDB_TRY(mm_linear(x, N("attn.wq_b.weight"), nh * hd, qlr));
+        PDB_TRY(mm_linear(x, N("attn.wkv.weight"), hd, H));
+        PDB_TRY(mm_norm(x, N("attn.norm.weight"), hd));
+        PDB_TRY(mm_linear(x, N("attn.wo_a.weight"), G * olr, nh * hd / G));
+        PDB_TRY(mm_linear(x, N("attn.wo_b.weight"), H, G * olr));
+        PDB_TRY(mm_add(x, N("attn.attn_sink"), nh, 0, 0, 0.5));
+        pdb_v4_attn at = (pdb_v4_attn)c->v4_attn[l];
+        if (at != PDB_V4_ATTN_SLIDING) {
+            int64_t r = pdb_config_v4_rate(c, l), coff = at == PDB_V4_ATTN_CSA ? 2 : 1;
+            PDB_TRY(mm_linear(x, N("attn.compressor.wkv.weight"), coff * hd, H));
+            PDB_TRY(mm_linear(x, N("attn.compressor.wgate.weight"), coff * hd, H));
+            PDB_TRY(mm_add(x, N("attn.compressor.ape"), r, coff * hd, 0, 0.1));
+            PDB_TRY(mm_norm(x, N("attn.compressor.norm.weight"), hd));
+            if (at == PDB_V4_ATTN_CSA) {
+                PDB_TRY(mm_linear(x, N("attn.indexer.wq_b.weight"), nih * ihd, qlr));
+                PDB_TRY(mm_linear(x, N("attn.indexer.weights_proj.weight"), nih, H));
+                PDB_TRY(mm_linear(x, N("attn.indexer.compressor.wkv.weight"), 2 * ihd, H));
+                PDB_TRY(mm_linear(x, N("attn.indexer.compressor.wgate.weight"), 2 * ihd, H));
+                PDB_TRY(mm_add(x, N("attn.indexer.compressor.ape"), r, 2 * ihd, 0, 0.1));
+                PDB_TRY(mm_norm(x, N("attn.indexer.compressor.norm.weight"), ihd));
+            }
+        }
+        PDB_TRY(mm_linear(x, N("ffn.gate.weight"), E, H));
+        if (c->v4_hash_moe[l]) PDB_TRY(mm_tid2eid(x, N("ffn.gate.tid2eid"), c->vocab_size, c->num_experts_per_tok, E));
+        else PDB_TRY(mm_add(x, N("ffn.gate.bias"), E, 0, 0, 0.01));
+        for (int64_t e = 0; e < E; e++) {
+            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w1.weight", (long long)l, (long long)e);
+            PDB_TRY(mm_linear(x, n, I, H));
+            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w2.weight", (long long)l, (long long)e);
+            PDB_TRY(mm_linear(x, n, H, I));
+            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w3.weight", (long long)l, (long long)e);
+            PDB_TRY(mm_linear(x, n, I, H));
+        }
+        if (c->n_shared_experts) {
+            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w1.weight"), I, H));
+            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w2.weight"), H, I));
+            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w3.weight"), I, H));
+        }
+#undef N
+    }
+    return PDB_OK;
+}
+
 static pdb_status mm_copy_file(const char *src, const char *dst) {
     FILE *in = fopen(src, "rb");
     if (!in) return pdb_err_set(PDB_IO, "make-model: cannot open tokenizer %s: %s", src, strerror(errno));
@@ -174,7 +335,14 @@ static pdb_status mm_copy_file(const char *src, const char *dst) {
 pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     pdb_config c;
     PDB_TRY(pdb_make_model_preset(o->arch ? o->arch : "deepseek_v2", o->preset ? o->preset : "tiny", &c));
-    if (o->layers > 0) c.num_layers = o->layers;
+    if (o->layers > 0) {
+        if (c.arch == PDB_ARCH_DEEPSEEK_V4 && o->layers > PDB_CONFIG_MAX_LAYERS)
+            return pdb_err_set(PDB_TOO_LARGE, "make-model: --layers %lld exceeds %d", (long long)o->layers, PDB_CONFIG_MAX_LAYERS);
+        c.num_layers = o->layers;
+        if (c.arch == PDB_ARCH_DEEPSEEK_V4) /* the preset's schedule, continued */
+            for (int64_t l = 0; l < c.num_layers; l++)
+                c.v4_attn[l] = l < 2 ? PDB_V4_ATTN_SLIDING : (l % 2 ? PDB_V4_ATTN_HCA : PDB_V4_ATTN_CSA);
+    }
     if (o->experts > 0) { c.n_routed_experts = o->experts; if (c.num_experts_per_tok > o->experts) c.num_experts_per_tok = o->experts; }
     if (o->vocab > 0) c.vocab_size = o->vocab;
     if (o->hidden > 0) c.hidden_size = o->hidden;
@@ -205,7 +373,8 @@ pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     char seedbuf[32];
     snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)o->seed);
     if (!(s = pdb_st_writer_meta(x.w, "format", "pt")) && !(s = pdb_st_writer_meta(x.w, "pdbridge_seed", seedbuf)) &&
-        !(s = pdb_st_writer_meta(x.w, "pdbridge_preset", o->preset ? o->preset : "tiny")) && !(s = mm_tensors(&x, &c))) {
+        !(s = pdb_st_writer_meta(x.w, "pdbridge_preset", o->preset ? o->preset : "tiny")) &&
+        !(s = c.arch == PDB_ARCH_DEEPSEEK_V4 ? mm_tensors_v4(&x, &c) : mm_tensors(&x, &c))) {
         snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);
         s = pdb_st_writer_finish(x.w, path);
     }

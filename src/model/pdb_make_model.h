@@ -15,8 +15,8 @@ extern "C" {
 #endif
 
 typedef struct pdb_make_model_opts {
-    const char *arch;       /* "deepseek_v2" */
-    const char *preset;     /* "tiny", "small", "v2-lite" */
+    const char *arch;       /* "deepseek_v2", "deepseek_v4" */
+    const char *preset;     /* v2: "tiny", "small", "v2-lite"; v4: "tiny", "v4-flash" */
     uint64_t seed;
     int64_t layers, experts, vocab, hidden; /* 0 = preset value */
     const char *tokenizer;  /* tokenizer.json to copy when vocab >= its size; NULL = none */

@@ -12,6 +12,29 @@
 #include "pdb_math.h"
 #include "pdb_v4_qsim.h"
 
+/* ======================================== matmul ======================================== */
+
+/* C[M, N] (ldc) = A[M, K] (lda) @ B[N, K]^T (ldb) (+ C when acc): PyTorch Linear with W = B.
+ * Each element is one dot product in a fixed order (8 f32 partial sums over k mod 8, combined
+ * pairwise, then the tail), so a row's result never depends on M: chunked prefill, decode and
+ * one-shot produce bit-identical rows (OpenBLAS picks kernels by shape). */
+static void v4_mm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int acc,
+                  float *C, int64_t ldc) {
+    int64_t K8 = K - K % 8;
+    for (int64_t m = 0; m < M; m++) {
+        const float *a = A + m * lda;
+        for (int64_t n = 0; n < N; n++) {
+            const float *b = B + n * ldb;
+            float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (int64_t k = 0; k < K8; k += 8)
+                for (int j = 0; j < 8; j++) p[j] += a[k + j] * b[k + j];
+            float s = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+            for (int64_t k = K8; k < K; k++) s += a[k] * b[k];
+            C[m * ldc + n] = acc ? C[m * ldc + n] + s : s;
+        }
+    }
+}
+
 /* ======================================== semantics / cache ======================================== */
 
 pdb_status pdb_v4_semantics_parse(const char *s, pdb_v4_semantics *out) {
@@ -237,8 +260,8 @@ static pdb_status run_compressor(const pdb_config *c, const pdb_v4_compressor *c
     int64_t H = c->hidden_size, D = cp->coff * cp->dim;
     float *kvp = falloc(T * D), *gp = falloc(T * D);
     if (!kvp || !gp) { free(kvp); free(gp); return pdb_err_set(PDB_NOMEM, "v4 compressor: out of memory"); }
-    pdb_math_gemm_nt(T, D, H, 1.0f, x, H, cp->wkv, H, 0.0f, kvp, D);
-    pdb_math_gemm_nt(T, D, H, 1.0f, x, H, cp->wgate, H, 0.0f, gp, D);
+    v4_mm(T, D, H, x, H, cp->wkv, H, 0, kvp, D);
+    v4_mm(T, D, H, x, H, cp->wgate, H, 0, gp, D);
     compress_tokens(c, cp, rope, q, kvp, gp, T, p0, buf_kv, buf_gate, ov_kv, ov_gate, entries);
     free(kvp);
     free(gp);
@@ -267,8 +290,8 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_layer *L, cons
     float *iq = falloc(T * nih * ihd), *wt = falloc(T * nih);
     scored *sc = malloc(sizeof(scored) * (size_t)(nmax > 0 ? nmax : 1));
     if (!iq || !wt || !sc) { free(iq); free(wt); free(sc); return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory"); }
-    pdb_math_gemm_nt(T, nih * ihd, qlr, 1.0f, qr, qlr, L->idx_wq_b, qlr, 0.0f, iq, nih * ihd);
-    pdb_math_gemm_nt(T, nih, H, 1.0f, x, H, L->idx_wproj, H, 0.0f, wt, nih);
+    v4_mm(T, nih * ihd, qlr, qr, qlr, L->idx_wq_b, qlr, 0, iq, nih * ihd);
+    v4_mm(T, nih, H, x, H, L->idx_wproj, H, 0, wt, nih);
     float wscale = (float)(1.0 / sqrt((double)nih)), sscale = (float)(1.0 / sqrt((double)ihd));
     for (int64_t t = 0; t < T; t++) {
         int64_t p = p0 + t, nv = (p + 1) / r;
@@ -332,9 +355,9 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
         goto done;
     }
     /* queries: q_a -> q_norm -> q_b -> per-head unweighted RMSNorm -> RoPE on the trailing dims */
-    pdb_math_gemm_nt(T, qlr, H, 1.0f, x, H, L->wq_a, H, 0.0f, qr, qlr);
+    v4_mm(T, qlr, H, x, H, L->wq_a, H, 0, qr, qlr);
     for (int64_t t = 0; t < T; t++) pdb_math_rmsnorm(qr + t * qlr, qr + t * qlr, L->q_norm, qlr, c->rms_norm_eps);
-    pdb_math_gemm_nt(T, nh * hd, qlr, 1.0f, qr, qlr, L->wq_b, qlr, 0.0f, q, nh * hd);
+    v4_mm(T, nh * hd, qlr, qr, qlr, L->wq_b, qlr, 0, q, nh * hd);
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < nh; h++) {
             float *qh = q + (t * nh + h) * hd;
@@ -347,7 +370,7 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
     /* K=V rows: the cached window rows of positions lo..p0-1, then this chunk's */
     for (int64_t p = lo; p < p0; p++) memcpy(keys + (p - lo) * hd, lc->win + (p % W) * hd, sizeof(float) * (size_t)hd);
     float *kv = keys + nold * hd;
-    pdb_math_gemm_nt(T, hd, H, 1.0f, x, H, L->wkv, H, 0.0f, kv, hd);
+    v4_mm(T, hd, H, x, H, L->wkv, H, 0, kv, hd);
     for (int64_t t = 0; t < T; t++) {
         pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
         finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
@@ -393,8 +416,8 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
         memcpy(lc->win + (p % W) * hd, kv + (p - p0) * hd, sizeof(float) * (size_t)hd);
     /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
     for (int64_t g = 0; g < G; g++)
-        pdb_math_gemm_nt(T, olr, gin, 1.0f, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0.0f, a + g * olr, G * olr);
-    pdb_math_gemm_nt(T, H, G * olr, 1.0f, a, G * olr, L->wo_b, G * olr, 0.0f, out, H);
+        v4_mm(T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
+    v4_mm(T, H, G * olr, a, G * olr, L->wo_b, G * olr, 0, out, H);
 done:
     free(qr);
     free(q);
@@ -467,7 +490,7 @@ static pdb_status moe(const pdb_v4_model *m, const pdb_v4_layer *L, const int32_
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)TK), *rows = malloc(sizeof(int64_t) * (size_t)TK);
     float *rw = falloc(TK);
     if (!lg || !wt || !xg || !g || !u || !y || !idx || !rows || !rw) { s = pdb_err_set(PDB_NOMEM, "v4 moe: out of memory"); goto done; }
-    pdb_math_gemm_nt(T, E, H, 1.0f, x, H, L->gate, H, 0.0f, lg, E);
+    v4_mm(T, E, H, x, H, L->gate, H, 0, lg, E);
     for (int64_t t = 0; t < T; t++) pdb_v4_route(c, L, ids[t], lg + t * E, idx + t * K, wt + t * K);
     memset(out, 0, sizeof(float) * (size_t)(T * H));
     for (int64_t e = 0; e < E; e++) {
@@ -481,18 +504,18 @@ static pdb_status moe(const pdb_v4_model *m, const pdb_v4_layer *L, const int32_
                     n++;
                 }
         if (!n) continue;
-        pdb_math_gemm_nt(n, I, H, 1.0f, xg, H, L->w1 + e * I * H, H, 0.0f, g, I);
-        pdb_math_gemm_nt(n, I, H, 1.0f, xg, H, L->w3 + e * I * H, H, 0.0f, u, I);
+        v4_mm(n, I, H, xg, H, L->w1 + e * I * H, H, 0, g, I);
+        v4_mm(n, I, H, xg, H, L->w3 + e * I * H, H, 0, u, I);
         swiglu(g, u, n * I, limit);
-        pdb_math_gemm_nt(n, H, I, 1.0f, g, I, L->w2 + e * H * I, I, 0.0f, y, H);
+        v4_mm(n, H, I, g, I, L->w2 + e * H * I, I, 0, y, H);
         for (int64_t j = 0; j < n; j++)
             for (int64_t d = 0; d < H; d++) out[rows[j] * H + d] += rw[j] * y[j * H + d];
     }
     if (c->n_shared_experts) {
-        pdb_math_gemm_nt(T, I, H, 1.0f, x, H, L->sh_w1, H, 0.0f, g, I);
-        pdb_math_gemm_nt(T, I, H, 1.0f, x, H, L->sh_w3, H, 0.0f, u, I);
+        v4_mm(T, I, H, x, H, L->sh_w1, H, 0, g, I);
+        v4_mm(T, I, H, x, H, L->sh_w3, H, 0, u, I);
         swiglu(g, u, T * I, limit);
-        pdb_math_gemm_nt(T, H, I, 1.0f, g, I, L->sh_w2, I, 1.0f, out, H);
+        v4_mm(T, H, I, g, I, L->sh_w2, I, 1, out, H);
     }
 done:
     free(lg); free(wt); free(xg); free(g); free(u); free(y); free(idx); free(rows); free(rw);
@@ -549,7 +572,7 @@ pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t
         for (int64_t t = all_logits ? 0 : T - 1, r = 0; t < T; t++, r++) {
             hc_head(m, hs + t * hc * H, y, tmp);
             pdb_math_rmsnorm(y, y, m->norm, H, c->rms_norm_eps);
-            pdb_math_gemm_nt(1, V, H, 1.0f, y, H, m->head, H, 0.0f, logits + r * V, V);
+            v4_mm(1, V, H, y, H, m->head, H, 0, logits + r * V, V);
         }
 done:
     free(hs);

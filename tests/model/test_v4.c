@@ -1,0 +1,297 @@
+/* test_v4: DeepSeek-V4 config forms (transformers 5.17 layout, legacy compress_ratios /
+ * num_hash_layers / qk_rope_head_dim / flat rope_scaling, defaults, errors naming file and field),
+ * the quantization simulations (FP8/FP4 round-trips, ties, power-of-two scales, Hadamard), and
+ * the reference forward on a random `make-model --arch deepseek_v4 --preset tiny` checkpoint:
+ * chunked prefill (chunks not aligned to 4 or 16) equals one shot bit for bit, pools included, and cached
+ * decode equals one full forward, in both semantics. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "pdb_config.h"
+#include "pdb_dtype.h"
+#include "pdb_make_model.h"
+#include "pdb_test_util.h"
+#include "pdb_v4.h"
+#include "pdb_v4_qsim.h"
+
+/* ---- config ----------------------------------------------------------------------------- */
+
+static void test_config_transformers_form(void **st) {
+    pdb_config c;
+    PDB_TEST_OK(pdb_config_load("tests/golden/v4/a_hc3_csa_hca8", &c));
+    assert_int_equal(c.arch, PDB_ARCH_DEEPSEEK_V4);
+    assert_int_equal(c.hidden_size, 64);
+    assert_int_equal(c.head_dim, 80);
+    assert_int_equal(c.qk_rope_head_dim, 16);
+    assert_int_equal(c.hc_mult, 3);
+    assert_int_equal(c.sliding_window, 6);
+    assert_int_equal(c.compress_rate_csa, 4);
+    assert_int_equal(c.compress_rate_hca, 8);
+    assert_int_equal(c.v4_attn[0], PDB_V4_ATTN_SLIDING);
+    assert_int_equal(c.v4_attn[1], PDB_V4_ATTN_CSA);
+    assert_int_equal(c.v4_attn[2], PDB_V4_ATTN_HCA);
+    assert_int_equal(c.v4_hash_moe[0], 1);
+    assert_int_equal(c.v4_hash_moe[1], 0);
+    assert_int_equal(c.rope.type, PDB_ROPE_DEFAULT);
+    assert_int_equal(c.rope_compress.type, PDB_ROPE_YARN);
+    assert_true(c.rope_compress.theta == 160000.0 && c.rope_compress.factor == 4.0 && c.rope_compress.attention_factor == 1.0);
+    assert_int_equal(c.index_topk, 4);
+    assert_int_equal(pdb_config_v4_rate(&c, 2), 8);
+    assert_true(c.swiglu_limit == 1.5);
+    /* serialise and parse back */
+    char *js = NULL;
+    PDB_TEST_OK(pdb_config_to_json(&c, &js));
+    pdb_config d;
+    PDB_TEST_OK(pdb_config_parse(js, "roundtrip", &d));
+    free(js);
+    assert_memory_equal(c.v4_attn, d.v4_attn, (size_t)c.num_layers);
+    assert_memory_equal(c.v4_hash_moe, d.v4_hash_moe, (size_t)c.num_layers);
+    assert_int_equal(d.qk_rope_head_dim, 16);
+    assert_true(d.rope_compress.attention_factor == 1.0 && d.rope_compress.original_max_pos == 64);
+}
+
+static void test_config_legacy_form(void **st) {
+    const char *js =
+        "{\"model_type\": \"deepseek_v4\", \"vocab_size\": 100, \"hidden_size\": 32, \"num_hidden_layers\": 5,"
+        " \"num_attention_heads\": 2, \"head_dim\": 128, \"qk_rope_head_dim\": 64, \"q_lora_rank\": 16,"
+        " \"moe_intermediate_size\": 8, \"n_routed_experts\": 4, \"num_experts_per_tok\": 2, \"o_groups\": 2,"
+        " \"o_lora_rank\": 8, \"index_n_heads\": 4, \"index_head_dim\": 64, \"index_topk\": 8,"
+        " \"compress_ratios\": [0, 0, 4, 128, 4, 0], \"num_hash_layers\": 2, \"rope_theta\": 10000,"
+        " \"compress_rope_theta\": 160000, \"rope_scaling\": {\"type\": \"yarn\", \"factor\": 16,"
+        " \"original_max_position_embeddings\": 65536, \"beta_fast\": 32, \"beta_slow\": 1}}";
+    pdb_config c;
+    PDB_TEST_OK(pdb_config_parse(js, "legacy.json", &c));
+    assert_int_equal(c.qk_rope_head_dim, 64);
+    uint8_t want[5] = {PDB_V4_ATTN_SLIDING, PDB_V4_ATTN_SLIDING, PDB_V4_ATTN_CSA, PDB_V4_ATTN_HCA, PDB_V4_ATTN_CSA};
+    assert_memory_equal(c.v4_attn, want, 5);
+    assert_int_equal(c.v4_hash_moe[1], 1);
+    assert_int_equal(c.v4_hash_moe[2], 0);
+    assert_int_equal(c.rope.type, PDB_ROPE_DEFAULT);
+    assert_true(c.rope.theta == 10000.0);
+    assert_int_equal(c.rope_compress.type, PDB_ROPE_YARN);
+    assert_true(c.rope_compress.theta == 160000.0 && c.rope_compress.factor == 16.0);
+    assert_true(c.rope_compress.attention_factor == 1.0); /* transformers injects 1.0 for the flat form */
+    assert_int_equal(c.compress_rate_hca, 128);
+    assert_int_equal(c.hc_mult, 4);       /* class defaults */
+    assert_int_equal(c.sliding_window, 128);
+    assert_int_equal(c.scoring_func, PDB_V4_SCORE_SQRTSOFTPLUS);
+}
+
+static void test_config_defaults_schedule(void **st) {
+    const char *js = "{\"model_type\": \"deepseek_v4\", \"num_hidden_layers\": 6}";
+    pdb_config c;
+    PDB_TEST_OK(pdb_config_parse(js, "defaults.json", &c));
+    uint8_t want[6] = {PDB_V4_ATTN_HCA, PDB_V4_ATTN_HCA, PDB_V4_ATTN_HCA, PDB_V4_ATTN_CSA, PDB_V4_ATTN_HCA, PDB_V4_ATTN_CSA};
+    assert_memory_equal(c.v4_attn, want, 6);
+    assert_int_equal(c.v4_hash_moe[2], 1);
+    assert_int_equal(c.v4_hash_moe[3], 0);
+    assert_int_equal(c.head_dim, 512);
+    assert_int_equal(c.qk_rope_head_dim, 64);
+    assert_int_equal(c.hidden_size, 4096);
+}
+
+static void expect_error(const char *js, const char *field) {
+    pdb_config c;
+    pdb_status s = pdb_config_parse(js, "bad.json", &c);
+    if (s == PDB_OK) fail_msg("accepted a config with a bad '%s'", field);
+    if (!strstr(pdb_err_msg(), "bad.json") || !strstr(pdb_err_msg(), field))
+        fail_msg("error '%s' does not name the file and '%s'", pdb_err_msg(), field);
+}
+
+static void test_config_errors(void **st) {
+    expect_error("{\"model_type\": \"deepseek_v4\", \"num_hidden_layers\": 2, \"layer_types\": [\"sliding_attention\"]}",
+                 "layer_types");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"num_hidden_layers\": 2, "
+                 "\"layer_types\": [\"sliding_attention\", \"full_attention\"]}", "layer_types[1]");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"num_hidden_layers\": 2, \"compress_ratios\": [0, 8]}",
+                 "compress_ratios[1]");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"num_hidden_layers\": 2, \"mlp_layer_types\": [\"moe\", \"dense\"]}",
+                 "mlp_layer_types[1]");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"num_key_value_heads\": 2}", "num_key_value_heads");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"scoring_func\": \"relu\"}", "scoring_func");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"o_groups\": 7}", "o_groups");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"hidden_size\": -4}", "hidden_size");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"compress_rates\": {\"compressed_sparse_attention\": 0}}",
+                 "compress_rates");
+    expect_error("{\"model_type\": \"deepseek_v4\", \"rope_parameters\": {\"main\": {\"rope_type\": \"default\", "
+                 "\"rope_theta\": 10000}, \"compress\": {\"rope_type\": \"longrope\"}}}", "compress");
+}
+
+/* ---- quantization simulations ----------------------------------------------------------- */
+
+static void test_qsim(void **st) {
+    assert_true(pdb_v4_qsim_pow2_ceil(1.0f) == 1.0f);
+    assert_true(pdb_v4_qsim_pow2_ceil(1.0000001f) == 2.0f);
+    assert_true(pdb_v4_qsim_pow2_ceil(0.75f) == 1.0f);
+    assert_true(pdb_v4_qsim_pow2_ceil(0x1p-20f) == 0x1p-20f);
+    /* FP4 ties to even at scale 1 (amax 6 -> s = 1) */
+    float x[32] = {6.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.75f, 0.3f, 2.9f};
+    float want[11] = {6.0f, 0.0f, 1.0f, 1.0f, 2.0f, 2.0f, 4.0f, 4.0f, -1.0f, 0.5f, 3.0f};
+    pdb_v4_qsim_fp4(x, 32);
+    for (int i = 0; i < 11; i++)
+        if (x[i] != want[i]) fail_msg("fp4 element %d: %g, want %g", i, x[i], want[i]);
+    /* FP8: amax 448 * 2^-3 -> s = 2^-3; 1.0 is exact, 1.0 + 2^-5 rounds to 1.0 (3 mantissa bits) */
+    float y[64] = {56.0f, 1.0f, 1.0f + 0x1p-5f, 1.0f + 0x1p-3f, 0.0f};
+    pdb_v4_qsim_fp8(y, 64);
+    assert_true(y[0] == 56.0f && y[1] == 1.0f && y[2] == 1.0f && y[3] == 1.125f && y[4] == 0.0f);
+    /* tiny blocks use the 1e-4 floor, so small values keep their relative precision */
+    float z[64] = {1e-6f};
+    pdb_v4_qsim_fp8(z, 64);
+    assert_true(fabsf(z[0] - 1e-6f) < 1e-7f);
+    /* Hadamard: orthonormal and an involution */
+    float h[8] = {1, 0, 0, 0, 0, 0, 0, 0}, v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, v0[8];
+    memcpy(v0, v, sizeof v);
+    pdb_v4_qsim_hadamard(h, 8);
+    for (int i = 0; i < 8; i++) assert_true(fabsf(h[i] - 0.35355339f) < 1e-6f);
+    pdb_v4_qsim_hadamard(v, 8);
+    assert_true(fabsf(v[0] - 36.0f / sqrtf(8.0f)) < 1e-5f && fabsf(v[1] - (-4.0f / sqrtf(8.0f))) < 1e-5f);
+    pdb_v4_qsim_hadamard(v, 8);
+    for (int i = 0; i < 8; i++) assert_true(fabsf(v[i] - v0[i]) < 1e-5f);
+}
+
+/* ---- forward on a random tiny checkpoint --------------------------------------------------- */
+
+static char *g_dir;
+static pdb_v4_model *g_m;
+
+static int setup_model(void **st) {
+    g_dir = pdb_test_tmpdir("v4");
+    pdb_make_model_opts o = {.arch = "deepseek_v4", .preset = "tiny", .seed = 7, .out_dir = g_dir, .vocab = 300};
+    if (pdb_make_model_write(&o) || pdb_v4_load(g_dir, &g_m)) {
+        fprintf(stderr, "setup: %s\n", pdb_err_msg());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown_model(void **st) {
+    pdb_v4_free(g_m);
+    pdb_test_rmrf(g_dir);
+    free(g_dir);
+    return 0;
+}
+
+static void make_ids(int32_t *ids, int64_t n) {
+    uint32_t s = 12345;
+    for (int64_t i = 0; i < n; i++) { s = s * 1103515245u + 12345u; ids[i] = (int32_t)(2 + (s >> 8) % 290); }
+}
+
+static float max_diff(const float *a, const float *b, int64_t n) {
+    float w = 0;
+    for (int64_t i = 0; i < n; i++) w = fmaxf(w, fabsf(a[i] - b[i]));
+    return w;
+}
+
+/* max |d| over every pool of two caches at the same length */
+static float pool_diff(const pdb_v4_model *m, const pdb_v4_cache *a, const pdb_v4_cache *b) {
+    const pdb_config *c = &m->cfg;
+    int64_t hd = c->head_dim, ihd = c->index_head_dim, W = c->sliding_window;
+    float w = 0;
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        const pdb_v4_layer *L = &m->layers[l];
+        const pdb_v4_layer_cache *x = &a->layers[l], *y = &b->layers[l];
+        w = fmaxf(w, max_diff(x->win, y->win, W * hd));
+        if (!L->rate) continue;
+        int64_t n = a->len / L->rate, r = L->rate, coff = L->comp.coff;
+        w = fmaxf(w, max_diff(x->comp, y->comp, n * hd));
+        w = fmaxf(w, max_diff(x->buf_kv, y->buf_kv, (a->len % r) * coff * hd));
+        w = fmaxf(w, max_diff(x->buf_gate, y->buf_gate, (a->len % r) * coff * hd));
+        if (L->attn == PDB_V4_ATTN_CSA) {
+            w = fmaxf(w, max_diff(x->ikeys, y->ikeys, n * ihd));
+            w = fmaxf(w, max_diff(x->ov_kv, y->ov_kv, r * hd));
+            w = fmaxf(w, max_diff(x->ov_gate, y->ov_gate, r * hd));
+            w = fmaxf(w, max_diff(x->iov_kv, y->iov_kv, r * ihd));
+        }
+    }
+    return w;
+}
+
+static void chunked_case(pdb_v4_semantics sem) {
+    const int64_t T = 75, V = g_m->cfg.vocab_size;
+    int32_t ids[75];
+    make_ids(ids, T);
+    float *ref = malloc(sizeof(float) * T * V), *got = malloc(sizeof(float) * T * V);
+    pdb_v4_cache c1;
+    PDB_TEST_OK(pdb_v4_cache_init(&c1, g_m, T, sem));
+    PDB_TEST_OK(pdb_v4_forward(g_m, &c1, ids, T, 1, ref));
+    int64_t chunks[] = {1, 3, 7, 33};
+    for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+        pdb_v4_cache c2;
+        PDB_TEST_OK(pdb_v4_cache_init(&c2, g_m, T, sem));
+        for (int64_t p = 0; p < T; p += chunks[k]) {
+            int64_t n = T - p < chunks[k] ? T - p : chunks[k];
+            PDB_TEST_OK(pdb_v4_forward(g_m, &c2, ids + p, n, 1, got + p * V));
+        }
+        float dl = max_diff(ref, got, T * V), dp = pool_diff(g_m, &c1, &c2);
+        printf("  [%s] chunk %lld: max |dlogit| %.3g, max |dpool| %.3g\n", pdb_v4_semantics_name(sem), (long long)chunks[k], dl, dp);
+        if (dl != 0.0f || dp != 0.0f)
+            fail_msg("[%s] chunk %lld: max |dlogit| %g, max |dpool| %g", pdb_v4_semantics_name(sem), (long long)chunks[k], dl, dp);
+        pdb_v4_cache_free(&c2);
+    }
+    pdb_v4_cache_free(&c1);
+    free(ref);
+    free(got);
+}
+
+static void test_chunked_equals_one_shot(void **st) {
+    chunked_case(PDB_V4_SEM_EXACT);
+    chunked_case(PDB_V4_SEM_OFFICIAL);
+}
+
+static void test_decode_equals_full_forward(void **st) {
+    const int64_t T = 37, N = 12, V = g_m->cfg.vocab_size;
+    int32_t ids[49];
+    make_ids(ids, T + N);
+    for (int sem = 0; sem < 2; sem++) {
+        float *full = malloc(sizeof(float) * (T + N) * V), *dl = malloc(sizeof(float) * V);
+        pdb_v4_cache a, b;
+        PDB_TEST_OK(pdb_v4_cache_init(&a, g_m, T + N, (pdb_v4_semantics)sem));
+        PDB_TEST_OK(pdb_v4_forward(g_m, &a, ids, T + N, 1, full));
+        PDB_TEST_OK(pdb_v4_cache_init(&b, g_m, T + N, (pdb_v4_semantics)sem));
+        PDB_TEST_OK(pdb_v4_forward(g_m, &b, ids, T, 0, NULL));
+        float w = 0;
+        for (int64_t i = 0; i < N; i++) {
+            PDB_TEST_OK(pdb_v4_forward(g_m, &b, ids + T + i, 1, 1, dl));
+            w = fmaxf(w, max_diff(dl, full + (T + i) * V, V));
+        }
+        printf("  [%s] cached decode vs full forward: max |dlogit| %.3g\n", pdb_v4_semantics_name((pdb_v4_semantics)sem), w);
+        if (w > 1e-4f) fail_msg("cached decode differs from the full forward by %g", w);
+        pdb_v4_cache_free(&a);
+        pdb_v4_cache_free(&b);
+        free(full);
+        free(dl);
+    }
+}
+
+static void test_bad_inputs(void **st) {
+    pdb_v4_cache c;
+    PDB_TEST_OK(pdb_v4_cache_init(&c, g_m, 4, PDB_V4_SEM_OFFICIAL));
+    int32_t ids[5] = {3, 4, 5, 6, 7}, bad = 100000;
+    assert_int_equal(pdb_v4_forward(g_m, &c, ids, 5, 0, NULL), PDB_TOO_LARGE);
+    assert_int_equal(pdb_v4_forward(g_m, &c, &bad, 1, 0, NULL), PDB_INVALID);
+    pdb_v4_cache_free(&c);
+    pdb_config cf = g_m->cfg;
+    cf.head_dim = 100; /* 36 non-rotary dims: no FP8 blocks of 64 */
+    assert_int_equal(pdb_v4_check_semantics(&cf, PDB_V4_SEM_OFFICIAL), PDB_UNSUPPORTED);
+    assert_int_equal(pdb_v4_check_semantics(&cf, PDB_V4_SEM_EXACT), PDB_OK);
+    pdb_v4_semantics s;
+    assert_int_equal(pdb_v4_semantics_parse("bogus", &s), PDB_INVALID);
+}
+
+int main(void) {
+    const struct CMUnitTest cfg_tests[] = {
+        cmocka_unit_test(test_config_transformers_form), cmocka_unit_test(test_config_legacy_form),
+        cmocka_unit_test(test_config_defaults_schedule), cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_qsim),
+    };
+    const struct CMUnitTest fwd_tests[] = {
+        cmocka_unit_test(test_chunked_equals_one_shot), cmocka_unit_test(test_decode_equals_full_forward),
+        cmocka_unit_test(test_bad_inputs),
+    };
+    int rc = cmocka_run_group_tests(cfg_tests, NULL, NULL);
+    return rc | cmocka_run_group_tests(fwd_tests, setup_model, teardown_model);
+}
