@@ -14,6 +14,7 @@ int pdb_cli_decode_server(int argc, char **argv);
 int pdb_cli_prefill_server(int argc, char **argv);
 int pdb_cli_front(int argc, char **argv);
 int pdb_cli_up(int argc, char **argv);
+int pdb_cli_doctor(int argc, char **argv);
 
 /* Servers: block SIGINT/SIGTERM in every thread started afterwards and ignore SIGPIPE; then
  * wait for one of them in the main thread (returns the signal). */

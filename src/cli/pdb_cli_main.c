@@ -27,6 +27,7 @@ static const pdb_cli_cmd cmds[] = {
     {"decode-server", pdb_cli_decode_server, "the decode engine: OpenAI-compatible server with a prefix-cache store"},
     {"prefill-server", pdb_cli_prefill_server, "the prefill engine: streams the decoder's finished cache per block"},
     {"front", pdb_cli_front, "the front door: bridges cold long prompts, serves everything, says what happened"},
+    {"doctor", pdb_cli_doctor, "check every link of a deployment and say how to fix what fails"},
     {"info", pdb_cli_info, "build features, CPU and GPU visible to this binary"},
 };
 

@@ -7,6 +7,7 @@
  * (stream writes never wait: a client that does not read several MiB is dropped); the scheduler
  * thread never takes a lock held while calling into the service. */
 #include "pdb_dec_server.h"
+#include "pdb_hash.h"
 
 #include <jansson.h>
 #include <libgen.h>
@@ -33,6 +34,8 @@ struct pdb_dec_server {
     pdb_http_server *http;
     char model_id[256];
     char fingerprint[65];
+    char tokenizer_sha256[65];  /* of model_dir/tokenizer.json, "" in token-id mode */
+    char cache_dir[4096];       /* realpath of the store directory */
     int64_t vocab, context, block_size;
     int64_t started;
     pthread_mutex_t mu;      /* closing, users */
@@ -535,8 +538,9 @@ static void dec_handle_models(pdb_dec_server *s, pdb_http_request *hr) {
 
 static void dec_handle_health(pdb_dec_server *s, pdb_http_request *hr) {
     dec_respond_json(s, hr, "/health", 200,
-                     json_pack("{s:s, s:s, s:s, s:b}", "status", "ok", "fingerprint", s->fingerprint, "model", s->model_id,
-                               "tokenizer", s->tok != NULL));
+                     json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:I}", "status", "ok", "fingerprint", s->fingerprint, "model",
+                               s->model_id, "tokenizer", s->tok != NULL, "tokenizer_sha256", s->tokenizer_sha256, "cache_dir",
+                               s->cache_dir, "block_size", (json_int_t)s->block_size));
 }
 
 static void dec_metric(char **buf, size_t *len, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -655,6 +659,8 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
     s->context = so.max_context > 0 && so.max_context < c->max_position_embeddings ? so.max_context : c->max_position_embeddings;
     s->block_size = so.block_size;
     snprintf(s->fingerprint, sizeof s->fingerprint, "%s", pdb_dec_service_fingerprint_hex(s->svc));
+    if (s->tok && pdb_hash_file_sha256(pdb_tokenizer_path(s->tok), s->tokenizer_sha256)) s->tokenizer_sha256[0] = 0;
+    if (!realpath(so.cache_dir, s->cache_dir)) snprintf(s->cache_dir, sizeof s->cache_dir, "%s", so.cache_dir);
     pdb_http_opts ho = {.host = o->host, .port = o->port, .max_body = o->max_body, .api_key = o->api_key, .handler = dec_handle, .user = s};
     st = pdb_http_server_start(&ho, &s->http);
     if (st != PDB_OK) goto fail;

@@ -16,6 +16,7 @@
 #include "pdb_dec_model.h"
 #include "pdb_dec_server.h"
 #include "pdb_front_bridge.h"
+#include "pdb_hash.h"
 #include "pdb_http.h"
 #include "pdb_openai.h"
 #include "pdb_store.h"
@@ -34,6 +35,7 @@ struct pdb_front {
     uint8_t fp[32];
     char fp_hex[65], scheme[32];
     char model_id[256];             /* the decoder's model id (GET /v1/models), "" until known */
+    char tokenizer_sha256[65], cache_real[4096];
     pdb_http_server *http;
     pthread_mutex_t mu;
     int bridges_running;
@@ -622,10 +624,13 @@ static void handler(void *user, pdb_http_request *req) {
     else if (!strcmp(p, "/v1/models") && get) proxy_get(f, req, p);
     else if (!strcmp(p, "/metrics") && get) handle_metrics(f, req);
     else if (!strcmp(p, "/health") && get) {
-        char b[512];
-        int n = snprintf(b, sizeof b, "{\"status\":\"ok\",\"role\":\"front\",\"fingerprint\":\"%s\",\"block_size\":%lld}",
-                         f->fp_hex, (long long)f->o.block_size);
-        pdb_http_respond(req, 200, "application/json", b, (size_t)n, NULL, 0);
+        json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s}", "status", "ok", "role", "front", "fingerprint", f->fp_hex,
+                              "block_size", (json_int_t)f->o.block_size, "tokenizer_sha256", f->tokenizer_sha256, "cache_dir",
+                              f->cache_real, "decoder", f->decoder_url, "prefill", f->prefill_url);
+        char *b = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        pdb_http_respond(req, 200, "application/json", b ? b : "{}", b ? strlen(b) : 2, NULL, 0);
+        free(b);
     } else {
         char b[600];
         snprintf(b, sizeof b, "no route %s %s", m, p);
@@ -662,11 +667,13 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
     if (tf) {
         fclose(tf);
         if ((s = pdb_tokenizer_load(tj, &f->tok))) goto fail;
+        if (pdb_hash_file_sha256(tj, f->tokenizer_sha256)) f->tokenizer_sha256[0] = 0;
     }
     f->pool = (pdb_store_pool){.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = f->cfg.num_layers, .stride = 1,
                                .width = f->cfg.kv_lora_rank + f->cfg.qk_rope_head_dim, .dtype = PDB_DT_F32};
     f->layout = (pdb_store_layout){.n_pools = 1, .pools = &f->pool};
     if ((s = pdb_store_open(o->cache_dir, &f->layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
+    if (!realpath(o->cache_dir, f->cache_real)) snprintf(f->cache_real, sizeof f->cache_real, "%s", o->cache_dir);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = o->max_body,
                         .handler = handler, .user = f};

@@ -54,6 +54,13 @@ start front_dead "$BIN" front --decoder "$DEC" --prefill "http://127.0.0.1:1" --
     --port 0 --block-size $BS --min-bridge-tokens 256 --min-tail 128
 FRONT_DEAD=$URL
 
+# doctor: every link healthy; a dead prefill is found and a fix is suggested
+"$BIN" doctor --front "$FRONT" --decoder-model "$T/dec" >"$T/doctor.txt" 2>&1 || fail "doctor on a healthy deployment: $(cat "$T/doctor.txt")"
+grep -q "all checks passed" "$T/doctor.txt" || fail "doctor output: $(cat "$T/doctor.txt")"
+if "$BIN" doctor --front "$FRONT_DEAD" >"$T/doctor2.txt" 2>&1; then fail "doctor passed with a dead prefill server"; fi
+grep -q "^FAIL  prefill" "$T/doctor2.txt" && grep -q "fix:" "$T/doctor2.txt" || fail "doctor output: $(cat "$T/doctor2.txt")"
+echo "ok   doctor: healthy deployment passes, a dead prefill server fails with a fix"
+
 cat >"$T/c.py" <<'PY'
 import json, sys, time, threading, urllib.request
 def post(url, body, mode=None, timeout=600):
