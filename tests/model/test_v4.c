@@ -94,6 +94,33 @@ static void test_config_defaults_schedule(void **st) {
     assert_int_equal(c.hidden_size, 4096);
 }
 
+static void test_config_flash_preset(void **st) {
+    pdb_config c, d;
+    PDB_TEST_OK(pdb_make_model_preset("deepseek_v4", "v4-flash", &c));
+    char *js = NULL;
+    PDB_TEST_OK(pdb_config_to_json(&c, &js));
+    PDB_TEST_OK(pdb_config_parse(js, "flash", &d));
+    free(js);
+    assert_int_equal(d.num_layers, 43);
+    assert_int_equal(d.head_dim, 512);
+    assert_int_equal(d.qk_rope_head_dim, 64);
+    assert_int_equal(d.sliding_window, 128);
+    assert_int_equal(d.index_topk, 512);
+    assert_int_equal(d.o_groups * d.o_lora_rank, 8192);
+    assert_int_equal(d.v4_attn[0], PDB_V4_ATTN_SLIDING);
+    assert_int_equal(d.v4_attn[1], PDB_V4_ATTN_SLIDING);
+    assert_int_equal(d.v4_attn[2], PDB_V4_ATTN_CSA);
+    assert_int_equal(d.v4_attn[3], PDB_V4_ATTN_HCA);
+    assert_int_equal(d.v4_attn[42], PDB_V4_ATTN_CSA);
+    assert_int_equal(d.v4_hash_moe[2], 1);
+    assert_int_equal(d.v4_hash_moe[3], 0);
+    assert_true(d.rope_compress.type == PDB_ROPE_YARN && d.rope_compress.factor == 16 &&
+                d.rope_compress.original_max_pos == 65536 && d.rope_compress.theta == 160000 &&
+                d.rope_compress.attention_factor == 1.0);
+    assert_true(d.rope.type == PDB_ROPE_DEFAULT && d.rope.theta == 10000);
+    PDB_TEST_OK(pdb_v4_check_semantics(&d, PDB_V4_SEM_OFFICIAL));
+}
+
 static void expect_error(const char *js, const char *field) {
     pdb_config c;
     pdb_status s = pdb_config_parse(js, "bad.json", &c);
@@ -286,6 +313,7 @@ int main(void) {
     const struct CMUnitTest cfg_tests[] = {
         cmocka_unit_test(test_config_transformers_form), cmocka_unit_test(test_config_legacy_form),
         cmocka_unit_test(test_config_defaults_schedule), cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_flash_preset),
         cmocka_unit_test(test_qsim),
     };
     const struct CMUnitTest fwd_tests[] = {
