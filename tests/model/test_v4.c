@@ -10,6 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <sys/wait.h>
+
+#include "pdb_safetensors.h"
 
 #include "pdb_config.h"
 #include "pdb_dtype.h"
@@ -309,6 +312,41 @@ static void test_bad_inputs(void **st) {
     assert_int_equal(pdb_v4_semantics_parse("bogus", &s), PDB_INVALID);
 }
 
+/* `pdbridge forward` dispatches to V4 by config.json; --v4-semantics is validated. */
+static void test_cli_forward(void **st) {
+    const char *bin = getenv("PDB_BIN");
+    if (!bin) bin = "build/pdbridge";
+    FILE *f = fopen(bin, "rb");
+    if (!f) fail_msg("%s: pdbridge binary not found (set PDB_BIN)", bin);
+    fclose(f);
+    char ids[600], out[600], cmd[4096];
+    snprintf(ids, sizeof ids, "%s/ids.safetensors", g_dir);
+    snprintf(out, sizeof out, "%s/out.safetensors", g_dir);
+    pdb_st_writer *w;
+    PDB_TEST_OK(pdb_st_writer_init(&w));
+    int32_t v[9] = {5, 9, 17, 33, 65, 129, 7, 8, 9};
+    int64_t shape[1] = {9};
+    PDB_TEST_OK(pdb_st_writer_add(w, "input_ids", PDB_DT_I32, 1, shape, v));
+    PDB_TEST_OK(pdb_st_writer_finish(w, ids));
+    pdb_st_writer_free(w);
+    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --ids-file '%s' --decode 3 --out '%s' --v4-semantics exact 2>/dev/null",
+             bin, g_dir, ids, out);
+    assert_int_equal(system(cmd), 0);
+    pdb_st *o;
+    PDB_TEST_OK(pdb_st_open(out, &o));
+    const pdb_tensor_view *pl = pdb_st_find(o, "prefill_logits"), *dt = pdb_st_find(o, "decode_tokens");
+    assert_non_null(pl);
+    assert_non_null(dt);
+    assert_int_equal(pl->numel, 9 * g_m->cfg.vocab_size);
+    assert_int_equal(dt->numel, 3);
+    assert_string_equal(pdb_st_meta(o, "v4_semantics"), "exact");
+    pdb_st_close(o);
+    snprintf(cmd, sizeof cmd, "'%s' forward --model '%s' --ids-file '%s' --decode 1 --out '%s' --v4-semantics fp8 2>/dev/null",
+             bin, g_dir, ids, out);
+    int rc = system(cmd);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 2);
+}
+
 int main(void) {
     const struct CMUnitTest cfg_tests[] = {
         cmocka_unit_test(test_config_transformers_form), cmocka_unit_test(test_config_legacy_form),
@@ -318,7 +356,7 @@ int main(void) {
     };
     const struct CMUnitTest fwd_tests[] = {
         cmocka_unit_test(test_chunked_equals_one_shot), cmocka_unit_test(test_decode_equals_full_forward),
-        cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_bad_inputs), cmocka_unit_test(test_cli_forward),
     };
     int rc = cmocka_run_group_tests(cfg_tests, NULL, NULL);
     return rc | cmocka_run_group_tests(fwd_tests, setup_model, teardown_model);
