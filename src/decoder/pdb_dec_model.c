@@ -132,6 +132,7 @@ void pdb_dec_model_close(pdb_dec_model *m) {
 const pdb_config *pdb_dec_model_config(const pdb_dec_model *m) { return &m->w.cfg; }
 const uint8_t *pdb_dec_model_fingerprint(const pdb_dec_model *m) { return m->fingerprint; }
 const char *pdb_dec_model_scheme(const pdb_dec_model *m) { return m->scheme; }
+const struct pdb_v2_qweights *pdb_dec_model_weights(const pdb_dec_model *m) { return &m->w; }
 const pdb_store_layout *pdb_dec_model_layout(const pdb_dec_model *m) { return &m->layout; }
 
 pdb_status pdb_dec_seq_init(pdb_dec_seq *s, const pdb_dec_model *m, int64_t cap) {

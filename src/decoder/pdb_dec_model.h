@@ -41,6 +41,8 @@ void pdb_dec_model_close(pdb_dec_model *m);
 const pdb_config *pdb_dec_model_config(const pdb_dec_model *m);
 const uint8_t *pdb_dec_model_fingerprint(const pdb_dec_model *m); /* [32] */
 const char *pdb_dec_model_scheme(const pdb_dec_model *m);
+/* The weights (read-only; benchmarks count the bytes a step touches). */
+const struct pdb_v2_qweights *pdb_dec_model_weights(const pdb_dec_model *m);
 /* The store layout of this model's cache (one APPEND pool "latent"). */
 const pdb_store_layout *pdb_dec_model_layout(const pdb_dec_model *m);
 
