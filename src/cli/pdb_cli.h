@@ -14,6 +14,10 @@ int pdb_cli_decode_server(int argc, char **argv);
 int pdb_cli_prefill_server(int argc, char **argv);
 int pdb_cli_front(int argc, char **argv);
 int pdb_cli_up(int argc, char **argv);
+/* Exactness tools (pdb_cli_verify.c). */
+int pdb_cli_verify_blocks(int argc, char **argv);
+int pdb_cli_diff_state(int argc, char **argv);
+int pdb_cli_pool_validate(int argc, char **argv);
 int pdb_cli_doctor(int argc, char **argv);
 
 /* Servers: block SIGINT/SIGTERM in every thread started afterwards and ignore SIGPIPE; then

@@ -28,6 +28,9 @@ static const pdb_cli_cmd cmds[] = {
     {"prefill-server", pdb_cli_prefill_server, "the prefill engine: streams the decoder's finished cache per block"},
     {"front", pdb_cli_front, "the front door: bridges cold long prompts, serves everything, says what happened"},
     {"doctor", pdb_cli_doctor, "check every link of a deployment and say how to fix what fails"},
+    {"verify-blocks", pdb_cli_verify_blocks, "compare two block files or cache dirs tensor by tensor: N/M identical"},
+    {"diff-state", pdb_cli_diff_state, "the decoder's native cache for a prompt vs the blocks mounted from a store"},
+    {"pool-validate", pdb_cli_pool_validate, "the capture hook's math on a backend vs the CPU reference (identical fraction, ulps)"},
     {"info", pdb_cli_info, "build features, CPU and GPU visible to this binary"},
 };
 

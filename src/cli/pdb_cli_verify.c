@@ -1,0 +1,572 @@
+/* pdb_cli_verify: the exactness tools an operator runs to prove a bridge is exact:
+ * `verify-blocks` (two block files or two cache directories, tensor by tensor), `diff-state`
+ * (the decoder's own cache after a native prefill versus the blocks mounted from a store) and
+ * `pool-validate` (the capture hook's math on a backend versus the CPU reference).
+ * Invariants: a tool exits 0 only when its stated condition holds (verify-blocks: every block
+ * identical; diff-state: >= 1 block found and every found block bit-identical; pool-validate:
+ * the backend's threshold met in every mode); 1 when it ran and the condition fails; 2 on a
+ * usage error; 3 when it could not run (unreadable model, backend unavailable) — never 0 for
+ * "nothing was compared". Every error names the file or option at fault. */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pdb_block_compare.h"
+#include "pdb_cli.h"
+#include "pdb_dec_model.h"
+#include "pdb_dec_server.h"
+#include "pdb_prefill_backend.h"
+#include "pdb_store.h"
+#include "pdb_tokenizer.h"
+#include "pdb_v2_ops.h"
+
+enum { EXIT_PASS = 0, EXIT_DIFF = 1, EXIT_USAGE = 2, EXIT_CANNOT = 3 };
+
+#define BLOCK_EXT ".pdbblk"
+#define VERIFY_MAX_BLOCKS (1 << 24) /* block files one directory scan accepts */
+
+/* ======================================= verify-blocks ====================================== */
+
+typedef struct { char **v; size_t n, cap; } name_list;
+
+static void names_free(name_list *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+    free(l->v);
+}
+
+static int is_hex(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+/* Every <dir>/<2 hex>/<64 hex>.pdbblk, as "<2 hex>/<64 hex>.pdbblk", sorted. */
+static pdb_status scan_blocks(const char *dir, name_list *out) {
+    memset(out, 0, sizeof *out);
+    DIR *d = opendir(dir);
+    if (!d) return pdb_err_set(errno == ENOENT ? PDB_NOT_FOUND : PDB_IO, "%s: %s", dir, strerror(errno));
+    pdb_status s = PDB_OK;
+    struct dirent *e;
+    while (!s && (e = readdir(d))) {
+        if (strlen(e->d_name) != 2 || !is_hex(e->d_name, 2)) continue;
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        DIR *d2 = opendir(sub);
+        if (!d2) continue; /* a file named like a shard directory: not a block */
+        struct dirent *f;
+        while (!s && (f = readdir(d2))) {
+            size_t n = strlen(f->d_name);
+            if (n != 64 + strlen(BLOCK_EXT) || strcmp(f->d_name + 64, BLOCK_EXT) || !is_hex(f->d_name, 64)) continue;
+            if (out->n == out->cap) {
+                size_t cap = out->cap ? 2 * out->cap : 64;
+                char **v = cap <= VERIFY_MAX_BLOCKS ? realloc(out->v, cap * sizeof *v) : NULL;
+                if (!v) { s = pdb_err_set(PDB_TOO_LARGE, "%s: more than %d block files", dir, VERIFY_MAX_BLOCKS); break; }
+                out->v = v;
+                out->cap = cap;
+            }
+            char *name = malloc(3 + n + 1);
+            if (!name) { s = pdb_err_set(PDB_NOMEM, "%s: scan", dir); break; }
+            snprintf(name, 3 + n + 1, "%s/%s", e->d_name, f->d_name);
+            out->v[out->n++] = name;
+        }
+        closedir(d2);
+    }
+    closedir(d);
+    if (s) { names_free(out); return s; }
+    qsort(out->v, out->n, sizeof *out->v, (int (*)(const void *, const void *))strcmp);
+    return PDB_OK;
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void print_stats_detail(const pdb_block_cmp_tensor *t) {
+    const pdb_block_cmp_stats *st = &t->stats;
+    printf("    %s: %s", t->name, pdb_block_compare_kind_str(t->kind));
+    if (t->kind == PDB_BLOCK_CMP_VALUES) {
+        printf(", %lld/%lld elements differ (%.6f%% identical), worst %.6g ulps (%s)", (long long)st->n_diff, (long long)st->n,
+               100.0 * (double)(st->n - st->n_diff) / (double)(st->n ? st->n : 1), st->worst_ulps, pdb_dtype_name(t->dtype_a));
+        if (t->dtype_a == PDB_DT_F32) printf(" = %.6g bf16 ulps", st->worst_bf16_ulps);
+        printf(", worst |d| %.6g, worst rel %.6g", st->worst_abs, st->worst_rel);
+    } else if (t->kind == PDB_BLOCK_CMP_DTYPE) {
+        printf(" (%s vs %s)", pdb_dtype_name(t->dtype_a), pdb_dtype_name(t->dtype_b));
+    }
+    printf("\n");
+}
+
+/* Compare one pair of files and print its line(s). Returns 1 when identical. */
+static int verify_pair(const char *label, const char *pa, const char *pb, int strict, pdb_block_cmp_stats *total) {
+    pdb_block_cmp_report r;
+    pdb_status s = pdb_block_compare_files(pa, pb, strict, &r);
+    if (s) {
+        printf("%s  UNREADABLE: %s\n", label, pdb_err_msg());
+        return 0;
+    }
+    pdb_block_compare_merge_stats(total, &r.total);
+    if (r.identical) {
+        printf("%s  identical (%d tensors, %lld elements)\n", label, r.n_tensors, (long long)r.total.n);
+    } else {
+        printf("%s  DIFFERS\n", label);
+        for (int i = 0; i < r.n_tensors; i++)
+            if (r.tensors[i].kind != PDB_BLOCK_CMP_SAME) print_stats_detail(&r.tensors[i]);
+        if (r.n_meta_diff)
+            printf("    metadata: %d key(s) differ, first '%s'\n", r.n_meta_diff, r.first_meta_diff);
+    }
+    int same = r.identical;
+    pdb_block_compare_free_report(&r);
+    return same;
+}
+
+int pdb_cli_verify_blocks(int argc, char **argv) {
+    static const char *usage =
+        "usage: pdbridge verify-blocks A B [--strict-meta]\n\n"
+        "A and B are two block files (.pdbblk) or two prefix-cache directories. Directories are\n"
+        "matched by block file name (<2 hex>/<chain hash>.pdbblk). Every tensor is compared: dtype,\n"
+        "shape and values; identical means byte-identical. For a difference it prints the count of\n"
+        "differing elements and the worst distance in ulps of the tensor's dtype (for F32 also in\n"
+        "bf16 ulps), the worst absolute and relative difference. Metadata (created_at, ...) is\n"
+        "ignored unless --strict-meta. One line per block, then `N/M identical`; a block present on\n"
+        "one side only counts as not identical.\n\n"
+        "exit: 0 all M >= 1 blocks identical; 1 a difference, a one-sided or unreadable block, or no\n"
+        "blocks at all; 2 usage error (also: missing path, a file compared with a directory).\n";
+    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
+    const char *path[2] = {NULL, NULL};
+    int strict = 0, np = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--strict-meta")) strict = 1;
+        else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "pdbridge verify-blocks: unknown option '%s'\n\n%s", argv[i], usage);
+            return EXIT_USAGE;
+        } else if (np < 2) path[np++] = argv[i];
+        else { fprintf(stderr, "pdbridge verify-blocks: more than two paths ('%s')\n\n%s", argv[i], usage); return EXIT_USAGE; }
+    }
+    if (np != 2) { fprintf(stderr, "pdbridge verify-blocks: need two paths A and B\n\n%s", usage); return EXIT_USAGE; }
+    struct stat sa, sb;
+    for (int k = 0; k < 2; k++)
+        if (stat(path[k], k ? &sb : &sa)) {
+            fprintf(stderr, "pdbridge verify-blocks: %s: %s\n", path[k], strerror(errno));
+            return EXIT_USAGE;
+        }
+    if (S_ISDIR(sa.st_mode) != S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "pdbridge verify-blocks: %s is a %s but %s is a %s: compare two files or two directories\n", path[0],
+                S_ISDIR(sa.st_mode) ? "directory" : "file", path[1], S_ISDIR(sb.st_mode) ? "directory" : "file");
+        return EXIT_USAGE;
+    }
+    pdb_block_cmp_stats total = {0};
+    long long n_same = 0, n_all = 0, only_a = 0, only_b = 0;
+    if (!S_ISDIR(sa.st_mode)) {
+        n_all = 1;
+        n_same = verify_pair(path[0], path[0], path[1], strict, &total);
+    } else {
+        name_list la, lb;
+        if (scan_blocks(path[0], &la)) { fprintf(stderr, "pdbridge verify-blocks: %s\n", pdb_err_msg()); return EXIT_CANNOT; }
+        if (scan_blocks(path[1], &lb)) {
+            fprintf(stderr, "pdbridge verify-blocks: %s\n", pdb_err_msg());
+            names_free(&la);
+            return EXIT_CANNOT;
+        }
+        size_t i = 0, j = 0;
+        char fa[8192], fb[8192];
+        while (i < la.n || j < lb.n) {
+            int c = i == la.n ? 1 : j == lb.n ? -1 : cmp_names(&la.v[i], &lb.v[j]);
+            const char *name = c <= 0 ? la.v[i] : lb.v[j];
+            char label[80];
+            snprintf(label, sizeof label, "%.64s", strchr(name, '/') + 1);
+            n_all++;
+            if (c < 0) { printf("%s  only in A (%s)\n", label, path[0]); only_a++; i++; continue; }
+            if (c > 0) { printf("%s  only in B (%s)\n", label, path[1]); only_b++; j++; continue; }
+            snprintf(fa, sizeof fa, "%s/%s", path[0], name);
+            snprintf(fb, sizeof fb, "%s/%s", path[1], name);
+            n_same += verify_pair(label, fa, fb, strict, &total);
+            i++;
+            j++;
+        }
+        names_free(&la);
+        names_free(&lb);
+    }
+    printf("%lld/%lld identical", n_same, n_all);
+    if (only_a || only_b) printf(" (%lld only in A, %lld only in B)", only_a, only_b);
+    printf("; %lld/%lld compared elements differ, worst %.6g ulps", (long long)total.n_diff, (long long)total.n,
+           total.worst_ulps);
+    if (total.worst_bf16_ulps > 0) printf(" (%.6g bf16 ulps for F32)", total.worst_bf16_ulps);
+    printf(", worst |d| %.6g\n", total.worst_abs);
+    if (n_all == 0) fprintf(stderr, "pdbridge verify-blocks: no block files in %s or %s: nothing was proven\n", path[0], path[1]);
+    return n_all > 0 && n_same == n_all ? EXIT_PASS : EXIT_DIFF;
+}
+
+/* ======================================== diff-state ======================================== */
+
+static pdb_status read_file(const char *path, char **out, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pdb_err_set(errno == ENOENT ? PDB_NOT_FOUND : PDB_IO, "%s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    pdb_status s = buf ? PDB_OK : pdb_err_set(PDB_NOMEM, "%s", path);
+    while (!s) {
+        if (n == cap) {
+            if (cap >= PDB_TOKENIZER_MAX_TEXT) { s = pdb_err_set(PDB_TOO_LARGE, "%s: larger than %zu bytes", path, (size_t)PDB_TOKENIZER_MAX_TEXT); break; }
+            char *b = realloc(buf, 2 * cap + 1);
+            if (!b) { s = pdb_err_set(PDB_NOMEM, "%s", path); break; }
+            buf = b;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) {
+            if (ferror(f)) s = pdb_err_set(PDB_IO, "%s: read error", path);
+            break;
+        }
+    }
+    fclose(f);
+    if (s) { free(buf); return s; }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return PDB_OK;
+}
+
+/* block_size recorded in DIR/store.json; 0 when the file is absent. */
+static pdb_status store_block_size(const char *dir, int64_t *bs) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s/store.json", dir);
+    *bs = 0;
+    struct stat sb;
+    if (stat(p, &sb)) return PDB_OK;
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    json_t *v = j ? json_object_get(j, "block_size") : NULL;
+    if (!v || !json_is_integer(v)) {
+        json_decref(j);
+        return pdb_err_set(PDB_CORRUPT, "%s: no integer block_size (%s)", p, j ? "missing" : je.text);
+    }
+    *bs = json_integer_value(v);
+    json_decref(j);
+    return PDB_OK;
+}
+
+int pdb_cli_diff_state(int argc, char **argv) {
+    static const char *usage =
+        "usage: pdbridge diff-state --model DEC_DIR --prompt-file F --cache-dir DIR [--block-size N]\n"
+        "                           [--chat] [--threads N]\n\n"
+        "Tokenizes the bytes of F exactly as decode-server does (a text completion: BOS + text; with\n"
+        "--chat: one user message through the chat template), runs the decoder's own prefill over the\n"
+        "prompt's full blocks, then mounts every block of that prompt from the store DIR (the\n"
+        "decoder's layout and fingerprint; full verification incl. checksum, as the decoder mounts)\n"
+        "and compares the mounted state with the native one, pool by pool: bit-exact elements, worst\n"
+        "absolute and relative delta, worst ulps, and how many blocks were found. --block-size\n"
+        "defaults to DIR/store.json's. The store's own rules apply: a file that fails verification\n"
+        "is a miss, and is removed, as the decoder would.\n\n"
+        "exit: 0 at least one block found and every found block bit-identical; 1 otherwise;\n"
+        "2 usage error; 3 cannot run (model, tokenizer, prompt file or store unreadable).\n";
+    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
+    const char *model = NULL, *pfile = NULL, *cdir = NULL;
+    long long bs_opt = 0, threads = 0;
+    int chat = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--chat")) { chat = 1; continue; }
+        if (!v) { fprintf(stderr, "pdbridge diff-state: option '%s' needs a value or is unknown\n\n%s", a, usage); return EXIT_USAGE; }
+        i++;
+        if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--prompt-file")) pfile = v;
+        else if (!strcmp(a, "--cache-dir")) cdir = v;
+        else if (!strcmp(a, "--block-size")) {
+            if (!pdb_cli_parse_int(v, 128, 1 << 24, &bs_opt) || bs_opt % 128) {
+                fprintf(stderr, "pdbridge diff-state: --block-size '%s': a multiple of 128\n", v);
+                return EXIT_USAGE;
+            }
+        } else if (!strcmp(a, "--threads")) {
+            if (!pdb_cli_parse_int(v, 0, 4096, &threads)) { fprintf(stderr, "pdbridge diff-state: --threads '%s'\n", v); return EXIT_USAGE; }
+        } else { fprintf(stderr, "pdbridge diff-state: unknown option '%s'\n\n%s", a, usage); return EXIT_USAGE; }
+    }
+    if (!model || !pfile || !cdir) {
+        fprintf(stderr, "pdbridge diff-state: --model, --prompt-file and --cache-dir are required\n\n%s", usage);
+        return EXIT_USAGE;
+    }
+    struct stat sd;
+    if (stat(cdir, &sd) || !S_ISDIR(sd.st_mode)) {
+        fprintf(stderr, "pdbridge diff-state: --cache-dir %s: not a directory\n", cdir);
+        return EXIT_CANNOT;
+    }
+    int64_t bs = bs_opt;
+    if (!bs) {
+        if (store_block_size(cdir, &bs)) { fprintf(stderr, "pdbridge diff-state: %s\n", pdb_err_msg()); return EXIT_CANNOT; }
+        if (!bs) bs = 2048;
+    }
+
+    int rc = EXIT_CANNOT;
+    char *text = NULL, tokp[4096];
+    size_t tlen = 0;
+    pdb_tokenizer *tok = NULL;
+    pdb_pool *pool = NULL;
+    pdb_dec_model *m = NULL;
+    pdb_store *store = NULL;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    uint8_t(*hashes)[32] = NULL;
+    float *nat = NULL, *mnt = NULL;
+    pdb_dec_seq seq = {0};
+    snprintf(tokp, sizeof tokp, "%s/tokenizer.json", model);
+    if (read_file(pfile, &text, &tlen) || pdb_tokenizer_load(tokp, &tok)) goto fail;
+    pdb_openai_message msg = {.role = "user", .content = text};
+    pdb_openai_request q = {.kind = chat ? PDB_OPENAI_CHAT : PDB_OPENAI_COMPLETION, .prompt_text = text, .prompt_len = tlen,
+                            .messages = &msg, .n_messages = 1, .max_tokens = -1};
+    pdb_openai_error oe;
+    if (pdb_dec_server_prompt_ids(tok, &q, &ids, &n_ids, &oe)) {
+        fprintf(stderr, "pdbridge diff-state: %s: the decoder would refuse this prompt: %s\n", pfile, oe.message);
+        goto out;
+    }
+    if (pdb_pool_create((int)threads, &pool) || pdb_dec_model_open(model, pool, &m)) goto fail;
+    int64_t nb = n_ids / bs;
+    printf("prompt: %lld tokens (%s), block size %lld: %lld full block(s)\n", (long long)n_ids, chat ? "chat" : "completion",
+           (long long)bs, (long long)nb);
+    if (nb == 0) {
+        fprintf(stderr, "pdbridge diff-state: %s: %lld tokens, fewer than one block of %lld: nothing to compare\n", pfile,
+                (long long)n_ids, (long long)bs);
+        rc = EXIT_DIFF;
+        goto out;
+    }
+    const pdb_store_layout *lay = pdb_dec_model_layout(m);
+    if (lay->n_pools != 1 || lay->pools[0].dtype != PDB_DT_F32) {
+        fprintf(stderr, "pdbridge diff-state: %s: only single-pool f32 layouts are supported\n", model);
+        goto out;
+    }
+    if (pdb_store_open(cdir, lay, pdb_dec_model_fingerprint(m), bs, 0, &store)) goto fail;
+    /* the decoder's native prefill over the full blocks (a row depends only on the rows before it) */
+    if (pdb_dec_seq_init(&seq, m, nb * bs)) goto fail;
+    for (int64_t p = 0; p < nb * bs; p += 512) {
+        pdb_dec_seg sg = {&seq, ids + p, nb * bs - p < 512 ? nb * bs - p : 512, NULL};
+        if (pdb_dec_forward(m, &sg, 1)) goto fail;
+    }
+    uint64_t bbytes = pdb_store_block_bytes(store);
+    hashes = malloc((size_t)nb * sizeof *hashes);
+    nat = malloc(bbytes);
+    mnt = malloc(bbytes);
+    if (!hashes || !nat || !mnt) { pdb_err_set(PDB_NOMEM, "diff-state: %llu bytes per block", (unsigned long long)bbytes); goto fail; }
+    if (pdb_store_hash_chain(pdb_dec_model_fingerprint(m), ids, nb * bs, bs, hashes)) goto fail;
+    char fp[65];
+    pdb_store_hash_hex(pdb_dec_model_fingerprint(m), fp);
+    printf("decoder %s (scheme %s, fingerprint %.16s...), store %s\n", model, pdb_dec_model_scheme(m), fp, cdir);
+    pdb_block_cmp_stats total = {0};
+    int64_t found = 0, same = 0, leading = 0, gap = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        char hx[65];
+        pdb_store_hash_hex(hashes[b], hx);
+        void *out1[1] = {mnt};
+        pdb_status s = pdb_store_load_block(store, hashes[b], b, out1);
+        if (s == PDB_NOT_FOUND || s == PDB_CORRUPT) {
+            printf("block %lld %.16s  %s\n", (long long)b, hx, s == PDB_NOT_FOUND ? "not in the store" : "corrupt (removed)");
+            gap = 1;
+            continue;
+        }
+        if (s) goto fail;
+        found++;
+        leading += !gap;
+        pdb_dec_seq_get_block(&seq, b, bs, nat);
+        pdb_block_cmp_stats st = {0};
+        pdb_block_compare_values(PDB_DT_F32, nat, mnt, (int64_t)(bbytes / sizeof(float)), &st);
+        pdb_block_compare_merge_stats(&total, &st);
+        same += st.n_diff == 0;
+        if (!st.n_diff) printf("block %lld %.16s  %s: bit-identical (%lld elements)\n", (long long)b, hx, lay->pools[0].name, (long long)st.n);
+        else
+            printf("block %lld %.16s  %s: %lld/%lld differ, worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps)\n",
+                   (long long)b, hx, lay->pools[0].name, (long long)st.n_diff, (long long)st.n, st.worst_abs, st.worst_rel,
+                   st.worst_ulps, st.worst_bf16_ulps);
+    }
+    printf("pool %s: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps)\n",
+           lay->pools[0].name, (long long)(total.n - total.n_diff), (long long)total.n,
+           total.n ? 100.0 * (double)(total.n - total.n_diff) / (double)total.n : 0.0, total.worst_abs, total.worst_rel,
+           total.worst_ulps, total.worst_bf16_ulps);
+    printf("blocks: %lld/%lld found (%lld leading: the prefix the decoder would mount), %lld/%lld found bit-identical\n",
+           (long long)found, (long long)nb, (long long)leading, (long long)same, (long long)found);
+    if (!found) fprintf(stderr, "pdbridge diff-state: no block of this prompt in %s: nothing was proven\n", cdir);
+    rc = found > 0 && same == found ? EXIT_PASS : EXIT_DIFF;
+    goto out;
+fail:
+    fprintf(stderr, "pdbridge diff-state: %s\n", pdb_err_msg());
+out:
+    pdb_dec_seq_free(&seq);
+    free(nat);
+    free(mnt);
+    free(hashes);
+    free(ids);
+    pdb_store_close(store);
+    pdb_dec_model_close(m);
+    pdb_pool_destroy(pool);
+    pdb_tokenizer_free(tok);
+    free(text);
+    return rc;
+}
+
+/* ======================================= pool-validate ====================================== */
+
+/* Seeded attention inputs: approximately N(0, 1) per element (sum of 4 uniforms, rescaled),
+ * the scale of an RMS-normed hidden state. */
+static void fill_inputs(float *x, int64_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
+    for (int64_t i = 0; i < n; i++) {
+        double acc = 0;
+        for (int k = 0; k < 4; k++) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            acc += (double)(s >> 11) / 9007199254740992.0;
+        }
+        x[i] = (float)((acc - 2.0) * 1.7320508075688772);
+    }
+}
+
+typedef struct { const char *name; const int64_t *chunks; int n_chunks; } pv_mode;
+
+/* Run the backend's capture_rows over layer l for all n rows in the mode's chunk sizes (cycled). */
+static pdb_status pv_run(pdb_prefill_backend *be, const pv_mode *md, int64_t l, const float *xn, const int64_t *pos, int64_t n,
+                         int64_t H, int64_t row, float *rows) {
+    int64_t off = 0;
+    for (int k = 0; off < n; k++) {
+        int64_t c = md->chunks ? md->chunks[k % md->n_chunks] : n;
+        if (c > n - off) c = n - off;
+        PDB_TRY(be->capture_rows(be, l, xn + off * H, pos + off, c, rows + off * row));
+        off += c;
+    }
+    return PDB_OK;
+}
+
+int pdb_cli_pool_validate(int argc, char **argv) {
+    static const char *usage =
+        "usage: pdbridge pool-validate --decoder-model DEC_DIR [--backend cpu|cuda] [--tokens N]\n"
+        "                              [--seed S] [--model HF_DIR] [--threads N] [--device D]\n\n"
+        "Runs the capture hook's math alone (backend->capture_rows: the decoder's kv_a projection,\n"
+        "kv_a_layernorm and RoPE from the attention input) on N seeded random attention inputs\n"
+        "(default 300 rows of hidden size, positions 0..N-1) on the chosen backend, and the CPU\n"
+        "reference (pdb_v2_ops_latent_rows on the decoder's weights); the backend runs whole,\n"
+        "chunked (64 rows) and in odd-length chunks (1, 3, 7, 13, 31, 129 cycled). Reports per layer\n"
+        "and overall the identical fraction and the worst difference in bf16 ulps of the decoder's\n"
+        "cache pool (\"latent\", f32). --model: the engine weights the backend loads (default\n"
+        "DEC_DIR; they do not enter the hook's math).\n\n"
+        "exit: 0 pass (cpu: every element identical in every mode; cuda: >= 99.95% identical and\n"
+        "worst <= 1 bf16 ulp in every mode); 1 threshold missed; 2 usage error; 3 cannot run (no\n"
+        "GPU or no CUDA build for --backend cuda, unreadable model).\n";
+    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
+    const char *dec = NULL, *engine = NULL, *backend = "cpu";
+    long long n = 300, seed = 1, threads = 0, device = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) { fprintf(stderr, "pdbridge pool-validate: option '%s' needs a value or is unknown\n\n%s", a, usage); return EXIT_USAGE; }
+        i++;
+        int ok = 1;
+        if (!strcmp(a, "--decoder-model")) dec = v;
+        else if (!strcmp(a, "--model")) engine = v;
+        else if (!strcmp(a, "--backend")) { backend = v; ok = !strcmp(v, "cpu") || !strcmp(v, "cuda"); }
+        else if (!strcmp(a, "--tokens")) ok = pdb_cli_parse_int(v, 1, 1 << 20, &n);
+        else if (!strcmp(a, "--seed")) ok = pdb_cli_parse_int(v, 0, (1LL << 62), &seed);
+        else if (!strcmp(a, "--threads")) ok = pdb_cli_parse_int(v, 0, 4096, &threads);
+        else if (!strcmp(a, "--device")) ok = pdb_cli_parse_int(v, 0, 1024, &device);
+        else { fprintf(stderr, "pdbridge pool-validate: unknown option '%s'\n\n%s", a, usage); return EXIT_USAGE; }
+        if (!ok) { fprintf(stderr, "pdbridge pool-validate: bad value '%s' for %s\n", v, a); return EXIT_USAGE; }
+    }
+    if (!dec) { fprintf(stderr, "pdbridge pool-validate: --decoder-model is required\n\n%s", usage); return EXIT_USAGE; }
+    if (!engine) engine = dec;
+    int cuda = !strcmp(backend, "cuda");
+
+    int rc = EXIT_CANNOT;
+    pdb_config cfg;
+    pdb_st *est = NULL, *dst = NULL;
+    pdb_prefill_backend *be = NULL;
+    pdb_pool *pool = NULL;
+    pdb_v2_qweights w;
+    int have_w = 0;
+    float *xn = NULL, *ref = NULL, *got = NULL, *rowbuf = NULL, *kva = NULL;
+    int64_t *pos = NULL;
+    pdb_v2_rowcache *rc_rows = NULL;
+    pdb_block_cmp_stats *per = NULL;
+    if (pdb_config_load(dec, &cfg)) goto fail;
+    if (cfg.arch != PDB_ARCH_DEEPSEEK_V2) {
+        pdb_err_set(PDB_UNSUPPORTED, "%s: pool-validate supports deepseek_v2 decoders (latent pool)", dec);
+        goto fail;
+    }
+    if (pdb_st_open(engine, &est) || pdb_st_open(dec, &dst)) goto fail;
+    pdb_prefill_backend_opts bo = {.cfg = &cfg, .engine = est, .decoder = dst, .threads = (int)threads, .device = (int)device};
+    pdb_status bs = cuda ? pdb_prefill_backend_cuda_create(&bo, &be) : pdb_prefill_backend_cpu_create(&bo, &be);
+    if (bs) {
+        fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_err_msg(), pdb_status_str(bs));
+        goto out;
+    }
+    const int64_t L = cfg.num_layers, H = cfg.hidden_size, row = cfg.kv_lora_rank + cfg.qk_rope_head_dim;
+    if (pdb_pool_create((int)threads, &pool) || pdb_v2_qweights_load(&w, &cfg, dst, 1)) goto fail;
+    have_w = 1;
+    xn = malloc(sizeof(float) * (size_t)(n * H));
+    ref = malloc(sizeof(float) * (size_t)(L * n * row));
+    got = malloc(sizeof(float) * (size_t)(n * row));
+    rowbuf = malloc(sizeof(float) * (size_t)(pdb_pool_threads(pool) * w.max_cols));
+    kva = malloc(sizeof(float) * (size_t)(n * row));
+    pos = malloc(sizeof(int64_t) * (size_t)n);
+    rc_rows = malloc(sizeof(*rc_rows) * (size_t)n);
+    per = calloc((size_t)(3 * L), sizeof *per);
+    if (!xn || !ref || !got || !rowbuf || !kva || !pos || !rc_rows || !per) {
+        pdb_err_set(PDB_NOMEM, "pool-validate: %lld tokens", n);
+        goto fail;
+    }
+    fill_inputs(xn, n * H, (uint64_t)seed);
+    for (int64_t i = 0; i < n; i++) pos[i] = i;
+    /* the CPU reference: THE definition of the decoder's cache row */
+    for (int64_t l = 0; l < L; l++) {
+        for (int64_t i = 0; i < n; i++) rc_rows[i] = (pdb_v2_rowcache){ref + (l * n + i) * row, 0, 0, pos[i]};
+        pdb_v2_ops_latent_rows(&w, l, pool, rowbuf, xn, n, pos, rc_rows, kva);
+    }
+    static const int64_t c64[] = {64}, codd[] = {1, 3, 7, 13, 31, 129};
+    const pv_mode modes[3] = {{"whole", NULL, 0}, {"chunked", c64, 1}, {"odd-chunked", codd, 6}};
+    printf("pool-validate: backend %s, decoder %s (latent row %lld = kv_lora_rank %lld + rope %lld), %lld layers, %lld tokens, seed %lld\n",
+           be->name, dec, (long long)row, (long long)cfg.kv_lora_rank, (long long)cfg.qk_rope_head_dim, (long long)L, n, seed);
+    for (int64_t l = 0; l < L; l++)
+        for (int md = 0; md < 3; md++) {
+            if (pv_run(be, &modes[md], l, xn, pos, n, H, row, got)) goto fail;
+            pdb_block_compare_values(PDB_DT_F32, ref + l * n * row, got, n * row, &per[l * 3 + md]);
+        }
+    const double min_frac = cuda ? 0.9995 : 1.0, max_ulp = cuda ? 1.0 : 0.0;
+    int pass = 1;
+    pdb_block_cmp_stats all[3] = {{0}};
+    for (int64_t l = 0; l < L; l++) {
+        printf("layer %3lld:", (long long)l);
+        for (int md = 0; md < 3; md++) {
+            const pdb_block_cmp_stats *s = &per[l * 3 + md];
+            pdb_block_compare_merge_stats(&all[md], s);
+            printf("  %s %.4f%% identical, worst %.4g bf16 ulps;", modes[md].name, 100.0 * (double)(s->n - s->n_diff) / (double)s->n,
+                   s->worst_bf16_ulps);
+        }
+        printf("\n");
+    }
+    for (int md = 0; md < 3; md++) {
+        const pdb_block_cmp_stats *s = &all[md];
+        double frac = (double)(s->n - s->n_diff) / (double)s->n;
+        int ok = frac >= min_frac && s->worst_bf16_ulps <= max_ulp;
+        pass &= ok;
+        printf("overall %-11s pool latent: %lld/%lld identical (%.6f%%), worst %.6g bf16 ulps (%.6g f32 ulps), worst |d| %.6g: %s\n",
+               modes[md].name, (long long)(s->n - s->n_diff), (long long)s->n, 100.0 * frac, s->worst_bf16_ulps, s->worst_ulps,
+               s->worst_abs, ok ? "pass" : "FAIL");
+    }
+    printf("%s (threshold %s: %s)\n", pass ? "PASS" : "FAIL", be->name,
+           cuda ? ">= 99.95% identical and worst <= 1 bf16 ulp" : "every element identical");
+    rc = pass ? EXIT_PASS : EXIT_DIFF;
+    goto out;
+fail:
+    fprintf(stderr, "pdbridge pool-validate: %s\n", pdb_err_msg());
+out:
+    free(per);
+    free(rc_rows);
+    free(pos);
+    free(kva);
+    free(rowbuf);
+    free(got);
+    free(ref);
+    free(xn);
+    if (have_w) pdb_v2_qweights_free(&w);
+    pdb_pool_destroy(pool);
+    if (be) be->destroy(be);
+    pdb_st_close(est);
+    pdb_st_close(dst);
+    return rc;
+}
