@@ -22,8 +22,75 @@ static void lut_init(void) {
     __atomic_store_n(&lut_ready, 1, __ATOMIC_RELEASE);
 }
 
+/* AVX-512 row dequantization: the same exact values as the scalar LUT path (every MX/bf16 value
+ * is an f32, and the per-block scale is a power of two applied by one IEEE multiply). */
+__attribute__((target("avx512f"))) static int row_avx512(const pdb_qmat *w, int64_t r, float *out) {
+    int64_t C = w->cols;
+    if (w->fmt == PDB_QF_BF16) {
+        const uint8_t *p = (const uint8_t *)w->data + r * C * 2;
+        int64_t c = 0;
+        for (; c + 16 <= C; c += 16) {
+            __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * c)));
+            _mm512_storeu_ps(out + c, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+        }
+        for (; c < C; c++) {
+            uint32_t u = (uint32_t)(p[2 * c] | (p[2 * c + 1] << 8)) << 16;
+            memcpy(&out[c], &u, 4);
+        }
+        return 1;
+    }
+    if (w->fmt == PDB_QF_MXFP8) {
+        const uint8_t *q = (const uint8_t *)w->data + r * C, *s = w->scales + r * (C / 32);
+        const __m512i k7 = _mm512_set1_epi32(7), k15 = _mm512_set1_epi32(15), k120 = _mm512_set1_epi32(120);
+        const __m512i k7f = _mm512_set1_epi32(0x7F), knan = _mm512_set1_epi32(0x7FC00000);
+        const __m512 sub_scale = _mm512_set1_ps(1.0f / 512.0f);
+        for (int64_t b = 0; b < C / 32; b++) {
+            __m512 sc = _mm512_set1_ps(pdb_e8m0_to_f32(s[b]));
+            for (int h = 0; h < 2; h++) {
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + b * 32 + h * 16)));
+                __m512i sign = _mm512_slli_epi32(_mm512_srli_epi32(v, 7), 31);
+                __m512i e = _mm512_and_si512(_mm512_srli_epi32(v, 3), k15), m = _mm512_and_si512(v, k7);
+                __m512i normal = _mm512_or_si512(sign, _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, k120), 23),
+                                                                       _mm512_slli_epi32(m, 20)));
+                __m512 sub = _mm512_castsi512_ps(_mm512_or_si512(
+                    sign, _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), sub_scale))));
+                __mmask16 is_sub = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
+                __mmask16 is_nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, k7f), k7f);
+                __m512 val = _mm512_mask_blend_ps(is_sub, _mm512_castsi512_ps(normal), sub);
+                val = _mm512_mask_blend_ps(is_nan, val, _mm512_castsi512_ps(_mm512_or_si512(sign, knan)));
+                _mm512_storeu_ps(out + b * 32 + h * 16, _mm512_mul_ps(val, sc));
+            }
+        }
+        return 1;
+    }
+    if (w->fmt == PDB_QF_MXFP4) {
+        const uint8_t *q = (const uint8_t *)w->data + r * (C / 2), *s = w->scales + r * (C / 32);
+        const __m512 lut = _mm512_loadu_ps(lut_e2m1);
+        const __m512i k15 = _mm512_set1_epi32(15);
+        /* interleave: out[2i] = lo[i], out[2i+1] = hi[i] */
+        const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+        const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        for (int64_t b = 0; b < C / 32; b++) {
+            __m512 sc = _mm512_set1_ps(pdb_e8m0_to_f32(s[b]));
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + b * 16)));
+            __m512 lo = _mm512_permutexvar_ps(_mm512_and_si512(v, k15), lut);
+            __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+            _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(_mm512_permutex2var_ps(lo, il0, hi), sc));
+            _mm512_storeu_ps(out + b * 32 + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo, il1, hi), sc));
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static pdb_qmat_isa isa_get(void);
+
 void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out) {
     int64_t C = w->cols;
+    if (w->fmt != PDB_QF_F32 && isa_get() == PDB_ISA_AVX512) {
+        lut_init();
+        if (row_avx512(w, r, out)) return;
+    }
     switch (w->fmt) {
     case PDB_QF_F32:
         memcpy(out, (const float *)w->data + r * C, sizeof(float) * (size_t)C);
@@ -110,6 +177,32 @@ __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const
     return fold32(l);
 }
 
+/* Four rows at once against one x: four independent FMA chains hide the FMA latency; each row
+ * keeps exactly dot_avx512's lane order, so out[i] == dot_avx512(x, w[i], n) bit for bit. */
+__attribute__((target("avx512f"))) static void dot4_avx512(const float *x, const float *const *w, int64_t n, float *out) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+    int64_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+        __m512 x0 = _mm512_loadu_ps(x + k), x1 = _mm512_loadu_ps(x + k + 16);
+        a0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w[0] + k), a0);
+        b0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w[1] + k), b0);
+        c0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w[2] + k), c0);
+        d0 = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w[3] + k), d0);
+        a1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w[0] + k + 16), a1);
+        b1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w[1] + k + 16), b1);
+        c1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w[2] + k + 16), c1);
+        d1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w[3] + k + 16), d1);
+    }
+    __m512 lo[4] = {a0, b0, c0, d0}, hi[4] = {a1, b1, c1, d1};
+    for (int r = 0; r < 4; r++) {
+        float l[32];
+        _mm512_storeu_ps(l, lo[r]);
+        _mm512_storeu_ps(l + 16, hi[r]);
+        for (int j = 0; k + j < n; j++) l[j] = fmaf(x[k + j], w[r][k + j], l[j]);
+        out[r] = fold32(l);
+    }
+}
+
 static pdb_qmat_isa isa_cur = (pdb_qmat_isa)-1;
 
 pdb_qmat_isa pdb_qmat_isa_detect(void) {
@@ -167,7 +260,23 @@ static void qm_task(void *vc, int64_t task, int thread) {
     qm_ctx *c = vc;
     int64_t C = c->w->cols, r0 = task * QM_ROWS_PER_TASK;
     int64_t r1 = r0 + QM_ROWS_PER_TASK < c->w->rows ? r0 + QM_ROWS_PER_TASK : c->w->rows;
-    float *row = c->rowbuf + (int64_t)thread * C;
+    float *row = c->rowbuf + (int64_t)thread * C * 4;
+    if (isa_get() == PDB_ISA_AVX512) /* groups of four rows */
+        for (; r0 + 4 <= r1; r0 += 4) {
+            const float *wr[4];
+            for (int i = 0; i < 4; i++) {
+                if (c->w->fmt == PDB_QF_F32) wr[i] = (const float *)c->w->data + (r0 + i) * C;
+                else {
+                    pdb_qmat_row_f32(c->w, r0 + i, row + i * C);
+                    wr[i] = row + i * C;
+                }
+            }
+            for (int64_t t = 0; t < c->T; t++) {
+                float o[4];
+                dot4_avx512(c->x + t * c->ldx, wr, C, o);
+                for (int i = 0; i < 4; i++) c->y[t * c->ldy + r0 + i] = o[i];
+            }
+        }
     for (int64_t r = r0; r < r1; r++) {
         const float *wr = row;
         if (c->w->fmt == PDB_QF_F32) wr = (const float *)c->w->data + r * C;

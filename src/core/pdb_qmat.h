@@ -34,12 +34,15 @@ const char *pdb_qmat_isa_name(pdb_qmat_isa isa);
 /* Force an ISA (tests compare them); returns the previous one. */
 pdb_qmat_isa pdb_qmat_isa_set(pdb_qmat_isa isa);
 
+/* Floats of matmul scratch for a pool of `threads` and matrices up to `cols` wide. */
+#define PDB_QMAT_ROWBUF_FLOATS(threads, cols) ((int64_t)(threads) * (int64_t)(cols) * 4)
+
 /* Exact dequantization of row r into out [cols]. */
 void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out);
 /* Deterministic dot product of n floats (the order above). */
 float pdb_qmat_dot(const float *a, const float *b, int64_t n);
 /* y[t*ldy + o] = dot(x[t*ldx ...], row o) for t < T, o < rows. pool may be NULL (one thread).
- * rowbuf: scratch of pdb_pool_threads(pool) * cols floats (the caller owns it). */
+ * rowbuf: scratch of PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(pool), cols) floats (the caller owns it). */
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
                      int64_t ldy, float *rowbuf);
 /* y[c] += a * x[c] for c < n with one fused multiply-add per element (same on every ISA). */

@@ -229,7 +229,7 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     BA(b->qa, R * (c->q_lora_rank ? c->q_lora_rank : 1)); BA(b->kva, R * row); BA(b->attn, R * nh * c->v_head_dim);
     BA(b->tmp, R * H); BA(b->mlp, R * H); BA(b->g, R * I); BA(b->u, R * I); BA(b->probs, R * (E ? E : 1));
     BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * H); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
-    BA(b->erows, R * (K ? K : 1)); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, nth * w->max_cols);
+    BA(b->erows, R * (K ? K : 1)); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, PDB_QMAT_ROWBUF_FLOATS(nth, w->max_cols));
 #undef BA
     return PDB_OK;
 nomem:

@@ -124,7 +124,7 @@ pdb_status pdb_prefill_backend_cpu_create(const pdb_prefill_backend_opts *o, pdb
     if (!s) s = pdb_v2_qweights_load(&c->dw, o->cfg, o->decoder, 1);
     if (!s) {
         int64_t mc = c->ew.max_cols > c->dw.max_cols ? c->ew.max_cols : c->dw.max_cols;
-        c->rowbuf = malloc(sizeof(float) * (size_t)(pdb_pool_threads(c->pool) * mc));
+        c->rowbuf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(c->pool), mc));
         if (!c->rowbuf) s = pdb_err_set(PDB_NOMEM, "prefill cpu backend");
     }
     if (s) { cpu_destroy(be); return s; }
