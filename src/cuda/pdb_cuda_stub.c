@@ -13,3 +13,16 @@ pdb_status pdb_prefill_backend_cuda_create(const pdb_prefill_backend_opts *o, pd
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (nvcc was not found at configure time)");
 }
 #endif
+
+#ifndef PDB_HAVE_CUDA
+#include "pdb_cuda_prefill.h"
+/* Builds without nvcc (-DPDB_NO_CUDA=ON or no toolkit) still link tests/cuda, which asks for a
+ * GPU before it calls this. */
+pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o, const pdb_cuda_prefill_opts *co,
+                                   pdb_prefill_backend **out) {
+    (void)o;
+    (void)co;
+    (void)out;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (nvcc was not found at configure time)");
+}
+#endif
