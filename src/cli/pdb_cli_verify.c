@@ -45,6 +45,8 @@ static int is_hex(const char *s, size_t n) {
     return 1;
 }
 
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
 /* Every <dir>/<2 hex>/<64 hex>.pdbblk, as "<2 hex>/<64 hex>.pdbblk", sorted. */
 static pdb_status scan_blocks(const char *dir, name_list *out) {
     memset(out, 0, sizeof *out);
@@ -78,11 +80,9 @@ static pdb_status scan_blocks(const char *dir, name_list *out) {
     }
     closedir(d);
     if (s) { names_free(out); return s; }
-    qsort(out->v, out->n, sizeof *out->v, (int (*)(const void *, const void *))strcmp);
+    qsort(out->v, out->n, sizeof *out->v, cmp_names);
     return PDB_OK;
 }
-
-static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static void print_stats_detail(const pdb_block_cmp_tensor *t) {
     const pdb_block_cmp_stats *st = &t->stats;
@@ -501,7 +501,7 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     xn = malloc(sizeof(float) * (size_t)(n * H));
     ref = malloc(sizeof(float) * (size_t)(L * n * row));
     got = malloc(sizeof(float) * (size_t)(n * row));
-    rowbuf = malloc(sizeof(float) * (size_t)(pdb_pool_threads(pool) * w.max_cols));
+    rowbuf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(pool), w.max_cols));
     kva = malloc(sizeof(float) * (size_t)(n * row));
     pos = malloc(sizeof(int64_t) * (size_t)n);
     rc_rows = malloc(sizeof(*rc_rows) * (size_t)n);
