@@ -163,7 +163,7 @@ pdb_status pdb_segment_parser_feed(pdb_segment_parser *p, const void *data, size
         if (!s && p->have_prefix == 16) {
             uint64_t need = p->payload_len - p->have_payload;
             size_t take = need < len ? (size_t)need : len;
-            memcpy(p->payload + p->have_payload, d, take);
+            if (take) memcpy(p->payload + p->have_payload, d, take); /* empty payloads have no buffer */
             p->have_payload += take;
             d += take;
             len -= take;
