@@ -19,7 +19,7 @@ static pdb_status get_int(json_t *o, const char *origin, const char *key, int64_
         return PDB_OK;
     }
     if (json_is_integer(v)) { *out = json_integer_value(v); return PDB_OK; }
-    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) {
+    if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9.2e18) {
         *out = (int64_t)json_real_value(v);
         return PDB_OK;
     }
