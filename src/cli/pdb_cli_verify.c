@@ -257,9 +257,10 @@ int pdb_cli_diff_state(int argc, char **argv) {
         "prompt's full blocks, then mounts every block of that prompt from the store DIR (the\n"
         "decoder's layout and fingerprint; full verification incl. checksum, as the decoder mounts)\n"
         "and compares the mounted state with the native one, pool by pool: bit-exact elements, worst\n"
-        "absolute and relative delta, worst ulps, and how many blocks were found. --block-size\n"
-        "defaults to DIR/store.json's. The store's own rules apply: a file that fails verification\n"
-        "is a miss, and is removed, as the decoder would.\n\n"
+        "absolute and relative delta, worst ulps, and how many blocks were found. DIR must hold a\n"
+        "store.json (a decoder's cache dir); --block-size defaults to its block_size. The store's\n"
+        "own rules apply: a file that fails verification is a miss, and is removed, as the decoder\n"
+        "would.\n\n"
         "exit: 0 at least one block found and every found block bit-identical; 1 otherwise;\n"
         "2 usage error; 3 cannot run (model, tokenizer, prompt file or store unreadable).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
@@ -292,11 +293,13 @@ int pdb_cli_diff_state(int argc, char **argv) {
         fprintf(stderr, "pdbridge diff-state: --cache-dir %s: not a directory\n", cdir);
         return EXIT_CANNOT;
     }
-    int64_t bs = bs_opt;
-    if (!bs) {
-        if (store_block_size(cdir, &bs)) { fprintf(stderr, "pdbridge diff-state: %s\n", pdb_err_msg()); return EXIT_CANNOT; }
-        if (!bs) bs = 2048;
+    int64_t bs = 0;
+    if (store_block_size(cdir, &bs)) { fprintf(stderr, "pdbridge diff-state: %s\n", pdb_err_msg()); return EXIT_CANNOT; }
+    if (!bs) { /* opening a store would create one here: refuse instead of writing into a stranger's directory */
+        fprintf(stderr, "pdbridge diff-state: --cache-dir %s: no store.json: not a prefix-cache directory\n", cdir);
+        return EXIT_CANNOT;
     }
+    if (bs_opt) bs = bs_opt;
 
     int rc = EXIT_CANNOT;
     char *text = NULL, tokp[4096];

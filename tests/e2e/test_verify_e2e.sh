@@ -132,6 +132,11 @@ run "$BIN" diff-state --model "$T/mx" --prompt-file "$T/prompt.txt" --cache-dir 
 [ $RC -eq 1 ] || fail "diff-state with a decoder that has no blocks here: exit $RC (want 1): $OUT"
 echo "$OUT" | grep -q "nothing was proven" || fail "diff-state with no blocks: no explanation: $OUT"
 ok "diff-state: a decoder with another fingerprint finds no block -> exit 1"
+mkdir "$T/not-a-store"
+run "$BIN" diff-state --model "$T/dec" --prompt-file "$T/prompt.txt" --cache-dir "$T/not-a-store"
+[ $RC -eq 3 ] && echo "$OUT" | grep -q "not-a-store: no store.json" || fail "diff-state on a non-store dir: exit $RC: $OUT"
+[ -z "$(ls -A "$T/not-a-store")" ] || fail "diff-state wrote into a non-store dir"
+ok "diff-state: a directory without store.json is refused (exit 3), nothing written"
 
 # 3. negative: one float flipped by one ulp in a copy (the file still parses)
 cp -r "$T/cache-native" "$T/cache-flip"
