@@ -290,6 +290,11 @@ static pdb_status st_add_file(pdb_st *st, const char *path) {
 
     json_error_t je;
     f->header = json_loadb((const char *)f->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
+    /* jansson reports an allocation failure inside the parser as out_of_memory, or with no
+     * position and no text at all; neither is the file's fault (a block store deletes CORRUPT files) */
+    if (!f->header && (json_error_code(&je) == json_error_out_of_memory ||
+                       (json_error_code(&je) == json_error_unknown && je.line < 0 && !je.text[0])))
+        return pdb_err_set(PDB_NOMEM, "%s: out of memory parsing the JSON header", path);
     if (!f->header)
         return pdb_err_set(PDB_CORRUPT, "%s: invalid JSON header at line %d column %d: %s", path, je.line,
                            je.column, je.text);
