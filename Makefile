@@ -2,8 +2,15 @@
 # Both install missing Debian packages and the real tokenizer first (scripts/setup.sh, idempotent).
 BUILD ?= build
 JOBS ?= $(shell nproc)
+# `make test` also runs the whole suite under ASan+UBSan (gcc, no CUDA) in $(ASAN_BUILD) and the
+# fuzz targets (clang + libFuzzer, short bounded runs + regression inputs) in $(FUZZ_BUILD),
+# before the normal suite, whose ctest summary ends the output. See docs/fuzzing.md.
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+SAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0 \
+          UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all setup build run test clean asan
+.PHONY: all setup build run test clean asan fuzz
 
 all: build
 
@@ -19,8 +26,25 @@ build: setup $(BUILD)/build.ninja
 run: build
 	@bash scripts/demo.sh
 
-test: build
+$(ASAN_BUILD)/build.ninja:
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDB_SANITIZE=ON -DPDB_NO_CUDA=ON > $(ASAN_BUILD).configure.log 2>&1 || (cat $(ASAN_BUILD).configure.log; exit 1)
+
+$(FUZZ_BUILD)/build.ninja:
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DPDB_FUZZ=ON -DPDB_NO_CUDA=ON > $(FUZZ_BUILD).configure.log 2>&1 || (cat $(FUZZ_BUILD).configure.log; exit 1)
+
+asan: setup $(ASAN_BUILD)/build.ninja
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@echo "== sanitizer suite (ASan + UBSan, $(ASAN_BUILD)) =="
+	@cd $(ASAN_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS)
+
+fuzz: setup $(FUZZ_BUILD)/build.ninja
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target pdb_fuzz
+	@echo "== fuzz targets (libFuzzer, $(FUZZ_BUILD)) =="
+	@cd $(FUZZ_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS) -L fuzz
+
+test: build asan fuzz
+	@echo "== test suite ($(BUILD)) =="
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log

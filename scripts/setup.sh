@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 PKGS=(cmake ninja-build pkg-config gcc make libpcre2-dev libjansson-dev libssl-dev
       libopenblas-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev curl python3 nodejs npm)
+# The fuzz targets (fuzz/, docs/fuzzing.md) need clang and its libFuzzer/sanitizer runtimes.
+PKGS+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,59 @@
+/* fuzz_openai: OpenAI request bodies (pdb_openai_parse_request) as the decode-server and the
+ * front receive them. The first byte picks completions (even) or chat (odd); the rest is the
+ * body. Properties: no crash/UB/leak; a refusal carries a 4xx status and a message; a parsed
+ * request is internally consistent (completions: exactly one prompt form, ids >= 0; chat: >= 1
+ * message with role and content; at most 4 stop strings). */
+#include <stdint.h>
+#include <string.h>
+
+#include "fuzz_util.h"
+#include "pdb_openai.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc; (void)argv;
+    pdb_log_set_level((pdb_log_level)(PDB_LOG_ERROR + 1));
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1 || size > (1u << 20)) return 0;
+    pdb_openai_kind kind = (data[0] & 1) ? PDB_OPENAI_CHAT : PDB_OPENAI_COMPLETION;
+    /* the HTTP layer hands a NUL-terminated copy; keep that contract */
+    char *body = malloc(size);
+    if (!body) return 0;
+    memcpy(body, data + 1, size - 1);
+    body[size - 1] = 0;
+    pdb_openai_limits lim = {.max_context = (data[0] & 2) ? 4096 : 0};
+    pdb_openai_request q;
+    pdb_openai_error e;
+    memset(&e, 0, sizeof e);
+    pdb_status st = pdb_openai_parse_request(kind, body, size - 1, &lim, &q, &e);
+    if (st == PDB_OK) {
+        FUZZ_CHECK(q.kind == kind, "kind changed");
+        FUZZ_CHECK(q.n_stop >= 0 && q.n_stop <= PDB_OPENAI_MAX_STOP, "n_stop %d", q.n_stop);
+        for (int i = 0; i < q.n_stop; i++) FUZZ_CHECK(q.stop[i] != NULL, "stop[%d] NULL", i);
+        if (kind == PDB_OPENAI_COMPLETION) {
+            if (q.prompt_is_ids) {
+                FUZZ_CHECK(q.n_prompt_ids >= 1 && q.prompt_ids, "empty id prompt accepted");
+                for (int64_t i = 0; i < q.n_prompt_ids; i++) FUZZ_CHECK(q.prompt_ids[i] >= 0, "negative id accepted");
+            } else {
+                FUZZ_CHECK(q.prompt_text && strlen(q.prompt_text) == q.prompt_len, "prompt text/len disagree");
+            }
+        } else {
+            FUZZ_CHECK(q.n_messages >= 1 && q.messages, "chat without messages accepted");
+            for (size_t i = 0; i < q.n_messages; i++)
+                FUZZ_CHECK(q.messages[i].role && q.messages[i].content, "message %zu incomplete", i);
+        }
+        FUZZ_CHECK(q.top_p > 0 && q.top_p <= 1, "top_p %g accepted", q.top_p);
+        FUZZ_CHECK(q.temperature >= 0, "temperature %g accepted", q.temperature);
+        if (lim.max_context && q.max_tokens >= 0) FUZZ_CHECK(q.max_tokens <= lim.max_context, "max_tokens over context");
+        pdb_openai_request_free(&q);
+    } else {
+        FUZZ_CHECK(e.status >= 400 && e.status < 600 && e.message[0], "refusal without status/message");
+        char *ej = pdb_openai_error_json(&e);
+        FUZZ_CHECK(ej != NULL, "error json");
+        free(ej);
+    }
+    free(body);
+    return 0;
+}
