@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# run_device: the CPU benchmarks on a quiet many-core machine (the GPU box's 16 cores).
+#   bench/run_device.sh stage   # here: build, pack binaries + non-system shared libs into .cache/benchcarry
+#   bench/run_device.sh run     # there (OUT=dir): make the models, run bench_decode and bench_prefill_memory
+# Prints only what the programs measured.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CARRY=$ROOT/.cache/benchcarry
+OUT=${OUT:-$ROOT/.cache/bench-out}
+
+stage() {
+  cmake --build "$ROOT/build" --target pdbridge bench_decode bench_prefill_memory
+  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
+  cp "$ROOT/build/pdbridge" "$ROOT/build/bench_decode" "$ROOT/build/bench_prefill_memory" "$CARRY/bin/"
+  for b in "$CARRY"/bin/*; do
+    ldd "$b" | awk '/=> \//{print $3}' | while read -r so; do
+      case "$(basename "$so")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*) ;;
+        *) cp -Ln "$so" "$CARRY/lib/" 2>/dev/null || true ;;
+      esac
+    done
+  done
+  tar cJf "$CARRY.tar.xz" -C "$(dirname "$CARRY")" "$(basename "$CARRY")"   # the device carry limit is 64 MiB
+  rm -rf "$CARRY"
+  mkdir -p "$CARRY" && mv "$CARRY.tar.xz" "$CARRY/"
+  du -sh "$CARRY"
+}
+
+run() {
+  mkdir -p "$OUT"
+  [ -f "$CARRY/benchcarry.tar.xz" ] && tar xJf "$CARRY/benchcarry.tar.xz" -C /tmp && CARRY=/tmp/benchcarry
+  export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
+  B=$CARRY/bin
+  { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket"; free -g | head -2; } > "$OUT/machine.txt" 2>&1 || true
+  M=/tmp/pdb-bench
+  mkdir -p $M
+  "$B/pdbridge" make-model --preset v2-lite --layers 4 --experts 16 --seed 3 --out $M/v2lite4 >/dev/null
+  "$B/pdbridge" quantize --model $M/v2lite4 --out $M/v2lite4-mx >/dev/null 2>&1
+  for t in 1 4 8 16; do
+    echo "== threads $t" ; "$B/bench_decode" $M/v2lite4-mx 32 $t
+  done > "$OUT/decode.txt" 2>&1
+  "$B/pdbridge" make-model --preset tiny --seed 5 --out $M/tiny >/dev/null
+  "$B/pdbridge" quantize --model $M/tiny --out $M/tiny-dec --scheme none >/dev/null 2>&1
+  timeout 330 "$B/bench_prefill_memory" $M/tiny $M/tiny-dec 8192 32768 65536 > "$OUT/prefill_memory.txt" 2>&1 || echo "(stopped at the time limit)" >> "$OUT/prefill_memory.txt"
+  cat "$OUT/machine.txt" "$OUT/decode.txt" "$OUT/prefill_memory.txt"
+}
+
+case "${1:-}" in
+  stage) stage ;;
+  run) run ;;
+  *) echo "usage: $0 stage|run" >&2; exit 2 ;;
+esac
