@@ -244,3 +244,77 @@ if __name__ == "__main__":
             except OSError:
                 px.mode = "pass"
             time.sleep(0.02)
+
+# ---- load ------------------------------------------------------------------------------------
+def load(front, native, seconds, clients, bs, out_path):
+    """clients threads for `seconds` against the front: cold bridges (fresh 520-700 token prompts),
+    warm prompts (4 prompts bridged beforehand) and short prompts (40 tokens). Afterwards every
+    answer is compared with the native decoder's. Writes a JSON summary; returns it."""
+    warm = [prompt(900000 + i, 640) for i in range(4)]
+    for p in warm:
+        r = post(front, body(p))
+        if r["status"] != 200:
+            raise SystemExit("warm-up failed: %s" % r)
+    lock = threading.Lock()
+    counter = [0]
+    results = []
+    stop = time.time() + seconds
+    def client(k):
+        rnd = random.Random(k)
+        while time.time() < stop:
+            x = rnd.random()
+            if x < 0.25:
+                with lock:
+                    counter[0] += 1
+                    seed = 1000 + counter[0]
+                kind, p = "cold", prompt(seed, 520 + seed % 181)
+            elif x < 0.6:
+                kind, p = "warm", warm[rnd.randrange(4)]
+            else:
+                kind, p = "short", prompt(5000 + rnd.randrange(64), 40)
+            try:
+                r = post(front, body(p), timeout=300)
+            except Exception as e:
+                r = {"status": -1, "secs": 0.0, "error": repr(e)}
+            r["kind"] = kind
+            r["p"] = p
+            with lock:
+                results.append(r)
+    th = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    t0 = time.time()
+    [t.start() for t in th]
+    [t.join() for t in th]
+    wall = time.time() - t0
+    # correctness: every distinct prompt against the native decoder
+    refs, errors, wrong, untruthful = {}, [], [], []
+    for r in results:
+        key = tuple(r["p"])
+        if r["status"] != 200:
+            errors.append({"kind": r["kind"], "status": r["status"], "body": r.get("json") or r.get("text") or r.get("error")})
+            continue
+        if key not in refs:
+            refs[key] = post(native, body(r["p"]))["ids"]
+        if r["ids"] != refs[key]:
+            wrong.append({"kind": r["kind"], "n": len(r["p"])})
+        pr = verdict_problems(r, len(r["p"]), bs)
+        if pr:
+            untruthful.append(pr)
+    lat = {}
+    for kind in ("cold", "warm", "short", "all"):
+        xs = [r["secs"] * 1e3 for r in results if r["status"] == 200 and (kind == "all" or r["kind"] == kind)]
+        lat[kind] = {"n": len(xs), "p50_ms": round(pct(xs, 50), 1), "p95_ms": round(pct(xs, 95), 1), "p99_ms": round(pct(xs, 99), 1)}
+    verdicts = {}
+    for r in results:
+        v = r.get("verdict", "").split(";")[0]
+        v = "partial" if v.startswith("partial") else v
+        verdicts[v] = verdicts.get(v, 0) + 1
+    s = {"clients": clients, "seconds": round(wall, 1), "requests": len(results), "errors": errors[:5], "n_errors": len(errors),
+         "n_wrong": len(wrong), "wrong": wrong[:5], "n_untruthful": len(untruthful), "untruthful": untruthful[:5],
+         "latency": lat, "verdicts": verdicts, "distinct_prompts": len(refs)}
+    with open(out_path, "w") as f:
+        json.dump(s, f)
+    return s
+
+if __name__ == "__main__" and sys.argv[1] == "load":  # load FRONT NATIVE SECONDS CLIENTS BS OUT
+    a = sys.argv[2:]
+    print(json.dumps(load(a[0], a[1], float(a[2]), int(a[3]), int(a[4]), a[5])))
