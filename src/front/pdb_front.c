@@ -528,20 +528,19 @@ out:
     pdb_openai_request_free(&q);
 }
 
-static void proxy_get(pdb_front *f, pdb_http_request *req, const char *path) {
-    relay r = {.f = f};
+/* GET decoder_url + path into r (status, body); returns curl's result. */
+static CURLcode decoder_get(pdb_front *f, const char *path, long timeout_ms, relay *r) {
     CURL *h = curl_easy_init();
-    char url[1024];
+    char url[1024], auth[300];
     snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fr_header_cb);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     struct curl_slist *hd = NULL;
-    char auth[300];
     if (f->upstream_key[0]) {
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->upstream_key);
         hd = curl_slist_append(hd, auth);
@@ -550,7 +549,13 @@ static void proxy_get(pdb_front *f, pdb_http_request *req, const char *path) {
     CURLcode cc = curl_easy_perform(h);
     curl_easy_cleanup(h);
     curl_slist_free_all(hd);
-    if (cc != CURLE_OK) pdb_http_respond_error(req, 502, "server_error", NULL, NULL, "the decoder did not answer");
+    return cc;
+}
+
+static void proxy_get(pdb_front *f, pdb_http_request *req, const char *path) {
+    relay r = {.f = f};
+    if (decoder_get(f, path, 10000L, &r) != CURLE_OK)
+        pdb_http_respond_error(req, 502, "server_error", NULL, NULL, "the decoder did not answer");
     else pdb_http_respond(req, r.status, "application/json", r.buf ? r.buf : "", r.len, NULL, 0);
     free(r.buf);
 }
@@ -562,25 +567,8 @@ static const char *decoder_model_id(pdb_front *f) {
     pthread_mutex_unlock(&f->mu);
     if (known) return f->model_id;
     relay r = {.f = f};
-    CURL *h = curl_easy_init();
-    char url[1024];
-    snprintf(url, sizeof url, "%s/v1/models", f->decoder_url);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    struct curl_slist *hd = NULL;
-    char auth[300];
-    if (f->upstream_key[0]) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->upstream_key);
-        hd = curl_slist_append(hd, auth);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    }
-    CURLcode cc = curl_easy_perform(h);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hd);
-    json_t *j = cc == CURLE_OK && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
+    CURLcode cc = decoder_get(f, "/v1/models", 5000L, &r);
+    json_t *j = cc == CURLE_OK && r.status == 200 && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
     const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     pthread_mutex_lock(&f->mu);
     if (id) snprintf(f->model_id, sizeof f->model_id, "%s", id);
