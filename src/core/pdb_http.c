@@ -313,6 +313,12 @@ static void pdb_http_respond_too_large(pdb_http_request *r) {
     pdb_http_respond_error(r, 413, "invalid_request_error", NULL, "request_too_large", msg);
 }
 
+static enum MHD_Result pdb_http_sum_header(void *cls, enum MHD_ValueKind kind, const char *k, const char *v) {
+    (void)kind;
+    *(size_t *)cls += strlen(k) + (v ? strlen(v) : 0) + 4; /* "k: v\r\n" */
+    return MHD_YES;
+}
+
 static enum MHD_Result pdb_http_access(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                        const char *version, const char *upload_data, size_t *upload_data_size,
                                        void **con_cls) {
@@ -329,6 +335,16 @@ static enum MHD_Result pdb_http_access(void *cls, struct MHD_Connection *conn, c
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         r->fd = ci ? ci->connect_fd : -1;
         *con_cls = r;
+        /* MHD only refuses headers that overflow the connection pool (max_header + 16 KiB):
+         * enforce the documented limit itself */
+        size_t hsize = strlen(method) + strlen(url) + 16;
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, pdb_http_sum_header, &hsize);
+        if (hsize > srv->o.max_header) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "request line and headers exceed the server's limit of %zu bytes", srv->o.max_header);
+            pdb_http_respond_error(r, 431, "invalid_request_error", NULL, "request_header_fields_too_large", msg);
+            return MHD_YES;
+        }
         if (srv->api_key && strcmp(url, "/health") != 0) {
             const char *a = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
             if (!a || !pdb_http_equal_secret(a, strlen(a), srv->api_key, srv->auth_len)) {
