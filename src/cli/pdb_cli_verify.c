@@ -90,7 +90,9 @@ static void print_stats_detail(const pdb_block_cmp_tensor *t) {
     if (t->kind == PDB_BLOCK_CMP_VALUES) {
         printf(", %lld/%lld elements differ (%.6f%% identical), worst %.6g ulps (%s)", (long long)st->n_diff, (long long)st->n,
                100.0 * (double)(st->n - st->n_diff) / (double)(st->n ? st->n : 1), st->worst_ulps, pdb_dtype_name(t->dtype_a));
-        if (t->dtype_a == PDB_DT_F32) printf(" = %.6g bf16 ulps", st->worst_bf16_ulps);
+        if (t->dtype_a == PDB_DT_F32)
+            printf(" = %.6g bf16 ulps, %.6f%% within 1 bf16 ulp", st->worst_bf16_ulps,
+                   100.0 * (double)(st->n - st->n_beyond_bf16) / (double)(st->n ? st->n : 1));
         printf(", worst |d| %.6g, worst rel %.6g", st->worst_abs, st->worst_rel);
     } else if (t->kind == PDB_BLOCK_CMP_DTYPE) {
         printf(" (%s vs %s)", pdb_dtype_name(t->dtype_a), pdb_dtype_name(t->dtype_b));
@@ -192,7 +194,8 @@ int pdb_cli_verify_blocks(int argc, char **argv) {
     if (only_a || only_b) printf(" (%lld only in A, %lld only in B)", only_a, only_b);
     printf("; %lld/%lld compared elements differ, worst %.6g ulps", (long long)total.n_diff, (long long)total.n,
            total.worst_ulps);
-    if (total.worst_bf16_ulps > 0) printf(" (%.6g bf16 ulps for F32)", total.worst_bf16_ulps);
+    if (total.worst_bf16_ulps > 0)
+        printf(" (%.6g bf16 ulps for F32; %lld F32 elements beyond 1 bf16 ulp)", total.worst_bf16_ulps, (long long)total.n_beyond_bf16);
     printf(", worst |d| %.6g\n", total.worst_abs);
     if (n_all == 0) fprintf(stderr, "pdbridge verify-blocks: no block files in %s or %s: nothing was proven\n", path[0], path[1]);
     return n_all > 0 && n_same == n_all ? EXIT_PASS : EXIT_DIFF;
@@ -380,10 +383,11 @@ int pdb_cli_diff_state(int argc, char **argv) {
                    (long long)b, hx, lay->pools[0].name, (long long)st.n_diff, (long long)st.n, st.worst_abs, st.worst_rel,
                    st.worst_ulps, st.worst_bf16_ulps);
     }
-    printf("pool %s: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps)\n",
+    printf("pool %s: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps), "
+           "%lld beyond 1 bf16 ulp\n",
            lay->pools[0].name, (long long)(total.n - total.n_diff), (long long)total.n,
            total.n ? 100.0 * (double)(total.n - total.n_diff) / (double)total.n : 0.0, total.worst_abs, total.worst_rel,
-           total.worst_ulps, total.worst_bf16_ulps);
+           total.worst_ulps, total.worst_bf16_ulps, (long long)total.n_beyond_bf16);
     printf("blocks: %lld/%lld found (%lld leading: the prefix the decoder would mount), %lld/%lld found bit-identical\n",
            (long long)found, (long long)nb, (long long)leading, (long long)same, (long long)found);
     if (!found) fprintf(stderr, "pdbridge diff-state: no block of this prompt in %s: nothing was proven\n", cdir);

@@ -124,6 +124,7 @@ pdb_status pdb_block_compare_values(pdb_dtype dt, const void *a, const void *b, 
             rel = m > 0 ? abs_d / m : 0;
             if (isnan(abs_d)) abs_d = INFINITY; /* inf - inf of equal sign cannot differ in bytes: defensive */
         }
+        if (dt == PDB_DT_F32 && ulps > 65536.0) st->n_beyond_bf16++;
         if (ulps > st->worst_ulps) st->worst_ulps = ulps;
         if (abs_d > st->worst_abs) st->worst_abs = abs_d;
         if (rel > st->worst_rel) st->worst_rel = rel;
@@ -135,6 +136,7 @@ pdb_status pdb_block_compare_values(pdb_dtype dt, const void *a, const void *b, 
 void pdb_block_compare_merge_stats(pdb_block_cmp_stats *dst, const pdb_block_cmp_stats *src) {
     dst->n += src->n;
     dst->n_diff += src->n_diff;
+    dst->n_beyond_bf16 += src->n_beyond_bf16;
     dst->worst_ulps = fmax(dst->worst_ulps, src->worst_ulps);
     dst->worst_bf16_ulps = fmax(dst->worst_bf16_ulps, src->worst_bf16_ulps);
     dst->worst_abs = fmax(dst->worst_abs, src->worst_abs);

@@ -20,6 +20,7 @@ typedef struct pdb_block_cmp_stats {
     int64_t n_diff;          /* elements whose bytes differ */
     double worst_ulps;       /* largest distance in ulps of the dtype (integers: units); INFINITY for NaN vs non-NaN */
     double worst_bf16_ulps;  /* F32: worst_ulps / 65536; other dtypes: 0 */
+    int64_t n_beyond_bf16;   /* F32: elements more than 1 bf16 ulp (65536 f32 ulps) apart; other dtypes: 0 */
     double worst_abs;        /* largest |a - b| (as f64; 0 for non-float dtypes of equal value) */
     double worst_rel;        /* largest |a - b| / max(|a|, |b|) over differing elements */
 } pdb_block_cmp_stats;

@@ -34,6 +34,7 @@ static void test_f32_ulps(void **st) {
     assert_true(s.worst_ulps == 2.0 * (double)u);
     assert_true(s.worst_bf16_ulps == s.worst_ulps / 65536.0);
     assert_true(fabs(s.worst_rel - 2.0) < 1e-12);
+    assert_int_equal(s.n_beyond_bf16, 1); /* only the sign flip is more than one bf16 step away */
     /* only the 5-ulp step */
     pdb_block_cmp_stats s5 = {0};
     PDB_TEST_OK(pdb_block_compare_values(PDB_DT_F32, a + 3, b + 3, 1, &s5));
