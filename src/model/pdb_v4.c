@@ -324,6 +324,36 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_layer *L, cons
     return PDB_OK;
 }
 
+/* ======================================== cache feed (the decoder's pools) ======================================== */
+
+pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *kv_out) {
+    const pdb_config *c = &m->cfg;
+    const pdb_v4_layer *L = &m->layers[l];
+    pdb_v4_layer_cache *lc = &cc->layers[l];
+    int64_t H = c->hidden_size, hd = c->head_dim, W = c->sliding_window, p0 = cc->len;
+    int official = cc->sem == PDB_V4_SEM_OFFICIAL;
+    float *kv = kv_out ? kv_out : falloc(T * hd);
+    if (!kv) return pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory");
+    pdb_status s = PDB_OK;
+    v4_mm(T, hd, H, x, H, L->wkv, H, 0, kv, hd);
+    for (int64_t t = 0; t < T; t++) {
+        pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
+        finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
+    }
+    /* compressed entries (and the indexer's keys) of every window completed by this chunk */
+    if (L->rate)
+        s = run_compressor(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, x, T, p0, lc->buf_kv,
+                           lc->buf_gate, lc->ov_kv, lc->ov_gate, lc->comp);
+    if (!s && L->attn == PDB_V4_ATTN_CSA)
+        s = run_compressor(c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, x, T, p0, lc->ibuf_kv,
+                           lc->ibuf_gate, lc->iov_kv, lc->iov_gate, lc->ikeys);
+    if (!s)
+        for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
+            memcpy(lc->win + (p % W) * hd, kv + (p - p0) * hd, sizeof(float) * (size_t)hd);
+    if (!kv_out) free(kv);
+    return s;
+}
+
 /* ======================================== attention ======================================== */
 
 /* softmax with a sink over scores s[n] (in place), returns nothing: s becomes the probabilities. */
@@ -367,25 +397,13 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
             for (int64_t i = 0; i < hd; i++) qh[i] *= rr;
             pdb_rope_apply(L->rope, qh + hd - rd, p0 + t);
         }
-    /* K=V rows: the cached window rows of positions lo..p0-1, then this chunk's */
+    /* K=V rows: the cached window rows of positions lo..p0-1, then this chunk's (the feed
+     * writes the window, so the old rows are copied first) */
     for (int64_t p = lo; p < p0; p++) memcpy(keys + (p - lo) * hd, lc->win + (p % W) * hd, sizeof(float) * (size_t)hd);
-    float *kv = keys + nold * hd;
-    v4_mm(T, hd, H, x, H, L->wkv, H, 0, kv, hd);
-    for (int64_t t = 0; t < T; t++) {
-        pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
-        finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
-    }
-    /* compressed entries (and the indexer's keys) of every window completed by this chunk */
-    if (L->rate) {
-        s = run_compressor(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, x, T, p0, lc->buf_kv,
-                           lc->buf_gate, lc->ov_kv, lc->ov_gate, lc->comp);
-        if (s) goto done;
-    }
+    s = pdb_v4_cache_feed(m, cc, l, x, T, keys + nold * hd);
+    if (s) goto done;
     if (L->attn == PDB_V4_ATTN_CSA) {
-        qsim_kind iq = official ? QSIM_FP4_ROT : QSIM_NONE;
-        s = run_compressor(c, &L->icomp, L->rope, iq, x, T, p0, lc->ibuf_kv, lc->ibuf_gate, lc->iov_kv, lc->iov_gate,
-                           lc->ikeys);
-        if (!s) s = run_indexer(m, L, lc, iq, qr, x, T, p0, sel, nsel);
+        s = run_indexer(m, L, lc, official ? QSIM_FP4_ROT : QSIM_NONE, qr, x, T, p0, sel, nsel);
         if (s) goto done;
     }
     /* attention per token and head over [window rows | picked compressed entries], with a sink */
@@ -412,8 +430,6 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
             pdb_rope_apply(L->rope, oh + hd - rd, -p); /* inverse rotation: V carried RoPE */
         }
     }
-    for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
-        memcpy(lc->win + (p % W) * hd, kv + (p - p0) * hd, sizeof(float) * (size_t)hd);
     /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
     for (int64_t g = 0; g < G; g++)
         v4_mm(T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
@@ -526,7 +542,7 @@ done:
 
 /* One hyper-connected sub-block: collapse the streams, norm, run `which` (0 attention, 1 MoE), expand. */
 static pdb_status sub_block(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, int which, const int32_t *ids,
-                            float *hs, int64_t T) {
+                            float *hs, int64_t T, const pdb_v4_hook *hook) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     int64_t H = c->hidden_size, hc = c->hc_mult;
@@ -538,7 +554,8 @@ static pdb_status sub_block(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
                which ? L->hc_ffn_scale : L->hc_attn_scale, hs + t * hc * H, x + t * H, post + t * hc, comb + t * hc * hc, tmp);
         pdb_math_rmsnorm(x + t * H, x + t * H, which ? L->ffn_norm : L->attn_norm, H, c->rms_norm_eps);
     }
-    s = which ? moe(m, L, ids, x, T, out) : attention(m, cc, l, x, T, out);
+    if (!which && hook) s = hook->attn_input(hook->user, l, x, T, cc->len);
+    if (!s) s = which ? moe(m, L, ids, x, T, out) : attention(m, cc, l, x, T, out);
     if (s) goto done;
     for (int64_t t = 0; t < T; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
 done:
@@ -548,6 +565,11 @@ done:
 
 pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
                           float *logits) {
+    return pdb_v4_forward_hooked(m, cc, ids, T, all_logits, logits, NULL);
+}
+
+pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
+                                 float *logits, const pdb_v4_hook *hook) {
     const pdb_config *c = &m->cfg;
     int64_t H = c->hidden_size, hc = c->hc_mult, V = c->vocab_size;
     if (T <= 0) return pdb_err_set(PDB_INVALID, "v4 forward: no tokens");
@@ -564,8 +586,8 @@ pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t
     for (int64_t t = 0; t < T; t++)
         for (int64_t k = 0; k < hc; k++) memcpy(hs + (t * hc + k) * H, m->embed + (int64_t)ids[t] * H, sizeof(float) * (size_t)H);
     for (int64_t l = 0; l < c->num_layers; l++) {
-        if ((s = sub_block(m, cc, l, 0, ids, hs, T))) goto done;
-        if ((s = sub_block(m, cc, l, 1, ids, hs, T))) goto done;
+        if ((s = sub_block(m, cc, l, 0, ids, hs, T, hook))) goto done;
+        if ((s = sub_block(m, cc, l, 1, ids, hs, T, hook))) goto done;
     }
     cc->len += T;
     if (logits)

@@ -118,6 +118,24 @@ void pdb_v4_cache_free(pdb_v4_cache *c);
 pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *c, const int32_t *ids, int64_t T, int all_logits,
                           float *logits);
 
+/* The capture hook's view of a forward: called at every layer with that layer's attention input
+ * x [T, H] (after the hyper-connection collapse and attn_norm) for positions p0..p0+T-1, before
+ * the layer's attention runs. A non-OK status stops the forward. */
+typedef struct pdb_v4_hook {
+    pdb_status (*attn_input)(void *user, int64_t layer, const float *x, int64_t T, int64_t p0);
+    void *user;
+} pdb_v4_hook;
+pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *c, const int32_t *ids, int64_t T, int all_logits,
+                                 float *logits, const pdb_v4_hook *hook);
+
+/* THE definition of the decoder's V4 pools: feed layer l's attention inputs x [T, H] of positions
+ * c->len.. into its cache: K=V rows (wkv, kv_norm, RoPE, FP8 in official) into kv_out [T, hd]
+ * when non-NULL and into the window, the compressor (and the indexer's compressor) buffers, and
+ * every compressed entry / indexer key whose window completes. Does not advance c->len (the
+ * caller does after the last layer). The forward runs it inside attention; the capture hook
+ * runs it on the decoder's weights with the prefill engine's attention inputs. */
+pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *c, int64_t l, const float *x, int64_t T, float *kv_out);
+
 /* Routing of one token (shared by every engine): scores [E] holds router logits and is turned
  * into scores in place (sqrt(softplus), softmax or sigmoid); hash layers take tid2eid[token],
  * others the top-k of scores + bias (ties to the lower index); weights = the picked scores
