@@ -25,7 +25,8 @@ SRV_PID=""; PORT=""
 start_server() {
     local name="$1" model="$2" cache="$3"; shift 3
     local log="$TMP/srv-$name.log"
-    "$BIN" decode-server --model "$model" --cache-dir "$cache" --port 0 --threads 2 "$@" >"$log" 2>&1 &
+    : >"$log"   # exists before the server opens it: the poll below never races its creation
+    "$BIN" decode-server --model "$model" --cache-dir "$cache" --port 0 --threads 2 "$@" >>"$log" 2>&1 &
     SRV_PID=$!
     PIDS+=("$SRV_PID")
     for _ in $(seq 1 600); do

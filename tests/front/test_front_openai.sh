@@ -3,27 +3,12 @@
 # scripts/setup.sh into .cache/npm) streams a bridged chat completion through the front,
 # unmodified; real tokenizer (preset small), decoder on unquantized weights, CPU prefill.
 set -euo pipefail
-cd "${PDB_SRC:-$(dirname "$0")/../..}"
-BIN="${PDB_BIN:-build/pdbridge}"
-BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init fopenai
+fail() { pdb_e2e_fail "$@"; }
+start() { pdb_e2e_start "$@"; }
 OPENAI_MODULE="$PWD/.cache/npm/node_modules/openai"
-[ -f "$OPENAI_MODULE/package.json" ] || { echo "FAIL: $OPENAI_MODULE missing: run scripts/setup.sh" >&2; exit 1; }
-T="$(mktemp -d /tmp/pdbtest-fopenai-XXXXXX)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log; do echo "--- $f" >&2; tail -10 "$f" >&2; done; exit 1; }
-URL=""
-start() {
-    local name="$1"; shift
-    "$@" >"$T/$name.log" 2>&1 & PIDS+=($!)
-    for _ in $(seq 1 600); do
-        URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$T/$name.log" | head -1)
-        [ -n "$URL" ] && return 0
-        sleep 0.1
-    done
-    fail "$name did not start"
-}
+[ -f "$OPENAI_MODULE/package.json" ] || fail "$OPENAI_MODULE missing: run scripts/setup.sh"
 "$BIN" make-model --arch deepseek_v2 --preset small --seed 7 --out "$T/hf" --tokenizer .cache/tokenizer/deepseek_v3/tokenizer.json >/dev/null
 "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
 start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size 512 --threads 1

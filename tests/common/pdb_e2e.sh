@@ -1,0 +1,44 @@
+# pdb_e2e.sh: the harness every shell end-to-end test sources: a temp dir, servers started on
+# port 0 whose "listening on http://HOST:PORT" line gives their URL, and cleanup of every process
+# started. Invariant: a server's log exists before the server starts, so polling it never races
+# its creation; every started process is killed on exit.
+#   source tests/common/pdb_e2e.sh; pdb_e2e_init TAG      -> $T (temp dir), $BIN
+#   pdb_e2e_start NAME CMD...                              -> $URL, $PID (log in $T/NAME.log)
+#   pdb_e2e_fail MESSAGE                                   -> prints the logs' tails, exits 1
+PDB_E2E_PIDS=()
+
+pdb_e2e_cleanup() {
+    for p in "${PDB_E2E_PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    [ -n "${T:-}" ] && rm -rf "$T"
+}
+
+pdb_e2e_init() {
+    cd "${PDB_SRC:-$(dirname "${BASH_SOURCE[0]}")/../..}"
+    BIN="${PDB_BIN:-build/pdbridge}"
+    BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+    T="$(mktemp -d "/tmp/pdbtest-$1-XXXXXX")"
+    trap pdb_e2e_cleanup EXIT
+}
+
+pdb_e2e_fail() {
+    echo "FAIL: $*" >&2
+    for f in "$T"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -15 "$f" >&2; }; done
+    exit 1
+}
+
+pdb_e2e_start() {
+    local name="$1"; shift
+    : >"$T/$name.log"
+    "$@" >>"$T/$name.log" 2>&1 &
+    PID=$!
+    PDB_E2E_PIDS+=("$PID")
+    URL=""
+    for _ in $(seq 1 600); do
+        URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$T/$name.log" | head -1)
+        [ -n "$URL" ] && return 0
+        kill -0 "$PID" 2>/dev/null || pdb_e2e_fail "$name exited: $(cat "$T/$name.log")"
+        sleep 0.1
+    done
+    pdb_e2e_fail "$name did not start within 60 s"
+}
