@@ -1,4 +1,4 @@
-/* pdb_cli_quantize: `pdbridge quantize --model HF_DIR --out DEC_DIR [--scheme mx|none]`. */
+/* pdb_cli_quantize: `pdbridge quantize --model HF_DIR --out DEC_DIR [--scheme mx|none] [--v4-semantics S]`. */
 #include <stdio.h>
 #include <string.h>
 
@@ -7,21 +7,24 @@
 
 int pdb_cli_quantize(int argc, char **argv) {
     static const char *usage =
-        "usage: pdbridge quantize --model HF_DIR --out DEC_DIR [--scheme mx|none]\n\n"
+        "usage: pdbridge quantize --model HF_DIR --out DEC_DIR [--scheme mx|none] [--v4-semantics official|exact]\n\n"
         "Writes the decode engine's own checkpoint. mx (default): routed experts MXFP4, attention and\n"
         "dense/shared MLP projections and lm_head MXFP8, embeddings/norms/router unchanged. none: all\n"
         "tensors unchanged (used for exactness tests). DEC_DIR/pdbridge_decoder.json records the scheme,\n"
-        "the weights digest and the model fingerprint the prefix-cache store keys on.\n";
+        "the weights digest and the model fingerprint the prefix-cache store keys on. deepseek_v4: scheme\n"
+        "none only; --v4-semantics (default official) fixes the decoder's cache math and is part of the\n"
+        "fingerprint (docs/v4.md).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
-    const char *model = NULL, *out = NULL, *scheme = "mx";
+    const char *model = NULL, *out = NULL, *scheme = "mx", *sem = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--scheme") && i + 1 < argc) scheme = argv[++i];
+        else if (!strcmp(argv[i], "--v4-semantics") && i + 1 < argc) sem = argv[++i];
         else { fprintf(stderr, "pdbridge quantize: unknown or incomplete option '%s'\n\n%s", argv[i], usage); return 2; }
     }
     if (!model || !out) { fprintf(stderr, "pdbridge quantize: --model and --out are required\n\n%s", usage); return 2; }
-    if (pdb_quantize_model(model, out, scheme, 1)) {
+    if (pdb_quantize_model_ex(model, out, scheme, sem, 1)) {
         fprintf(stderr, "pdbridge quantize: %s\n", pdb_err_msg());
         return 1;
     }

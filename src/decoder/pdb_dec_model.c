@@ -1,6 +1,6 @@
-/* pdb_dec_model: the decoder checkpoint (weights through pdb_v2_ops, identity from
- * pdbridge_decoder.json), the fingerprint, sequences, and the batched forward loop: embed,
- * then per layer attention norm -> attention (writes the cache rows) -> FFN, then logits. */
+/* pdb_dec_model: the decoder checkpoint's identity (pdbridge_decoder.json, weights digest,
+ * fingerprint), and the dispatch to the architecture's ops (pdb_dec_arch.h): open, layout,
+ * sequences, block copies, the batched forward (argument checks and `len` bookkeeping here). */
 #include "pdb_dec_model.h"
 
 #include <jansson.h>
@@ -10,17 +10,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pdb_v2_ops.h"
+#include "pdb_dec_arch.h"
+#include "pdb_v4.h"
 
 struct pdb_dec_model {
+    const pdb_dec_arch *arch;
+    void *impl;
+    pdb_config cfg;
     pdb_st *st;
     pdb_pool *pool;
-    pdb_v2_qweights w;
     char scheme[32];
+    const char *semantics;
     uint8_t fingerprint[32];
-    pdb_store_pool pool_desc;
-    pdb_store_layout layout;
+    pdb_dec_layout layout;
 };
+
+static const pdb_dec_arch *arch_of(const pdb_config *cfg) {
+    return cfg->arch == PDB_ARCH_DEEPSEEK_V4 ? &pdb_dec_arch_v4 : cfg->arch == PDB_ARCH_DEEPSEEK_V2 ? &pdb_dec_arch_v2 : NULL;
+}
 
 /* ======================================= loading ============================================ */
 
@@ -49,7 +56,13 @@ pdb_status pdb_dec_weights_digest(const pdb_st *st, uint8_t out[32]) {
     return PDB_OK;
 }
 
-pdb_status pdb_dec_fingerprint(const pdb_config *cfg, const char *scheme, const uint8_t digest[32], uint8_t out[32]) {
+const char *pdb_dec_cache_semantics(const pdb_config *cfg, int v4_sem) {
+    if (cfg->arch != PDB_ARCH_DEEPSEEK_V4) return PDB_DEC_CACHE_SEMANTICS;
+    return v4_sem == PDB_V4_SEM_EXACT ? PDB_DEC_CACHE_SEMANTICS_V4_EXACT : PDB_DEC_CACHE_SEMANTICS_V4_OFFICIAL;
+}
+
+pdb_status pdb_dec_fingerprint(const pdb_config *cfg, const char *scheme, const char *semantics, const uint8_t digest[32],
+                               uint8_t out[32]) {
     char *json = NULL;
     PDB_TRY(pdb_config_to_json(cfg, &json));
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
@@ -59,7 +72,7 @@ pdb_status pdb_dec_fingerprint(const pdb_config *cfg, const char *scheme, const 
     EVP_DigestUpdate(ctx, tag, strlen(tag) + 1);
     EVP_DigestUpdate(ctx, json, strlen(json) + 1);
     EVP_DigestUpdate(ctx, scheme, strlen(scheme) + 1);
-    EVP_DigestUpdate(ctx, PDB_DEC_CACHE_SEMANTICS, strlen(PDB_DEC_CACHE_SEMANTICS) + 1);
+    EVP_DigestUpdate(ctx, semantics, strlen(semantics) + 1);
     EVP_DigestUpdate(ctx, digest, 32);
     EVP_DigestFinal_ex(ctx, out, NULL);
     EVP_MD_CTX_free(ctx);
@@ -79,8 +92,28 @@ static pdb_status hex32(const char *hex, uint8_t out[32]) {
 
 /* Scheme and weights digest: from pdbridge_decoder.json (written by quantize) or, for a plain
  * HF directory, scheme "none" and a digest computed now. */
+pdb_status pdb_dec_model_v4_semantics(const char *dir, int *sem) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/pdbridge_decoder.json", dir);
+    *sem = PDB_V4_SEM_OFFICIAL;
+    json_t *j = json_load_file(path, 0, NULL);
+    if (!j) return PDB_OK;
+    json_t *v = json_object_get(j, "v4_semantics");
+    pdb_status s = PDB_OK;
+    if (v) {
+        pdb_v4_semantics e;
+        if (!json_is_string(v) || pdb_v4_semantics_parse(json_string_value(v), &e))
+            s = pdb_err_set(PDB_INVALID, "%s: 'v4_semantics' must be \"official\" or \"exact\"", path);
+        else *sem = (int)e;
+    }
+    json_decref(j);
+    return s;
+}
+
 pdb_status pdb_dec_model_identity(const char *dir, const pdb_config *cfg, const pdb_st *st, char scheme_out[32],
                                   uint8_t fingerprint[32]) {
+    int sem = PDB_V4_SEM_OFFICIAL;
+    if (cfg->arch == PDB_ARCH_DEEPSEEK_V4) PDB_TRY(pdb_dec_model_v4_semantics(dir, &sem));
     char path[4096];
     snprintf(path, sizeof path, "%s/pdbridge_decoder.json", dir);
     uint8_t digest[32];
@@ -98,76 +131,96 @@ pdb_status pdb_dec_model_identity(const char *dir, const pdb_config *cfg, const 
         snprintf(scheme_out, 32, "none");
         PDB_TRY(pdb_dec_weights_digest(st, digest));
     }
-    return pdb_dec_fingerprint(cfg, scheme_out, digest, fingerprint);
+    return pdb_dec_fingerprint(cfg, scheme_out, pdb_dec_cache_semantics(cfg, sem), digest, fingerprint);
+}
+
+pdb_status pdb_dec_layout_of(const pdb_config *cfg, pdb_dec_layout *out) {
+    const pdb_dec_arch *a = arch_of(cfg);
+    if (!a) return pdb_err_set(PDB_UNSUPPORTED, "decoder: architecture '%s' is not supported", cfg->model_type);
+    return a->layout(cfg, out);
+}
+
+pdb_status pdb_dec_check_block_size(const pdb_config *cfg, int64_t bs) {
+    const pdb_dec_arch *a = arch_of(cfg);
+    if (!a) return pdb_err_set(PDB_UNSUPPORTED, "decoder: architecture '%s' is not supported", cfg->model_type);
+    return a->check_block_size(cfg, bs);
+}
+
+void pdb_dec_block_pools(const pdb_store_layout *layout, int64_t bs, const void *block, const void **ptrs) {
+    uint64_t off = 0;
+    for (int p = 0; p < layout->n_pools; p++) {
+        ptrs[p] = (const char *)block + off;
+        off += pdb_store_pool_bytes(&layout->pools[p], bs);
+    }
 }
 
 pdb_status pdb_dec_model_open(const char *dir, pdb_pool *pool, pdb_dec_model **out) {
     pdb_dec_model *m = calloc(1, sizeof *m);
     if (!m) return pdb_err_set(PDB_NOMEM, "decoder model");
     m->pool = pool;
-    pdb_config cfg;
-    pdb_status s = pdb_config_load(dir, &cfg);
-    if (!s && cfg.arch != PDB_ARCH_DEEPSEEK_V2) s = pdb_err_set(PDB_UNSUPPORTED, "%s: decoder supports deepseek_v2", dir);
+    int sem = PDB_V4_SEM_OFFICIAL;
+    pdb_status s = pdb_config_load(dir, &m->cfg);
+    if (!s && !(m->arch = arch_of(&m->cfg)))
+        s = pdb_err_set(PDB_UNSUPPORTED, "%s: decoder supports deepseek_v2 and deepseek_v4", dir);
+    if (!s && m->cfg.arch == PDB_ARCH_DEEPSEEK_V4) s = pdb_dec_model_v4_semantics(dir, &sem);
     if (!s) s = pdb_st_open(dir, &m->st);
-    if (!s) s = pdb_v2_qweights_load(&m->w, &cfg, m->st, 0);
-    if (!s) s = pdb_dec_model_identity(dir, &cfg, m->st, m->scheme, m->fingerprint);
+    if (!s) s = m->arch->open(&m->cfg, m->st, pool, sem, &m->impl);
+    if (!s) s = pdb_dec_model_identity(dir, &m->cfg, m->st, m->scheme, m->fingerprint);
+    if (!s) s = m->arch->layout(&m->cfg, &m->layout);
     if (s) {
         pdb_dec_model_close(m);
         return pdb_err_wrap(s, "decoder model %s", dir);
     }
-    m->pool_desc = (pdb_store_pool){.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = cfg.num_layers,
-                                    .stride = 1, .width = cfg.kv_lora_rank + cfg.qk_rope_head_dim, .dtype = PDB_DT_F32};
-    m->layout = (pdb_store_layout){.n_pools = 1, .pools = &m->pool_desc};
+    m->semantics = pdb_dec_cache_semantics(&m->cfg, sem);
     *out = m;
     return PDB_OK;
 }
 
 void pdb_dec_model_close(pdb_dec_model *m) {
     if (!m) return;
-    pdb_v2_qweights_free(&m->w);
+    if (m->impl) m->arch->close(m->impl);
     pdb_st_close(m->st);
     free(m);
 }
 
-const pdb_config *pdb_dec_model_config(const pdb_dec_model *m) { return &m->w.cfg; }
+const pdb_config *pdb_dec_model_config(const pdb_dec_model *m) { return &m->cfg; }
 const uint8_t *pdb_dec_model_fingerprint(const pdb_dec_model *m) { return m->fingerprint; }
 const char *pdb_dec_model_scheme(const pdb_dec_model *m) { return m->scheme; }
-const struct pdb_v2_qweights *pdb_dec_model_weights(const pdb_dec_model *m) { return &m->w; }
-const pdb_store_layout *pdb_dec_model_layout(const pdb_dec_model *m) { return &m->layout; }
+const char *pdb_dec_model_semantics(const pdb_dec_model *m) { return m->semantics; }
+const struct pdb_v2_qweights *pdb_dec_model_weights(const pdb_dec_model *m) {
+    return m->arch == &pdb_dec_arch_v2 ? m->arch->weights(m->impl) : NULL;
+}
+const pdb_store_layout *pdb_dec_model_layout(const pdb_dec_model *m) { return &m->layout.layout; }
 
 pdb_status pdb_dec_seq_init(pdb_dec_seq *s, const pdb_dec_model *m, int64_t cap) {
+    memset(s, 0, sizeof *s);
     s->cap = cap;
-    s->len = 0;
-    s->row = m->w.cfg.kv_lora_rank + m->w.cfg.qk_rope_head_dim;
-    s->n_layers = m->w.cfg.num_layers;
-    s->lat = malloc(sizeof(float) * (size_t)(s->n_layers * cap * s->row));
-    if (!s->lat) return pdb_err_set(PDB_NOMEM, "sequence cache for %lld positions", (long long)cap);
-    return PDB_OK;
+    s->model = m;
+    return m->arch->seq_init(m->impl, s, cap);
 }
 
 void pdb_dec_seq_free(pdb_dec_seq *s) {
-    free(s->lat);
-    s->lat = NULL;
+    if (s->model) s->model->arch->seq_free(s);
 }
 
-void pdb_dec_seq_get_block(const pdb_dec_seq *s, int64_t b, int64_t bs, float *buf) {
-    for (int64_t l = 0; l < s->n_layers; l++)
-        memcpy(buf + l * bs * s->row, s->lat + (l * s->cap + b * bs) * s->row, sizeof(float) * (size_t)(bs * s->row));
+void pdb_dec_seq_get_block(const pdb_dec_seq *s, int64_t b, int64_t bs, void *buf) {
+    s->model->arch->get_block(s->model->impl, s, b, bs, buf);
 }
 
-void pdb_dec_seq_put_block(pdb_dec_seq *s, int64_t b, int64_t bs, const float *buf) {
-    for (int64_t l = 0; l < s->n_layers; l++)
-        memcpy(s->lat + (l * s->cap + b * bs) * s->row, buf + l * bs * s->row, sizeof(float) * (size_t)(bs * s->row));
+void pdb_dec_seq_put_block(pdb_dec_seq *s, int64_t b, int64_t bs, const void *buf) {
+    s->model->arch->put_block(s->model->impl, s, b, bs, buf);
 }
 
 /* ======================================= forward ============================================ */
 
 pdb_status pdb_dec_forward(pdb_dec_model *m, pdb_dec_seg *segs, int n_segs) {
-    const pdb_config *c = &m->w.cfg;
-    int64_t R = 0, maxlen = 0;
+    const pdb_config *c = &m->cfg;
+    int64_t R = 0;
     for (int i = 0; i < n_segs; i++) {
         pdb_dec_seg *sg = &segs[i];
         if (sg->n <= 0) return pdb_err_set(PDB_INVALID, "decoder forward: segment %d has no tokens", i);
+        if (!sg->seq->model || sg->seq->model->arch != m->arch)
+            return pdb_err_set(PDB_INVALID, "decoder forward: segment %d's sequence belongs to another architecture", i);
         if (sg->seq->len + sg->n > sg->seq->cap)
             return pdb_err_set(PDB_TOO_LARGE, "decoder forward: segment %d needs %lld positions, cache holds %lld", i,
                                (long long)(sg->seq->len + sg->n), (long long)sg->seq->cap);
@@ -176,31 +229,9 @@ pdb_status pdb_dec_forward(pdb_dec_model *m, pdb_dec_seg *segs, int n_segs) {
                 return pdb_err_set(PDB_INVALID, "decoder forward: token id %d outside the vocabulary (%lld)", sg->ids[t],
                                    (long long)c->vocab_size);
         R += sg->n;
-        if (sg->seq->len + sg->n > maxlen) maxlen = sg->seq->len + sg->n;
     }
     if (R == 0) return PDB_OK;
-    pdb_v2_batch b;
-    PDB_TRY(pdb_v2_batch_init(&b, &m->w, m->pool, R, maxlen));
-    int64_t r = 0;
-    for (int i = 0; i < n_segs; i++) {
-        pdb_dec_seq *s = segs[i].seq;
-        for (int64_t t = 0; t < segs[i].n; t++, r++) {
-            b.cache[r] = (pdb_v2_rowcache){s->lat, s->cap * s->row, s->row, 0};
-            b.pos[r] = s->len + t;
-            pdb_v2_ops_embed(&b, r, segs[i].ids[t]);
-        }
-    }
-    for (int64_t l = 0; l < c->num_layers; l++) {
-        pdb_v2_ops_attn_norm(&b, l);
-        pdb_v2_ops_attention(&b, l);
-        pdb_v2_ops_ffn(&b, l);
-    }
-    r = 0;
-    for (int i = 0; i < n_segs; i++) {
-        r += segs[i].n;
-        segs[i].seq->len += segs[i].n;
-        if (segs[i].logits) pdb_v2_ops_logits(&b, r - 1, segs[i].logits);
-    }
-    pdb_v2_batch_free(&b);
+    PDB_TRY(m->arch->forward(m->impl, segs, n_segs));
+    for (int i = 0; i < n_segs; i++) segs[i].seq->len += segs[i].n;
     return PDB_OK;
 }

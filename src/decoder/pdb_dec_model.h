@@ -1,8 +1,11 @@
 /* pdb_dec_model: the decode engine's model: its own checkpoint (pdbridge quantize output:
  * MXFP4 experts, MXFP8 projections, or --scheme none), mmap'd, and its forward pass over a
- * batch of sequence segments with f32 latent-row caches.
- * Invariants: (1) the decoder's cache for a token is [RMSNorm(c_kv) | RoPE(k_pe)] in f32 per
- * layer, the store's single APPEND pool "latent"; (2) every output of the forward is a pure
+ * batch of sequence segments with the architecture's cache. The architecture-specific part is
+ * a table of function pointers (pdb_dec_arch.h: DeepSeek-V2 and DeepSeek-V4); this API and the
+ * service above it are the same for every architecture.
+ * Invariants: (1) the decoder's cache is described by a store layout of per-layer pools
+ * (DESIGN §4): V2 one APPEND pool "latent" [RMSNorm(c_kv) | RoPE(k_pe)] f32; V4 the window,
+ * compressed entries, indexer keys and overlap halves (docs/v4.md); (2) every output of the forward is a pure
  * function of (weights, the token, its position, the cache rows before it): the same token at
  * the same position gives bit-identical rows and logits whatever the batch, chunking, thread
  * count or ISA (pdb_qmat's fixed-order dot everywhere, per-row reductions only);
@@ -18,16 +21,28 @@
 #include "pdb_safetensors.h"
 #include "pdb_store.h"
 
+/* The cache semantics named in the fingerprint (changing the cache's math or layout changes it). */
 #define PDB_DEC_CACHE_SEMANTICS "deepseek_v2/latent-f32/v1"
+#define PDB_DEC_CACHE_SEMANTICS_V4_OFFICIAL "deepseek_v4/official/pools-f32/v1"
+#define PDB_DEC_CACHE_SEMANTICS_V4_EXACT "deepseek_v4/exact/pools-f32/v1"
 
 typedef struct pdb_dec_model pdb_dec_model;
 
 typedef struct pdb_dec_seq {
     int64_t cap, len;  /* positions allocated / filled */
-    int64_t row;       /* kv_lora_rank + qk_rope_head_dim */
+    int64_t row;       /* V2: kv_lora_rank + qk_rope_head_dim */
     int64_t n_layers;
-    float *lat;        /* [n_layers, cap, row] */
+    float *lat;        /* V2: [n_layers, cap, row] */
+    const pdb_dec_model *model;
+    void *state;       /* other architectures' cache (V4: pdb_v4_cache) */
 } pdb_dec_seq;
+
+/* A model's store layout with its own pool table (do not copy: layout.pools points into it). */
+#define PDB_DEC_MAX_POOLS 16
+typedef struct pdb_dec_layout {
+    pdb_store_pool pools[PDB_DEC_MAX_POOLS];
+    pdb_store_layout layout;
+} pdb_dec_layout;
 
 typedef struct pdb_dec_seg {
     pdb_dec_seq *seq;
@@ -41,10 +56,21 @@ void pdb_dec_model_close(pdb_dec_model *m);
 const pdb_config *pdb_dec_model_config(const pdb_dec_model *m);
 const uint8_t *pdb_dec_model_fingerprint(const pdb_dec_model *m); /* [32] */
 const char *pdb_dec_model_scheme(const pdb_dec_model *m);
-/* The weights (read-only; benchmarks count the bytes a step touches). */
+/* The V2 weights (read-only; benchmarks count the bytes a step touches); NULL for other archs. */
 const struct pdb_v2_qweights *pdb_dec_model_weights(const pdb_dec_model *m);
-/* The store layout of this model's cache (one APPEND pool "latent"). */
+/* The store layout of this model's cache. */
 const pdb_store_layout *pdb_dec_model_layout(const pdb_dec_model *m);
+/* The cache semantics string of this model (one of PDB_DEC_CACHE_SEMANTICS*). */
+const char *pdb_dec_model_semantics(const pdb_dec_model *m);
+
+/* The store layout of a config's decoder cache, without loading weights (front, prefill, tools). */
+pdb_status pdb_dec_layout_of(const pdb_config *cfg, pdb_dec_layout *out);
+/* PDB_INVALID (naming the reason) unless block_size suits this architecture's cache: a positive
+ * multiple of 128 and, for V4, of every compression rate (so a block ends with empty buffers). */
+pdb_status pdb_dec_check_block_size(const pdb_config *cfg, int64_t block_size);
+/* Pool pointers of one block buffer whose pools lie back to back in layout order
+ * (pdb_store_block_bytes bytes in all): ptrs[p] = block + sum of the earlier pools' bytes. */
+void pdb_dec_block_pools(const pdb_store_layout *layout, int64_t block_size, const void *block, const void **ptrs);
 
 pdb_status pdb_dec_seq_init(pdb_dec_seq *s, const pdb_dec_model *m, int64_t cap);
 void pdb_dec_seq_free(pdb_dec_seq *s);
@@ -52,18 +78,30 @@ void pdb_dec_seq_free(pdb_dec_seq *s);
 /* Run all segments as one batch (not thread-safe per model: one forward at a time). */
 pdb_status pdb_dec_forward(pdb_dec_model *m, pdb_dec_seg *segs, int n_segs);
 
-/* Copy block b's rows of a sequence into a store buffer [n_layers, block_size, row] and back. */
-void pdb_dec_seq_get_block(const pdb_dec_seq *s, int64_t b, int64_t block_size, float *buf);
-void pdb_dec_seq_put_block(pdb_dec_seq *s, int64_t b, int64_t block_size, const float *buf);
+/* Copy block b of a sequence into one block buffer (the layout's pools back to back, as
+ * pdb_dec_block_pools splits it) and back: the APPEND rows of the block's span and the STATE
+ * snapshot at its end. get needs len >= (b+1)*block_size and, for STATE pools, len exactly
+ * (b+1)*block_size (the state is the sequence's current one); put writes the block's rows and
+ * makes its snapshot the current state, so mounting blocks 0..b in order restores the cache of
+ * a prefix of (b+1)*block_size tokens (the caller then sets len). */
+void pdb_dec_seq_get_block(const pdb_dec_seq *s, int64_t b, int64_t block_size, void *buf);
+void pdb_dec_seq_put_block(pdb_dec_seq *s, int64_t b, int64_t block_size, const void *buf);
 
 /* A decoder checkpoint's identity without loading it: scheme and fingerprint from
- * pdbridge_decoder.json, or for a plain HF directory scheme "none" and the digest of st. */
+ * pdbridge_decoder.json, or for a plain HF directory scheme "none" and the digest of st. V4:
+ * the cache semantics is the checkpoint's "v4_semantics" (official | exact, default official). */
 pdb_status pdb_dec_model_identity(const char *dir, const pdb_config *cfg, const pdb_st *st, char scheme[32],
                                   uint8_t fingerprint[32]);
 /* Weights digest as quantize records it: SHA-256 over every tensor (sorted by name) of
  * name, dtype name, shape and bytes. */
 pdb_status pdb_dec_weights_digest(const pdb_st *st, uint8_t out[32]);
+/* The V4 cache semantics a decoder directory asks for: "v4_semantics" of pdbridge_decoder.json,
+ * official when absent (PDB_INVALID naming the file for another value). */
+pdb_status pdb_dec_model_v4_semantics(const char *dir, int *sem /* pdb_v4_semantics */);
+/* Cache semantics string of an architecture (+ V4 semantics). */
+const char *pdb_dec_cache_semantics(const pdb_config *cfg, int v4_sem);
 /* fingerprint = SHA-256("pdbridge-decoder-v1" | canonical config JSON | scheme | semantics | digest) */
-pdb_status pdb_dec_fingerprint(const pdb_config *cfg, const char *scheme, const uint8_t digest[32], uint8_t out[32]);
+pdb_status pdb_dec_fingerprint(const pdb_config *cfg, const char *scheme, const char *semantics, const uint8_t digest[32],
+                               uint8_t out[32]);
 
 #endif

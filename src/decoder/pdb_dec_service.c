@@ -3,8 +3,9 @@
  * request's sequence and the model. One iteration = one batched forward over every RUNNING
  * request's next token plus one chunk of the oldest PREFILL request, so decode never waits for
  * a long prefill to finish. Admission mounts the longest cached prefix from the store (capped
- * so at least one prompt token is computed); after a prompt's prefill its new full blocks are
- * written through the store's block writer, one block buffer at a time.
+ * so at least one prompt token is computed); a prefill chunk never crosses a full block's end,
+ * and each new full block is written through the store's block writer the moment the prefill
+ * reaches its end (so state pools are the state at the boundary), one block buffer at a time.
  * Invariants: callbacks run on the scheduler thread without mu held; each request gets exactly
  * one final event; a block that fails to load ends the mounted prefix (never served). */
 #include "pdb_dec_service.h"
@@ -31,6 +32,8 @@ typedef struct svc_req {
     pdb_dec_event_fn cb;
     void *user;
     pdb_dec_seq seq;
+    pdb_store_stream *wst; /* open while the prefill writes the prompt's blocks */
+    int wfailed;
     int32_t next_token;
     float *logits;
     struct svc_req *next;
@@ -55,6 +58,7 @@ struct pdb_dec_service {
 };
 
 static void req_free(svc_req *r) {
+    if (r->wst) pdb_store_stream_abort(r->wst);
     pdb_dec_seq_free(&r->seq);
     free(r->logits);
     free(r->ids);
@@ -82,9 +86,11 @@ static pdb_status admit(pdb_dec_service *s, svc_req *r) {
         pdb_store_longest_prefix(s->store, (const uint8_t(*)[32])h, nb, &hit))
         PDB_WARN("request %llu: store lookup failed: %s", (unsigned long long)r->id, pdb_err_msg());
     int64_t b = 0;
+    const pdb_store_layout *lay = pdb_dec_model_layout(s->model);
+    const void *pools[PDB_DEC_MAX_POOLS];
+    pdb_dec_block_pools(lay, bs, s->block_buf, pools);
     for (; b < hit; b++) {
-        void *out[1] = {s->block_buf};
-        if (pdb_store_load_block(s->store, h[b], b, out)) {
+        if (pdb_store_load_block(s->store, h[b], b, (void *const *)pools)) {
             PDB_WARN("request %llu: block %lld not mounted: %s", (unsigned long long)r->id, (long long)b, pdb_err_msg());
             break;
         }
@@ -95,29 +101,37 @@ static pdb_status admit(pdb_dec_service *s, svc_req *r) {
     return PDB_OK;
 }
 
-/* Write the prompt's new full blocks through the store's block writer. */
-static void store_blocks(pdb_dec_service *s, svc_req *r) {
-    if (!s->store) return;
-    int64_t bs = s->opts.block_size, nfull = r->n_ids / bs, first = r->cached / bs;
-    if (nfull <= first) return;
-    pdb_store_stream *st = NULL;
-    if (pdb_store_stream_begin(s->store, r->ids, nfull * bs, &st)) {
+/* Write block b of the prompt through the store's block writer, right when the prefill has
+ * reached its end (a block's STATE pools are the cache's state at that boundary: prefill chunks
+ * never cross a block boundary). The request's stream opens at its first block and closes at the
+ * end of the prefill; after a failure the request writes no more blocks. */
+static void store_block(pdb_dec_service *s, svc_req *r, int64_t b) {
+    int64_t bs = s->opts.block_size, nfull = r->n_ids / bs;
+    if (!s->store || r->wfailed || b >= nfull) return;
+    if (!r->wst && pdb_store_stream_begin(s->store, r->ids, nfull * bs, &r->wst)) {
         PDB_WARN("request %llu: cannot write blocks: %s", (unsigned long long)r->id, pdb_err_msg());
+        r->wfailed = 1;
         return;
     }
-    for (int64_t b = first; b < nfull; b++) {
-        pdb_dec_seq_get_block(&r->seq, b, bs, s->block_buf);
-        const void *in[1] = {s->block_buf};
-        if (pdb_store_stream_put(st, b, in)) {
-            PDB_WARN("request %llu: block %lld not written: %s", (unsigned long long)r->id, (long long)b, pdb_err_msg());
-            pdb_store_stream_abort(st);
-            return;
-        }
-        pthread_mutex_lock(&s->mu);
-        s->stats.store_blocks_written++;
-        pthread_mutex_unlock(&s->mu);
+    const void *pools[PDB_DEC_MAX_POOLS];
+    pdb_dec_block_pools(pdb_dec_model_layout(s->model), bs, s->block_buf, pools);
+    pdb_dec_seq_get_block(&r->seq, b, bs, s->block_buf);
+    if (pdb_store_stream_put(r->wst, b, pools)) {
+        PDB_WARN("request %llu: block %lld not written: %s", (unsigned long long)r->id, (long long)b, pdb_err_msg());
+        pdb_store_stream_abort(r->wst);
+        r->wst = NULL;
+        r->wfailed = 1;
+        return;
     }
-    if (pdb_store_stream_finish(st)) PDB_WARN("request %llu: finishing blocks: %s", (unsigned long long)r->id, pdb_err_msg());
+    pthread_mutex_lock(&s->mu);
+    s->stats.store_blocks_written++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void store_finish(svc_req *r) {
+    if (r->wst && pdb_store_stream_finish(r->wst))
+        PDB_WARN("request %llu: finishing blocks: %s", (unsigned long long)r->id, pdb_err_msg());
+    r->wst = NULL;
 }
 
 /* Sample from r->logits, emit the token; returns 1 when the request finished. */
@@ -192,6 +206,8 @@ static void *svc_main(void *arg) {
         }
         if (pre) {
             int64_t left = pre->n_ids - pre->prefilled, take = left < SVC_CHUNK ? left : SVC_CHUNK;
+            int64_t bs = s->opts.block_size, next = (pre->prefilled / bs + 1) * bs;
+            if (s->store && next <= pre->n_ids && pre->prefilled + take > next) take = next - pre->prefilled;
             segs[n] = (pdb_dec_seg){&pre->seq, pre->ids + pre->prefilled, take, take == left ? pre->logits : NULL};
             owners[n++] = pre;
         }
@@ -207,8 +223,9 @@ static void *svc_main(void *arg) {
                 done = 1;
             } else if (r->state == RQ_PREFILL) {
                 r->prefilled += segs[i].n;
+                if (r->prefilled % s->opts.block_size == 0) store_block(s, r, r->prefilled / s->opts.block_size - 1);
                 if (r->prefilled == r->n_ids) {
-                    store_blocks(s, r);
+                    store_finish(r);
                     r->state = RQ_RUNNING;
                     done = sample_and_emit(s, r);
                 }
@@ -261,6 +278,7 @@ pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service *
     if (!st) st = pdb_dec_model_open(o->model_dir, s->pool, &s->model);
     if (st) goto fail;
     const pdb_config *c = pdb_dec_model_config(s->model);
+    if ((st = pdb_dec_check_block_size(c, s->opts.block_size))) goto fail;
     if (!s->opts.max_context || s->opts.max_context > c->max_position_embeddings) s->opts.max_context = c->max_position_embeddings;
     s->eos = (int32_t)c->eos_token_id;
     pdb_store_hash_hex(pdb_dec_model_fingerprint(s->model), s->fp_hex);

@@ -13,6 +13,7 @@
 #include "pdb_dec_model.h"
 #include "pdb_dtype.h"
 #include "pdb_safetensors.h"
+#include "pdb_v4.h"
 
 typedef enum { QK_KEEP = 0, QK_MXFP8, QK_MXFP4 } qkind;
 
@@ -49,11 +50,28 @@ static pdb_status copy_file(const char *src, const char *dst) {
 }
 
 pdb_status pdb_quantize_model(const char *src, const char *out_dir, const char *scheme, int verbose) {
+    return pdb_quantize_model_ex(src, out_dir, scheme, NULL, verbose);
+}
+
+pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const char *scheme, const char *v4_semantics,
+                                 int verbose) {
     if (strcmp(scheme, "mx") && strcmp(scheme, "none"))
         return pdb_err_set(PDB_INVALID, "quantize: unknown scheme '%s' (mx, none)", scheme);
     pdb_config cfg;
     PDB_TRY(pdb_config_load(src, &cfg));
-    if (cfg.arch != PDB_ARCH_DEEPSEEK_V2) return pdb_err_set(PDB_UNSUPPORTED, "quantize: %s is not deepseek_v2", src);
+    pdb_v4_semantics sem = PDB_V4_SEM_OFFICIAL;
+    if (cfg.arch == PDB_ARCH_DEEPSEEK_V4) {
+        if (v4_semantics) PDB_TRY(pdb_v4_semantics_parse(v4_semantics, &sem));
+        PDB_TRY(pdb_v4_check_semantics(&cfg, sem));
+        if (!strcmp(scheme, "mx"))
+            return pdb_err_set(PDB_UNSUPPORTED, "quantize: scheme mx is not implemented for deepseek_v4 yet (the V4 "
+                               "decoder loads f32/bf16/FP8 weights); use --scheme none");
+    } else if (cfg.arch != PDB_ARCH_DEEPSEEK_V2) {
+        return pdb_err_set(PDB_UNSUPPORTED, "quantize: %s is not deepseek_v2 or deepseek_v4", src);
+    } else if (v4_semantics) {
+        return pdb_err_set(PDB_INVALID, "quantize: --v4-semantics applies to deepseek_v4 models only");
+    }
+    const char *semantics = pdb_dec_cache_semantics(&cfg, (int)sem);
     pdb_st *st = NULL;
     PDB_TRY(pdb_st_open(src, &st));
     char tmpdir[4096], path[4200], spath[4200];
@@ -122,11 +140,12 @@ pdb_status pdb_quantize_model(const char *src, const char *out_dir, const char *
         if ((s = pdb_st_open(path, &o))) goto done;
         s = pdb_dec_weights_digest(o, dg);
         pdb_st_close(o);
-        if (s || (s = pdb_dec_fingerprint(&cfg, scheme, dg, fp))) goto done;
+        if (s || (s = pdb_dec_fingerprint(&cfg, scheme, semantics, dg, fp))) goto done;
         char dh[65], fh[65];
         for (int i = 0; i < 32; i++) { sprintf(dh + 2 * i, "%02x", dg[i]); sprintf(fh + 2 * i, "%02x", fp[i]); }
         json_t *id = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "scheme", scheme, "weights_sha256", dh, "fingerprint", fh,
-                               "cache_semantics", PDB_DEC_CACHE_SEMANTICS, "source", src, "format_version", 1);
+                               "cache_semantics", semantics, "source", src, "format_version", 1);
+        if (id && cfg.arch == PDB_ARCH_DEEPSEEK_V4) json_object_set_new(id, "v4_semantics", json_string(pdb_v4_semantics_name(sem)));
         snprintf(path, sizeof path, "%s/pdbridge_decoder.json", tmpdir);
         int bad = !id || json_dump_file(id, path, JSON_INDENT(2) | JSON_SORT_KEYS);
         json_decref(id);

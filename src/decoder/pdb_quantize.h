@@ -12,5 +12,10 @@
 #include "pdb_status.h"
 
 pdb_status pdb_quantize_model(const char *src_dir, const char *out_dir, const char *scheme, int verbose);
+/* v4_semantics: "official" | "exact" for a deepseek_v4 model (NULL: official), recorded as
+ * "v4_semantics" in pdbridge_decoder.json and part of the fingerprint; must be NULL for V2.
+ * deepseek_v4 supports scheme none only (bf16/f32 kept, block-scaled FP8 stored as bf16). */
+pdb_status pdb_quantize_model_ex(const char *src_dir, const char *out_dir, const char *scheme, const char *v4_semantics,
+                                 int verbose);
 
 #endif

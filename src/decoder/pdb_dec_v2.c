@@ -1,0 +1,119 @@
+/* pdb_dec_v2: the decode engine's DeepSeek-V2 ops: weights through pdb_v2_ops (bf16/f32/MXFP8/
+ * MXFP4 views over the mmap'd checkpoint), sequences as layer-major f32 latent rows
+ * [n_layers, cap, kv_lora_rank + rope], one APPEND pool "latent", and the batched forward:
+ * embed, then per layer attention norm -> attention (writes the cache rows) -> FFN, then logits.
+ * Invariant: a block is the rows of its span for every layer, nothing else (no state pool). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_dec_arch.h"
+#include "pdb_v2_ops.h"
+
+typedef struct v2_impl {
+    pdb_v2_qweights w;
+    pdb_pool *pool;
+} v2_impl;
+
+static pdb_status v2_layout(const pdb_config *cfg, pdb_dec_layout *out) {
+    memset(out, 0, sizeof *out);
+    out->pools[0] = (pdb_store_pool){.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = cfg->num_layers,
+                                     .stride = 1, .width = cfg->kv_lora_rank + cfg->qk_rope_head_dim, .dtype = PDB_DT_F32};
+    out->layout = (pdb_store_layout){.n_pools = 1, .pools = out->pools};
+    return PDB_OK;
+}
+
+static pdb_status v2_check_block_size(const pdb_config *cfg, int64_t bs) {
+    if (bs <= 0 || bs % 128) return pdb_err_set(PDB_INVALID, "block size %lld is not a positive multiple of 128", (long long)bs);
+    return PDB_OK;
+}
+
+static void v2_close(void *impl) {
+    v2_impl *v = impl;
+    if (!v) return;
+    pdb_v2_qweights_free(&v->w);
+    free(v);
+}
+
+static pdb_status v2_open(const pdb_config *cfg, const pdb_st *st, pdb_pool *pool, int v4_sem, void **impl) {
+    v2_impl *v = calloc(1, sizeof *v);
+    if (!v) return pdb_err_set(PDB_NOMEM, "decoder model");
+    v->pool = pool;
+    pdb_status s = pdb_v2_qweights_load(&v->w, cfg, st, 0);
+    if (s) { free(v); return s; }
+    *impl = v;
+    return PDB_OK;
+}
+
+static pdb_status v2_seq_init(void *impl, pdb_dec_seq *s, int64_t cap) {
+    v2_impl *v = impl;
+    s->row = v->w.cfg.kv_lora_rank + v->w.cfg.qk_rope_head_dim;
+    s->n_layers = v->w.cfg.num_layers;
+    s->lat = malloc(sizeof(float) * (size_t)(s->n_layers * cap * s->row));
+    if (!s->lat) return pdb_err_set(PDB_NOMEM, "sequence cache for %lld positions", (long long)cap);
+    return PDB_OK;
+}
+
+static void v2_seq_free(pdb_dec_seq *s) {
+    free(s->lat);
+    s->lat = NULL;
+}
+
+static void v2_get_block(void *impl, const pdb_dec_seq *s, int64_t b, int64_t bs, void *buf) {
+    float *o = buf;
+    for (int64_t l = 0; l < s->n_layers; l++)
+        memcpy(o + l * bs * s->row, s->lat + (l * s->cap + b * bs) * s->row, sizeof(float) * (size_t)(bs * s->row));
+}
+
+static void v2_put_block(void *impl, pdb_dec_seq *s, int64_t b, int64_t bs, const void *buf) {
+    const float *in = buf;
+    for (int64_t l = 0; l < s->n_layers; l++)
+        memcpy(s->lat + (l * s->cap + b * bs) * s->row, in + l * bs * s->row, sizeof(float) * (size_t)(bs * s->row));
+}
+
+static pdb_status v2_forward(void *impl, pdb_dec_seg *segs, int n_segs) {
+    v2_impl *v = impl;
+    int64_t R = 0, maxlen = 0;
+    for (int i = 0; i < n_segs; i++) {
+        R += segs[i].n;
+        if (segs[i].seq->len + segs[i].n > maxlen) maxlen = segs[i].seq->len + segs[i].n;
+    }
+    pdb_v2_batch b;
+    PDB_TRY(pdb_v2_batch_init(&b, &v->w, v->pool, R, maxlen));
+    int64_t r = 0;
+    for (int i = 0; i < n_segs; i++) {
+        pdb_dec_seq *s = segs[i].seq;
+        for (int64_t t = 0; t < segs[i].n; t++, r++) {
+            b.cache[r] = (pdb_v2_rowcache){s->lat, s->cap * s->row, s->row, 0};
+            b.pos[r] = s->len + t;
+            pdb_v2_ops_embed(&b, r, segs[i].ids[t]);
+        }
+    }
+    for (int64_t l = 0; l < v->w.cfg.num_layers; l++) {
+        pdb_v2_ops_attn_norm(&b, l);
+        pdb_v2_ops_attention(&b, l);
+        pdb_v2_ops_ffn(&b, l);
+    }
+    r = 0;
+    for (int i = 0; i < n_segs; i++) {
+        r += segs[i].n;
+        if (segs[i].logits) pdb_v2_ops_logits(&b, r - 1, segs[i].logits);
+    }
+    pdb_v2_batch_free(&b);
+    return PDB_OK;
+}
+
+static const void *v2_weights(void *impl) { return &((v2_impl *)impl)->w; }
+
+const pdb_dec_arch pdb_dec_arch_v2 = {
+    .name = "deepseek_v2",
+    .layout = v2_layout,
+    .check_block_size = v2_check_block_size,
+    .open = v2_open,
+    .close = v2_close,
+    .seq_init = v2_seq_init,
+    .seq_free = v2_seq_free,
+    .forward = v2_forward,
+    .get_block = v2_get_block,
+    .put_block = v2_put_block,
+    .weights = v2_weights,
+};

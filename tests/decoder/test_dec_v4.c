@@ -1,0 +1,256 @@
+/* test_dec_v4: the decode engine on DeepSeek-V4 (tiny preset: sliding, CSA with its indexer,
+ * HCA rate 16, window 8). Checks: the V4 store layout (pools, shapes, which layers); block
+ * sizes that are not multiples of a rate are refused; the decoder's forward equals the
+ * reference pdb_v4 forward bit for bit (logits and greedy tokens); mounting blocks 0..b (APPEND
+ * rows + end-of-block STATE) into a fresh sequence and continuing gives bit-identical logits to
+ * the uninterrupted run, and so does a sequence chunked at odd sizes; the fingerprint depends on
+ * --v4-semantics; through the service, a repeated prompt hits its full blocks with the same
+ * greedy answer. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "pdb_dec_model.h"
+#include "pdb_dec_service.h"
+#include "pdb_make_model.h"
+#include "pdb_quantize.h"
+#include "pdb_test_util.h"
+#include "pdb_v4.h"
+
+enum { BS = 128 };
+static char *root, hf[512], dec[512], dex[512], cache[512];
+
+static void make_ids(int32_t *ids, int64_t n, uint32_t seed) {
+    for (int64_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % 1000); }
+}
+
+static int setup(void **st) {
+    root = pdb_test_tmpdir("decv4");
+    snprintf(hf, sizeof hf, "%s/hf", root);
+    snprintf(dec, sizeof dec, "%s/dec", root);
+    snprintf(dex, sizeof dex, "%s/dec-exact", root);
+    snprintf(cache, sizeof cache, "%s/cache", root);
+    pdb_make_model_opts o = {.arch = "deepseek_v4", .preset = "tiny", .seed = 5, .out_dir = hf};
+    if (pdb_make_model_write(&o) || pdb_quantize_model(hf, dec, "none", 0) ||
+        pdb_quantize_model_ex(hf, dex, "none", "exact", 0)) {
+        fprintf(stderr, "%s\n", pdb_err_msg());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **st) {
+    pdb_test_rmrf(root);
+    free(root);
+    return 0;
+}
+
+static void test_layout(void **st) {
+    pdb_config c;
+    PDB_TEST_OK(pdb_config_load(hf, &c));
+    pdb_dec_layout lay;
+    PDB_TEST_OK(pdb_dec_layout_of(&c, &lay));
+    const char *names[] = {"win", "comp_csa", "ikeys", "ov_kv", "ov_gate", "iov_kv", "iov_gate", "comp_hca"};
+    int64_t layers[] = {4, 1, 1, 1, 1, 1, 1, 1};
+    assert_int_equal(lay.layout.n_pools, 8);
+    for (int p = 0; p < 8; p++) {
+        const pdb_store_pool *q = &lay.layout.pools[p];
+        assert_string_equal(q->name, names[p]);
+        assert_int_equal(q->n_layers, layers[p]);
+        assert_int_equal(q->width, p == 2 || p == 5 || p == 6 ? c.index_head_dim : c.head_dim);
+    }
+    assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[0], BS), c.sliding_window);
+    assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[1], BS), BS / 4);
+    assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[3], BS), 4);
+    assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[7], BS), BS / 16);
+    PDB_TEST_OK(pdb_dec_check_block_size(&c, BS));
+    assert_int_equal(pdb_dec_check_block_size(&c, 100), PDB_INVALID);
+    c.compress_rate_hca = 96;
+    assert_int_equal(pdb_dec_check_block_size(&c, BS), PDB_INVALID);
+    PDB_TEST_OK(pdb_dec_check_block_size(&c, 3 * BS));
+}
+
+/* Prefill ids[0..n) into s in chunks of `chunk`, never crossing a multiple of BS; when the prefill
+ * reaches the end of block b, its bytes go to blocks + b * bb. */
+static void prefill(pdb_dec_model *m, pdb_dec_seq *s, const int32_t *ids, int64_t n, int64_t chunk, char *blocks,
+                    uint64_t bb, float *logits) {
+    while (s->len < n) {
+        int64_t take = n - s->len < chunk ? n - s->len : chunk, next = (s->len / BS + 1) * BS;
+        if (s->len + take > next) take = next - s->len;
+        pdb_dec_seg sg = {s, ids + s->len, take, s->len + take == n ? logits : NULL};
+        PDB_TEST_OK(pdb_dec_forward(m, &sg, 1));
+        if (blocks && s->len % BS == 0) pdb_dec_seq_get_block(s, s->len / BS - 1, BS, blocks + (s->len / BS - 1) * bb);
+    }
+}
+
+static int64_t argmax(const float *x, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void test_forward_and_blocks(void **st) {
+    enum { T = 2 * BS + 37, NDEC = 6 };
+    pdb_dec_model *m;
+    PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m));
+    const pdb_config *c = pdb_dec_model_config(m);
+    int64_t V = c->vocab_size;
+    assert_string_equal(pdb_dec_model_semantics(m), PDB_DEC_CACHE_SEMANTICS_V4_OFFICIAL);
+    assert_null(pdb_dec_model_weights(m));
+    int32_t ids[T + NDEC];
+    make_ids(ids, T, 3);
+    uint64_t bb = 0;
+    const pdb_store_layout *lay = pdb_dec_model_layout(m);
+    for (int p = 0; p < lay->n_pools; p++) bb += pdb_store_pool_bytes(&lay->pools[p], BS);
+    char *blocks = calloc(2, bb), *blocks2 = calloc(2, bb);
+    float *ref = malloc(sizeof(float) * V * (NDEC + 1)), *got = malloc(sizeof(float) * V);
+    /* native, one block at a time (chunk = BS) + greedy decode */
+    pdb_dec_seq s0;
+    PDB_TEST_OK(pdb_dec_seq_init(&s0, m, T + NDEC));
+    prefill(m, &s0, ids, T, BS, blocks, bb, ref);
+    for (int i = 0; i < NDEC; i++) {
+        ids[T + i] = (int32_t)argmax(ref + i * V, V);
+        pdb_dec_seg sg = {&s0, ids + T + i, 1, ref + (i + 1) * V};
+        PDB_TEST_OK(pdb_dec_forward(m, &sg, 1));
+    }
+    /* the reference forward (pdb_v4 on the HF checkpoint) gives the same logits bit for bit */
+    pdb_v4_model *rm;
+    PDB_TEST_OK(pdb_v4_load(hf, &rm));
+    pdb_v4_cache rc;
+    PDB_TEST_OK(pdb_v4_cache_init(&rc, rm, T + NDEC, PDB_V4_SEM_OFFICIAL));
+    PDB_TEST_OK(pdb_v4_forward(rm, &rc, ids, T, 0, got));
+    assert_memory_equal(got, ref, sizeof(float) * V);
+    for (int i = 0; i < NDEC; i++) {
+        PDB_TEST_OK(pdb_v4_forward(rm, &rc, ids + T + i, 1, 0, got));
+        if (memcmp(got, ref + (i + 1) * V, sizeof(float) * V)) fail_msg("decode step %d differs from the reference", i);
+    }
+    pdb_v4_cache_free(&rc);
+    pdb_v4_free(rm);
+    /* odd chunks (7, 45) give the same blocks and logits */
+    int64_t chunks[] = {7, 45};
+    for (int k = 0; k < 2; k++) {
+        pdb_dec_seq s1;
+        PDB_TEST_OK(pdb_dec_seq_init(&s1, m, T));
+        memset(blocks2, 0xff, 2 * bb);
+        prefill(m, &s1, ids, T, chunks[k], blocks2, bb, got);
+        if (memcmp(blocks, blocks2, 2 * bb)) fail_msg("chunk %lld: blocks differ from chunk %d", (long long)chunks[k], BS);
+        assert_memory_equal(got, ref, sizeof(float) * V);
+        pdb_dec_seq_free(&s1);
+    }
+    /* mount blocks 0..b into a fresh sequence, continue natively: bit-identical to the full run */
+    for (int64_t b = 0; b < 2; b++) {
+        pdb_dec_seq s2;
+        PDB_TEST_OK(pdb_dec_seq_init(&s2, m, T + NDEC));
+        for (int64_t k = 0; k <= b; k++) pdb_dec_seq_put_block(&s2, k, BS, blocks + k * bb);
+        s2.len = (b + 1) * BS;
+        /* the mounted state is the state at the boundary: reading it back gives the same bytes */
+        pdb_dec_seq_get_block(&s2, b, BS, blocks2);
+        assert_memory_equal(blocks2, blocks + b * bb, bb);
+        prefill(m, &s2, ids, T, 19, NULL, 0, got);
+        if (memcmp(got, ref, sizeof(float) * V)) fail_msg("mounted %lld blocks: prompt logits differ", (long long)b + 1);
+        for (int i = 0; i < NDEC; i++) {
+            pdb_dec_seg sg = {&s2, ids + T + i, 1, got};
+            PDB_TEST_OK(pdb_dec_forward(m, &sg, 1));
+            if (memcmp(got, ref + (i + 1) * V, sizeof(float) * V)) fail_msg("mounted %lld blocks: decode %d differs", (long long)b + 1, i);
+        }
+        pdb_dec_seq_free(&s2);
+    }
+    /* a wrong window in the mounted state is noticed (the state pools matter) */
+    pdb_dec_seq s3;
+    PDB_TEST_OK(pdb_dec_seq_init(&s3, m, T));
+    memcpy(blocks2, blocks + bb, bb);
+    ((float *)blocks2)[128 + 5] += 1.0f; /* pool "win" comes first: row 1 = position 249, seen by 256 */
+    pdb_dec_seq_put_block(&s3, 0, BS, blocks);
+    pdb_dec_seq_put_block(&s3, 1, BS, blocks2);
+    s3.len = 2 * BS;
+    prefill(m, &s3, ids, T, BS, NULL, 0, got);
+    assert_memory_not_equal(got, ref, sizeof(float) * V);
+    pdb_dec_seq_free(&s3);
+    printf("  V4 decoder = reference bit for bit (prompt %d + %d greedy); chunks 7/45 = %d; mounted 1 and 2 blocks "
+           "(%llu bytes each) continue bit-identically\n", T, NDEC, BS, (unsigned long long)bb);
+    pdb_dec_seq_free(&s0);
+    free(blocks);
+    free(blocks2);
+    free(ref);
+    free(got);
+    pdb_dec_model_close(m);
+}
+
+static void test_fingerprint_semantics(void **st) {
+    pdb_dec_model *a, *b;
+    PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &a));
+    PDB_TEST_OK(pdb_dec_model_open(dex, NULL, &b));
+    assert_string_equal(pdb_dec_model_semantics(b), PDB_DEC_CACHE_SEMANTICS_V4_EXACT);
+    assert_memory_not_equal(pdb_dec_model_fingerprint(a), pdb_dec_model_fingerprint(b), 32);
+    pdb_dec_model_close(a);
+    pdb_dec_model_close(b);
+    char bad[600];
+    snprintf(bad, sizeof bad, "%s/bad", root);
+    assert_int_equal(pdb_quantize_model_ex(hf, bad, "none", "fast", 0), PDB_INVALID);
+    assert_int_equal(pdb_quantize_model_ex(hf, bad, "mx", NULL, 0), PDB_UNSUPPORTED);
+}
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, n;
+    int32_t toks[16];
+    int64_t cached;
+} collect;
+
+static int on_event(void *u, const pdb_dec_event *ev) {
+    collect *c = u;
+    pthread_mutex_lock(&c->mu);
+    c->cached = ev->cached_tokens;
+    if (ev->finish == PDB_FINISH_NONE) { if (c->n < 16) c->toks[c->n++] = ev->token; }
+    else { c->done = 1; pthread_cond_broadcast(&c->cv); }
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+static void run(pdb_dec_service *s, const int32_t *ids, int64_t n, collect *c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    pdb_dec_request r = {.ids = ids, .n_ids = n, .max_tokens = 5, .ignore_eos = 1, .on_event = on_event, .user = c};
+    PDB_TEST_OK(pdb_dec_service_submit(s, &r, NULL));
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void test_service_hits(void **st) {
+    enum { N = 2 * BS + 50 };
+    int32_t ids[N];
+    make_ids(ids, N, 11);
+    pdb_dec_service_opts o = {.model_dir = dec, .cache_dir = cache, .block_size = BS, .threads = 1, .max_batch = 4};
+    pdb_dec_service *s = NULL;
+    PDB_TEST_OK(pdb_dec_service_open(&o, &s));
+    collect a, b;
+    run(s, ids, N, &a);
+    run(s, ids, N, &b);
+    assert_int_equal(a.cached, 0);
+    assert_int_equal(b.cached, 2 * BS);
+    assert_int_equal(a.n, 5);
+    assert_memory_equal(a.toks, b.toks, sizeof(int32_t) * 5);
+    pdb_dec_stats stt;
+    pdb_dec_service_stats(s, &stt);
+    assert_int_equal(stt.store_blocks_written, 2);
+    pdb_dec_service_close(s);
+    o.block_size = 192; /* multiple of 16 but not of 128 */
+    assert_int_not_equal(pdb_dec_service_open(&o, &s), PDB_OK);
+    printf("  service: repeated V4 prompt hits %d cached tokens, same 5 greedy tokens\n", 2 * BS);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_forward_and_blocks),
+        cmocka_unit_test(test_fingerprint_semantics),
+        cmocka_unit_test(test_service_hits),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
