@@ -205,4 +205,8 @@ fi
 
 for p in "$DEC_PID" "$PRE_PID"; do kill -0 "$p" 2>/dev/null || fail "a server died: $p"; done
 if grep -l "ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer" "$T"/*.log 2>/dev/null; then fail "sanitizer report in a server log"; fi
-echo "all fault end-to-end checks passed$([ $NOT_RUN = 1 ] && echo " (except the disk-full check, NOT RUN)")"
+if [ $NOT_RUN = 1 ]; then
+    echo "every other fault check passed; the disk-full check did NOT RUN: reporting the test as skipped (exit 77)"
+    exit 77   # ctest SKIP_RETURN_CODE: shown as skipped, never as passed
+fi
+echo "all fault end-to-end checks passed"
