@@ -40,24 +40,21 @@ __attribute__((target("avx512f"))) static int row_avx512(const pdb_qmat *w, int6
         return 1;
     }
     if (w->fmt == PDB_QF_MXFP8) {
+        /* e4m3 bits s eeee mmm placed as f32 bits s at 31, eeee mmm at 26..20: that f32 is
+         * 2^(e-127) * 1.m (or the subnormal m * 2^-149 * 2^20 when e == 0); times 2^120 it is
+         * exactly the e4m3 value, subnormals included. 0x7F / 0xFF are NaN in e4m3fn. */
         const uint8_t *q = (const uint8_t *)w->data + r * C, *s = w->scales + r * (C / 32);
-        const __m512i k7 = _mm512_set1_epi32(7), k15 = _mm512_set1_epi32(15), k120 = _mm512_set1_epi32(120);
-        const __m512i k7f = _mm512_set1_epi32(0x7F), knan = _mm512_set1_epi32(0x7FC00000);
-        const __m512 sub_scale = _mm512_set1_ps(1.0f / 512.0f);
+        const __m512i k80 = _mm512_set1_epi32(0x80), k7f = _mm512_set1_epi32(0x7F);
+        const __m512 two120 = _mm512_set1_ps(0x1p120f);
+        const __m512i qnan = _mm512_set1_epi32(0x7FC00000);
         for (int64_t b = 0; b < C / 32; b++) {
             __m512 sc = _mm512_set1_ps(pdb_e8m0_to_f32(s[b]));
             for (int h = 0; h < 2; h++) {
                 __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + b * 32 + h * 16)));
-                __m512i sign = _mm512_slli_epi32(_mm512_srli_epi32(v, 7), 31);
-                __m512i e = _mm512_and_si512(_mm512_srli_epi32(v, 3), k15), m = _mm512_and_si512(v, k7);
-                __m512i normal = _mm512_or_si512(sign, _mm512_or_si512(_mm512_slli_epi32(_mm512_add_epi32(e, k120), 23),
-                                                                       _mm512_slli_epi32(m, 20)));
-                __m512 sub = _mm512_castsi512_ps(_mm512_or_si512(
-                    sign, _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(m), sub_scale))));
-                __mmask16 is_sub = _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512());
-                __mmask16 is_nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, k7f), k7f);
-                __m512 val = _mm512_mask_blend_ps(is_sub, _mm512_castsi512_ps(normal), sub);
-                val = _mm512_mask_blend_ps(is_nan, val, _mm512_castsi512_ps(_mm512_or_si512(sign, knan)));
+                __m512i mag = _mm512_and_si512(v, k7f), sign = _mm512_slli_epi32(_mm512_and_si512(v, k80), 24);
+                __m512i bits = _mm512_or_si512(sign, _mm512_slli_epi32(mag, 20));
+                __m512 val = _mm512_mul_ps(_mm512_castsi512_ps(bits), two120);
+                val = _mm512_mask_mov_ps(val, _mm512_cmpeq_epi32_mask(mag, k7f), _mm512_castsi512_ps(_mm512_or_si512(sign, qnan)));
                 _mm512_storeu_ps(out + b * 32 + h * 16, _mm512_mul_ps(val, sc));
             }
         }
