@@ -38,6 +38,7 @@ run() {
   for t in 1 4 8 16; do
     echo "== threads $t" ; "$B/bench_decode" $M/v2lite4-mx 32 $t
   done > "$OUT/decode.txt" 2>&1
+  if [ "${PDB_BENCH_DECODE_ONLY:-0}" = 1 ]; then cat "$OUT/machine.txt" "$OUT/decode.txt"; return; fi
   "$B/pdbridge" make-model --preset tiny --seed 5 --out $M/tiny >/dev/null
   "$B/pdbridge" quantize --model $M/tiny --out $M/tiny-dec --scheme none >/dev/null 2>&1
   timeout 330 "$B/bench_prefill_memory" $M/tiny $M/tiny-dec 8192 32768 65536 > "$OUT/prefill_memory.txt" 2>&1 || echo "(stopped at the time limit)" >> "$OUT/prefill_memory.txt"
