@@ -10,7 +10,11 @@ FUZZ_BUILD ?= build-fuzz
 SAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0 \
           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-.PHONY: all setup build run test clean asan fuzz
+# ARGS go to `pdbridge up` (e.g. make run ARGS="--tokens 3000"); `make run-v4` is the same demo
+# on a tiny DeepSeek-V4 (`pdbridge up --arch deepseek_v4`).
+ARGS ?=
+
+.PHONY: all setup build run run-v4 test clean asan fuzz
 
 all: build
 
@@ -24,7 +28,10 @@ build: setup $(BUILD)/build.ninja
 	@cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	@bash scripts/demo.sh
+	@bash scripts/demo.sh $(ARGS)
+
+run-v4: build
+	@bash scripts/demo.sh --arch deepseek_v4 $(ARGS)
 
 $(ASAN_BUILD)/build.ninja:
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDB_SANITIZE=ON -DPDB_NO_CUDA=ON > $(ASAN_BUILD).configure.log 2>&1 || (cat $(ASAN_BUILD).configure.log; exit 1)

@@ -1,5 +1,6 @@
 /* pdb_cli_up: `pdbridge up`, the one-command demo (make run). Generates (once) a small random
- * DeepSeek-V2 checkpoint with the real tokenizer and its decoder copy, starts a decoder, a
+ * DeepSeek-V2 checkpoint (or with --arch deepseek_v4 the tiny V4 preset widened to the real
+ * vocabulary) with the real tokenizer and its decoder copy, starts a decoder, a
  * prefill server (CUDA when a GPU is usable, else CPU) and a front on loopback, plus a second,
  * purely native decoder for comparison; sends a cold prompt of several thousand tokens built
  * from the Python standard library's sources with a needle sentence in the middle, then a warm
@@ -267,15 +268,19 @@ static int up_exists(const char *path) {
 
 int pdb_cli_up(int argc, char **argv) {
     static const char *usage =
-        "usage: pdbridge up [--tokens N] [--max-tokens N] [--scheme none|mx] [--dir DIR] [--backend auto|cpu|cuda]\n\n"
+        "usage: pdbridge up [--arch deepseek_v2|deepseek_v4] [--tokens N] [--max-tokens N] [--scheme none|mx] [--dir DIR]\n"
+        "                   [--backend auto|cpu|cuda]\n\n"
         "The demo end to end: a small random DeepSeek-V2 (real tokenizer), its decoder copy (--scheme none:\n"
         "same weights on both engines, so bridged and native answers must be equal), decoder + prefill +\n"
         "front on loopback and a native decoder for comparison; a cold prompt of N tokens (default 6000)\n"
         "from the Python standard library with a needle sentence in the middle, then a warm follow-up.\n"
-        "Models are generated once under DIR (default .cache/up); logs go to DIR/logs.\n";
+        "Models are generated once under DIR (default .cache/up); logs go to DIR/logs.\n"
+        "--arch deepseek_v4: the tiny V4 preset (window 8, CSA rate 4 with its lightning indexer, HCA rate 16,\n"
+        "hyper-connections) with the real tokenizer's vocabulary, official semantics, scheme none, CPU\n"
+        "prefill, default 3000 tokens (the V4 engines are the single-threaded f32 reference).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
-    long long tokens = 6000, max_tokens = 24;
-    const char *scheme = "none", *dir = ".cache/up", *backend = "auto";
+    long long tokens = 0, max_tokens = 24;
+    const char *scheme = "none", *dir = ".cache/up", *backend = "auto", *arch = "deepseek_v2";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x;
@@ -284,11 +289,17 @@ int pdb_cli_up(int argc, char **argv) {
         else if (!strcmp(a, "--scheme") && v) scheme = argv[++i];
         else if (!strcmp(a, "--dir") && v) dir = argv[++i];
         else if (!strcmp(a, "--backend") && v) backend = argv[++i];
+        else if (!strcmp(a, "--arch") && v && (!strcmp(v, "deepseek_v2") || !strcmp(v, "deepseek_v4"))) arch = argv[++i];
         else { fprintf(stderr, "pdbridge up: bad option '%s'\n\n%s", a, usage); return 2; }
     }
+    int v4 = !strcmp(arch, "deepseek_v4");
+    if (v4 && strcmp(scheme, "none")) { fprintf(stderr, "pdbridge up: deepseek_v4 runs with --scheme none only\n"); return 2; }
+    if (v4 && !strcmp(backend, "auto")) backend = "cpu";
+    if (!tokens) tokens = v4 ? 3000 : 6000;
+    const char *mname = v4 ? "v4-tiny" : "v2-small";
     char hf[600], dec[600], logs[600], cache[600], cache_n[600], path[700];
-    snprintf(hf, sizeof hf, "%s/v2-small", dir);
-    snprintf(dec, sizeof dec, "%s/v2-small-dec-%s", dir, scheme);
+    snprintf(hf, sizeof hf, "%s/%s", dir, mname);
+    snprintf(dec, sizeof dec, "%s/%s-dec-%s", dir, mname, scheme);
     snprintf(logs, sizeof logs, "%s/logs", dir);
     snprintf(cache, sizeof cache, "%s/cache", dir);
     snprintf(cache_n, sizeof cache_n, "%s/cache-native", dir);
@@ -297,10 +308,11 @@ int pdb_cli_up(int argc, char **argv) {
     if (system(cmd)) { fprintf(stderr, "up: cannot prepare %s\n", dir); return 1; }
     snprintf(path, sizeof path, "%s/model.safetensors", hf);
     if (!up_exists(path)) {
-        printf("up: writing a random DeepSeek-V2 checkpoint (preset small, real tokenizer) to %s\n", hf);
+        printf("up: writing a random %s checkpoint (preset %s, real tokenizer) to %s\n", v4 ? "DeepSeek-V4" : "DeepSeek-V2",
+               v4 ? "tiny, vocabulary 129280" : "small", hf);
         fflush(stdout);
-        pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = "small", .seed = 1, .out_dir = hf,
-                                 .tokenizer = ".cache/tokenizer/deepseek_v3/tokenizer.json"};
+        pdb_make_model_opts o = {.arch = arch, .preset = v4 ? "tiny" : "small", .seed = 1, .out_dir = hf,
+                                 .vocab = v4 ? 129280 : 0, .tokenizer = ".cache/tokenizer/deepseek_v3/tokenizer.json"};
         if (pdb_make_model_write(&o)) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
     }
     snprintf(path, sizeof path, "%s/pdbridge_decoder.json", dec);

@@ -30,8 +30,7 @@ struct pdb_front {
     pdb_config cfg;
     pdb_tokenizer *tok;
     pdb_store *store;
-    pdb_store_pool pool;
-    pdb_store_layout layout;
+    pdb_dec_layout layout; /* the decoder's store layout (pools of one block) */
     uint8_t fp[32];
     char fp_hex[65], scheme[32];
     char model_id[256];             /* the decoder's model id (GET /v1/models), "" until known */
@@ -480,7 +479,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
         } else {
             r->attempted = 1;
             v.blocks_requested = plan.end_block - plan.first_block;
-            pdb_front_bridge_opts bo = {.prefill_url = f->prefill_url, .api_key = f->upstream_key,
+            pdb_front_bridge_opts bo = {.prefill_url = f->prefill_url, .api_key = f->upstream_key, .layout = &f->layout.layout,
                                         .connect_timeout_ms = f->o.prefill_connect_ms, .total_timeout_ms = f->o.prefill_timeout_ms};
             pdb_front_bridge_result br;
             pdb_front_bridge_run(&bo, f->store, f->fp_hex, ids, f->o.block_size, plan.first_block, plan.end_block, &br);
@@ -657,10 +656,9 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
         if ((s = pdb_tokenizer_load(tj, &f->tok))) goto fail;
         if (pdb_hash_file_sha256(tj, f->tokenizer_sha256)) f->tokenizer_sha256[0] = 0;
     }
-    f->pool = (pdb_store_pool){.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = f->cfg.num_layers, .stride = 1,
-                               .width = f->cfg.kv_lora_rank + f->cfg.qk_rope_head_dim, .dtype = PDB_DT_F32};
-    f->layout = (pdb_store_layout){.n_pools = 1, .pools = &f->pool};
-    if ((s = pdb_store_open(o->cache_dir, &f->layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
+    if ((s = pdb_dec_layout_of(&f->cfg, &f->layout))) goto fail;
+    if ((s = pdb_dec_check_block_size(&f->cfg, f->o.block_size))) goto fail;
+    if ((s = pdb_store_open(o->cache_dir, &f->layout.layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
     if (!realpath(o->cache_dir, f->cache_real)) snprintf(f->cache_real, sizeof f->cache_real, "%s", o->cache_dir);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = o->max_body,

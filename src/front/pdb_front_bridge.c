@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "pdb_dec_model.h"
 #include "pdb_segment.h"
 
 typedef struct {
@@ -19,6 +20,7 @@ typedef struct {
     const char *fp;
     int64_t bs, first, end;
     pdb_front_bridge_result *res;
+    const pdb_store_layout *layout;
     int http_status;
     char errbody[512];
     size_t errlen;
@@ -55,7 +57,8 @@ static pdb_status on_segment(void *u, int64_t b, const void *data, uint64_t len)
     bridge_ctx *c = u;
     if (b >= c->end) return PDB_OK; /* more than asked: ignore */
     double t0 = br_now();
-    const void *in[1] = {data};
+    const void *in[PDB_DEC_MAX_POOLS] = {data};
+    if (c->layout) pdb_dec_block_pools(c->layout, c->bs, data, in);
     pdb_status s = pdb_store_stream_put(c->stream, b, in);
     c->res->write_ms += (br_now() - t0) * 1e3;
     if (s) {
@@ -124,7 +127,9 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
                                 int64_t bs, int64_t first, int64_t end, pdb_front_bridge_result *res) {
     memset(res, 0, sizeof *res);
     double t0 = br_now();
-    bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res};
+    bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res, .layout = o->layout};
+    if (o->layout && o->layout->n_pools > PDB_DEC_MAX_POOLS)
+        return pdb_err_set(PDB_INVALID, "bridge: %d pools exceed %d", o->layout->n_pools, PDB_DEC_MAX_POOLS);
     pdb_segment_parser_cbs cbs = {on_header, on_segment, on_end, &c};
     pdb_status s = pdb_segment_parser_init(&c.parser, &cbs, pdb_store_block_bytes(store));
     if (!s) s = pdb_store_stream_begin(store, ids, end * bs, &c.stream);

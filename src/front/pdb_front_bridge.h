@@ -17,6 +17,8 @@ typedef struct pdb_front_bridge_opts {
     const char *api_key;         /* sent as Bearer when set */
     long connect_timeout_ms;     /* 0 = 2000 */
     long total_timeout_ms;       /* 0 = 600000 */
+    const pdb_store_layout *layout; /* the store's layout: a segment is its pools back to back
+                                     * (NULL: a single pool) */
 } pdb_front_bridge_opts;
 
 typedef struct pdb_front_bridge_result {

@@ -108,6 +108,7 @@ static void cpu_destroy(pdb_prefill_backend *be) {
 }
 
 pdb_status pdb_prefill_backend_cpu_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
+    if (o->cfg->arch == PDB_ARCH_DEEPSEEK_V4) return pdb_prefill_backend_cpu_v4_create(o, out);
     pdb_prefill_backend *be = calloc(1, sizeof *be);
     cpu_impl *c = calloc(1, sizeof *c);
     if (!be || !c) { free(be); free(c); return pdb_err_set(PDB_NOMEM, "prefill cpu backend"); }

@@ -2,6 +2,8 @@
  * assembled), cap (this chunk's captured rows [L, n, row]). */
 #include "pdb_prefill_engine.h"
 
+#include "pdb_dec_model.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +12,42 @@ static double eng_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Block hooks: chunks clipped at block ends, each finished block copied out of the hook. */
+static pdb_status run_blocks(pdb_prefill_backend *be, const pdb_config *cfg, const int32_t *ids, int64_t bs, int64_t nb,
+                             int64_t first_block, int64_t chunk, pdb_prefill_segment_fn fn, void *user,
+                             pdb_prefill_stats *stats) {
+    pdb_prefill_stats st = {0};
+    pdb_dec_layout lay;
+    PDB_TRY(pdb_dec_layout_of(cfg, &lay));
+    PDB_TRY(pdb_dec_check_block_size(cfg, bs));
+    uint64_t bytes = 0;
+    for (int p = 0; p < lay.layout.n_pools; p++) bytes += pdb_store_pool_bytes(&lay.layout.pools[p], bs);
+    void *seg = malloc(bytes);
+    if (!seg) return pdb_err_set(PDB_NOMEM, "prefill: segment buffer");
+    st.capture_bytes_peak = bytes;
+    int64_t T = nb * bs;
+    pdb_status s = be->begin(be, T);
+    for (int64_t pos = 0; !s && pos < T;) {
+        int64_t n = T - pos < chunk ? T - pos : chunk, end = (pos / bs + 1) * bs;
+        if (pos + n > end) n = end - pos;
+        double t0 = eng_now();
+        s = be->forward_chunk(be, ids + pos, pos, n, seg, NULL);
+        pos += n;
+        if (!s && pos % bs == 0 && pos / bs - 1 >= first_block) s = be->get_block(be, pos / bs - 1, bs, seg);
+        st.engine_s += eng_now() - t0;
+        st.tokens_run += n;
+        if (s || pos % bs || pos / bs - 1 < first_block) continue;
+        double t1 = eng_now();
+        s = fn(user, pos / bs - 1, seg, bytes);
+        st.callback_s += eng_now() - t1;
+        if (!s) st.blocks_sent++;
+    }
+    be->end(be);
+    free(seg);
+    if (stats) *stats = st;
+    return s;
 }
 
 pdb_status pdb_prefill_run(pdb_prefill_backend *be, const pdb_config *cfg, const int32_t *ids, int64_t n_ids,
@@ -24,6 +62,7 @@ pdb_status pdb_prefill_run(pdb_prefill_backend *be, const pdb_config *cfg, const
     if (stats) *stats = st;
     if (first_block == nb) return PDB_OK;
     if (chunk > T) chunk = T;
+    if (be->get_block) return run_blocks(be, cfg, ids, bs, nb, first_block, chunk, fn, user, stats);
     float *cap = malloc(sizeof(float) * (size_t)(L * chunk * row)), *seg = malloc(sizeof(float) * (size_t)(L * bs * row));
     if (!cap || !seg) { free(cap); free(seg); return pdb_err_set(PDB_NOMEM, "prefill: capture buffers"); }
     st.capture_bytes_peak = sizeof(float) * (uint64_t)(L * (chunk + bs) * row);

@@ -3,7 +3,8 @@
  * that completes it has passed the last layer.
  * Invariants: only full blocks are produced, in increasing order, from first_block on; the
  * prompt is run only up to its last full block (the decoder computes the tail itself); memory
- * held for captures is one chunk's rows plus one segment, whatever the prompt length. */
+ * held for captures is one chunk's rows plus one segment, whatever the prompt length (block
+ * hooks: one segment plus the hook's own decoder-pool cache). */
 #ifndef PDB_PREFILL_ENGINE_H
 #define PDB_PREFILL_ENGINE_H
 
@@ -11,7 +12,8 @@
 
 #include "pdb_prefill_backend.h"
 
-/* data: the block's "latent" pool [n_layers, block_size, row] f32 (the store's block bytes). */
+/* data: the block's pools back to back in the decoder's store layout (the store's block bytes;
+ * DeepSeek-V2: the "latent" pool [n_layers, block_size, row] f32). */
 typedef pdb_status (*pdb_prefill_segment_fn)(void *user, int64_t block, const float *data, uint64_t bytes);
 
 typedef struct pdb_prefill_stats {

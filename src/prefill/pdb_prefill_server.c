@@ -26,6 +26,7 @@ struct pdb_prefill_server {
     pdb_config cfg;
     pdb_st *est, *dst;
     char fp_hex[65], scheme[32], backend[16];
+    pdb_dec_layout layout; /* the decoder's store layout: what one segment holds */
     pdb_prefill_backend *engines[PS_MAX_ENGINES];
     int busy[PS_MAX_ENGINES], n_engines;
     pthread_mutex_t mu;
@@ -123,13 +124,13 @@ static void *prefill_job(void *arg) {
     pthread_mutex_lock(&s->mu);
     s->requests++;
     pthread_mutex_unlock(&s->mu);
-    pdb_store_pool pool = {.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = s->cfg.num_layers, .stride = 1,
-                           .width = s->cfg.kv_lora_rank + s->cfg.qk_rope_head_dim, .dtype = PDB_DT_F32};
+    uint64_t block_bytes = 0;
+    for (int p = 0; p < s->layout.layout.n_pools; p++) block_bytes += pdb_store_pool_bytes(&s->layout.layout.pools[p], bs);
     int hl = snprintf(hj, sizeof hj,
                       "{\"version\":1,\"fingerprint\":\"%s\",\"block_size\":%lld,\"first_block\":%lld,\"n_blocks\":%lld,"
                       "\"block_bytes\":%llu}",
                       s->fp_hex, (long long)bs, (long long)fb, (long long)(n / bs),
-                      (unsigned long long)pdb_store_pool_bytes(&pool, bs));
+                      (unsigned long long)block_bytes);
     uint8_t prefix[16];
     pdb_segment_frame_prefix(PDB_SEG_HEADER, (uint64_t)hl, prefix);
     pdb_prefill_stats ps = {0};
@@ -179,8 +180,11 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "token_ids", NULL, "token_ids must be a non-empty array");
         goto out;
     }
-    if (!json_is_integer(jbs) || bs <= 0 || bs % 128) {
-        pdb_http_respond_error(r, 400, "invalid_request_error", "block_size", NULL, "block_size must be a positive multiple of 128");
+    if (!json_is_integer(jbs) || pdb_dec_check_block_size(&s->cfg, bs)) {
+        pdb_http_respond_error(r, 400, "invalid_request_error", "block_size", NULL,
+                               s->cfg.arch == PDB_ARCH_DEEPSEEK_V4
+                                   ? "block_size must be a positive multiple of 128 and of every compression rate"
+                                   : "block_size must be a positive multiple of 128");
         goto out;
     }
     if (!fp) {
@@ -294,6 +298,13 @@ static void handler(void *user, pdb_http_request *r) {
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
 static int same_shape(const pdb_config *a, const pdb_config *b) {
+    if (a->arch == PDB_ARCH_DEEPSEEK_V4 || b->arch == PDB_ARCH_DEEPSEEK_V4) { /* every field matters to the pools */
+        char *ja = NULL, *jb = NULL;
+        int same = a->arch == b->arch && !pdb_config_to_json(a, &ja) && !pdb_config_to_json(b, &jb) && !strcmp(ja, jb);
+        free(ja);
+        free(jb);
+        return same;
+    }
     return a->arch == b->arch && a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size &&
            a->num_layers == b->num_layers && a->num_heads == b->num_heads && a->kv_lora_rank == b->kv_lora_rank &&
            a->qk_rope_head_dim == b->qk_rope_head_dim && a->qk_nope_head_dim == b->qk_nope_head_dim &&
@@ -311,7 +322,11 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
     uint8_t fp[32];
     pdb_status st = pdb_config_load(o->model_dir, &s->cfg);
     if (!st) st = pdb_config_load(o->decoder_dir, &dcfg);
-    if (!st && s->cfg.arch != PDB_ARCH_DEEPSEEK_V2) st = pdb_err_set(PDB_UNSUPPORTED, "%s: prefill supports deepseek_v2", o->model_dir);
+    if (!st && s->cfg.arch != PDB_ARCH_DEEPSEEK_V2 && s->cfg.arch != PDB_ARCH_DEEPSEEK_V4)
+        st = pdb_err_set(PDB_UNSUPPORTED, "%s: prefill supports deepseek_v2 and deepseek_v4", o->model_dir);
+    int v4_sem = 0;
+    if (!st && s->cfg.arch == PDB_ARCH_DEEPSEEK_V4) st = pdb_dec_model_v4_semantics(o->decoder_dir, &v4_sem);
+    if (!st) st = pdb_dec_layout_of(&s->cfg, &s->layout);
     if (!st && !same_shape(&s->cfg, &dcfg))
         st = pdb_err_set(PDB_MISMATCH, "%s and %s are not the same model architecture (config.json differs)", o->model_dir,
                          o->decoder_dir);
@@ -324,12 +339,16 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
     const char *want = o->backend ? o->backend : "auto";
     for (int i = 0; i < s->n_engines && !st; i++) {
         pdb_prefill_backend_opts bo = {.cfg = &s->cfg, .engine = s->est, .decoder = s->dst, .device = o->device,
-                                       .threads = o->threads ? o->threads : 0};
+                                       .threads = o->threads ? o->threads : 0, .v4_sem = v4_sem};
         if (!o->threads && s->n_engines > 1) {
             long nc = sysconf(_SC_NPROCESSORS_ONLN) / s->n_engines;
             bo.threads = nc > 0 ? (int)nc : 1;
         }
-        if (strcmp(want, "cpu")) {
+        if (s->cfg.arch == PDB_ARCH_DEEPSEEK_V4 && !strcmp(want, "cuda")) {
+            st = pdb_err_set(PDB_UNSUPPORTED, "prefill: the CUDA backend does not run deepseek_v4 yet; use --backend cpu");
+            break;
+        }
+        if (strcmp(want, "cpu") && s->cfg.arch == PDB_ARCH_DEEPSEEK_V2) {
             st = pdb_prefill_backend_cuda_create(&bo, &s->engines[i]);
             if (st && !strcmp(want, "cuda")) break;
             if (st) PDB_INFO("prefill: no CUDA backend (%s); using the CPU", pdb_err_msg());

@@ -1,0 +1,102 @@
+/* pdb_prefill_cpu_v4: the prefill engine's CPU backend for DeepSeek-V4. The engine runs the
+ * shared V4 math (pdb_v4_forward_hooked) on its own weights with its own pdb_v4_cache; the
+ * capture hook (a block hook, pdb_prefill_backend.h) receives every layer's attention input and
+ * feeds it, with the DECODER's weights, into a second pdb_v4_cache through pdb_v4_cache_feed
+ * (the decoder's own definition of its pools: K=V rows, window, compressed entries, indexer keys,
+ * overlap halves); get_block copies a finished block out with pdb_dec_v4_get_block, the function
+ * the decoder uses for its own blocks.
+ * Invariants: the hook cache's len equals the engine cache's len between chunks; with the same
+ * weights on both sides (--scheme none) every block equals the decoder's own bit for bit, for
+ * any chunking (chunks never cross a block boundary: the engine clips them). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_dec_arch.h"
+#include "pdb_prefill_backend.h"
+#include "pdb_v4.h"
+
+typedef struct v4_impl {
+    pdb_v4_model *em;     /* engine weights */
+    pdb_v4_model *dm;     /* decoder weights (the hook's) */
+    pdb_v4_cache ec, dc;  /* engine cache / the decoder's pools */
+    pdb_v4_semantics sem;
+    int capture;          /* this chunk runs the hook */
+} v4_impl;
+
+static pdb_status v4_hook(void *user, int64_t l, const float *x, int64_t T, int64_t p0) {
+    v4_impl *v = user;
+    if (!v->capture) return PDB_OK;
+    if (v->dc.len != p0) return pdb_err_set(PDB_INVALID, "prefill v4 hook: at position %lld, the hook is at %lld", (long long)p0,
+                                            (long long)v->dc.len);
+    return pdb_v4_cache_feed(v->dm, &v->dc, l, x, T, NULL);
+}
+
+static void v4_end(pdb_prefill_backend *be) {
+    v4_impl *v = be->impl;
+    pdb_v4_cache_free(&v->ec);
+    pdb_v4_cache_free(&v->dc);
+}
+
+static pdb_status v4_begin(pdb_prefill_backend *be, int64_t max_tokens) {
+    v4_impl *v = be->impl;
+    v4_end(be);
+    pdb_status s = pdb_v4_cache_init(&v->ec, v->em, max_tokens, v->sem);
+    if (!s) s = pdb_v4_cache_init(&v->dc, v->dm, max_tokens, v->sem);
+    if (s) v4_end(be);
+    return s;
+}
+
+static pdb_status v4_forward_chunk(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, float *capture,
+                                   float *logits_last) {
+    v4_impl *v = be->impl;
+    if (!v->ec.layers || pos0 != v->ec.len)
+        return pdb_err_set(PDB_INVALID, "prefill v4: chunk at %lld, the sequence is at %lld", (long long)pos0, (long long)v->ec.len);
+    if (capture && v->dc.len != pos0)
+        return pdb_err_set(PDB_INVALID, "prefill v4: the hook must run on every chunk from position 0");
+    v->capture = capture != NULL;
+    pdb_v4_hook hook = {v4_hook, v};
+    PDB_TRY(pdb_v4_forward_hooked(v->em, &v->ec, ids, n, 0, logits_last, &hook));
+    if (capture) v->dc.len += n;
+    return PDB_OK;
+}
+
+static pdb_status v4_get_block(pdb_prefill_backend *be, int64_t b, int64_t bs, void *buf) {
+    v4_impl *v = be->impl;
+    if (v->dc.len != (b + 1) * bs)
+        return pdb_err_set(PDB_INVALID, "prefill v4: block %lld asked at position %lld (its end is %lld)", (long long)b,
+                           (long long)v->dc.len, (long long)((b + 1) * bs));
+    pdb_dec_v4_get_block(&v->dm->cfg, &v->dc, b, bs, buf);
+    return PDB_OK;
+}
+
+static void v4_destroy(pdb_prefill_backend *be) {
+    if (!be) return;
+    v4_impl *v = be->impl;
+    if (v) {
+        v4_end(be);
+        pdb_v4_free(v->em);
+        pdb_v4_free(v->dm);
+        free(v);
+    }
+    free(be);
+}
+
+pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
+    pdb_prefill_backend *be = calloc(1, sizeof *be);
+    v4_impl *v = calloc(1, sizeof *v);
+    if (!be || !v) { free(be); free(v); return pdb_err_set(PDB_NOMEM, "prefill cpu v4 backend"); }
+    be->name = "cpu";
+    be->impl = v;
+    be->begin = v4_begin;
+    be->forward_chunk = v4_forward_chunk;
+    be->get_block = v4_get_block;
+    be->end = v4_end;
+    be->destroy = v4_destroy;
+    v->sem = (pdb_v4_semantics)o->v4_sem;
+    pdb_status s = pdb_v4_check_semantics(o->cfg, v->sem);
+    if (!s) s = pdb_v4_load_from(o->cfg, o->engine, &v->em);
+    if (!s) s = pdb_v4_load_from(o->cfg, o->decoder, &v->dm);
+    if (s) { v4_destroy(be); return s; }
+    *out = be;
+    return PDB_OK;
+}
