@@ -1,21 +1,26 @@
-/* pdb_pool: workers wait on a condition variable for a generation number; a run publishes
- * (fn, ctx, n_tasks), bumps the generation, and every thread (caller included) claims task
- * indices from an atomic counter until none are left; the caller waits until all workers have
- * left the run. State: gen (run number), next (next task), active (workers still in the run). */
+/* pdb_pool: workers wait for a generation number; a run publishes (fn, ctx, n_tasks), bumps the
+ * generation, and every thread (caller included) claims task indices from an atomic counter until
+ * none are left; the caller returns when every worker has left the run. Workers and the caller
+ * spin briefly (PDB_POOL_SPIN polls) before sleeping on a condition variable: a decode step runs
+ * ~100 short parallel-fors, and waking sleeping threads for each would cost more than the work.
+ * State: gen, active and stop are atomics; mu/cv/done only guard the sleeping paths. */
 #include "pdb_pool.h"
 
+#include <immintrin.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
+
+enum { PDB_POOL_SPIN = 20000 }; /* ~tens of microseconds of _mm_pause */
 
 struct pdb_pool {
     int n;                /* threads including the caller */
     pthread_t *th;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    uint64_t gen;
-    int stop, active;
+    atomic_uint_fast64_t gen;
+    atomic_int stop, active;
     pdb_pool_fn fn;
     void *ctx;
     int64_t n_tasks;
@@ -37,17 +42,26 @@ static void *pool_main(void *arg) {
     free(arg);
     pdb_pool *p = a.p;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && p->gen == seen) pthread_cond_wait(&p->go, &p->mu);
-        if (p->stop) break;
-        seen = p->gen;
-        pthread_mutex_unlock(&p->mu);
+        int spins = 0;
+        while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop) && spins < PDB_POOL_SPIN) {
+            _mm_pause();
+            spins++;
+        }
+        if (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) {
+            pthread_mutex_lock(&p->mu);
+            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->go, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = atomic_load(&p->gen);
         pool_work(p, a.id);
-        pthread_mutex_lock(&p->mu);
-        if (--p->active == 0) pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub(&p->active, 1) == 1) { /* the last worker out wakes a sleeping caller */
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -79,7 +93,7 @@ pdb_status pdb_pool_create(int n, pdb_pool **out) {
 void pdb_pool_destroy(pdb_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->th[i], NULL);
@@ -98,17 +112,24 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
         for (int64_t i = 0; i < n_tasks; i++) fn(ctx, i, 0);
         return;
     }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store(&p->next, 0);
-    p->active = p->n - 1;
-    p->gen++;
+    atomic_store(&p->active, p->n - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->gen, 1); /* publishes fn/ctx/n_tasks (seq_cst) */
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     pool_work(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->active > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    int spins = 0;
+    while (atomic_load(&p->active) > 0 && spins < PDB_POOL_SPIN) {
+        _mm_pause();
+        spins++;
+    }
+    if (atomic_load(&p->active) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->active) > 0) pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
