@@ -3,7 +3,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 # `make test` also runs the whole suite under ASan+UBSan (gcc, no CUDA) in $(ASAN_BUILD) and the
-# fuzz targets (clang + libFuzzer, short bounded runs + regression inputs) in $(FUZZ_BUILD),
+# fuzz targets (clang + libFuzzer, regression inputs + a deterministic seeded run) in $(FUZZ_BUILD),
 # before the normal suite, whose ctest summary ends the output. See docs/fuzzing.md.
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fuzz/run.sh: runs one libFuzzer target of fuzz/ (built with -DPDB_FUZZ=ON, see docs/fuzzing.md).
 #   run.sh short EXE        every file of fuzz/corpus/<name> and fuzz/regressions/<name> once
-#                           (a regression test), then a bounded run of $PDB_FUZZ_SECONDS (10) s
+#                           (a regression test), then a deterministic run of $PDB_FUZZ_RUNS (20000)
+#                           executions from seed $PDB_FUZZ_SEED (1): CI gives the same verdict every time
 #   run.sh long EXE RUNS    a long run of RUNS executions on a persistent corpus under
 #                           $PDB_FUZZ_WORK (default build-fuzz/long); prints libFuzzer's final stats
 # Invariants: the source corpus is never written (new inputs go to a temp or work dir); a crash
@@ -29,15 +30,15 @@ fi
 echo "ok   $name: ${#inputs[@]} corpus/regression inputs pass"
 
 if [ "$mode" = short ]; then
-    secs="${PDB_FUZZ_SECONDS:-10}"
+    runs="${PDB_FUZZ_RUNS:-20000}" seed="${PDB_FUZZ_SEED:-1}"
     work="$(mktemp -d /tmp/pdbfuzz-corpus-XXXXXX)"
     trap 'rm -rf "$work"' EXIT
-    if ! "$exe" "${common[@]}" -max_total_time="$secs" "$work" "$corpus" >"$art/fuzz.log" 2>&1; then
+    if ! "$exe" "${common[@]}" -seed="$seed" -runs="$runs" "$work" "$corpus" >"$art/fuzz.log" 2>&1; then
         tail -60 "$art/fuzz.log"; echo "FAIL: $name: the bounded run found a failure; input saved under $art"; exit 1
     fi
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$art/fuzz.log" | tail -1)
     [ -n "$execs" ] && [ "$execs" -gt 0 ] || { tail -20 "$art/fuzz.log"; echo "FAIL: $name: no executions reported"; exit 1; }
-    echo "ok   $name: ${secs}s bounded run, $execs executions, no failure"
+    echo "ok   $name: $execs executions from seed $seed, no failure"
     [ -n "${PDB_FUZZ_ARTIFACTS:-}" ] || rm -rf "$art"
 elif [ "$mode" = long ]; then
     runs="$3"

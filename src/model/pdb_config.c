@@ -421,6 +421,8 @@ static pdb_status parse_v4(json_t *root, const char *o, pdb_config *c) {
     if (json_is_number(prfv)) c->partial_rotary_factor = json_number_value(prfv);
     else if (json_is_integer(qkr)) c->partial_rotary_factor = (double)json_integer_value(qkr) / (double)c->head_dim;
     else c->partial_rotary_factor = 64.0 / 512.0;
+    if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor < 1)) /* also keeps the cast below defined */
+        return pdb_err_set(PDB_INVALID, "%s: field 'partial_rotary_factor' = %g must be in (0, 1)", o, c->partial_rotary_factor);
     c->qk_rope_head_dim = (int64_t)((double)c->head_dim * c->partial_rotary_factor);
     if (c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2 || c->qk_rope_head_dim >= c->head_dim ||
         c->qk_rope_head_dim > c->index_head_dim)
