@@ -200,6 +200,95 @@ __attribute__((target("avx512f"))) static void dot4_avx512(const float *x, const
     }
 }
 
+static inline float e8m0_f32(uint8_t e) { /* == pdb_e8m0_to_f32, inlined for the kernels */
+    uint32_t u = e == 0xFF ? 0x7FC00000u : e == 0 ? 0x00400000u : (uint32_t)e << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* 16 e4m3 codes -> their exact values (see row_avx512). */
+__attribute__((target("avx512f"))) static inline __m512 e4m3x16(const uint8_t *q) {
+    const __m512i k80 = _mm512_set1_epi32(0x80), k7f = _mm512_set1_epi32(0x7F), qnan = _mm512_set1_epi32(0x7FC00000);
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i mag = _mm512_and_si512(v, k7f), sign = _mm512_slli_epi32(_mm512_and_si512(v, k80), 24);
+    __m512 val = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_slli_epi32(mag, 20))), _mm512_set1_ps(0x1p120f));
+    return _mm512_mask_mov_ps(val, _mm512_cmpeq_epi32_mask(mag, k7f), _mm512_castsi512_ps(_mm512_or_si512(sign, qnan)));
+}
+
+/* Decode (few tokens): four MXFP8 rows dequantized in registers 32 at a time and dotted with x
+ * in dot_avx512's lane order (elements j < 16 of a 32-block into the low accumulator, j >= 16
+ * into the high one, k ascending), so the result equals dequantize-then-dot bit for bit. */
+__attribute__((target("avx512f"))) static void fused4_mxfp8(const pdb_qmat *w, int64_t r0, const float *x, float *out) {
+    int64_t C = w->cols, nb = C / 32;
+    const uint8_t *q[4], *s[4];
+    for (int i = 0; i < 4; i++) {
+        q[i] = (const uint8_t *)w->data + (r0 + i) * C;
+        s[i] = w->scales + (r0 + i) * nb;
+    }
+    __m512 lo0 = _mm512_setzero_ps(), lo1 = lo0, lo2 = lo0, lo3 = lo0, hi0 = lo0, hi1 = lo0, hi2 = lo0, hi3 = lo0;
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+#define PDB_F4(i, lo, hi)                                                                          \
+        {                                                                                          \
+            __m512 sc = _mm512_set1_ps(e8m0_f32(s[i][b]));                                         \
+            lo = _mm512_fmadd_ps(x0, _mm512_mul_ps(e4m3x16(q[i] + b * 32), sc), lo);               \
+            hi = _mm512_fmadd_ps(x1, _mm512_mul_ps(e4m3x16(q[i] + b * 32 + 16), sc), hi);          \
+        }
+        PDB_F4(0, lo0, hi0)
+        PDB_F4(1, lo1, hi1)
+        PDB_F4(2, lo2, hi2)
+        PDB_F4(3, lo3, hi3)
+#undef PDB_F4
+    }
+    __m512 lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
+    for (int i = 0; i < 4; i++) {
+        float l[32];
+        _mm512_storeu_ps(l, lo[i]);
+        _mm512_storeu_ps(l + 16, hi[i]);
+        out[i] = fold32(l);
+    }
+}
+
+/* The same for MXFP4 rows (packed e2m1 pairs, low nibble first). */
+__attribute__((target("avx512f"))) static void fused4_mxfp4(const pdb_qmat *w, int64_t r0, const float *x, float *out) {
+    int64_t C = w->cols, nb = C / 32;
+    const __m512 lut = _mm512_loadu_ps(lut_e2m1);
+    const __m512i k15 = _mm512_set1_epi32(15);
+    const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const uint8_t *q[4], *s[4];
+    for (int i = 0; i < 4; i++) {
+        q[i] = (const uint8_t *)w->data + (r0 + i) * (C / 2);
+        s[i] = w->scales + (r0 + i) * nb;
+    }
+    __m512 lo0 = _mm512_setzero_ps(), lo1 = lo0, lo2 = lo0, lo3 = lo0, hi0 = lo0, hi1 = lo0, hi2 = lo0, hi3 = lo0;
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+#define PDB_F4(i, lo, hi)                                                                          \
+        {                                                                                          \
+            __m512 sc = _mm512_set1_ps(e8m0_f32(s[i][b]));                                         \
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q[i] + b * 16)));  \
+            __m512 l = _mm512_permutexvar_ps(_mm512_and_si512(v, k15), lut);                       \
+            __m512 h = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);                        \
+            lo = _mm512_fmadd_ps(x0, _mm512_mul_ps(_mm512_permutex2var_ps(l, il0, h), sc), lo);    \
+            hi = _mm512_fmadd_ps(x1, _mm512_mul_ps(_mm512_permutex2var_ps(l, il1, h), sc), hi);    \
+        }
+        PDB_F4(0, lo0, hi0)
+        PDB_F4(1, lo1, hi1)
+        PDB_F4(2, lo2, hi2)
+        PDB_F4(3, lo3, hi3)
+#undef PDB_F4
+    }
+    __m512 lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
+    for (int i = 0; i < 4; i++) {
+        float l[32];
+        _mm512_storeu_ps(l, lo[i]);
+        _mm512_storeu_ps(l + 16, hi[i]);
+        out[i] = fold32(l);
+    }
+}
+
 static pdb_qmat_isa isa_cur = (pdb_qmat_isa)-1;
 
 pdb_qmat_isa pdb_qmat_isa_detect(void) {
@@ -237,8 +326,29 @@ float pdb_qmat_dot(const float *a, const float *b, int64_t n) {
     }
 }
 
+__attribute__((target("avx512f"))) static void axpy_avx512(float *y, float a, const float *x, int64_t n) {
+    __m512 va = _mm512_set1_ps(a);
+    int64_t c = 0;
+    for (; c + 16 <= n; c += 16) _mm512_storeu_ps(y + c, _mm512_fmadd_ps(va, _mm512_loadu_ps(x + c), _mm512_loadu_ps(y + c)));
+    for (; c < n; c++) y[c] = fmaf(a, x[c], y[c]);
+}
+
+__attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, const float *x, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) _mm256_storeu_ps(y + c, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + c), _mm256_loadu_ps(y + c)));
+    for (; c < n; c++) y[c] = fmaf(a, x[c], y[c]);
+}
+
+static pdb_qmat_isa isa_get(void);
+
 void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n) {
-    for (int64_t c = 0; c < n; c++) y[c] = fmaf(a, x[c], y[c]);
+    switch (isa_get()) { /* every path: one fused multiply-add per element, so identical results */
+    case PDB_ISA_AVX512: axpy_avx512(y, a, x, n); return;
+    case PDB_ISA_AVX2: axpy_avx2(y, a, x, n); return;
+    default:
+        for (int64_t c = 0; c < n; c++) y[c] = fmaf(a, x[c], y[c]);
+    }
 }
 
 /* ---- matmul: tasks are blocks of output rows ------------------------------------------------ */
@@ -258,6 +368,17 @@ static void qm_task(void *vc, int64_t task, int thread) {
     int64_t C = c->w->cols, r0 = task * QM_ROWS_PER_TASK;
     int64_t r1 = r0 + QM_ROWS_PER_TASK < c->w->rows ? r0 + QM_ROWS_PER_TASK : c->w->rows;
     float *row = c->rowbuf + (int64_t)thread * C * 4;
+    int mx = c->w->fmt == PDB_QF_MXFP8 || c->w->fmt == PDB_QF_MXFP4;
+    if (isa_get() == PDB_ISA_AVX512 && mx && c->T <= 2 && C % 32 == 0) {
+        lut_init();
+        for (; r0 + 4 <= r1; r0 += 4) /* decode: dequantize in registers, no row buffer */
+            for (int64_t t = 0; t < c->T; t++) {
+                float o[4];
+                if (c->w->fmt == PDB_QF_MXFP8) fused4_mxfp8(c->w, r0, c->x + t * c->ldx, o);
+                else fused4_mxfp4(c->w, r0, c->x + t * c->ldx, o);
+                for (int i = 0; i < 4; i++) c->y[t * c->ldy + r0 + i] = o[i];
+            }
+    }
     if (isa_get() == PDB_ISA_AVX512) /* groups of four rows */
         for (; r0 + 4 <= r1; r0 += 4) {
             const float *wr[4];

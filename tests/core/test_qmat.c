@@ -48,11 +48,11 @@ static void test_rows_identical_across_isas(void **st) {
     pdb_qmat_isa_set(best);
 }
 
-static void test_matmul_identical(void **st) {
+static void matmul_identical(pdb_qfmt fmt) {
     static uint8_t q[R * C], sc[R * C / 32];
     static uint16_t bf[R * C];
     pdb_qmat w;
-    fill(&w, PDB_QF_MXFP8, q, sc, bf);
+    fill(&w, fmt, q, sc, bf);
     for (int i = 0; i < R * C / 32; i++) sc[i] = (uint8_t)(120 + i % 10); /* finite scales */
     for (int i = 0; i < R * C; i++) if ((q[i] & 0x7F) == 0x7F) q[i] ^= 1;  /* no NaN codes */
     enum { T = 5 };
@@ -76,6 +76,13 @@ static void test_matmul_identical(void **st) {
     pdb_qmat_isa_set(best);
     free(buf);
     pdb_pool_destroy(pool);
+}
+
+/* decode (T <= 2) uses fused in-register kernels for MX formats: still identical */
+static void test_matmul_identical(void **st) {
+    matmul_identical(PDB_QF_MXFP8);
+    matmul_identical(PDB_QF_MXFP4);
+    matmul_identical(PDB_QF_BF16);
 }
 
 int main(void) {
