@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-enum { PDB_POOL_SPIN = 20000 }; /* ~tens of microseconds of _mm_pause */
+enum { PDB_POOL_SPIN = 4000 }; /* ~10-100 us of _mm_pause: bridges the gaps inside a step, not idle time */
 
 struct pdb_pool {
     int n;                /* threads including the caller */
