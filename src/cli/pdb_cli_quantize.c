@@ -11,9 +11,10 @@ int pdb_cli_quantize(int argc, char **argv) {
         "Writes the decode engine's own checkpoint. mx (default): routed experts MXFP4, attention and\n"
         "dense/shared MLP projections and lm_head MXFP8, embeddings/norms/router unchanged. none: all\n"
         "tensors unchanged (used for exactness tests). DEC_DIR/pdbridge_decoder.json records the scheme,\n"
-        "the weights digest and the model fingerprint the prefix-cache store keys on. deepseek_v4: scheme\n"
-        "none only; --v4-semantics (default official) fixes the decoder's cache math and is part of the\n"
-        "fingerprint (docs/v4.md).\n";
+        "the weights digest and the model fingerprint the prefix-cache store keys on. deepseek_v4: mx makes\n"
+        "routed experts MXFP4 and the attention/compressor/indexer/shared-expert projections and the head\n"
+        "MXFP8 (router, hash tables, sinks, hc mixing, norms unchanged); --v4-semantics (default official)\n"
+        "fixes the decoder's cache math and is part of the fingerprint (docs/v4.md).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     const char *model = NULL, *out = NULL, *scheme = "mx", *sem = NULL;
     for (int i = 1; i < argc; i++) {

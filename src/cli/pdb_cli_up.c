@@ -276,7 +276,7 @@ int pdb_cli_up(int argc, char **argv) {
         "from the Python standard library with a needle sentence in the middle, then a warm follow-up.\n"
         "Models are generated once under DIR (default .cache/up); logs go to DIR/logs.\n"
         "--arch deepseek_v4: the tiny V4 preset (window 8, CSA rate 4 with its lightning indexer, HCA rate 16,\n"
-        "hyper-connections) with the real tokenizer's vocabulary, official semantics, scheme none, CPU\n"
+        "hyper-connections) with the real tokenizer's vocabulary, official semantics, CPU\n"
         "prefill, default 3000 tokens (the V4 engines are the single-threaded f32 reference).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     long long tokens = 0, max_tokens = 24;
@@ -293,7 +293,7 @@ int pdb_cli_up(int argc, char **argv) {
         else { fprintf(stderr, "pdbridge up: bad option '%s'\n\n%s", a, usage); return 2; }
     }
     int v4 = !strcmp(arch, "deepseek_v4");
-    if (v4 && strcmp(scheme, "none")) { fprintf(stderr, "pdbridge up: deepseek_v4 runs with --scheme none only\n"); return 2; }
+    if (strcmp(scheme, "none") && strcmp(scheme, "mx")) { fprintf(stderr, "pdbridge up: --scheme none or mx\n"); return 2; }
     if (v4 && !strcmp(backend, "auto")) backend = "cpu";
     if (!tokens) tokens = v4 ? 3000 : 6000;
     const char *mname = v4 ? "v4-tiny" : "v2-small";

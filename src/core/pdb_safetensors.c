@@ -615,9 +615,63 @@ static pdb_status st_dequant_fp8(const pdb_tensor_view *t, const pdb_tensor_view
     return rc;
 }
 
+pdb_status pdb_st_get_mx(const pdb_st *st, const char *name, int64_t rows, int64_t cols, const pdb_tensor_view **q,
+                         const pdb_tensor_view **scales, int *fp4) {
+    PDB_ASSERT(st && name && q && scales && fp4, "pdb_st_get_mx: NULL argument");
+    *q = *scales = NULL;
+    *fp4 = 0;
+    size_t n = strlen(name);
+    char *sname = malloc(n + 16);
+    if (!sname) return pdb_err_set(PDB_NOMEM, "tensor '%s': out of memory", name);
+    snprintf(sname, n + 16, "%s_mx_scale", name);
+    const pdb_tensor_view *sc = pdb_st_find(st, sname), *v = pdb_st_find(st, name);
+    free(sname);
+    if (!sc) return PDB_OK;
+    if (!v) return pdb_err_set(PDB_NOT_FOUND, "%s: tensor '%s_mx_scale' without its weight '%s'", sc->file, name, name);
+    int mx4 = v->dtype == PDB_DT_U8;
+    if (v->ndim == 2) {
+        if (rows < 0) rows = v->shape[0];
+        if (cols < 0) cols = mx4 ? 2 * v->shape[1] : v->shape[1];
+    }
+    if ((v->dtype != PDB_DT_U8 && v->dtype != PDB_DT_F8_E4M3) || v->ndim != 2 || v->shape[0] != rows ||
+        v->shape[1] != (mx4 ? cols / 2 : cols) || cols % 32 || sc->ndim != 2 || sc->shape[0] != rows ||
+        sc->shape[1] != cols / 32 || (sc->dtype != PDB_DT_F8_E8M0 && sc->dtype != PDB_DT_U8))
+        return pdb_err_set(PDB_MISMATCH, "%s: tensor '%s' is not an MX weight of shape [%lld, %lld]", v->file, name,
+                           (long long)rows, (long long)cols);
+    *q = v;
+    *scales = sc;
+    *fp4 = mx4;
+    return PDB_OK;
+}
+
+/* An MX weight (pdb_st_get_mx) into f32, exactly (every MX value is an f32). */
+static pdb_status st_load_mx(const pdb_st *st, const char *name, int ndim, const int64_t *shape, float **out, int *found) {
+    const pdb_tensor_view *q, *sc;
+    int fp4;
+    *found = 0;
+    if (!pdb_st_find(st, name)) return PDB_OK; /* pdb_st_get reports it */
+    PDB_TRY(pdb_st_get_mx(st, name, ndim == 2 ? shape[0] : -1, ndim == 2 ? shape[1] : -1, &q, &sc, &fp4));
+    if (!q) return PDB_OK;
+    *found = 1;
+    if (ndim != 2) return pdb_err_set(PDB_MISMATCH, "%s: tensor '%s' is an MX weight (2-d), expected %d dims", q->file, name, ndim);
+    int64_t R = q->shape[0], C = fp4 ? 2 * q->shape[1] : q->shape[1];
+    float *buf = malloc((size_t)(R * C > 0 ? R * C : 1) * sizeof *buf);
+    if (!buf) return pdb_err_set(PDB_NOMEM, "%s: tensor '%s': out of memory for %lld floats", q->file, name, (long long)(R * C));
+    const uint8_t *d = q->data, *s = sc->data;
+    for (int64_t r = 0; r < R; r++) {
+        if (fp4) pdb_dequant_mxfp4_row(d + r * C / 2, s + r * C / 32, C, buf + r * C);
+        else pdb_dequant_mxfp8_row(d + r * C, s + r * C / 32, C, buf + r * C);
+    }
+    *out = buf;
+    return PDB_OK;
+}
+
 pdb_status pdb_st_load_f32(const pdb_st *st, const char *name, int ndim, const int64_t *shape, float **out) {
     PDB_ASSERT(out, "pdb_st_load_f32: NULL out");
     *out = NULL;
+    int mx = 0;
+    PDB_TRY(st_load_mx(st, name, ndim, shape, out, &mx));
+    if (mx) return PDB_OK;
     const pdb_tensor_view *t;
     PDB_TRY(pdb_st_get(st, name, ndim, shape, &t));
     switch (t->dtype) {

@@ -49,8 +49,16 @@ const char *pdb_st_meta(const pdb_st *st, const char *key);
  * the tensor and the file. ndim/shape given by the caller; a -1 dim matches anything. */
 pdb_status pdb_st_get(const pdb_st *st, const char *name, int ndim, const int64_t *shape,
                       const pdb_tensor_view **out);
+/* An MX weight as `pdbridge quantize` writes it (docs/formats: "NAME" e4m3 [rows, cols] for MXFP8
+ * or packed e2m1 U8 [rows, cols/2] for MXFP4, plus "NAME_mx_scale" e8m0 (or U8) [rows, cols/32]).
+ * *q = *scales = NULL and PDB_OK when st has no "NAME_mx_scale" (NAME is not an MX weight);
+ * PDB_MISMATCH naming the tensor and the file when the pair is not an MX weight of [rows, cols]
+ * (cols a multiple of 32). rows/cols < 0 take the stored size. *fp4: 1 for MXFP4. */
+pdb_status pdb_st_get_mx(const pdb_st *st, const char *name, int64_t rows, int64_t cols, const pdb_tensor_view **q,
+                         const pdb_tensor_view **scales, int *fp4);
 /* Load a float tensor of any float dtype (F32/BF16/F16/F8_E4M3; FP8 with a companion
- * NAME_scale_inv or NAME.scale tensor is block-dequantized) into a new f32 buffer. */
+ * NAME_scale_inv or NAME.scale tensor is block-dequantized; an MX weight, pdb_st_get_mx, is
+ * dequantized exactly row by row, ndim 2) into a new f32 buffer. */
 pdb_status pdb_st_load_f32(const pdb_st *st, const char *name, int ndim, const int64_t *shape,
                            float **out /* malloc'd, numel floats */);
 

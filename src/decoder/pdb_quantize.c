@@ -23,10 +23,24 @@ static int ends(const char *s, const char *suf) {
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-static qkind choose(const pdb_tensor_view *v, const char *scheme) {
+/* DeepSeek-V4 (DeepSeek's and transformers' names): routed experts MXFP4; the attention
+ * projections (incl. the compressors' and the indexer's, under attn. / self_attn.), the shared
+ * expert and the head MXFP8. Norms (1-d or *norm*), the router (ffn.gate / mlp.gate), hash tables,
+ * sinks, hc mixing and compressor position biases (not ".weight") stay as they are. */
+static qkind choose_v4(const char *name) {
+    if (has(name, "norm")) return QK_KEEP;
+    if (has(name, ".experts.")) return QK_MXFP4;
+    if (has(name, "attn.") || has(name, "shared_experts.") || !strcmp(name, "head.weight") ||
+        !strcmp(name, "lm_head.weight") || !strcmp(name, "model.head.weight"))
+        return QK_MXFP8;
+    return QK_KEEP;
+}
+
+static qkind choose(const pdb_tensor_view *v, const char *scheme, int v4) {
     if (strcmp(scheme, "mx") || v->ndim != 2 || !ends(v->name, ".weight") || v->shape[1] % 32) return QK_KEEP;
     if (v->dtype != PDB_DT_BF16 && v->dtype != PDB_DT_F32 && v->dtype != PDB_DT_F16 && v->dtype != PDB_DT_F8_E4M3)
         return QK_KEEP;
+    if (v4) return choose_v4(v->name);
     if (has(v->name, "embed_tokens") || has(v->name, "layernorm") || ends(v->name, "mlp.gate.weight")) return QK_KEEP;
     if (has(v->name, ".mlp.experts.")) return QK_MXFP4;
     if (has(v->name, "self_attn.") || has(v->name, ".mlp.") || !strcmp(v->name, "lm_head.weight")) return QK_MXFP8;
@@ -63,9 +77,6 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
     if (cfg.arch == PDB_ARCH_DEEPSEEK_V4) {
         if (v4_semantics) PDB_TRY(pdb_v4_semantics_parse(v4_semantics, &sem));
         PDB_TRY(pdb_v4_check_semantics(&cfg, sem));
-        if (!strcmp(scheme, "mx"))
-            return pdb_err_set(PDB_UNSUPPORTED, "quantize: scheme mx is not implemented for deepseek_v4 yet (the V4 "
-                               "decoder loads f32/bf16/FP8 weights); use --scheme none");
     } else if (cfg.arch != PDB_ARCH_DEEPSEEK_V2) {
         return pdb_err_set(PDB_UNSUPPORTED, "quantize: %s is not deepseek_v2 or deepseek_v4", src);
     } else if (v4_semantics) {
@@ -94,7 +105,7 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
         const pdb_tensor_view *v = pdb_st_at(st, i);
         if (ends(v->name, "_scale_inv") || ends(v->name, ".scale")) continue; /* consumed with their FP8 weight */
         in_bytes += v->nbytes;
-        qkind k = choose(v, scheme);
+        qkind k = choose(v, scheme, cfg.arch == PDB_ARCH_DEEPSEEK_V4);
         if (k == QK_KEEP && v->dtype != PDB_DT_F8_E4M3) {
             if ((s = pdb_st_writer_add(w, v->name, v->dtype, v->ndim, v->shape, v->data))) goto done;
             out_bytes += v->nbytes;

@@ -31,28 +31,22 @@ static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, i
                             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, int64_t rows, int64_t cols,
                             const char *fmt, ...) {
-    char name[256], sname[300];
+    char name[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
     if (cols > w->max_cols) w->max_cols = cols;
-    const pdb_tensor_view *v = pdb_st_find(st, name);
+    const pdb_tensor_view *v = pdb_st_find(st, name), *mq, *sc;
     if (!v) return pdb_err_set(PDB_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
-    snprintf(sname, sizeof sname, "%s_mx_scale", name);
-    const pdb_tensor_view *sc = pdb_st_find(st, sname);
+    int mx4;
+    PDB_TRY(pdb_st_get_mx(st, name, rows, cols, &mq, &sc, &mx4));
     q->rows = rows;
     q->cols = cols;
     q->scales = NULL;
     if (sc) {
-        int mx4 = v->dtype == PDB_DT_U8;
-        if ((v->dtype != PDB_DT_U8 && v->dtype != PDB_DT_F8_E4M3) || v->ndim != 2 || v->shape[0] != rows ||
-            v->shape[1] != (mx4 ? cols / 2 : cols) || cols % 32 || sc->ndim != 2 || sc->shape[0] != rows ||
-            sc->shape[1] != cols / 32 || (sc->dtype != PDB_DT_F8_E8M0 && sc->dtype != PDB_DT_U8))
-            return pdb_err_set(PDB_MISMATCH, "%s: tensor '%s' is not an MX weight of shape [%lld, %lld]", v->file, name,
-                               (long long)rows, (long long)cols);
         q->fmt = mx4 ? PDB_QF_MXFP4 : PDB_QF_MXFP8;
-        q->data = v->data;
+        q->data = mq->data;
         q->scales = sc->data;
         return PDB_OK;
     }

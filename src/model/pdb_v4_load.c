@@ -2,7 +2,10 @@
  * (layers.N.attn.wkv.weight, ffn.experts.E.w1.weight, hc_attn_fn, attn_sink, ...) with or without
  * the "model." prefix that transformers 5.17 save_pretrained writes (it also writes the main
  * kv_norm as attn.norm.weight and keeps model.embed_tokens.weight / head.weight), and the
- * transformers module names (self_attn.kv_proj, mlp.experts.gate_up_proj fused, ...).
+ * transformers module names (self_attn.kv_proj, mlp.experts.gate_up_proj fused, ...). Weights
+ * are f32 in memory: bf16/f32/FP8 (block-scaled) and the MX weights `pdbridge quantize --scheme mx`
+ * writes ("NAME" + "NAME_mx_scale") all go through pdb_st_load_f32, which dequantizes exactly, so
+ * the decoder and the prefill engine's capture hook see the same f32 weights from one checkpoint.
  * Invariant: every tensor is found under one of its names and has exactly the shape the config
  * implies, or the load fails naming the tensor (first candidate) and the file. */
 #include <stdarg.h>

@@ -5,7 +5,12 @@
  * rows + end-of-block STATE) into a fresh sequence and continuing gives bit-identical logits to
  * the uninterrupted run, and so does a sequence chunked at odd sizes; the fingerprint depends on
  * --v4-semantics; through the service, a repeated prompt hits its full blocks with the same
- * greedy answer. */
+ * greedy answer. MX decoder (quantize --scheme mx): which tensors are MXFP4 / MXFP8 / kept, the
+ * loader's f32 weights are the exact dequantization of the stored MX rows (pdb_qmat_row_f32),
+ * the MX decoder equals the reference forward on its own checkpoint bit for bit (and differs
+ * from the unquantized one), its blocks are chunk-invariant, and through the service a repeated
+ * prompt hits. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,12 +21,13 @@
 #include "pdb_dec_model.h"
 #include "pdb_dec_service.h"
 #include "pdb_make_model.h"
+#include "pdb_qmat.h"
 #include "pdb_quantize.h"
 #include "pdb_test_util.h"
 #include "pdb_v4.h"
 
 enum { BS = 128 };
-static char *root, hf[512], dec[512], dex[512], cache[512];
+static char *root, hf[512], dec[512], dex[512], dmx[512], cache[512];
 
 static void make_ids(int32_t *ids, int64_t n, uint32_t seed) {
     for (int64_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % 1000); }
@@ -32,10 +38,11 @@ static int setup(void **st) {
     snprintf(hf, sizeof hf, "%s/hf", root);
     snprintf(dec, sizeof dec, "%s/dec", root);
     snprintf(dex, sizeof dex, "%s/dec-exact", root);
+    snprintf(dmx, sizeof dmx, "%s/dec-mx", root);
     snprintf(cache, sizeof cache, "%s/cache", root);
     pdb_make_model_opts o = {.arch = "deepseek_v4", .preset = "tiny", .seed = 5, .out_dir = hf};
     if (pdb_make_model_write(&o) || pdb_quantize_model(hf, dec, "none", 0) ||
-        pdb_quantize_model_ex(hf, dex, "none", "exact", 0)) {
+        pdb_quantize_model_ex(hf, dex, "none", "exact", 0) || pdb_quantize_model(hf, dmx, "mx", 0)) {
         fprintf(stderr, "%s\n", pdb_err_msg());
         return -1;
     }
@@ -190,7 +197,6 @@ static void test_fingerprint_semantics(void **st) {
     char bad[600];
     snprintf(bad, sizeof bad, "%s/bad", root);
     assert_int_equal(pdb_quantize_model_ex(hf, bad, "none", "fast", 0), PDB_INVALID);
-    assert_int_equal(pdb_quantize_model_ex(hf, bad, "mx", NULL, 0), PDB_UNSUPPORTED);
 }
 
 typedef struct {
@@ -222,11 +228,11 @@ static void run(pdb_dec_service *s, const int32_t *ids, int64_t n, collect *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
-static void test_service_hits(void **st) {
+static void service_hits(const char *model, const char *cdir) {
     enum { N = 2 * BS + 50 };
     int32_t ids[N];
     make_ids(ids, N, 11);
-    pdb_dec_service_opts o = {.model_dir = dec, .cache_dir = cache, .block_size = BS, .threads = 1, .max_batch = 4};
+    pdb_dec_service_opts o = {.model_dir = model, .cache_dir = cdir, .block_size = BS, .threads = 1, .max_batch = 4};
     pdb_dec_service *s = NULL;
     PDB_TEST_OK(pdb_dec_service_open(&o, &s));
     collect a, b;
@@ -242,7 +248,121 @@ static void test_service_hits(void **st) {
     pdb_dec_service_close(s);
     o.block_size = 192; /* multiple of 16 but not of 128 */
     assert_int_not_equal(pdb_dec_service_open(&o, &s), PDB_OK);
-    printf("  service: repeated V4 prompt hits %d cached tokens, same 5 greedy tokens\n", 2 * BS);
+    printf("  service (%s): repeated V4 prompt hits %d cached tokens, same 5 greedy tokens\n", model, 2 * BS);
+}
+
+static void test_service_hits(void **st) { service_hits(dec, cache); }
+
+/* The tensor's dtype in the MX checkpoint and whether it has an "_mx_scale" companion. */
+static void expect_tensor(const pdb_st *s, const char *name, pdb_dtype dt, int mx) {
+    const pdb_tensor_view *v = pdb_st_find(s, name);
+    char sn[300];
+    snprintf(sn, sizeof sn, "%s_mx_scale", name);
+    if (!v) fail_msg("MX checkpoint: %s missing", name);
+    if (v->dtype != dt || (pdb_st_find(s, sn) != NULL) != mx)
+        fail_msg("MX checkpoint: %s is %s%s", name, pdb_dtype_name(v->dtype), pdb_st_find(s, sn) ? " with an MX scale" : "");
+}
+
+/* The loader's f32 rows of a weight equal pdb_qmat_row_f32 of the stored MX rows, exactly. */
+static void expect_exact(const pdb_st *s, const char *name, int fp4, const float *w) {
+    const pdb_tensor_view *q, *sc;
+    int is4;
+    PDB_TEST_OK(pdb_st_get_mx(s, name, -1, -1, &q, &sc, &is4));
+    assert_non_null(q);
+    assert_int_equal(is4, fp4);
+    int64_t R = q->shape[0], C = fp4 ? 2 * q->shape[1] : q->shape[1];
+    pdb_qmat m = {fp4 ? PDB_QF_MXFP4 : PDB_QF_MXFP8, R, C, q->data, sc->data};
+    float *row = malloc(sizeof(float) * (size_t)C);
+    for (int64_t r = 0; r < R; r++) {
+        pdb_qmat_row_f32(&m, r, row);
+        if (memcmp(row, w + r * C, sizeof(float) * (size_t)C)) fail_msg("%s row %lld: loader != exact MX dequantization", name, (long long)r);
+    }
+    free(row);
+}
+
+static void test_mx_decoder(void **st) {
+    enum { T = 2 * BS + 21 };
+    pdb_st *s;
+    PDB_TEST_OK(pdb_st_open(dmx, &s));
+    expect_tensor(s, "model.layers.2.ffn.experts.3.w2.weight", PDB_DT_U8, 1);         /* routed expert: MXFP4 */
+    expect_tensor(s, "model.layers.0.attn.wq_a.weight", PDB_DT_F8_E4M3, 1);            /* attention: MXFP8 */
+    expect_tensor(s, "model.layers.2.attn.compressor.wgate.weight", PDB_DT_F8_E4M3, 1);
+    expect_tensor(s, "model.layers.2.attn.indexer.wq_b.weight", PDB_DT_F8_E4M3, 1);
+    expect_tensor(s, "model.layers.3.attn.compressor.wkv.weight", PDB_DT_F8_E4M3, 1);
+    expect_tensor(s, "model.layers.1.ffn.shared_experts.w2.weight", PDB_DT_F8_E4M3, 1);
+    expect_tensor(s, "head.weight", PDB_DT_F8_E4M3, 1);
+    expect_tensor(s, "model.embed_tokens.weight", PDB_DT_BF16, 0);                     /* kept */
+    expect_tensor(s, "model.layers.2.ffn.gate.weight", PDB_DT_BF16, 0);
+    expect_tensor(s, "model.layers.0.ffn.gate.tid2eid", PDB_DT_I64, 0);
+    expect_tensor(s, "model.layers.2.attn.attn_sink", PDB_DT_BF16, 0);
+    expect_tensor(s, "model.layers.2.hc_attn_fn", PDB_DT_BF16, 0);
+    expect_tensor(s, "model.layers.2.attn.compressor.ape", PDB_DT_BF16, 0);
+    expect_tensor(s, "model.layers.2.attn.norm.weight", PDB_DT_BF16, 0);
+    pdb_config c;
+    PDB_TEST_OK(pdb_config_load(dmx, &c));
+    pdb_v4_model *mm, *hm;
+    PDB_TEST_OK(pdb_v4_load_from(&c, s, &mm));
+    PDB_TEST_OK(pdb_v4_load(hf, &hm));
+    int64_t I = c.moe_intermediate_size, H = c.hidden_size;
+    expect_exact(s, "model.layers.2.ffn.experts.3.w2.weight", 1, mm->layers[2].w2 + 3 * I * H);
+    expect_exact(s, "model.layers.0.attn.wkv.weight", 0, mm->layers[0].wkv);
+    expect_exact(s, "head.weight", 0, mm->head);
+    /* quantization changed the weights, within MX's error: FP4 steps are at most 1/3 of the block's amax */
+    double worst = 0, amax = 0;
+    int64_t n = c.head_dim * H, changed = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)mm->layers[0].wkv[i] - hm->layers[0].wkv[i]);
+        changed += d > 0;
+        worst = d > worst ? d : worst;
+        amax = fabs(hm->layers[0].wkv[i]) > amax ? fabs(hm->layers[0].wkv[i]) : amax;
+    }
+    assert_true(changed > 0 && worst < amax / 8);
+    pdb_v4_free(hm);
+    /* the MX decoder = the reference forward on its own checkpoint, bit for bit; != unquantized */
+    pdb_dec_model *m, *m0;
+    PDB_TEST_OK(pdb_dec_model_open(dmx, NULL, &m));
+    PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m0));
+    assert_string_equal(pdb_dec_model_scheme(m), "mx");
+    assert_memory_not_equal(pdb_dec_model_fingerprint(m), pdb_dec_model_fingerprint(m0), 32);
+    int64_t V = c.vocab_size;
+    int32_t ids[T];
+    make_ids(ids, T, 17);
+    uint64_t bb = 0;
+    const pdb_store_layout *lay = pdb_dec_model_layout(m);
+    for (int p = 0; p < lay->n_pools; p++) bb += pdb_store_pool_bytes(&lay->pools[p], BS);
+    char *b1 = calloc(2, bb), *b2 = calloc(2, bb), *b0 = calloc(2, bb);
+    float *l1 = malloc(sizeof(float) * V), *l2 = malloc(sizeof(float) * V), *l0 = malloc(sizeof(float) * V);
+    pdb_dec_seq s1, s2, s0;
+    PDB_TEST_OK(pdb_dec_seq_init(&s1, m, T));
+    PDB_TEST_OK(pdb_dec_seq_init(&s2, m, T));
+    PDB_TEST_OK(pdb_dec_seq_init(&s0, m0, T));
+    prefill(m, &s1, ids, T, BS, b1, bb, l1);
+    prefill(m, &s2, ids, T, 45, b2, bb, l2);
+    prefill(m0, &s0, ids, T, BS, b0, bb, l0);
+    assert_memory_equal(b1, b2, 2 * bb);
+    assert_memory_equal(l1, l2, sizeof(float) * V);
+    assert_memory_not_equal(b1, b0, bb);
+    pdb_v4_cache rc;
+    PDB_TEST_OK(pdb_v4_cache_init(&rc, mm, T, PDB_V4_SEM_OFFICIAL));
+    PDB_TEST_OK(pdb_v4_forward(mm, &rc, ids, T, 0, l2));
+    assert_memory_equal(l1, l2, sizeof(float) * V);
+    double dl = 0;
+    for (int64_t i = 0; i < V; i++) dl = fabs((double)l1[i] - l0[i]) > dl ? fabs((double)l1[i] - l0[i]) : dl;
+    assert_true(dl > 0);
+    printf("  MX V4 decoder: loader == exact MX rows; decoder == reference on the MX checkpoint bit for bit; chunk 45 == %d; "
+           "max |dlogit| vs unquantized %.3g, argmax %lld vs %lld\n", BS, dl, (long long)argmax(l1, V), (long long)argmax(l0, V));
+    pdb_v4_cache_free(&rc);
+    pdb_dec_seq_free(&s1);
+    pdb_dec_seq_free(&s2);
+    pdb_dec_seq_free(&s0);
+    free(b0); free(b1); free(b2); free(l0); free(l1); free(l2);
+    pdb_dec_model_close(m);
+    pdb_dec_model_close(m0);
+    pdb_v4_free(mm);
+    pdb_st_close(s);
+    char mc[600];
+    snprintf(mc, sizeof mc, "%s/cache-mx", root);
+    service_hits(dmx, mc);
 }
 
 int main(void) {
@@ -251,6 +371,7 @@ int main(void) {
         cmocka_unit_test(test_forward_and_blocks),
         cmocka_unit_test(test_fingerprint_semantics),
         cmocka_unit_test(test_service_hits),
+        cmocka_unit_test(test_mx_decoder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
