@@ -259,7 +259,9 @@ int pdb_cli_diff_state(int argc, char **argv) {
         "--chat: one user message through the chat template), runs the decoder's own prefill over the\n"
         "prompt's full blocks, then mounts every block of that prompt from the store DIR (the\n"
         "decoder's layout and fingerprint; full verification incl. checksum, as the decoder mounts)\n"
-        "and compares the mounted state with the native one, pool by pool: bit-exact elements, worst\n"
+        "and compares the mounted state with the native one, pool by pool (every pool of the layout:\n"
+        "V2's latent rows, V4's window, compressed entries, indexer keys and overlap halves, each taken\n"
+        "at its block's end): bit-exact elements, worst\n"
         "absolute and relative delta, worst ulps, and how many blocks were found. DIR must hold a\n"
         "store.json (a decoder's cache dir); --block-size defaults to its block_size. The store's\n"
         "own rules apply: a file that fails verification is a miss, and is removed, as the decoder\n"
@@ -337,17 +339,15 @@ int pdb_cli_diff_state(int argc, char **argv) {
         goto out;
     }
     const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    if (lay->n_pools != 1 || lay->pools[0].dtype != PDB_DT_F32) {
-        fprintf(stderr, "pdbridge diff-state: %s: only single-pool f32 layouts are supported\n", model);
-        goto out;
-    }
+    const int np = lay->n_pools;
+    for (int p = 0; p < np; p++)
+        if (lay->pools[p].dtype != PDB_DT_F32) {
+            fprintf(stderr, "pdbridge diff-state: %s: pool %s is %s; only f32 pools are supported\n", model, lay->pools[p].name,
+                    pdb_dtype_name(lay->pools[p].dtype));
+            goto out;
+        }
     if (pdb_store_open(cdir, lay, pdb_dec_model_fingerprint(m), bs, 0, &store)) goto fail;
-    /* the decoder's native prefill over the full blocks (a row depends only on the rows before it) */
     if (pdb_dec_seq_init(&seq, m, nb * bs)) goto fail;
-    for (int64_t p = 0; p < nb * bs; p += 512) {
-        pdb_dec_seg sg = {&seq, ids + p, nb * bs - p < 512 ? nb * bs - p : 512, NULL};
-        if (pdb_dec_forward(m, &sg, 1)) goto fail;
-    }
     uint64_t bbytes = pdb_store_block_bytes(store);
     hashes = malloc((size_t)nb * sizeof *hashes);
     nat = malloc(bbytes);
@@ -356,14 +356,23 @@ int pdb_cli_diff_state(int argc, char **argv) {
     if (pdb_store_hash_chain(pdb_dec_model_fingerprint(m), ids, nb * bs, bs, hashes)) goto fail;
     char fp[65];
     pdb_store_hash_hex(pdb_dec_model_fingerprint(m), fp);
-    printf("decoder %s (scheme %s, fingerprint %.16s...), store %s\n", model, pdb_dec_model_scheme(m), fp, cdir);
-    pdb_block_cmp_stats total = {0};
+    printf("decoder %s (scheme %s, fingerprint %.16s...), store %s, %d pool(s)\n", model, pdb_dec_model_scheme(m), fp, cdir, np);
+    const void *natp[PDB_STORE_MAX_POOLS], *mntp[PDB_STORE_MAX_POOLS];
+    pdb_dec_block_pools(lay, bs, nat, natp);
+    pdb_dec_block_pools(lay, bs, mnt, mntp);
+    pdb_block_cmp_stats ptot[PDB_STORE_MAX_POOLS] = {{0}}, total = {0};
     int64_t found = 0, same = 0, leading = 0, gap = 0;
     for (int64_t b = 0; b < nb; b++) {
+        /* the decoder's native prefill of block b, taken at its end (STATE pools are the state
+         * there); chunks never cross the block's end, as in the decode service */
+        for (int64_t p = b * bs; p < (b + 1) * bs; p += 512) {
+            pdb_dec_seg sg = {&seq, ids + p, (b + 1) * bs - p < 512 ? (b + 1) * bs - p : 512, NULL};
+            if (pdb_dec_forward(m, &sg, 1)) goto fail;
+        }
         char hx[65];
         pdb_store_hash_hex(hashes[b], hx);
-        void *out1[1] = {mnt};
-        pdb_status s = pdb_store_load_block(store, hashes[b], b, out1);
+        /* mntp points into mnt, a writable buffer (pdb_dec_block_pools hands out const pointers) */
+        pdb_status s = pdb_store_load_block(store, hashes[b], b, (void *const *)mntp);
         if (s == PDB_NOT_FOUND || s == PDB_CORRUPT) {
             printf("block %lld %.16s  %s\n", (long long)b, hx, s == PDB_NOT_FOUND ? "not in the store" : "corrupt (removed)");
             gap = 1;
@@ -373,21 +382,36 @@ int pdb_cli_diff_state(int argc, char **argv) {
         found++;
         leading += !gap;
         pdb_dec_seq_get_block(&seq, b, bs, nat);
-        pdb_block_cmp_stats st = {0};
-        pdb_block_compare_values(PDB_DT_F32, nat, mnt, (int64_t)(bbytes / sizeof(float)), &st);
-        pdb_block_compare_merge_stats(&total, &st);
-        same += st.n_diff == 0;
-        if (!st.n_diff) printf("block %lld %.16s  %s: bit-identical (%lld elements)\n", (long long)b, hx, lay->pools[0].name, (long long)st.n);
-        else
-            printf("block %lld %.16s  %s: %lld/%lld differ, worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps)\n",
-                   (long long)b, hx, lay->pools[0].name, (long long)st.n_diff, (long long)st.n, st.worst_abs, st.worst_rel,
-                   st.worst_ulps, st.worst_bf16_ulps);
+        int64_t n_el = 0, n_diff = 0;
+        for (int p = 0; p < np; p++) {
+            pdb_block_cmp_stats st = {0};
+            pdb_block_compare_values(PDB_DT_F32, natp[p], mntp[p], (int64_t)(pdb_store_pool_bytes(&lay->pools[p], bs) / sizeof(float)),
+                                     &st);
+            pdb_block_compare_merge_stats(&ptot[p], &st);
+            pdb_block_compare_merge_stats(&total, &st);
+            n_el += st.n;
+            n_diff += st.n_diff;
+            if (st.n_diff)
+                printf("block %lld %.16s  %s: %lld/%lld differ, worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps)\n",
+                       (long long)b, hx, lay->pools[p].name, (long long)st.n_diff, (long long)st.n, st.worst_abs, st.worst_rel,
+                       st.worst_ulps, st.worst_bf16_ulps);
+        }
+        same += n_diff == 0;
+        if (!n_diff)
+            printf("block %lld %.16s  %s: bit-identical (%lld elements)\n", (long long)b, hx, np == 1 ? lay->pools[0].name : "all pools",
+                   (long long)n_el);
     }
-    printf("pool %s: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps), "
-           "%lld beyond 1 bf16 ulp\n",
-           lay->pools[0].name, (long long)(total.n - total.n_diff), (long long)total.n,
-           total.n ? 100.0 * (double)(total.n - total.n_diff) / (double)total.n : 0.0, total.worst_abs, total.worst_rel,
-           total.worst_ulps, total.worst_bf16_ulps, (long long)total.n_beyond_bf16);
+    for (int p = 0; p < np; p++) {
+        const pdb_block_cmp_stats *t = &ptot[p];
+        printf("pool %s: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps), "
+               "%lld beyond 1 bf16 ulp\n",
+               lay->pools[p].name, (long long)(t->n - t->n_diff), (long long)t->n,
+               t->n ? 100.0 * (double)(t->n - t->n_diff) / (double)t->n : 0.0, t->worst_abs, t->worst_rel, t->worst_ulps,
+               t->worst_bf16_ulps, (long long)t->n_beyond_bf16);
+    }
+    if (np > 1)
+        printf("all pools: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g\n", (long long)(total.n - total.n_diff),
+               (long long)total.n, total.n ? 100.0 * (double)(total.n - total.n_diff) / (double)total.n : 0.0, total.worst_abs);
     printf("blocks: %lld/%lld found (%lld leading: the prefix the decoder would mount), %lld/%lld found bit-identical\n",
            (long long)found, (long long)nb, (long long)leading, (long long)same, (long long)found);
     if (!found) fprintf(stderr, "pdbridge diff-state: no block of this prompt in %s: nothing was proven\n", cdir);
@@ -456,7 +480,8 @@ int pdb_cli_pool_validate(int argc, char **argv) {
         "DEC_DIR; they do not enter the hook's math).\n\n"
         "exit: 0 pass (cpu: every element identical in every mode; cuda: >= 99.95% identical and\n"
         "worst <= 1 bf16 ulp in every mode); 1 threshold missed; 2 usage error; 3 cannot run (no\n"
-        "GPU or no CUDA build for --backend cuda, unreadable model).\n";
+        "GPU or no CUDA build for --backend cuda, unreadable model, a deepseek_v4 decoder: its hook is the\n"
+        "decoder's own pool function, checked by verify-blocks and diff-state).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
     const char *dec = NULL, *engine = NULL, *backend = "cpu";
     long long n = 300, seed = 1, threads = 0, device = 0;
@@ -492,8 +517,10 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     pdb_block_cmp_stats *per = NULL;
     if (pdb_config_load(dec, &cfg)) goto fail;
     if (cfg.arch != PDB_ARCH_DEEPSEEK_V2) {
-        pdb_err_set(PDB_UNSUPPORTED, "%s: pool-validate supports deepseek_v2 decoders (latent pool)", dec);
-        goto fail;
+        fprintf(stderr, "pdbridge pool-validate: %s is %s: pool-validate checks the V2 hook's row math (latent pool) only. "
+                "A V4 hook has no separate row math: it is the decoder's own pdb_v4_cache_feed on the decoder's weights, "
+                "bit-exact by construction; check V4 blocks with verify-blocks and diff-state\n", dec, cfg.model_type);
+        goto out;
     }
     if (pdb_st_open(engine, &est) || pdb_st_open(dec, &dst)) goto fail;
     pdb_prefill_backend_opts bo = {.cfg = &cfg, .engine = est, .decoder = dst, .threads = (int)threads, .device = (int)device};

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# test_verify_v4_e2e: the exactness tools on DeepSeek-V4's multi-pool layout (issue 8, docs/v4.md
+# §6). A random tiny V4 with the real tokenizer (window 8, CSA rate 4 with its indexer, HCA rate 16;
+# 8 pools: win, comp_csa, ikeys, ov_kv, ov_gate, iov_kv, iov_gate, comp_hca), block size 128. A
+# text prompt and a chat prompt are bridged (decode-server + CPU prefill-server + front, decoder
+# --scheme none) into one cache dir; a native decoder prefills them into another. Asserts:
+# verify-blocks bridged vs native: every block identical (exit 0); diff-state (completion and
+# --chat) against the bridged dir: every block found, every one of the 8 pools bit-exact (exit 0);
+# an MX decoder bridged with a bf16 engine: diff-state exit 1 with a per-pool report whose window
+# pool differs; pool-validate refuses a V4 decoder with exit 3 and says why.
+set -euo pipefail
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init verifyv4
+TOK=.cache/tokenizer/deepseek_v3/tokenizer.json
+[ -f "$TOK" ] || pdb_e2e_fail "$TOK missing: run scripts/setup.sh"
+ok() { echo "ok   $*"; }
+run() { set +e; OUT=$("$@" 2>&1); RC=$?; set -e; }
+j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
+
+BS=128
+"$BIN" make-model --arch deepseek_v4 --preset tiny --vocab 129280 --seed 12 --out "$T/hf" --tokenizer "$TOK" >/dev/null
+"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+"$BIN" quantize --model "$T/hf" --out "$T/mx" --scheme mx >/dev/null 2>&1
+SRV=(--port 0 --block-size $BS --threads 1)
+pdb_e2e_start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" "${SRV[@]}"; NATIVE=$URL
+pdb_e2e_start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-bridged" "${SRV[@]}"; DEC=$URL
+pdb_e2e_start pre "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port 0 --backend cpu --threads 1 --chunk 45
+PRE=$URL
+FOPTS=(--port 0 --block-size $BS --min-bridge-tokens 256 --min-tail 64)
+pdb_e2e_start front "$BIN" front --decoder "$DEC" --prefill "$PRE" --decoder-model "$T/dec" --cache-dir "$T/cache-bridged" "${FOPTS[@]}"
+FRONT=$URL
+pdb_e2e_start decmx "$BIN" decode-server --model "$T/mx" --cache-dir "$T/cache-mx" "${SRV[@]}"; DECMX=$URL
+pdb_e2e_start premx "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/mx" --port 0 --backend cpu --threads 1
+PREMX=$URL
+pdb_e2e_start frontmx "$BIN" front --decoder "$DECMX" --prefill "$PREMX" --decoder-model "$T/mx" --cache-dir "$T/cache-mx" "${FOPTS[@]}"
+FRONTMX=$URL
+
+python3 - "$T" <<'PY'
+import sys
+words = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches".split()
+x, out = 5, []
+for _ in range(500):
+    x = (x * 1103515245 + 12345) % 2**31
+    out.append(words[x % len(words)])
+open(sys.argv[1] + "/prompt.txt", "w").write(" ".join(out) + ".\n")
+open(sys.argv[1] + "/chat.txt", "w").write("Summarize this, please: " + " ".join(reversed(out[:380])))
+PY
+cat >"$T/c.py" <<'PY'
+import json, sys, urllib.request
+url, kind, path, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+text = open(path, encoding="utf-8").read()
+if kind == "text":
+    ep, body = "/v1/completions", {"prompt": text}
+else:
+    ep, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": text}]}
+body.update({"max_tokens": 4, "temperature": 0, "ignore_eos": True})
+rq = urllib.request.Request(url + ep, data=json.dumps(body).encode(),
+                            headers={"Content-Type": "application/json", "X-PD-Bridge-Mode": mode})
+with urllib.request.urlopen(rq, timeout=600) as r:
+    d = json.loads(r.read())
+    print(json.dumps({"verdict": r.headers.get("X-PD-Bridge", ""), "prompt": d["usage"]["prompt_tokens"],
+                      "cached": d["usage"]["prompt_tokens_details"]["cached_tokens"]}))
+PY
+NBLK=0
+for kind in text chat; do
+    f="$T/prompt.txt"; [ $kind = chat ] && f="$T/chat.txt"
+    for fr in "$FRONT" "$FRONTMX"; do
+        R=$(python3 "$T/c.py" "$fr" $kind "$f" auto) || pdb_e2e_fail "front request ($kind)"
+        [ "$(j "$R" "d['verdict'].split(';')[0]")" = complete ] || pdb_e2e_fail "$kind prompt was not bridged: $R"
+    done
+    n=$(j "$R" "d['prompt'] // $BS")
+    [ "$n" -ge 2 ] || pdb_e2e_fail "$kind prompt too short for the test: $R"
+    NBLK=$((NBLK + n))
+    python3 "$T/c.py" "$NATIVE" $kind "$f" off >/dev/null || pdb_e2e_fail "native request ($kind)"
+    ok "V4 $kind prompt bridged for the unquantized and the MX decoder ($n blocks, $(j "$R" "d['prompt']") tokens)"
+done
+for _ in $(seq 1 300); do [ "$(find "$T/cache-native" -name '*.pdbblk' | wc -l)" -ge $NBLK ] && break; sleep 0.1; done
+
+# 1. bridged dir == native dir, block by block (8 pool tensors + tokens each)
+run "$BIN" verify-blocks "$T/cache-bridged" "$T/cache-native"
+[ $RC -eq 0 ] || pdb_e2e_fail "verify-blocks: exit $RC: $OUT"
+echo "$OUT" | grep -q "^$NBLK/$NBLK identical" || pdb_e2e_fail "verify-blocks summary, want $NBLK/$NBLK identical: $OUT"
+ok "verify-blocks: $NBLK/$NBLK bridged V4 blocks identical to the native decoder's"
+
+# 2. diff-state: the decoder's native state, each block taken at its end, vs the mounted blocks
+POOLS="win comp_csa ikeys ov_kv ov_gate iov_kv iov_gate comp_hca"
+for kind in text chat; do
+    f="$T/prompt.txt"; flag=""; [ $kind = chat ] && { f="$T/chat.txt"; flag=--chat; }
+    run "$BIN" diff-state --model "$T/dec" --prompt-file "$f" --cache-dir "$T/cache-bridged" $flag --threads 1
+    [ $RC -eq 0 ] || pdb_e2e_fail "diff-state ($kind): exit $RC: $OUT"
+    echo "$OUT" | grep -Eq "^blocks: ([0-9]+)/\1 found \(\1 leading" || pdb_e2e_fail "diff-state ($kind): not every block found: $OUT"
+    for p in $POOLS; do
+        echo "$OUT" | grep -Eq "^pool $p: ([0-9]+)/\1 elements bit-exact \(100.000000%\), worst \|d\| 0, worst rel 0" \
+            || pdb_e2e_fail "diff-state ($kind): pool $p not bit-exact: $OUT"
+    done
+    echo "$OUT" | grep "^all pools" | sed 's/^/     /'
+    ok "diff-state ($kind): every block found, all 8 pools bit-exact"
+done
+
+# 3. an MX decoder bridged with the bf16 engine: its blocks are the hook's MX pools on the engine's
+#    attention inputs, which differ from the MX decoder's own from layer 1 on -> exit 1, per pool
+run "$BIN" diff-state --model "$T/mx" --prompt-file "$T/prompt.txt" --cache-dir "$T/cache-mx" --threads 1
+[ $RC -eq 1 ] || pdb_e2e_fail "diff-state, MX decoder with a bf16 engine: exit $RC (want 1): $OUT"
+echo "$OUT" | grep -Eq "^blocks: ([0-9]+)/\1 found" || pdb_e2e_fail "diff-state MX: blocks not found: $OUT"
+echo "$OUT" | grep -Eq "^block 0 [0-9a-f]+  win: [0-9]+/[0-9]+ differ" || pdb_e2e_fail "diff-state MX: no per-pool difference: $OUT"
+echo "$OUT" | grep -E "^pool |^all pools" | sed 's/^/     /'
+ok "diff-state, MX decoder + bf16 engine: exit 1, differences reported per pool"
+
+# 4. pool-validate is V2's row check: a V4 decoder is refused, exit 3, with the reason
+run "$BIN" pool-validate --decoder-model "$T/dec" --tokens 16
+[ $RC -eq 3 ] && echo "$OUT" | grep -q "bit-exact by construction" || pdb_e2e_fail "pool-validate on V4: exit $RC: $OUT"
+ok "pool-validate: a deepseek_v4 decoder is refused (exit 3) with the reason"
+echo "all V4 verify end-to-end checks passed"
