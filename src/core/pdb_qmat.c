@@ -207,6 +207,17 @@ static inline float e8m0_f32(uint8_t e) { /* == pdb_e8m0_to_f32, inlined for the
     return f;
 }
 
+/* The end of every four-row kernel: each row's 32 lanes (low accumulator = lanes 0-15, high =
+ * 16-31) folded in fold32's order. */
+__attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, const __m512 *hi, float *out) {
+    for (int i = 0; i < 4; i++) {
+        float l[32];
+        _mm512_storeu_ps(l, lo[i]);
+        _mm512_storeu_ps(l + 16, hi[i]);
+        out[i] = fold32(l);
+    }
+}
+
 /* 16 e4m3 codes -> their exact values (see row_avx512). */
 __attribute__((target("avx512f"))) static inline __m512 e4m3x16(const uint8_t *q) {
     const __m512i k80 = _mm512_set1_epi32(0x80), k7f = _mm512_set1_epi32(0x7F), qnan = _mm512_set1_epi32(0x7FC00000);
@@ -242,12 +253,7 @@ __attribute__((target("avx512f"))) static void fused4_mxfp8(const pdb_qmat *w, i
 #undef PDB_F4
     }
     __m512 lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
-    for (int i = 0; i < 4; i++) {
-        float l[32];
-        _mm512_storeu_ps(l, lo[i]);
-        _mm512_storeu_ps(l + 16, hi[i]);
-        out[i] = fold32(l);
-    }
+    fold4_avx512(lo, hi, out);
 }
 
 /* The same for MXFP4 rows (packed e2m1 pairs, low nibble first). */
@@ -281,12 +287,7 @@ __attribute__((target("avx512f"))) static void fused4_mxfp4(const pdb_qmat *w, i
 #undef PDB_F4
     }
     __m512 lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
-    for (int i = 0; i < 4; i++) {
-        float l[32];
-        _mm512_storeu_ps(l, lo[i]);
-        _mm512_storeu_ps(l + 16, hi[i]);
-        out[i] = fold32(l);
-    }
+    fold4_avx512(lo, hi, out);
 }
 
 static pdb_qmat_isa isa_cur = (pdb_qmat_isa)-1;
