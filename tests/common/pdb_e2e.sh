@@ -34,11 +34,11 @@ pdb_e2e_start() {
     PID=$!
     PDB_E2E_PIDS+=("$PID")
     URL=""
-    for _ in $(seq 1 600); do
+    for _ in $(seq 1 900); do
         URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$T/$name.log" | head -1)
         [ -n "$URL" ] && return 0
         kill -0 "$PID" 2>/dev/null || pdb_e2e_fail "$name exited: $(cat "$T/$name.log")"
         sleep 0.1
     done
-    pdb_e2e_fail "$name did not start within 60 s"
+    pdb_e2e_fail "$name did not start within 90 s"
 }

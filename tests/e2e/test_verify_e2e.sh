@@ -11,35 +11,13 @@
 # fingerprint has no blocks in the dir exits non-zero; pool-validate passes on the CPU and, for
 # --backend cuda, passes on a GPU or refuses clearly (exit 3) without one; usage errors exit 2.
 set -euo pipefail
-cd "${PDB_SRC:-$(dirname "$0")/../..}"
-BIN="${PDB_BIN:-build/pdbridge}"
-BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init verify
 TOK=.cache/tokenizer/deepseek_v3/tokenizer.json
-[ -f "$TOK" ] || { echo "FAIL: $TOK missing: run scripts/setup.sh" >&2; exit 1; }
-T="$(mktemp -d /tmp/pdbtest-verify-XXXXXX)"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -15 "$f" >&2; }; done; exit 1; }
+[ -f "$TOK" ] || pdb_e2e_fail "$TOK missing: run scripts/setup.sh"
 ok() { echo "ok   $*"; }
-URL=""
-start() {
-    local name="$1"; shift
-    : >"$T/$name.log"   # exists before the child opens it: the poll below never races its creation
-    "$@" >"$T/$name.log" 2>&1 &
-    local pid=$!; PIDS+=("$pid")
-    for _ in $(seq 1 600); do
-        URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$T/$name.log" | head -1)
-        [ -n "$URL" ] && return 0
-        kill -0 "$pid" 2>/dev/null || fail "$name exited: $(cat "$T/$name.log")"
-        sleep 0.1
-    done
-    fail "$name did not start"
-}
+fail() { pdb_e2e_fail "$@"; }
+start() { pdb_e2e_start "$@"; }
 # run CMD...: capture stdout+stderr in $OUT and the exit status in $RC (never aborts the script)
 run() { set +e; OUT=$("$@" 2>&1); RC=$?; set -e; }
 

@@ -13,33 +13,11 @@
 # the engine on bf16 weights they are bridged too and the agreement is reported (the engine's
 # attention inputs differ from the MX decoder's from layer 1 on, as for V2).
 set -euo pipefail
-cd "${PDB_SRC:-$(dirname "$0")/../..}"
-BIN="${PDB_BIN:-build/pdbridge}"
-BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
-T="$(mktemp -d /tmp/pdbtest-bridgev4-XXXXXX)"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -15 "$f" >&2; }; done; exit 1; }
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init bridgev4
 ok() { echo "ok   $*"; }
-
-URL=""; PID=""
-start() {
-    local name="$1"; shift
-    "$@" >"$T/$name.log" 2>&1 &
-    PID=$!; PIDS+=("$PID")
-    for _ in $(seq 1 600); do
-        URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$T/$name.log" | head -1)
-        [ -n "$URL" ] && return 0
-        kill -0 "$PID" 2>/dev/null || fail "$name exited: $(cat "$T/$name.log")"
-        sleep 0.1
-    done
-    fail "$name did not start"
-}
+fail() { pdb_e2e_fail "$@"; }
+start() { pdb_e2e_start "$@"; }
 
 "$BIN" make-model --arch deepseek_v4 --preset tiny --seed 44 --out "$T/hf" >/dev/null
 "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1

@@ -5,33 +5,11 @@
 # distinct prompt is compared with a native decoder's greedy answer afterwards), 0 untruthful
 # verdicts, and that each kind of request was actually exercised; prints latency p50/p95/p99.
 set -euo pipefail
-cd "${PDB_SRC:-$(dirname "$0")/../..}"
-BIN="${PDB_BIN:-build/pdbridge}"
-BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init load
 H="$(pwd)/tests/hardening/pdbh.py"
-T="$(mktemp -d /tmp/pdbtest-load-XXXXXX)"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -12 "$f" >&2; }; done; exit 1; }
-URL=""
-start() {
-    local name="$1"; shift
-    : >"$T/$name.log"   # exists before the child opens it (the sed below may run first)
-    "$@" >>"$T/$name.log" 2>&1 &
-    PIDS+=("$!")
-    for _ in $(seq 1 900); do
-        URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$T/$name.log" | head -1)
-        [ -n "$URL" ] && return 0
-        kill -0 "$!" 2>/dev/null || fail "$name exited"
-        sleep 0.1
-    done
-    fail "$name did not start"
-}
+fail() { pdb_e2e_fail "$@"; }
+start() { pdb_e2e_start "$@"; }
 "$BIN" make-model --arch deepseek_v2 --preset tiny --seed 47 --out "$T/hf" >/dev/null
 "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
 BS=128
@@ -56,6 +34,6 @@ done
 [ "$(j "d['n_untruthful']")" = 0 ] || fail "$(j "d['n_untruthful']") untruthful verdicts: $(j "d['untruthful']")"
 for k in cold warm short; do [ "$(j "d['latency']['$k']['n']")" -ge 3 ] || fail "too few $k requests: $R"; done
 [ "$(j "d['verdicts'].get('complete', 0)")" -ge 1 ] || fail "no cold request was bridged completely: $(j "d['verdicts']")"
-for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || fail "a server died under load"; done
+for p in "${PDB_E2E_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || fail "a server died under load"; done
 if grep -l "ERROR: AddressSanitizer\|runtime error:" "$T"/*.log 2>/dev/null; then fail "sanitizer report in a server log"; fi
 echo "ok   32 clients x ${SECS}s: 0 errors, 0 wrong answers, 0 untruthful verdicts over $(j "d['distinct_prompts']") distinct prompts"

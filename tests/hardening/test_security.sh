@@ -10,33 +10,11 @@
 # -> served natively with the truthful verdict "skipped busy". A client sending good requests
 # throughout must get every answer right.
 set -euo pipefail
-cd "${PDB_SRC:-$(dirname "$0")/../..}"
-BIN="${PDB_BIN:-build/pdbridge}"
-BIN="$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")"
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init sec
 H="$(pwd)/tests/hardening/pdbh.py"
-T="$(mktemp -d /tmp/pdbtest-sec-XXXXXX)"
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$T"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -12 "$f" >&2; }; done; exit 1; }
-URL=""
-start() {
-    local name="$1"; shift
-    : >"$T/$name.log"
-    "$@" >>"$T/$name.log" 2>&1 &
-    PIDS+=("$!")
-    for _ in $(seq 1 900); do
-        URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$T/$name.log" | head -1)
-        [ -n "$URL" ] && return 0
-        kill -0 "$!" 2>/dev/null || fail "$name exited: $(tail -3 "$T/$name.log")"
-        sleep 0.1
-    done
-    fail "$name did not start"
-}
+fail() { pdb_e2e_fail "$@"; }
+start() { pdb_e2e_start "$@"; }
 "$BIN" make-model --arch deepseek_v2 --preset tiny --seed 53 --out "$T/hf" >/dev/null
 "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
 BS=128
@@ -202,6 +180,6 @@ check(good["n"] >= 3 and not good["bad"], "a good client throughout: %d requests
 print("%d checks passed, %d failed" % (len(passed), len(failures)))
 sys.exit(1 if failures else 0)
 PY
-for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null || fail "a server died"; done
+for p in "${PDB_E2E_PIDS[@]}"; do kill -0 "$p" 2>/dev/null || fail "a server died"; done
 if grep -l "ERROR: AddressSanitizer\|runtime error:" "$T"/*.log 2>/dev/null; then fail "sanitizer report in a server log"; fi
 echo "all security checks passed"
