@@ -25,6 +25,7 @@ typedef struct pdb_qmat {
     int64_t rows, cols;
     const void *data;       /* F32 [rows*cols] | BF16 u16 | MXFP8 e4m3 [rows*cols] | MXFP4 [rows*cols/2] */
     const uint8_t *scales;  /* MX formats: e8m0 [rows * cols/32] */
+    int nan_free;           /* MXFP8: no e4m3 NaN code (0x7F/0xFF) anywhere (pdb_qmat_scan_nan); 0 = unknown */
 } pdb_qmat;
 
 typedef enum pdb_qmat_isa { PDB_ISA_SCALAR = 0, PDB_ISA_AVX2, PDB_ISA_AVX512 } pdb_qmat_isa;
@@ -36,6 +37,10 @@ pdb_qmat_isa pdb_qmat_isa_set(pdb_qmat_isa isa);
 
 /* Floats of matmul scratch for a pool of `threads` and matrices up to `cols` wide. */
 #define PDB_QMAT_ROWBUF_FLOATS(threads, cols) ((int64_t)(threads) * (int64_t)(cols) * 4)
+
+/* Sets w->nan_free for MXFP8 weights (our quantizer never writes NaN codes): the decode kernel
+ * then skips the NaN fix-up. Results are the same either way; this only saves work. */
+void pdb_qmat_scan_nan(pdb_qmat *w);
 
 /* Exact dequantization of row r into out [cols]. */
 void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out);

@@ -44,10 +44,12 @@ static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, i
     q->rows = rows;
     q->cols = cols;
     q->scales = NULL;
+    q->nan_free = 0;
     if (sc) {
         q->fmt = mx4 ? PDB_QF_MXFP4 : PDB_QF_MXFP8;
         q->data = mq->data;
         q->scales = sc->data;
+        pdb_qmat_scan_nan(q); /* lets the decode kernel skip the NaN fix-up: same results, less work */
         return PDB_OK;
     }
     int64_t shape[2] = {rows, cols};

@@ -23,7 +23,22 @@ static void fill(pdb_qmat *w, pdb_qfmt fmt, uint8_t *q, uint8_t *sc, uint16_t *b
         bf[i] = (uint16_t)(x >> 16);
     }
     for (int i = 0; i < R * C / 32; i++) sc[i] = (uint8_t)(i == 0 ? 0 : i == 1 ? 0xFF : i == 2 ? 1 : i == 3 ? 254 : 100 + i % 50);
-    *w = (pdb_qmat){fmt, R, C, fmt == PDB_QF_BF16 ? (const void *)bf : q, fmt == PDB_QF_BF16 ? NULL : sc};
+    *w = (pdb_qmat){fmt, R, C, fmt == PDB_QF_BF16 ? (const void *)bf : q, fmt == PDB_QF_BF16 ? NULL : sc, 0};
+}
+
+static void test_scan_nan(void **st) {
+    static uint8_t q[R * C], sc[R * C / 32];
+    static uint16_t bf[R * C];
+    pdb_qmat w;
+    fill(&w, PDB_QF_MXFP8, q, sc, bf); /* row 0 holds every byte value, 0x7F and 0xFF included */
+    pdb_qmat_scan_nan(&w);
+    assert_false(w.nan_free);
+    for (int i = 0; i < R * C; i++) if ((q[i] & 0x7F) == 0x7F) q[i] = 0x7E;
+    pdb_qmat_scan_nan(&w);
+    assert_true(w.nan_free);
+    q[R * C - 1] = 0xFF; /* the tail byte too */
+    pdb_qmat_scan_nan(&w);
+    assert_false(w.nan_free);
 }
 
 static void test_rows_identical_across_isas(void **st) {
@@ -55,6 +70,8 @@ static void matmul_identical(pdb_qfmt fmt) {
     fill(&w, fmt, q, sc, bf);
     for (int i = 0; i < R * C / 32; i++) sc[i] = (uint8_t)(120 + i % 10); /* finite scales */
     for (int i = 0; i < R * C; i++) if ((q[i] & 0x7F) == 0x7F) q[i] ^= 1;  /* no NaN codes */
+    pdb_qmat_scan_nan(&w);
+    if (fmt == PDB_QF_MXFP8 && !w.nan_free) fail_msg("scan: a NaN-free matrix was not flagged");
     enum { T = 5 };
     float x[T * C], y0[T * R], y1[T * R];
     for (int i = 0; i < T * C; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
@@ -86,6 +103,7 @@ static void test_matmul_identical(void **st) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rows_identical_across_isas), cmocka_unit_test(test_matmul_identical)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_scan_nan), cmocka_unit_test(test_rows_identical_across_isas),
+                                       cmocka_unit_test(test_matmul_identical)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

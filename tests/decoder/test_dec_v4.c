@@ -271,7 +271,7 @@ static void expect_exact(const pdb_st *s, const char *name, int fp4, const float
     assert_non_null(q);
     assert_int_equal(is4, fp4);
     int64_t R = q->shape[0], C = fp4 ? 2 * q->shape[1] : q->shape[1];
-    pdb_qmat m = {fp4 ? PDB_QF_MXFP4 : PDB_QF_MXFP8, R, C, q->data, sc->data};
+    pdb_qmat m = {fp4 ? PDB_QF_MXFP4 : PDB_QF_MXFP8, R, C, q->data, sc->data, 0};
     float *row = malloc(sizeof(float) * (size_t)C);
     for (int64_t r = 0; r < R; r++) {
         pdb_qmat_row_f32(&m, r, row);
