@@ -225,13 +225,19 @@ static inline float e8m0_f32(uint8_t e) { /* == pdb_e8m0_to_f32, inlined for the
 
 /* The end of every four-row kernel: each row's 32 lanes (low accumulator = lanes 0-15, high =
  * 16-31) folded in fold32's order. */
+__attribute__((target("avx512f"))) static float fold32_avx512(__m512 lo, __m512 hi) {
+    /* fold32 in registers, the same additions in the same order: lane i + lane i+16, then i + i+8,
+     * i + i+4, i + i+2, i + i+1 */
+    __m512 v = _mm512_add_ps(lo, hi);
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    q = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+    return _mm_cvtss_f32(q);
+}
+
 __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, const __m512 *hi, float *out) {
-    for (int i = 0; i < 4; i++) {
-        float l[32];
-        _mm512_storeu_ps(l, lo[i]);
-        _mm512_storeu_ps(l + 16, hi[i]);
-        out[i] = fold32(l);
-    }
+    for (int i = 0; i < 4; i++) out[i] = fold32_avx512(lo[i], hi[i]);
 }
 
 /* 16 e4m3 codes -> their exact values (see row_avx512); nan: fix up the NaN codes. */
