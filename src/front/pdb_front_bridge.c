@@ -81,7 +81,7 @@ static void on_end(void *u, int32_t status, const char *msg) {
         return;
     }
     json_t *j = json_loads(msg, 0, NULL);
-    if (j) c->engine_s = json_number_value(json_object_get(j, "engine_s"));
+    if (j) c->engine_s += json_number_value(json_object_get(j, "engine_s")); /* summed over resumed attempts */
     json_decref(j);
 }
 
@@ -123,23 +123,26 @@ static char *request_body(const int32_t *ids, int64_t n, int64_t bs, int64_t fir
     return b;
 }
 
-pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store, const char *fp, const int32_t *ids,
-                                int64_t bs, int64_t first, int64_t end, pdb_front_bridge_result *res) {
-    memset(res, 0, sizeof *res);
-    double t0 = br_now();
-    bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res, .layout = o->layout};
-    if (o->layout && o->layout->n_pools > PDB_DEC_MAX_POOLS)
-        return pdb_err_set(PDB_INVALID, "bridge: %d pools exceed %d", o->layout->n_pools, PDB_DEC_MAX_POOLS);
-    pdb_segment_parser_cbs cbs = {on_header, on_segment, on_end, &c};
-    pdb_status s = pdb_segment_parser_init(&c.parser, &cbs, pdb_store_block_bytes(store));
-    if (!s) s = pdb_store_stream_begin(store, ids, end * bs, &c.stream);
-    char *body = s ? NULL : request_body(ids, end * bs, bs, first, fp);
+/* One request for blocks [c->first, c->end): parses the stream into the store stream. Sets
+ * res->reason when it stops early. */
+static void bridge_attempt(const pdb_front_bridge_opts *o, bridge_ctx *c, const int32_t *ids, long timeout_ms) {
+    pdb_front_bridge_result *res = c->res;
+    c->http_status = 0;
+    c->errlen = 0;
+    c->got_end = 0;
+    pdb_segment_parser_cbs cbs = {on_header, on_segment, on_end, c};
+    if (pdb_segment_parser_init(&c->parser, &cbs, pdb_store_block_bytes(c->store))) {
+        set_reason(c, "out_of_memory");
+        return;
+    }
+    char *body = request_body(ids, c->end * c->bs, c->bs, c->first, c->fp);
     CURL *h = body ? curl_easy_init() : NULL;
     if (!h) {
-        pdb_segment_parser_free(c.parser);
-        if (c.stream) pdb_store_stream_abort(c.stream);
+        set_reason(c, "out_of_memory");
         free(body);
-        return s ? s : pdb_err_set(PDB_NOMEM, "bridge request");
+        pdb_segment_parser_free(c->parser);
+        c->parser = NULL;
+        return;
     }
     char url[1024], auth[600];
     snprintf(url, sizeof url, "%s/v1/prefill", o->prefill_url);
@@ -153,35 +156,64 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &c);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &c);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, c);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms ? o->connect_timeout_ms : 2000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, o->total_timeout_ms ? o->total_timeout_ms : 600000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
     CURLcode cc = curl_easy_perform(h);
     if (cc != CURLE_OK && !res->reason[0]) {
-        if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) set_reason(&c, "prefill_unreachable");
-        else if (cc == CURLE_OPERATION_TIMEDOUT) set_reason(&c, c.http_status ? "prefill_timeout" : "prefill_unreachable");
-        else set_reason(&c, "prefill_connection_lost");
+        if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) set_reason(c, "prefill_unreachable");
+        else if (cc == CURLE_OPERATION_TIMEDOUT) set_reason(c, c->http_status ? "prefill_timeout" : "prefill_unreachable");
+        else set_reason(c, "prefill_connection_lost");
         PDB_WARN("bridge: %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
     }
-    if (!res->reason[0] && c.http_status != 200) {
+    if (!res->reason[0] && c->http_status != 200) {
         char r[64];
-        snprintf(r, sizeof r, c.http_status == 409 ? "fingerprint_mismatch" : "prefill_http_%d", c.http_status);
-        set_reason(&c, r);
-        PDB_WARN("bridge: %s answered %d: %s", url, c.http_status, c.errbody);
+        snprintf(r, sizeof r, c->http_status == 409 ? "fingerprint_mismatch" : "prefill_http_%d", c->http_status);
+        set_reason(c, r);
+        PDB_WARN("bridge: %s answered %d: %s", url, c->http_status, c->errbody);
     }
-    if (!res->reason[0] && !c.got_end) set_reason(&c, "prefill_stream_truncated");
-    if (!res->reason[0] && res->blocks_written < end - first) set_reason(&c, "prefill_sent_fewer");
-    if (c.stream) {
-        if (pdb_store_stream_finish(c.stream)) PDB_WARN("bridge: finishing the block stream: %s", pdb_err_msg());
-    }
+    if (!res->reason[0] && !c->got_end) set_reason(c, "prefill_stream_truncated");
     curl_slist_free_all(hdrs);
     curl_easy_cleanup(h);
     free(body);
-    pdb_segment_parser_free(c.parser);
+    pdb_segment_parser_free(c->parser);
+    c->parser = NULL;
+}
+
+/* A transfer that broke (connection lost, truncated or corrupted stream) resumes from the next
+ * block boundary: the engines are deterministic, so the resumed segments are the lost ones. */
+static int bridge_resumable(const char *reason) {
+    return !strcmp(reason, "prefill_connection_lost") || !strcmp(reason, "prefill_stream_truncated") ||
+           !strcmp(reason, "bad_segment");
+}
+
+pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store, const char *fp, const int32_t *ids,
+                                int64_t bs, int64_t first, int64_t end, pdb_front_bridge_result *res) {
+    memset(res, 0, sizeof *res);
+    double t0 = br_now();
+    bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res, .layout = o->layout};
+    if (o->layout && o->layout->n_pools > PDB_DEC_MAX_POOLS)
+        return pdb_err_set(PDB_INVALID, "bridge: %d pools exceed %d", o->layout->n_pools, PDB_DEC_MAX_POOLS);
+    PDB_TRY(pdb_store_stream_begin(store, ids, end * bs, &c.stream));
+    long budget = o->total_timeout_ms ? o->total_timeout_ms : 600000L;
+    for (;;) {
+        c.first = first + res->blocks_written;
+        long left = budget - (long)((br_now() - t0) * 1e3);
+        if (left <= 0) { set_reason(&c, "prefill_timeout"); break; }
+        bridge_attempt(o, &c, ids, left);
+        if (!res->reason[0] && res->blocks_written < end - first) set_reason(&c, "prefill_sent_fewer");
+        if (!res->reason[0] || !bridge_resumable(res->reason) || res->resumes >= PDB_FRONT_BRIDGE_MAX_RESUMES) break;
+        res->resumes++;
+        PDB_WARN("bridge: transfer stopped (%s) after block %lld; resuming from block %lld (resume %d of %d)", res->reason,
+                 (long long)(first + res->blocks_written - 1), (long long)(first + res->blocks_written), res->resumes,
+                 PDB_FRONT_BRIDGE_MAX_RESUMES);
+        res->reason[0] = 0;
+    }
+    if (pdb_store_stream_finish(c.stream)) PDB_WARN("bridge: finishing the block stream: %s", pdb_err_msg());
     res->total_ms = (br_now() - t0) * 1e3;
     res->engine_ms = c.engine_s * 1e3;
     res->transfer_ms = res->total_ms - res->write_ms;

@@ -26,9 +26,14 @@ typedef struct pdb_front_bridge_result {
     uint64_t bytes;              /* segment bytes written to the store */
     double engine_ms, transfer_ms, write_ms, total_ms;
     char reason[96];             /* "" when every requested block arrived */
+    int resumes;                 /* transfers resumed from a block boundary after a break */
 } pdb_front_bridge_result;
 
-/* ids: the prompt; blocks [first_block, end_block) of block_size tokens are requested. Returns
+#define PDB_FRONT_BRIDGE_MAX_RESUMES 2
+
+/* ids: the prompt; blocks [first_block, end_block) of block_size tokens are requested; a transfer
+ * that breaks (connection lost, truncated or corrupt stream) is resumed from the next block
+ * boundary up to PDB_FRONT_BRIDGE_MAX_RESUMES times within total_timeout_ms. Returns
  * PDB_OK even when the transfer stopped early: the result says how far it got and why. */
 pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store, const char *fingerprint_hex,
                                 const int32_t *ids, int64_t block_size, int64_t first_block, int64_t end_block,

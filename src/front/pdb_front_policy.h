@@ -43,6 +43,7 @@ typedef struct pdb_front_verdict {
     int64_t block_size, blocks_bridgeable;          /* (prompt_tokens - 1) / block_size */
     int64_t blocks_requested, blocks_written, blocks_cached_before;
     uint64_t bytes;
+    int resumes;                                    /* transfers resumed from a block boundary */
     double engine_ms, transfer_ms, write_ms, total_ms;
 } pdb_front_verdict;
 

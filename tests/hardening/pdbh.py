@@ -153,10 +153,12 @@ def verify_store(d):
 # ---- fault-injecting TCP proxy --------------------------------------------------------------
 class Proxy:
     """Listens on 127.0.0.1:port, relays to target. mode per connection (set .mode): 'pass',
-    ('cut', N): close both sides after N response bytes, ('flip', N): XOR response byte N with 1."""
+    ('cut', N): close both sides after N response bytes, ('cutonce', N): the same for the first
+    connection only, ('flip', N): XOR response byte N with 1."""
     def __init__(self, target_port):
         self.target = target_port
         self.mode = "pass"
+        self.once_done = None
         self.events = []
         self.ls = socket.socket()
         self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -168,7 +170,13 @@ class Proxy:
     def accept(self):
         while True:
             c, _ = self.ls.accept()
-            threading.Thread(target=self.conn, args=(c, self.mode), daemon=True).start()
+            m = self.mode
+            if m != "pass" and m[0] == "cutonce":  # cut the first connection only, pass the rest
+                if self.once_done == m:
+                    m = "pass"
+                else:
+                    self.once_done, m = m, ("cut", m[1])
+            threading.Thread(target=self.conn, args=(c, m), daemon=True).start()
 
     def conn(self, c, mode):
         try:
