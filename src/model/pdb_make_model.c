@@ -137,7 +137,7 @@ static uint64_t mm_hash(const char *s, uint64_t seed) {
     return h;
 }
 
-typedef struct { pdb_st_writer *w; uint16_t **bufs; int n, cap; uint64_t seed; } mm_ctx;
+typedef struct { pdb_st_writer *w; uint16_t **bufs; int n, cap; uint64_t seed, bytes, next_report; } mm_ctx;
 
 static pdb_status mm_add(mm_ctx *x, const char *name, int64_t d0, int64_t d1, double mean, double std) {
     int64_t n = d0 * (d1 ? d1 : 1);
@@ -156,6 +156,11 @@ static pdb_status mm_add(mm_ctx *x, const char *name, int64_t d0, int64_t d1, do
         double u1 = mm_uniform(&r), u2 = mm_uniform(&r), rad = sqrt(-2 * log(u1));
         b[i] = pdb_f32_to_bf16((float)(mean + std * rad * cos(2 * M_PI * u2)));
         if (i + 1 < n) b[i + 1] = pdb_f32_to_bf16((float)(mean + std * rad * sin(2 * M_PI * u2)));
+    }
+    x->bytes += (uint64_t)n * 2;
+    if (x->bytes >= x->next_report) { /* progress for the big presets (v2-lite, v4-flash) */
+        if (x->next_report) PDB_INFO("make-model: %.1f GB of weights generated", x->bytes / 1e9);
+        x->next_report = x->bytes + (1ull << 30);
     }
     int64_t shape[2] = {d0, d1};
     return pdb_st_writer_add(x->w, name, PDB_DT_BF16, d1 ? 2 : 1, shape, b);
