@@ -3,9 +3,7 @@
  * streams end). Invariant: SIGINT/SIGTERM are blocked in every thread and taken by sigwait in
  * the main thread, so no handler runs in a signal context. Prints "listening on
  * http://HOST:PORT" on stdout once ready (tests read the port from it when --port 0). */
-#include <errno.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +11,6 @@
 #include "pdb_cli.h"
 #include "pdb_dec_server.h"
 
-static int cli_ds_parse_i64(const char *s, long long lo, long long hi, long long *out) {
-    char *end = NULL;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || !end || end == s || *end || v < lo || v > hi) return 0;
-    *out = v;
-    return 1;
-}
 
 int pdb_cli_decode_server(int argc, char **argv) {
     static const char *usage =
@@ -48,23 +38,17 @@ int pdb_cli_decode_server(int argc, char **argv) {
         else if (!strcmp(a, "--cache-dir") && val) o.svc.cache_dir = argv[++i];
         else if (!strcmp(a, "--host") && val) o.host = argv[++i];
         else if (!strcmp(a, "--api-key") && val) o.api_key = argv[++i];
-        else if (!strcmp(a, "--port") && val && (ok = cli_ds_parse_i64(argv[++i], 0, 65535, &v))) o.port = (int)v;
-        else if (!strcmp(a, "--threads") && val && (ok = cli_ds_parse_i64(argv[++i], 0, 4096, &v))) o.svc.threads = (int)v;
-        else if (!strcmp(a, "--block-size") && val && (ok = cli_ds_parse_i64(argv[++i], 128, 1 << 20, &v)) && (ok = v % 128 == 0))
+        else if (!strcmp(a, "--port") && val && (ok = pdb_cli_parse_int(argv[++i], 0, 65535, &v))) o.port = (int)v;
+        else if (!strcmp(a, "--threads") && val && (ok = pdb_cli_parse_int(argv[++i], 0, 4096, &v))) o.svc.threads = (int)v;
+        else if (!strcmp(a, "--block-size") && val && (ok = pdb_cli_parse_int(argv[++i], 128, 1 << 20, &v)) && (ok = v % 128 == 0))
             o.svc.block_size = v;
-        else if (!strcmp(a, "--max-batch") && val && (ok = cli_ds_parse_i64(argv[++i], 1, 4096, &v))) o.svc.max_batch = (int)v;
-        else if (!strcmp(a, "--max-body") && val && (ok = cli_ds_parse_i64(argv[++i], 256, (long long)1 << 34, &v))) o.max_body = (size_t)v;
-        else if (!strcmp(a, "--max-context") && val && (ok = cli_ds_parse_i64(argv[++i], 1, (long long)1 << 40, &v))) o.svc.max_context = v;
-        else if (!strcmp(a, "--cache-max-bytes") && val && (ok = cli_ds_parse_i64(argv[++i], 0, LLONG_MAX, &v)))
+        else if (!strcmp(a, "--max-batch") && val && (ok = pdb_cli_parse_int(argv[++i], 1, 4096, &v))) o.svc.max_batch = (int)v;
+        else if (!strcmp(a, "--max-body") && val && (ok = pdb_cli_parse_int(argv[++i], 256, (long long)1 << 34, &v))) o.max_body = (size_t)v;
+        else if (!strcmp(a, "--max-context") && val && (ok = pdb_cli_parse_int(argv[++i], 1, (long long)1 << 40, &v))) o.svc.max_context = v;
+        else if (!strcmp(a, "--cache-max-bytes") && val && (ok = pdb_cli_parse_int(argv[++i], 0, LLONG_MAX, &v)))
             o.svc.cache_max_bytes = (uint64_t)v;
-        else if (!strcmp(a, "--log-level") && val) {
-            const char *l = argv[++i];
-            if (!strcmp(l, "debug")) pdb_log_set_level(PDB_LOG_DEBUG);
-            else if (!strcmp(l, "info")) pdb_log_set_level(PDB_LOG_INFO);
-            else if (!strcmp(l, "warn")) pdb_log_set_level(PDB_LOG_WARN);
-            else if (!strcmp(l, "error")) pdb_log_set_level(PDB_LOG_ERROR);
-            else ok = 0;
-        } else ok = 0;
+        else if (!strcmp(a, "--log-level") && val) ok = pdb_cli_set_log_level(argv[++i]);
+        else ok = 0;
         if (!ok) {
             fprintf(stderr, "pdbridge decode-server: bad, unknown or incomplete option '%s'%s%s\n\n%s", a, val ? " " : "",
                     val ? val : "", usage);
@@ -75,12 +59,7 @@ int pdb_cli_decode_server(int argc, char **argv) {
         fprintf(stderr, "pdbridge decode-server: --model, --cache-dir and --port are required\n\n%s", usage);
         return 2;
     }
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL); /* inherited by every thread started below */
-    signal(SIGPIPE, SIG_IGN);
+    pdb_cli_signals_block(); /* inherited by every thread started below */
     pdb_dec_server *srv = NULL;
     pdb_status st = pdb_dec_server_start(&o, &srv);
     if (st != PDB_OK) {
@@ -90,8 +69,7 @@ int pdb_cli_decode_server(int argc, char **argv) {
     printf("listening on http://%s:%d (model %s)\n", o.host ? o.host : "127.0.0.1", pdb_dec_server_port(srv),
            pdb_dec_server_model_id(srv));
     fflush(stdout);
-    int sig = 0;
-    sigwait(&set, &sig);
+    int sig = pdb_cli_signals_wait();
     PDB_INFO("decode-server: signal %d, stopping", sig);
     pdb_dec_server_stop(srv);
     return 0;

@@ -2,6 +2,7 @@
  * DeepSeek-V2 or DeepSeek-V4 by the model's config.json).
  * Invariant: errors print the library's message (naming file/tensor) and exit 1; usage errors
  * exit 2. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +21,8 @@ static int fail(const char *cmd) {
 }
 
 static int parse_i64(const char *cmd, const char *opt, const char *v, int64_t *out) {
-    char *end;
-    long long x = v ? strtoll(v, &end, 10) : 0;
-    if (!v || *end || x < 0) {
+    long long x;
+    if (!pdb_cli_parse_int(v, 0, LLONG_MAX, &x)) {
         fprintf(stderr, "pdbridge %s: %s needs a non-negative integer\n", cmd, opt);
         return 0;
     }
