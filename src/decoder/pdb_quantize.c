@@ -12,6 +12,7 @@
 #include "pdb_config.h"
 #include "pdb_dec_model.h"
 #include "pdb_dtype.h"
+#include "pdb_file.h"
 #include "pdb_safetensors.h"
 #include "pdb_v4.h"
 
@@ -45,22 +46,6 @@ static qkind choose(const pdb_tensor_view *v, const char *scheme, int v4) {
     if (has(v->name, ".mlp.experts.")) return QK_MXFP4;
     if (has(v->name, "self_attn.") || has(v->name, ".mlp.") || !strcmp(v->name, "lm_head.weight")) return QK_MXFP8;
     return QK_KEEP;
-}
-
-static pdb_status copy_file(const char *src, const char *dst) {
-    FILE *in = fopen(src, "rb");
-    if (!in) return PDB_NOT_FOUND;
-    FILE *out = fopen(dst, "wb");
-    if (!out) { fclose(in); return pdb_err_set(PDB_IO, "quantize: cannot create %s: %s", dst, strerror(errno)); }
-    char buf[1 << 16];
-    size_t r;
-    int bad = 0;
-    while ((r = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, r, out) != r) bad = 1;
-    bad |= ferror(in);
-    fclose(in);
-    bad |= fclose(out) != 0;
-    return bad ? pdb_err_set(PDB_IO, "quantize: writing %s failed", dst) : PDB_OK;
 }
 
 pdb_status pdb_quantize_model(const char *src, const char *out_dir, const char *scheme, int verbose) {
@@ -166,8 +151,8 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
     for (int i = 0; i < 3; i++) {
         snprintf(spath, sizeof spath, "%s/%s", src, copies[i]);
         snprintf(path, sizeof path, "%s/%s", tmpdir, copies[i]);
-        pdb_status cs = copy_file(spath, path);
-        if (cs && cs != PDB_NOT_FOUND) { s = cs; goto done; }
+        pdb_status cs = pdb_file_copy(spath, path); /* tokenizer files are optional, config.json is not */
+        if (cs && cs != PDB_NOT_FOUND) { s = pdb_err_wrap(cs, "quantize"); goto done; }
         if (cs == PDB_NOT_FOUND && i == 0) { s = pdb_err_set(PDB_IO, "quantize: cannot read %s", spath); goto done; }
     }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", out_dir);

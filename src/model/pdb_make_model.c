@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "pdb_dtype.h"
+#include "pdb_file.h"
 #include "pdb_safetensors.h"
 
 /* DeepSeek-V4 presets. "v4-flash" is V4-Flash's architecture exactly (attention, indexer,
@@ -318,25 +319,6 @@ static pdb_status mm_tensors_v4(mm_ctx *x, const pdb_config *c) {
     return PDB_OK;
 }
 
-static pdb_status mm_copy_file(const char *src, const char *dst) {
-    FILE *in = fopen(src, "rb");
-    if (!in) return pdb_err_set(PDB_IO, "make-model: cannot open tokenizer %s: %s", src, strerror(errno));
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
-    FILE *out = fopen(tmp, "wb");
-    if (!out) { fclose(in); return pdb_err_set(PDB_IO, "make-model: cannot create %s: %s", tmp, strerror(errno)); }
-    char buf[1 << 16];
-    size_t r;
-    int bad = 0;
-    while ((r = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, r, out) != r) { bad = 1; break; }
-    bad |= ferror(in);
-    fclose(in);
-    bad |= fclose(out) != 0;
-    if (bad || rename(tmp, dst)) { remove(tmp); return pdb_err_set(PDB_IO, "make-model: writing %s failed", dst); }
-    return PDB_OK;
-}
-
 pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     pdb_config c;
     PDB_TRY(pdb_make_model_preset(o->arch ? o->arch : "deepseek_v2", o->preset ? o->preset : "tiny", &c));
@@ -389,7 +371,8 @@ pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     if (s) return s;
     if (o->tokenizer && c.vocab_size >= 129280) {
         snprintf(path, sizeof path, "%s/tokenizer.json", o->out_dir);
-        PDB_TRY(mm_copy_file(o->tokenizer, path));
+        pdb_status cs = pdb_file_copy(o->tokenizer, path);
+        if (cs) return pdb_err_wrap(cs, "make-model: tokenizer");
     }
     return PDB_OK;
 }
