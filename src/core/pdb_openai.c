@@ -474,6 +474,17 @@ static pdb_status pdb_openai_finish(json_t *root, const pdb_openai_usage *u, con
     return PDB_OK;
 }
 
+/* The fields every choice carries (logprobs, finish_reason, token_ids when asked), as the only
+ * element of root's "choices"; takes ownership of choice. */
+static void pdb_openai_add_choice(json_t *root, json_t *choice, const pdb_openai_result *res) {
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", res->finish_reason ? json_string(res->finish_reason) : json_null());
+    if (res->token_ids) json_object_set_new(choice, "token_ids", pdb_openai_ids_json(res->token_ids, res->n_token_ids));
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    if (root) json_object_set_new(root, "choices", choices); else json_decref(choices);
+}
+
 pdb_status pdb_openai_build_response(const pdb_openai_meta *m, const pdb_openai_result *res, const pdb_openai_usage *u,
                                      const json_t *extra, char **out, size_t *out_len) {
     int chat = m->kind == PDB_OPENAI_CHAT;
@@ -484,12 +495,7 @@ pdb_status pdb_openai_build_response(const pdb_openai_meta *m, const pdb_openai_
         json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", text ? text : json_string("")));
     else
         json_object_set_new(choice, "text", text ? text : json_string(""));
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", res->finish_reason ? json_string(res->finish_reason) : json_null());
-    if (res->token_ids) json_object_set_new(choice, "token_ids", pdb_openai_ids_json(res->token_ids, res->n_token_ids));
-    json_t *choices = json_array();
-    json_array_append_new(choices, choice);
-    if (root) json_object_set_new(root, "choices", choices); else json_decref(choices);
+    pdb_openai_add_choice(root, choice, res);
     static const pdb_openai_usage zero = {0, 0, 0};
     return pdb_openai_finish(root, u ? u : &zero, extra, 0, out, out_len);
 }
@@ -507,12 +513,7 @@ pdb_status pdb_openai_build_chunk(const pdb_openai_meta *m, const pdb_openai_res
     } else {
         json_object_set_new(choice, "text", pdb_openai_json_text(res->text, res->text_len));
     }
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", res->finish_reason ? json_string(res->finish_reason) : json_null());
-    if (res->token_ids) json_object_set_new(choice, "token_ids", pdb_openai_ids_json(res->token_ids, res->n_token_ids));
-    json_t *choices = json_array();
-    json_array_append_new(choices, choice);
-    if (root) json_object_set_new(root, "choices", choices); else json_decref(choices);
+    pdb_openai_add_choice(root, choice, res);
     return pdb_openai_finish(root, u, extra, 1, out, out_len);
 }
 
