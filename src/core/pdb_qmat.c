@@ -22,6 +22,39 @@ static void lut_init(void) {
     __atomic_store_n(&lut_ready, 1, __ATOMIC_RELEASE);
 }
 
+static inline float e8m0_f32(uint8_t e) { /* == pdb_e8m0_to_f32, inlined for the kernels */
+    uint32_t u = e == 0xFF ? 0x7FC00000u : e == 0 ? 0x00400000u : (uint32_t)e << 23;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* 16 e4m3 codes -> their exact values; nan: fix up the NaN codes. The code s eeee mmm placed as
+ * f32 bits s at 31, eeee mmm at 26..20 is 2^(e-127) * 1.m (or the subnormal m * 2^-149 * 2^20
+ * when e == 0); times 2^120 it is exactly the e4m3 value, subnormals included. 0x7F / 0xFF are
+ * NaN in e4m3fn (sign | 0x7FC00000, as the scalar table). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 e4m3x16(const uint8_t *q, int nan) {
+    const __m512i k80 = _mm512_set1_epi32(0x80), k7f = _mm512_set1_epi32(0x7F), qnan = _mm512_set1_epi32(0x7FC00000);
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512i mag = _mm512_and_si512(v, k7f), sign = _mm512_slli_epi32(_mm512_and_si512(v, k80), 24);
+    __m512 val = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_slli_epi32(mag, 20))), _mm512_set1_ps(0x1p120f));
+    if (!nan) return val;
+    return _mm512_mask_mov_ps(val, _mm512_cmpeq_epi32_mask(mag, k7f), _mm512_castsi512_ps(_mm512_or_si512(sign, qnan)));
+}
+
+/* 32 e2m1 values of 16 packed bytes (element 2i = low nibble of byte i) -> *w0 (elements 0-15)
+ * and *w1 (16-31), looked up in lut (the 16 e2m1 values). */
+__attribute__((target("avx512f"), always_inline)) static inline void e2m1x32(const uint8_t *q, __m512 lut, __m512 *w0,
+                                                                            __m512 *w1) {
+    const __m512i k15 = _mm512_set1_epi32(15);
+    const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
+    __m512 l = _mm512_permutexvar_ps(_mm512_and_si512(v, k15), lut), h = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
+    *w0 = _mm512_permutex2var_ps(l, il0, h);
+    *w1 = _mm512_permutex2var_ps(l, il1, h);
+}
+
 /* AVX-512 row dequantization: the same exact values as the scalar LUT path (every MX/bf16 value
  * is an f32, and the per-block scale is a power of two applied by one IEEE multiply). */
 __attribute__((target("avx512f"))) static int row_avx512(const pdb_qmat *w, int64_t r, float *out) {
@@ -40,40 +73,22 @@ __attribute__((target("avx512f"))) static int row_avx512(const pdb_qmat *w, int6
         return 1;
     }
     if (w->fmt == PDB_QF_MXFP8) {
-        /* e4m3 bits s eeee mmm placed as f32 bits s at 31, eeee mmm at 26..20: that f32 is
-         * 2^(e-127) * 1.m (or the subnormal m * 2^-149 * 2^20 when e == 0); times 2^120 it is
-         * exactly the e4m3 value, subnormals included. 0x7F / 0xFF are NaN in e4m3fn. */
         const uint8_t *q = (const uint8_t *)w->data + r * C, *s = w->scales + r * (C / 32);
-        const __m512i k80 = _mm512_set1_epi32(0x80), k7f = _mm512_set1_epi32(0x7F);
-        const __m512 two120 = _mm512_set1_ps(0x1p120f);
-        const __m512i qnan = _mm512_set1_epi32(0x7FC00000);
         for (int64_t b = 0; b < C / 32; b++) {
-            __m512 sc = _mm512_set1_ps(pdb_e8m0_to_f32(s[b]));
-            for (int h = 0; h < 2; h++) {
-                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + b * 32 + h * 16)));
-                __m512i mag = _mm512_and_si512(v, k7f), sign = _mm512_slli_epi32(_mm512_and_si512(v, k80), 24);
-                __m512i bits = _mm512_or_si512(sign, _mm512_slli_epi32(mag, 20));
-                __m512 val = _mm512_mul_ps(_mm512_castsi512_ps(bits), two120);
-                val = _mm512_mask_mov_ps(val, _mm512_cmpeq_epi32_mask(mag, k7f), _mm512_castsi512_ps(_mm512_or_si512(sign, qnan)));
-                _mm512_storeu_ps(out + b * 32 + h * 16, _mm512_mul_ps(val, sc));
-            }
+            __m512 sc = _mm512_set1_ps(e8m0_f32(s[b]));
+            _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(e4m3x16(q + b * 32, 1), sc));
+            _mm512_storeu_ps(out + b * 32 + 16, _mm512_mul_ps(e4m3x16(q + b * 32 + 16, 1), sc));
         }
         return 1;
     }
     if (w->fmt == PDB_QF_MXFP4) {
         const uint8_t *q = (const uint8_t *)w->data + r * (C / 2), *s = w->scales + r * (C / 32);
         const __m512 lut = _mm512_loadu_ps(lut_e2m1);
-        const __m512i k15 = _mm512_set1_epi32(15);
-        /* interleave: out[2i] = lo[i], out[2i+1] = hi[i] */
-        const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-        const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
         for (int64_t b = 0; b < C / 32; b++) {
-            __m512 sc = _mm512_set1_ps(pdb_e8m0_to_f32(s[b]));
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + b * 16)));
-            __m512 lo = _mm512_permutexvar_ps(_mm512_and_si512(v, k15), lut);
-            __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);
-            _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(_mm512_permutex2var_ps(lo, il0, hi), sc));
-            _mm512_storeu_ps(out + b * 32 + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo, il1, hi), sc));
+            __m512 sc = _mm512_set1_ps(e8m0_f32(s[b])), w0, w1;
+            e2m1x32(q + b * 16, lut, &w0, &w1);
+            _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(w0, sc));
+            _mm512_storeu_ps(out + b * 32 + 16, _mm512_mul_ps(w1, sc));
         }
         return 1;
     }
@@ -216,13 +231,6 @@ __attribute__((target("avx512f"))) static void dot4_avx512(const float *x, const
     }
 }
 
-static inline float e8m0_f32(uint8_t e) { /* == pdb_e8m0_to_f32, inlined for the kernels */
-    uint32_t u = e == 0xFF ? 0x7FC00000u : e == 0 ? 0x00400000u : (uint32_t)e << 23;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* The end of every four-row kernel: each row's 32 lanes (low accumulator = lanes 0-15, high =
  * 16-31) folded in fold32's order. */
 __attribute__((target("avx512f"))) static float fold32_avx512(__m512 lo, __m512 hi) {
@@ -238,16 +246,6 @@ __attribute__((target("avx512f"))) static float fold32_avx512(__m512 lo, __m512 
 
 __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, const __m512 *hi, float *out) {
     for (int i = 0; i < 4; i++) out[i] = fold32_avx512(lo[i], hi[i]);
-}
-
-/* 16 e4m3 codes -> their exact values (see row_avx512); nan: fix up the NaN codes. */
-__attribute__((target("avx512f"), always_inline)) static inline __m512 e4m3x16(const uint8_t *q, int nan) {
-    const __m512i k80 = _mm512_set1_epi32(0x80), k7f = _mm512_set1_epi32(0x7F), qnan = _mm512_set1_epi32(0x7FC00000);
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-    __m512i mag = _mm512_and_si512(v, k7f), sign = _mm512_slli_epi32(_mm512_and_si512(v, k80), 24);
-    __m512 val = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_slli_epi32(mag, 20))), _mm512_set1_ps(0x1p120f));
-    if (!nan) return val;
-    return _mm512_mask_mov_ps(val, _mm512_cmpeq_epi32_mask(mag, k7f), _mm512_castsi512_ps(_mm512_or_si512(sign, qnan)));
 }
 
 /* Decode (few tokens): four MXFP8 rows dequantized in registers 32 at a time and dotted with x
@@ -289,9 +287,6 @@ __attribute__((target("avx512f"))) static void fused4_mxfp8(const pdb_qmat *w, i
 __attribute__((target("avx512f"))) static void fused4_mxfp4(const pdb_qmat *w, int64_t r0, const float *x, float *out) {
     int64_t C = w->cols, nb = C / 32;
     const __m512 lut = _mm512_loadu_ps(lut_e2m1);
-    const __m512i k15 = _mm512_set1_epi32(15);
-    const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     const uint8_t *q[4], *s[4];
     for (int i = 0; i < 4; i++) {
         q[i] = (const uint8_t *)w->data + (r0 + i) * (C / 2);
@@ -302,12 +297,10 @@ __attribute__((target("avx512f"))) static void fused4_mxfp4(const pdb_qmat *w, i
         __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
 #define PDB_F4(i, lo, hi)                                                                          \
         {                                                                                          \
-            __m512 sc = _mm512_set1_ps(e8m0_f32(s[i][b]));                                         \
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q[i] + b * 16)));  \
-            __m512 l = _mm512_permutexvar_ps(_mm512_and_si512(v, k15), lut);                       \
-            __m512 h = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut);                        \
-            lo = _mm512_fmadd_ps(x0, _mm512_mul_ps(_mm512_permutex2var_ps(l, il0, h), sc), lo);    \
-            hi = _mm512_fmadd_ps(x1, _mm512_mul_ps(_mm512_permutex2var_ps(l, il1, h), sc), hi);    \
+            __m512 sc = _mm512_set1_ps(e8m0_f32(s[i][b])), w0, w1;                                 \
+            e2m1x32(q[i] + b * 16, lut, &w0, &w1);                                                 \
+            lo = _mm512_fmadd_ps(x0, _mm512_mul_ps(w0, sc), lo);                                   \
+            hi = _mm512_fmadd_ps(x1, _mm512_mul_ps(w1, sc), hi);                                   \
         }
         PDB_F4(0, lo0, hi0)
         PDB_F4(1, lo1, hi1)
