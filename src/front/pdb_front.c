@@ -295,30 +295,40 @@ static size_t fr_header_cb(char *b, size_t sz, size_t nm, void *u) {
 }
 
 /* Forward the (rewritten) body to the decoder and answer the client. */
-static void forward(relay *r, const char *path, const char *body) {
-    pdb_front *f = r->f;
+/* POST body (or GET when body is NULL) to decoder_url + path, answer into r (status, body or the
+ * relayed stream) with the upstream key; returns curl's result (cerr: its message, may be NULL). */
+static CURLcode decoder_call(pdb_front *f, const char *path, const char *body, long timeout_ms, relay *r, char *cerr) {
     CURL *h = curl_easy_init();
-    char url[1024], auth[300], cerr[CURL_ERROR_SIZE] = "";
+    if (!h) return CURLE_OUT_OF_MEMORY;
+    char url[1024], auth[300];
     snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
-    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *hd = body ? curl_slist_append(NULL, "Content-Type: application/json") : NULL;
     if (f->upstream_key[0]) {
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->upstream_key);
         hd = curl_slist_append(hd, auth);
     }
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    if (body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    if (hd) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fr_header_cb);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, f->o.decoder_timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+    if (cerr) curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
     CURLcode cc = curl_easy_perform(h);
-    curl_slist_free_all(hd);
     curl_easy_cleanup(h);
+    curl_slist_free_all(hd);
+    return cc;
+}
+
+static void forward(relay *r, const char *path, const char *body) {
+    pdb_front *f = r->f;
+    char cerr[CURL_ERROR_SIZE] = "", url[1024];
+    snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
+    CURLcode cc = decoder_call(f, path, body, f->o.decoder_timeout_ms, r, cerr);
     if (r->hs) { /* a stream was open: finish it */
         if (cc != CURLE_OK && !r->failed) {
             const char *e = "data: {\"error\":{\"message\":\"decoder connection lost\",\"type\":\"server_error\"}}\n\n";
@@ -528,33 +538,10 @@ out:
     pdb_openai_request_free(&q);
 }
 
-/* GET decoder_url + path into r (status, body); returns curl's result. */
-static CURLcode decoder_get(pdb_front *f, const char *path, long timeout_ms, relay *r) {
-    CURL *h = curl_easy_init();
-    char url[1024], auth[300];
-    snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fr_header_cb);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    struct curl_slist *hd = NULL;
-    if (f->upstream_key[0]) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->upstream_key);
-        hd = curl_slist_append(hd, auth);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    }
-    CURLcode cc = curl_easy_perform(h);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hd);
-    return cc;
-}
 
 static void proxy_get(pdb_front *f, pdb_http_request *req, const char *path) {
     relay r = {.f = f};
-    if (decoder_get(f, path, 10000L, &r) != CURLE_OK)
+    if (decoder_call(f, path, NULL, 10000L, &r, NULL) != CURLE_OK)
         pdb_http_respond_error(req, 502, "server_error", NULL, NULL, "the decoder did not answer");
     else pdb_http_respond(req, r.status, "application/json", r.buf ? r.buf : "", r.len, NULL, 0);
     free(r.buf);
@@ -567,7 +554,7 @@ static const char *decoder_model_id(pdb_front *f) {
     pthread_mutex_unlock(&f->mu);
     if (known) return f->model_id;
     relay r = {.f = f};
-    CURLcode cc = decoder_get(f, "/v1/models", 5000L, &r);
+    CURLcode cc = decoder_call(f, "/v1/models", NULL, 5000L, &r, NULL);
     json_t *j = cc == CURLE_OK && r.status == 200 && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
     const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     pthread_mutex_lock(&f->mu);
