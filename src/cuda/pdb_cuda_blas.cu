@@ -51,12 +51,15 @@ pdb_status pdb_cuda_blas_open(pdb_cuda_blas *b, cudaStream_t stream) {
         memset(b, 0, sizeof *b);
         return pdb_err_set(PDB_CUDA, "%s:%d cublasCreate_v2: %s", __FILE__, __LINE__, pdb_cuda_blas_status_str(cs));
     }
+    b->s = stream;
     PDB_CUBLAS(b->set_stream(b->h, stream));
     PDB_CUBLAS(b->set_math_mode(b->h, CUBLAS_DEFAULT_MATH));
     return PDB_OK;
 }
 
 void pdb_cuda_blas_close(pdb_cuda_blas *b) {
+    if (b->tail_a) cudaFree(b->tail_a);
+    if (b->tail_c) cudaFree(b->tail_c);
     if (b->h && b->destroy) b->destroy(b->h);
     if (b->lib) dlclose(b->lib);
     memset(b, 0, sizeof *b);
@@ -65,9 +68,9 @@ void pdb_cuda_blas_close(pdb_cuda_blas *b) {
 /* Column-major view: C^T [N, M] = op(B)^T [N, K] @ A^T [K, M]. A row-major [M,K] (lda) is a
  * column-major [K,M]; B stored [N,K] is a column-major [K,N], transposed to [N,K]; B stored
  * [K,N] is a column-major [N,K] as is. */
-pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
-                         const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
-                         float *C, int64_t ldc, int64_t sc, int64_t batch) {
+pdb_status pdb_cuda_gemm_whole(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K,
+                               float alpha, const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
+                               float beta, float *C, int64_t ldc, int64_t sc, int64_t batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return PDB_OK;
     if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX || ldc > INT32_MAX ||
         batch > INT32_MAX)
@@ -83,5 +86,49 @@ pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t 
                                  (int)lda, sa, &beta, C, CUDA_R_32F, (int)ldc, sc, (int)batch, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
     }
+    return PDB_OK;
+}
+
+/* Grow a scratch buffer to at least need bytes (cudaFree waits for the work that used it). */
+static pdb_status tail_reserve(void **p, size_t *cap, size_t need) {
+    if (*cap >= need) return PDB_OK;
+    if (*p) cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    PDB_CU(cudaMalloc(p, need));
+    *cap = need;
+    return PDB_OK;
+}
+
+/* M-invariant product: full tiles of T = tile_rows rows in place; the last rem < T rows are
+ * copied (whole row spans, so interleaved batches and other columns of C travel along) into
+ * scratch with the same leading dimensions and strides, run as a T-row call, and copied back.
+ * Every cuBLAS call therefore has the same (M = T, N, K, ld, strides, batch), hence the same
+ * kernel, and a row's result is computed the same way wherever it sits. */
+pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
+                         const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
+                         float *C, int64_t ldc, int64_t sc, int64_t batch) {
+    int64_t T = b->tile_rows;
+    if (T <= 0 || M <= 0 || N <= 0 || batch <= 0)
+        return pdb_cuda_gemm_whole(b, dt, b_is_nk, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+    if (batch > 1 && ((batch - 1) * sa + K > lda || (batch - 1) * sc + N > ldc))
+        return pdb_err_set(PDB_INVALID, "gemm: batches not interleaved within a row (sa %lld, lda %lld)",
+                           (long long)sa, (long long)lda);
+    size_t esz = dt == PDB_CUDA_DT_F32 ? 4 : 2;
+    int64_t full = M / T * T, rem = M - full;
+    for (int64_t r0 = 0; r0 < full; r0 += T)
+        PDB_TRY(pdb_cuda_gemm_whole(b, dt, b_is_nk, T, N, K, alpha, (const char *)A + esz * (size_t)(r0 * lda), lda, sa,
+                                    B, ldb, sb, beta, C + r0 * ldc, ldc, sc, batch));
+    if (!rem) return PDB_OK;
+    size_t a_row = esz * (size_t)((batch - 1) * sa + K), c_row = sizeof(float) * (size_t)((batch - 1) * sc + N);
+    size_t a_need = esz * (size_t)((T - 1) * lda) + a_row, c_need = sizeof(float) * (size_t)((T - 1) * ldc) + c_row;
+    PDB_TRY(tail_reserve(&b->tail_a, &b->tail_a_cap, a_need));
+    PDB_TRY(tail_reserve((void **)&b->tail_c, &b->tail_c_cap, c_need));
+    size_t a_span = esz * (size_t)((rem - 1) * lda) + a_row, c_span = sizeof(float) * (size_t)((rem - 1) * ldc) + c_row;
+    PDB_CU(cudaMemcpyAsync(b->tail_a, (const char *)A + esz * (size_t)(full * lda), a_span, cudaMemcpyDeviceToDevice, b->s));
+    PDB_CU(cudaMemcpyAsync(b->tail_c, C + full * ldc, c_span, cudaMemcpyDeviceToDevice, b->s));
+    PDB_TRY(pdb_cuda_gemm_whole(b, dt, b_is_nk, T, N, K, alpha, b->tail_a, lda, sa, B, ldb, sb, beta, b->tail_c, ldc, sc,
+                                batch));
+    PDB_CU(cudaMemcpyAsync(C + full * ldc, b->tail_c, c_span, cudaMemcpyDeviceToDevice, b->s));
     return PDB_OK;
 }

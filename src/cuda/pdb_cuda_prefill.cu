@@ -45,6 +45,7 @@ typedef struct cu_prefill {
     pdb_cuda_dt dt;
     size_t esz;                 /* bytes per dt element */
     int64_t sub_cfg, sub_max, page; /* configured / current pass bound (tokens), page size */
+    int64_t gemm_rows;          /* M-invariant GEMM tile (0: whole M) */
     int device;
     cudaStream_t s;
     int have_stream;
@@ -513,7 +514,10 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
     }
     if (logits) {
         PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h + (n - 1) * H, H, c->final_norm, c->xn, H, 1, H, c->cfg.rms_norm_eps));
-        PDB_TRY(linear(c, c->xn, 1, H, c->lm_head, c->V, 0.0f, c->logits));
+        const void *A; /* one row in every pass, so one cuBLAS call: M never varies */
+        PDB_TRY(as_dt(c, c->xn, H, &A));
+        PDB_TRY(pdb_cuda_gemm_whole(&c->blas, c->dt, 1, 1, c->V, H, 1.0f, A, H, 0, c->lm_head, H, 0, 0.0f, c->logits,
+                                    c->V, 0, 1));
         PDB_CU(cudaMemcpyAsync(logits, c->logits, sizeof(float) * (size_t)c->V, cudaMemcpyDeviceToHost, c->s));
     }
     PDB_CU(cudaStreamSynchronize(c->s));
@@ -601,6 +605,7 @@ static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o)
     c->have_stream = 1;
     PDB_TRY(pdb_cuda_blas_open(&c->blas, c->s));
     c->have_blas = 1;
+    c->blas.tile_rows = c->gemm_rows;
     PDB_TRY(pdb_rope_init(&c->rope, &cf->rope, c->rope_d));
     c->scale = (float)pdb_config_softmax_scale(cf);
     PDB_TRY(pdb_v2_qweights_load(&c->dec, cf, o->decoder, 1));
@@ -640,6 +645,7 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     c->esz = c->dt == PDB_CUDA_DT_F32 ? 4 : 2;
     c->sub_cfg = co && co->sub_chunk > 0 ? co->sub_chunk : 8192;
     c->page = co && co->page_tokens > 0 ? co->page_tokens : 64;
+    c->gemm_rows = !co || co->gemm_rows == 0 ? PDB_CUDA_GEMM_ROWS_DEFAULT : co->gemm_rows < 0 ? 0 : co->gemm_rows;
     c->H = cf->hidden_size; c->nh = cf->num_heads; c->nope = cf->qk_nope_head_dim; c->rope_d = cf->qk_rope_head_dim;
     c->qk = c->nope + c->rope_d; c->vd = cf->v_head_dim; c->kvl = cf->kv_lora_rank; c->row = row;
     c->qlr = cf->q_lora_rank; c->E = cf->n_routed_experts; c->K = cf->num_experts_per_tok;

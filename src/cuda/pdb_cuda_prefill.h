@@ -19,10 +19,15 @@ typedef enum pdb_cuda_prec {
     PDB_CUDA_PREC_F32 = 1   /* validation: f32 everywhere (no TF32) */
 } pdb_cuda_prec;
 
+enum { PDB_CUDA_GEMM_ROWS_DEFAULT = 256 };
+
 typedef struct pdb_cuda_prefill_opts {
     pdb_cuda_prec prec;
     int64_t sub_chunk; /* largest run of tokens per internal pass (scratch bound); 0 = 8192 */
     int64_t page_tokens; /* engine cache page size in tokens (power of two); 0 = 64 */
+    int64_t gemm_rows;   /* GEMMs run as cuBLAS calls of exactly this many rows, so a row's result does
+                            not depend on the chunking (chunked = one-shot); 0 = the default
+                            (PDB_CUDA_GEMM_ROWS_DEFAULT), -1 = off (one call per product, fastest) */
 } pdb_cuda_prefill_opts;
 
 pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o, const pdb_cuda_prefill_opts *co,

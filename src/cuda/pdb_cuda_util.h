@@ -4,7 +4,10 @@
  * and the row-major GEMM wrapper every engine matrix product goes through.
  * Invariants: every CUDA/cuBLAS call is checked and a failure becomes PDB_CUDA with
  * "file:line call: message" in pdb_err_msg(); nothing here exits or aborts; GEMMs accumulate in
- * f32 (CUBLAS_COMPUTE_32F, default math mode: no TF32 on f32 inputs). */
+ * f32 (CUBLAS_COMPUTE_32F, default math mode: no TF32 on f32 inputs); with tile_rows > 0 every
+ * GEMM runs as cuBLAS calls of exactly tile_rows rows (the last tile padded through a scratch
+ * copy), so cuBLAS sees the same shape whatever M is and a row's result does not depend on how
+ * many rows a call holds (chunked prefill = one-shot). */
 #ifndef PDB_CUDA_UTIL_H
 #define PDB_CUDA_UTIL_H
 
@@ -45,6 +48,11 @@ typedef enum pdb_cuda_dt { PDB_CUDA_DT_BF16 = 0, PDB_CUDA_DT_F32 = 1 } pdb_cuda_
 typedef struct pdb_cuda_blas {
     void *lib; /* dlopen handle */
     cublasHandle_t h;
+    cudaStream_t s;
+    int64_t tile_rows;          /* > 0: M-invariant GEMMs in tiles of this many rows; 0: whole M */
+    void *tail_a;               /* scratch for the last, partial tile (device) */
+    float *tail_c;
+    size_t tail_a_cap, tail_c_cap; /* bytes */
     cublasStatus_t (*create)(cublasHandle_t *);
     cublasStatus_t (*destroy)(cublasHandle_t);
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
@@ -65,9 +73,16 @@ void pdb_cuda_blas_close(pdb_cuda_blas *b);
 
 /* Row-major C[M,N] (ldc, f32) = alpha * A[M,K] (lda) @ op(B) + beta * C, with A and B of type dt.
  * b_is_nk: B is stored [N,K] (a PyTorch Linear weight; op(B) = B^T), else [K,N].
- * batch > 1: strided batches (element strides sa, sb, sc). */
+ * batch > 1: strided batches (element strides sa, sb, sc) interleaved within a row
+ * ((batch - 1) * sa + K <= lda, likewise for C), as the per-head products are.
+ * With b->tile_rows > 0 the product runs in M-invariant tiles (see above). */
 pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
                          float *C, int64_t ldc, int64_t sc, int64_t batch);
+/* The same product as one cuBLAS call whatever M is (for products whose M never varies, e.g. the
+ * one-row lm_head). */
+pdb_status pdb_cuda_gemm_whole(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K,
+                               float alpha, const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb,
+                               int64_t sb, float beta, float *C, int64_t ldc, int64_t sc, int64_t batch);
 
 #endif

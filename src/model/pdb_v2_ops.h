@@ -40,7 +40,7 @@ typedef struct pdb_v2_qweights {
     pdb_qmat embed, lm_head;
     float *final_norm;
     pdb_v2_qlayer *layers;
-    int64_t max_cols;            /* widest matrix input: matmul scratch is threads * max_cols */
+    int64_t max_cols;            /* widest matrix input: matmul scratch is PDB_QMAT_ROWBUF_FLOATS(threads, max_cols) */
     float **owned;               /* buffers allocated at load */
     int n_owned, cap_owned;
 } pdb_v2_qweights;
@@ -59,7 +59,7 @@ typedef struct pdb_v2_rowcache {
 
 /* Compute the decoder cache rows for R rows at positions pos[r] of layer l from the attention
  * input xn [R, H]: writes cache[r].base + l*layer_stride + pos[r]*pos_stride. kva: scratch
- * [R, kvl + rope]; rowbuf: threads * max_cols. */
+ * [R, kvl + rope]; rowbuf: PDB_QMAT_ROWBUF_FLOATS(threads, max_cols) floats. */
 void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool, float *rowbuf, const float *xn,
                             int64_t R, const int64_t *pos, const pdb_v2_rowcache *cache, float *kva);
 
