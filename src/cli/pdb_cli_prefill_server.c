@@ -10,12 +10,21 @@ int pdb_cli_prefill_server(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge prefill-server --model HF_DIR --decoder-model DEC_DIR --port P [--host 127.0.0.1]\n"
         "         [--backend auto|cuda|cpu] [--device N] [--chunk N] [--threads N] [--parallel N]\n"
-        "         [--max-tokens N] [--api-key KEY] [--log-level debug|info|warn|error]\n\n"
+        "         [--max-tokens N] [--api-key KEY] [--log-level debug|info|warn|error]\n"
+        "         [--spill-dir DIR] [--spill-max-mb N] [--spool-mem-mb N] [--spool-ttl-s N]\n\n"
         "The prefill engine: runs the model with its own weights (HF_DIR) and, at every layer, computes\n"
         "the decoder's cache rows with the decoder's weights (DEC_DIR), streaming one segment per block\n"
         "(POST /v1/prefill, format in docs/protocol.md). GET /health reports the decoder fingerprint.\n"
         "--backend auto uses CUDA when a GPU is usable, else the CPU. --parallel N runs N prefills at\n"
-        "once (N engines). --port 0 picks a free port.\n";
+        "once (N engines). --port 0 picks a free port.\n\n"
+        "Every answer names its transfer (header X-PD-Transfer). Its segments are kept until the consumer\n"
+        "acknowledges them (POST /v1/prefill/ack {\"transfer\", \"through_block\"}): in memory while the\n"
+        "transfer's queue has room (--spool-mem-mb, default 4; one segment always fits), else as files in a\n"
+        "spill directory created under --spill-dir (default $TMPDIR or /tmp) and removed at exit. Spill files\n"
+        "of all transfers stay under --spill-max-mb (default 1024; 0 = no spill): when it is full the engine\n"
+        "pauses until the consumer drains. A resume (same request plus \"transfer\" and first_block) is\n"
+        "answered from the kept segments without recomputation while they are all there, else recomputed.\n"
+        "Segments of a transfer idle for --spool-ttl-s seconds (default 120) are dropped.\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     pdb_prefill_server_opts o = {.backend = "auto", .port = -1};
     long long v = 0;
@@ -35,6 +44,12 @@ int pdb_cli_prefill_server(int argc, char **argv) {
         else if (!strcmp(a, "--threads") && (ok = pdb_cli_parse_int(val, 0, 4096, &v))) { o.threads = (int)v; i++; }
         else if (!strcmp(a, "--parallel") && (ok = pdb_cli_parse_int(val, 1, 64, &v))) { o.parallel = (int)v; i++; }
         else if (!strcmp(a, "--max-tokens") && (ok = pdb_cli_parse_int(val, 1, 1LL << 32, &v))) { o.max_tokens = v; i++; }
+        else if (!strcmp(a, "--spill-dir") && val) o.spill_dir = argv[++i];
+        else if (!strcmp(a, "--spill-max-mb") && (ok = pdb_cli_parse_int(val, 0, 1LL << 30, &v))) {
+            o.spill_max_bytes = v ? v << 20 : -1;
+            i++;
+        } else if (!strcmp(a, "--spool-mem-mb") && (ok = pdb_cli_parse_int(val, 1, 1 << 20, &v))) { o.spool_mem_bytes = v << 20; i++; }
+        else if (!strcmp(a, "--spool-ttl-s") && (ok = pdb_cli_parse_int(val, 1, 86400 * 7, &v))) { o.spool_ttl_s = (int)v; i++; }
         else if (!strcmp(a, "--log-level") && val) ok = pdb_cli_set_log_level(argv[++i]);
         else ok = 0;
         if (!ok) {

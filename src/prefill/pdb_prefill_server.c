@@ -1,10 +1,13 @@
 /* pdb_prefill_server: request validation, engine checkout (a pool of `parallel` backends under a
- * mutex + condition variable), and the segment stream writer. State: engines[] with busy flags;
- * counters for /metrics under mu. */
+ * mutex + condition variable), production runs (the engine on its own thread, segments into the
+ * spool) and the segment stream writer (the request's thread, draining the spool in order).
+ * State: engines[] with busy flags, the spool (transfers and their segments, pdb_spool.h), the
+ * count of running jobs (stop waits for them); counters for /metrics under mu. */
 #include "pdb_prefill_server.h"
 
 #include <errno.h>
 #include <jansson.h>
+#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +20,12 @@
 #include "pdb_http.h"
 #include "pdb_prefill_engine.h"
 #include "pdb_segment.h"
+#include "pdb_spool.h"
 #include "pdb_store.h"
 
-enum { PS_MAX_ENGINES = 64, PS_WRITE_PIECE = 1 << 20 };
+/* PS_MAX_RUNS: production runs one request may start (its first, then one per missing or
+ * corrupt block found while draining) before it gives up. */
+enum { PS_MAX_ENGINES = 64, PS_WRITE_PIECE = 1 << 20, PS_HTTP_QUEUE = 2 << 20, PS_MAX_RUNS = 4 };
 
 struct pdb_prefill_server {
     pdb_prefill_server_opts o;
@@ -32,8 +38,17 @@ struct pdb_prefill_server {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pdb_http_server *http;
-    uint64_t requests, ok, failed, refused, tokens, blocks, bytes;
+    pdb_spool *spool;
+    uint64_t spool_spill_max;
+    int jobs, stopping;
+    uint64_t requests, ok, failed, refused, tokens, blocks, bytes, spool_blocks, resumes, resumes_recomputed, acks;
 };
+
+static double ps_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 /* ---- engine checkout ---------------------------------------------------------------------- */
 
@@ -42,7 +57,7 @@ static int engine_take(pdb_prefill_server *s, int wait_s) {
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += wait_s;
     pthread_mutex_lock(&s->mu);
-    for (;;) {
+    while (!s->stopping) {
         for (int i = 0; i < s->n_engines; i++)
             if (!s->busy[i]) {
                 s->busy[i] = 1;
@@ -56,9 +71,10 @@ static int engine_take(pdb_prefill_server *s, int wait_s) {
 }
 
 static void engine_give(pdb_prefill_server *s, int i) {
+    if (i < 0) return;
     pthread_mutex_lock(&s->mu);
     s->busy[i] = 0;
-    pthread_cond_signal(&s->cv);
+    pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -67,14 +83,22 @@ static void engine_give(pdb_prefill_server *s, int i) {
 typedef struct {
     pdb_prefill_server *s;
     pdb_http_stream *hs;
-    uint64_t bytes;
+    pdb_spool_xfer *x;
+    uint64_t gen, bytes;
 } ps_stream;
 
+/* Waits for room in the HTTP queue in steps of a second, so a writer superseded by a resume (or
+ * a server stopping) notices it even when its client neither reads nor goes away. */
 static pdb_status write_all(ps_stream *w, const void *data, uint64_t len) {
     const char *p = data;
     while (len > 0) {
         size_t n = len < PS_WRITE_PIECE ? (size_t)len : PS_WRITE_PIECE;
-        pdb_status st = pdb_http_stream_write(w->hs, p, n, -1); /* blocks while the consumer lags */
+        pdb_status st = pdb_http_stream_write(w->hs, p, n, 1000);
+        if (st == PDB_TIMEOUT) {
+            if (w->x && !pdb_spool_writer_current(w->x, w->gen))
+                return pdb_err_set(PDB_IO, "prefill stream: taken over by a resume or released");
+            continue;
+        }
         if (st) return pdb_err_set(st, "prefill stream: consumer gone");
         p += n;
         len -= n;
@@ -83,8 +107,7 @@ static pdb_status write_all(ps_stream *w, const void *data, uint64_t len) {
     return PDB_OK;
 }
 
-static pdb_status on_segment(void *user, int64_t block, const float *data, uint64_t bytes) {
-    ps_stream *w = user;
+static pdb_status write_segment(ps_stream *w, int64_t block, const void *data, uint64_t bytes) {
     uint8_t prefix[16], head[40];
     pdb_segment_frame_prefix(PDB_SEG_SEGMENT, 40 + bytes, prefix);
     pdb_segment_payload_head(block, data, bytes, head);
@@ -104,61 +127,198 @@ static void write_end(ps_stream *w, int32_t status, const char *msg) {
     write_all(w, buf, 24 + ml);
 }
 
-/* ---- the prefill job: runs on its own thread (libmicrohttpd sends nothing for a connection
- * until its handler returns), writing frames as segments complete ---------------------------- */
+/* ---- transfers: what a producer needs, kept with the spool's transfer ---------------------- */
+
+typedef struct {
+    int32_t *ids;
+    int64_t n, bs;
+    uint64_t block_bytes; /* one segment: the block's pools in the store layout */
+} ps_xinfo;
+
+static void xinfo_free(void *p) {
+    ps_xinfo *xi = p;
+    if (!xi) return;
+    free(xi->ids);
+    free(xi);
+}
+
+/* The identity a resume must match: fingerprint, block size and every token id. */
+static void request_key(const char *fp, int64_t bs, const int32_t *ids, int64_t n, uint8_t out[32]) {
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    unsigned dn = 32;
+    int64_t hdr[2] = {bs, n};
+    if (!c || !EVP_DigestInit_ex(c, EVP_sha256(), NULL) || !EVP_DigestUpdate(c, fp, strlen(fp)) ||
+        !EVP_DigestUpdate(c, hdr, sizeof hdr) || !EVP_DigestUpdate(c, ids, sizeof(int32_t) * (size_t)n) ||
+        !EVP_DigestFinal_ex(c, out, &dn))
+        memset(out, 0xff, 32); /* no digest: a key no request matches by accident (resumes recompute) */
+    EVP_MD_CTX_free(c);
+}
+
+/* ---- production runs: the engine on its own thread, segments into the spool ---------------- */
 
 typedef struct {
     pdb_prefill_server *s;
+    pdb_spool_xfer *x;
     int eng;
-    int32_t *ids;
-    int64_t n, bs, fb;
+    int64_t from;
+    pdb_status st;
+    pdb_prefill_stats ps;
+    pthread_t th;
+} ps_run;
+
+static pdb_status run_on_segment(void *user, int64_t block, const float *data, uint64_t bytes) {
+    ps_run *r = user;
+    return pdb_spool_put_segment(r->x, block, data, bytes);
+}
+
+static void *run_main(void *arg) {
+    ps_run *r = arg;
+    ps_xinfo *xi = pdb_spool_xfer_user(r->x);
+    r->st = pdb_prefill_run(r->s->engines[r->eng], &r->s->cfg, xi->ids, xi->n, xi->bs, r->from, r->s->o.chunk, run_on_segment, r,
+                            &r->ps);
+    engine_give(r->s, r->eng);
+    pdb_spool_end_production(r->x, r->st, r->st ? pdb_err_msg() : NULL);
+    return NULL;
+}
+
+/* Start a production run from block `from` on engine eng (given back on failure). */
+static pdb_status run_start(pdb_prefill_server *s, pdb_spool_xfer *x, int eng, int64_t from, ps_run *r) {
+    *r = (ps_run){.s = s, .x = x, .eng = eng, .from = from};
+    pdb_status st = pdb_spool_begin_production(x, from, NULL);
+    if (st) { engine_give(s, eng); return st; }
+    if (pthread_create(&r->th, NULL, run_main, r)) {
+        engine_give(s, eng);
+        pdb_spool_end_production(x, PDB_NOMEM, "prefill server: cannot start an engine thread");
+        return pdb_err_set(PDB_NOMEM, "prefill server: cannot start an engine thread");
+    }
+    return PDB_OK;
+}
+
+/* ---- the prefill job: runs on its own thread (libmicrohttpd sends nothing for a connection
+ * until its handler returns); drains the transfer's spool in block order into the stream,
+ * starting production runs when blocks are missing (a new transfer, a resume whose segments are
+ * no longer all held, a spill file that failed its checksum) ---------------------------------- */
+
+typedef struct {
+    pdb_prefill_server *s;
+    pdb_spool_xfer *x;
+    int eng;      /* an engine taken by the handler, or -1 */
+    int resumed;  /* the request named a retained transfer */
+    int64_t fb;
     ps_stream w;
 } ps_job;
+
+static void job_done(pdb_prefill_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->jobs--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
 
 static void *prefill_job(void *arg) {
     ps_job *job = arg;
     pdb_prefill_server *s = job->s;
+    pdb_spool_xfer *x = job->x;
+    ps_xinfo *xi = pdb_spool_xfer_user(x);
     ps_stream *w = &job->w;
-    int64_t n = job->n, bs = job->bs, fb = job->fb;
-    char hj[512], msg[600];
+    int64_t n = xi->n, bs = xi->bs, fb = job->fb, nb = n / bs;
+    char hj[512], msg[700];
+    int base_gen;
+    w->x = x;
+    w->gen = pdb_spool_attach_writer(x, &base_gen);
     pthread_mutex_lock(&s->mu);
     s->requests++;
     pthread_mutex_unlock(&s->mu);
-    uint64_t block_bytes = 0;
-    for (int p = 0; p < s->layout.layout.n_pools; p++) block_bytes += pdb_store_pool_bytes(&s->layout.layout.pools[p], bs);
     int hl = snprintf(hj, sizeof hj,
                       "{\"version\":1,\"fingerprint\":\"%s\",\"block_size\":%lld,\"first_block\":%lld,\"n_blocks\":%lld,"
                       "\"block_bytes\":%llu}",
-                      s->fp_hex, (long long)bs, (long long)fb, (long long)(n / bs),
-                      (unsigned long long)block_bytes);
+                      s->fp_hex, (long long)bs, (long long)fb, (long long)nb, (unsigned long long)xi->block_bytes);
     uint8_t prefix[16];
     pdb_segment_frame_prefix(PDB_SEG_HEADER, (uint64_t)hl, prefix);
-    pdb_prefill_stats ps = {0};
+    ps_run runs[PS_MAX_RUNS];
+    int nr = 0, gone = 0;
+    int64_t cur = fb, from_spool = 0, from_engine = 0;
+    double t0 = ps_now();
     pdb_status st = write_all(w, prefix, 16);
     if (!st) st = write_all(w, hj, (uint64_t)hl);
-    if (!st) st = pdb_prefill_run(s->engines[job->eng], &s->cfg, job->ids, n, bs, fb, s->o.chunk, on_segment, w, &ps);
-    engine_give(s, job->eng);
+    if (st) gone = 1;
+    if (!st && !job->resumed && fb < nb) {
+        int e = job->eng;
+        job->eng = -1;
+        if (!(st = run_start(s, x, e, fb, &runs[nr]))) nr++;
+    }
+    while (!st && cur < nb) {
+        pdb_spool_seg seg;
+        pdb_status ts = pdb_spool_take_segment(x, w->gen, cur, &seg);
+        if (!ts) {
+            st = write_segment(w, cur, seg.data, seg.bytes);
+            pdb_spool_done_segment(x, &seg, !st);
+            if (st) { gone = 1; break; }
+            if (seg.prod_gen > base_gen) from_engine++;
+            else from_spool++;
+            cur++;
+            continue;
+        }
+        if ((ts == PDB_NOT_FOUND || ts == PDB_CORRUPT) && nr < PS_MAX_RUNS) {
+            PDB_INFO("prefill: transfer %s: block %lld %s; recomputing from it", pdb_spool_xfer_id(x), (long long)cur,
+                     ts == PDB_CORRUPT ? "failed its spill checksum" : "is not held");
+            pdb_spool_cancel_production(x); /* a run from a later block (or an old one) stops */
+            int e = job->eng;
+            job->eng = -1;
+            if (e < 0) e = engine_take(s, s->o.wait_s > 0 ? s->o.wait_s : 120);
+            if (e < 0) { st = pdb_err_set(PDB_TIMEOUT, "all prefill engines are busy"); break; }
+            if (!(st = run_start(s, x, e, cur, &runs[nr]))) nr++;
+            continue;
+        }
+        st = ts;
+        if (st == PDB_IO) gone = 1; /* superseded or shutting down: nobody reads this stream */
+    }
+    if (job->eng >= 0) engine_give(s, job->eng);
+    if (gone) pdb_spool_detach_writer(x, w->gen); /* a running engine keeps filling the spool (bounded) */
+    pdb_prefill_stats tot = {0};
+    for (int i = 0; i < nr; i++) {
+        pthread_join(runs[i].th, NULL);
+        tot.tokens_run += runs[i].ps.tokens_run;
+        tot.engine_s += runs[i].ps.engine_s;
+        tot.callback_s += runs[i].ps.callback_s;
+    }
     if (st) snprintf(msg, sizeof msg, "%s", pdb_err_msg());
-    else snprintf(msg, sizeof msg, "{\"engine_s\":%.6f,\"tokens\":%lld,\"blocks\":%lld}", ps.engine_s,
-                  (long long)ps.tokens_run, (long long)ps.blocks_sent);
-    write_end(w, st ? (int32_t)st : 0, msg);
+    else snprintf(msg, sizeof msg,
+                  "{\"engine_s\":%.6f,\"tokens\":%lld,\"blocks\":%lld,\"spool_blocks\":%lld,\"engine_blocks\":%lld,"
+                  "\"transfer\":\"%s\"}",
+                  tot.engine_s, (long long)tot.tokens_run, (long long)(from_spool + from_engine), (long long)from_spool,
+                  (long long)from_engine, pdb_spool_xfer_id(x));
+    if (!gone) write_end(w, st ? (int32_t)st : 0, msg);
     pdb_http_stream_close(w->hs);
-    PDB_INFO("prefill: %lld tokens, blocks %lld..%lld sent %lld, %.1f MB, engine %.2fs, stream wait %.2fs%s%s", (long long)n,
-             (long long)fb, (long long)(n / bs) - 1, (long long)ps.blocks_sent, w->bytes / 1e6, ps.engine_s, ps.callback_s,
-             st ? ": " : "", st ? msg : "");
+    if (!gone) pdb_spool_detach_writer(x, w->gen);
+    PDB_INFO("prefill: transfer %s%s: %lld tokens, blocks %lld..%lld: %lld from the spool, %lld from the engine (%lld tokens run, "
+             "%.2fs), %.1f MB in %.2fs%s%s",
+             pdb_spool_xfer_id(x), job->resumed ? " (resume)" : "", (long long)n, (long long)fb, (long long)nb - 1,
+             (long long)from_spool, (long long)from_engine, (long long)tot.tokens_run, tot.engine_s, w->bytes / 1e6,
+             ps_now() - t0, st ? ": " : "", st ? msg : "");
     pthread_mutex_lock(&s->mu);
     if (st) s->failed++;
     else s->ok++;
-    s->tokens += (uint64_t)ps.tokens_run;
-    s->blocks += (uint64_t)ps.blocks_sent;
+    s->tokens += (uint64_t)tot.tokens_run;
+    s->blocks += (uint64_t)(from_spool + from_engine);
+    s->spool_blocks += (uint64_t)from_spool;
     s->bytes += w->bytes;
+    if (job->resumed) s->resumes++;
     pthread_mutex_unlock(&s->mu);
-    free(job->ids);
+    pdb_spool_unref_xfer(x);
     free(job);
+    job_done(s);
     return NULL;
 }
 
 /* ---- handlers ----------------------------------------------------------------------------- */
+
+static int is_transfer_id(const char *t) {
+    if (!t || strlen(t) != 32) return 0;
+    for (int i = 0; i < 32; i++)
+        if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f'))) return 0;
+    return 1;
+}
 
 static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     json_error_t e;
@@ -166,6 +326,7 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     json_t *j = json_loadb(body, pdb_http_request_body_len(r), 0, &e);
     char msg[600];
     int32_t *ids = NULL;
+    pdb_spool_xfer *x = NULL;
     if (!j || !json_is_object(j)) {
         snprintf(msg, sizeof msg, "request body is not a JSON object (line %d column %d: %s)", j ? 0 : e.line, j ? 0 : e.column,
                  j ? "not an object" : e.text);
@@ -174,7 +335,8 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     }
     json_t *arr = json_object_get(j, "token_ids");
     json_t *jbs = json_object_get(j, "block_size"), *jfb = json_object_get(j, "first_block");
-    const char *fp = json_string_value(json_object_get(j, "fingerprint"));
+    json_t *jtr = json_object_get(j, "transfer");
+    const char *fp = json_string_value(json_object_get(j, "fingerprint")), *tr = json_string_value(jtr);
     int64_t bs = json_integer_value(jbs), fb = jfb ? json_integer_value(jfb) : 0, n = (int64_t)json_array_size(arr);
     if (!json_is_array(arr) || n == 0) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "token_ids", NULL, "token_ids must be a non-empty array");
@@ -189,6 +351,15 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     }
     if (!fp) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "fingerprint", NULL, "fingerprint (64 hex) is required");
+        goto out;
+    }
+    if (jfb && !json_is_integer(jfb)) {
+        pdb_http_respond_error(r, 400, "invalid_request_error", "first_block", NULL, "first_block must be an integer");
+        goto out;
+    }
+    if (jtr && !json_is_null(jtr) && !is_transfer_id(tr)) {
+        pdb_http_respond_error(r, 400, "invalid_request_error", "transfer", NULL,
+                               "transfer must be the 32 lowercase hex digits of an earlier answer's X-PD-Transfer");
         goto out;
     }
     if (strcmp(fp, s->fp_hex)) {
@@ -223,24 +394,59 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
         }
         ids[i] = (int32_t)id;
     }
-    int eng = engine_take(s, s->o.wait_s > 0 ? s->o.wait_s : 120);
-    if (eng < 0) {
+    uint8_t key[32];
+    request_key(s->fp_hex, bs, ids, n, key);
+    int resumed = 0;
+    if (tr && is_transfer_id(tr)) {
+        if (!pdb_spool_find_xfer(s->spool, tr, &x)) {
+            if (memcmp(pdb_spool_xfer_key(x), key, 32)) {
+                snprintf(msg, sizeof msg, "transfer %s was for other token_ids, block_size or fingerprint; a resume repeats them", tr);
+                pdb_http_respond_error(r, 409, "invalid_request_error", "transfer", "transfer_mismatch", msg);
+                goto out;
+            }
+            resumed = 1;
+        } else {
+            PDB_INFO("prefill: transfer %s is no longer retained; recomputing", tr);
+            pthread_mutex_lock(&s->mu);
+            s->resumes_recomputed++;
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+    int need_engine = !resumed || !pdb_spool_covers(x, fb), eng = -1;
+    if (need_engine && (eng = engine_take(s, s->o.wait_s > 0 ? s->o.wait_s : 120)) < 0) {
         pdb_http_respond_error(r, 503, "server_error", NULL, "busy", "all prefill engines are busy; try again");
         goto out;
     }
+    if (!x) {
+        ps_xinfo *xi = calloc(1, sizeof *xi);
+        uint64_t block_bytes = 0;
+        for (int p = 0; p < s->layout.layout.n_pools; p++) block_bytes += pdb_store_pool_bytes(&s->layout.layout.pools[p], bs);
+        if (!xi || pdb_spool_create_xfer(s->spool, key, n / bs, block_bytes, xi, xinfo_free, &x)) {
+            free(xi);
+            engine_give(s, eng);
+            pdb_http_respond_error(r, 503, "server_error", NULL, NULL, "out of memory (transfer)");
+            goto out;
+        }
+        *xi = (ps_xinfo){.ids = ids, .n = n, .bs = bs, .block_bytes = block_bytes};
+        ids = NULL; /* owned by the transfer */
+    }
     ps_job *job = calloc(1, sizeof *job);
     if (!job) {
-        engine_give(s, eng);
+        if (eng >= 0) engine_give(s, eng);
         pdb_http_respond_error(r, 503, "server_error", NULL, NULL, "out of memory");
         goto out;
     }
-    *job = (ps_job){.s = s, .eng = eng, .ids = ids, .n = n, .bs = bs, .fb = fb};
-    if (pdb_http_respond_stream(r, 200, "application/x-pdbridge-segments", NULL, 0, 0, NULL, &job->w.hs)) {
-        engine_give(s, eng);
+    *job = (ps_job){.s = s, .x = x, .eng = eng, .resumed = resumed, .fb = fb};
+    pdb_http_header hdr = {"X-PD-Transfer", pdb_spool_xfer_id(x)};
+    if (pdb_http_respond_stream(r, 200, "application/x-pdbridge-segments", &hdr, 1, PS_HTTP_QUEUE, NULL, &job->w.hs)) {
+        if (eng >= 0) engine_give(s, eng);
         free(job);
         goto out;
     }
     job->w.s = s;
+    pthread_mutex_lock(&s->mu);
+    s->jobs++;
+    pthread_mutex_unlock(&s->mu);
     pthread_t th;
     pthread_attr_t at;
     pthread_attr_init(&at);
@@ -248,21 +454,60 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     if (pthread_create(&th, &at, prefill_job, job)) {
         write_end(&job->w, PDB_NOMEM, "prefill server: cannot start a worker thread");
         pdb_http_stream_close(job->w.hs);
-        engine_give(s, eng);
+        if (eng >= 0) engine_give(s, eng);
         free(job);
+        job_done(s);
     } else {
-        ids = NULL; /* owned by the job */
+        x = NULL; /* the job's reference */
     }
     pthread_attr_destroy(&at);
 out:
+    pdb_spool_unref_xfer(x);
     free(ids);
+    json_decref(j);
+}
+
+/* POST /v1/prefill/ack {"transfer": id, "through_block": b}: blocks < b are no longer needed. */
+static void handle_ack(pdb_prefill_server *s, pdb_http_request *r) {
+    json_error_t e;
+    json_t *j = json_loadb(pdb_http_request_body(r), pdb_http_request_body_len(r), 0, &e);
+    char msg[400];
+    pdb_spool_xfer *x = NULL;
+    json_t *jtb = j ? json_object_get(j, "through_block") : NULL;
+    const char *tr = j ? json_string_value(json_object_get(j, "transfer")) : NULL;
+    if (!j || !json_is_object(j)) {
+        snprintf(msg, sizeof msg, "request body is not a JSON object (line %d column %d: %s)", j ? 0 : e.line, j ? 0 : e.column,
+                 j ? "not an object" : e.text);
+        pdb_http_respond_error(r, 400, "invalid_request_error", NULL, NULL, msg);
+    } else if (!is_transfer_id(tr)) {
+        pdb_http_respond_error(r, 400, "invalid_request_error", "transfer", NULL,
+                               "transfer must be the 32 lowercase hex digits of an answer's X-PD-Transfer");
+    } else if (!json_is_integer(jtb) || json_integer_value(jtb) < 0) {
+        pdb_http_respond_error(r, 400, "invalid_request_error", "through_block", NULL,
+                               "through_block must be an integer >= 0 (blocks below it are released)");
+    } else if (pdb_spool_find_xfer(s->spool, tr, &x)) {
+        pdb_http_respond_error(r, 404, "invalid_request_error", "transfer", "transfer_not_found", pdb_err_msg());
+    } else {
+        int64_t rel = 0, tb = json_integer_value(jtb);
+        pdb_status st = pdb_spool_ack(x, tb, &rel);
+        if (st) pdb_http_respond_error(r, 404, "invalid_request_error", "transfer", "transfer_not_found", pdb_err_msg());
+        else {
+            int n = snprintf(msg, sizeof msg, "{\"transfer\":\"%s\",\"released\":%lld,\"transfer_released\":%s}", tr,
+                             (long long)rel, tb >= pdb_spool_xfer_blocks(x) ? "true" : "false");
+            pthread_mutex_lock(&s->mu);
+            s->acks++;
+            pthread_mutex_unlock(&s->mu);
+            pdb_http_respond(r, 200, "application/json", msg, (size_t)n, NULL, 0);
+        }
+    }
+    pdb_spool_unref_xfer(x);
     json_decref(j);
 }
 
 static void handler(void *user, pdb_http_request *r) {
     pdb_prefill_server *s = user;
     const char *m = pdb_http_request_method(r), *p = pdb_http_request_path(r);
-    char buf[1024];
+    char buf[4096];
     if (!strcmp(p, "/health") && !strcmp(m, "GET")) {
         int n = snprintf(buf, sizeof buf,
                          "{\"status\":\"ok\",\"role\":\"prefill\",\"fingerprint\":\"%s\",\"scheme\":\"%s\",\"backend\":\"%s\","
@@ -270,6 +515,8 @@ static void handler(void *user, pdb_http_request *r) {
                          s->fp_hex, s->scheme, s->backend, s->n_engines, s->cfg.model_type);
         pdb_http_respond(r, 200, "application/json", buf, (size_t)n, NULL, 0);
     } else if (!strcmp(p, "/metrics") && !strcmp(m, "GET")) {
+        pdb_spool_stats ss;
+        pdb_spool_get_stats(s->spool, &ss);
         pthread_mutex_lock(&s->mu);
         int busy = 0;
         for (int i = 0; i < s->n_engines; i++) busy += s->busy[i];
@@ -281,16 +528,40 @@ static void handler(void *user, pdb_http_request *r) {
                          "# TYPE pdbridge_prefill_tokens_total counter\npdbridge_prefill_tokens_total %llu\n"
                          "# TYPE pdbridge_prefill_blocks_total counter\npdbridge_prefill_blocks_total %llu\n"
                          "# TYPE pdbridge_prefill_bytes_total counter\npdbridge_prefill_bytes_total %llu\n"
-                         "# TYPE pdbridge_prefill_engines_busy gauge\npdbridge_prefill_engines_busy %d\n",
+                         "# TYPE pdbridge_prefill_engines_busy gauge\npdbridge_prefill_engines_busy %d\n"
+                         "# TYPE pdbridge_prefill_spool_blocks_total counter\npdbridge_prefill_spool_blocks_total %llu\n"
+                         "# TYPE pdbridge_prefill_resumes_total counter\n"
+                         "pdbridge_prefill_resumes_total{from=\"spool\"} %llu\n"
+                         "pdbridge_prefill_resumes_total{from=\"expired\"} %llu\n"
+                         "# TYPE pdbridge_prefill_acks_total counter\npdbridge_prefill_acks_total %llu\n"
+                         "# TYPE pdbridge_prefill_spill_bytes gauge\npdbridge_prefill_spill_bytes %llu\n"
+                         "# TYPE pdbridge_prefill_spill_peak_bytes gauge\npdbridge_prefill_spill_peak_bytes %llu\n"
+                         "# TYPE pdbridge_prefill_spill_max_bytes gauge\npdbridge_prefill_spill_max_bytes %llu\n"
+                         "# TYPE pdbridge_prefill_spill_files gauge\npdbridge_prefill_spill_files %llu\n"
+                         "# TYPE pdbridge_prefill_spool_memory_bytes gauge\npdbridge_prefill_spool_memory_bytes %llu\n"
+                         "# TYPE pdbridge_prefill_spool_transfers gauge\npdbridge_prefill_spool_transfers %d\n"
+                         "# TYPE pdbridge_prefill_engine_pauses_total counter\npdbridge_prefill_engine_pauses_total %llu\n"
+                         "# TYPE pdbridge_prefill_spool_evicted_total counter\npdbridge_prefill_spool_evicted_total %llu\n"
+                         "# TYPE pdbridge_prefill_spool_corrupt_total counter\npdbridge_prefill_spool_corrupt_total %llu\n"
+                         "# TYPE pdbridge_prefill_spool_expired_total counter\npdbridge_prefill_spool_expired_total %llu\n",
                          (unsigned long long)s->ok, (unsigned long long)s->failed, (unsigned long long)s->refused,
-                         (unsigned long long)s->tokens, (unsigned long long)s->blocks, (unsigned long long)s->bytes, busy);
+                         (unsigned long long)s->tokens, (unsigned long long)s->blocks, (unsigned long long)s->bytes, busy,
+                         (unsigned long long)s->spool_blocks, (unsigned long long)s->resumes,
+                         (unsigned long long)s->resumes_recomputed, (unsigned long long)s->acks,
+                         (unsigned long long)ss.spill_bytes, (unsigned long long)ss.spill_peak,
+                         (unsigned long long)s->spool_spill_max, (unsigned long long)ss.spill_files,
+                         (unsigned long long)ss.mem_bytes, ss.transfers, (unsigned long long)ss.pauses,
+                         (unsigned long long)ss.evicted, (unsigned long long)ss.corrupt, (unsigned long long)ss.expired);
         pthread_mutex_unlock(&s->mu);
         pdb_http_respond(r, 200, "text/plain; version=0.0.4", buf, (size_t)n, NULL, 0);
+    } else if (!strcmp(p, "/v1/prefill/ack")) {
+        if (strcmp(m, "POST")) pdb_http_respond_error(r, 405, "invalid_request_error", NULL, NULL, "use POST /v1/prefill/ack");
+        else handle_ack(s, r);
     } else if (!strcmp(p, "/v1/prefill")) {
         if (strcmp(m, "POST")) pdb_http_respond_error(r, 405, "invalid_request_error", NULL, NULL, "use POST /v1/prefill");
         else handle_prefill(s, r);
     } else {
-        snprintf(buf, sizeof buf, "no route %s %s (prefill server: POST /v1/prefill, GET /health, GET /metrics)", m, p);
+        snprintf(buf, sizeof buf, "no route %s %s (prefill server: POST /v1/prefill, POST /v1/prefill/ack, GET /health, GET /metrics)", m, p);
         pdb_http_respond_error(r, 404, "invalid_request_error", NULL, NULL, buf);
     }
 }
@@ -357,10 +628,16 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
     }
     if (st) goto fail;
     snprintf(s->backend, sizeof s->backend, "%s", s->engines[0]->name);
+    s->spool_spill_max = o->spill_max_bytes < 0 ? 0 : o->spill_max_bytes ? (uint64_t)o->spill_max_bytes : (uint64_t)1 << 30;
+    pdb_spool_opts so = {.dir = o->spill_dir, .spill_max_bytes = s->spool_spill_max,
+                         .mem_max_bytes = o->spool_mem_bytes > 0 ? (uint64_t)o->spool_mem_bytes : (uint64_t)4 << 20,
+                         .ttl_ms = (o->spool_ttl_s > 0 ? o->spool_ttl_s : 120) * 1000LL};
+    if ((st = pdb_spool_open(&so, &s->spool))) goto fail;
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .handler = handler, .user = s};
     if ((st = pdb_http_server_start(&ho, &s->http))) goto fail;
-    PDB_INFO("prefill-server: %s on port %d, backend %s x%d, decoder %s (fingerprint %.16s..., scheme %s)", o->model_dir,
-             pdb_http_server_port(s->http), s->backend, s->n_engines, o->decoder_dir, s->fp_hex, s->scheme);
+    PDB_INFO("prefill-server: %s on port %d, backend %s x%d, decoder %s (fingerprint %.16s..., scheme %s), spill %s (at most %llu MB)",
+             o->model_dir, pdb_http_server_port(s->http), s->backend, s->n_engines, o->decoder_dir, s->fp_hex, s->scheme,
+             pdb_spool_dir(s->spool), (unsigned long long)(s->spool_spill_max >> 20));
     *out = s;
     return PDB_OK;
 fail:
@@ -370,10 +647,20 @@ fail:
 
 int pdb_prefill_server_port(const pdb_prefill_server *s) { return pdb_http_server_port(s->http); }
 const char *pdb_prefill_server_backend(const pdb_prefill_server *s) { return s->backend; }
+const char *pdb_prefill_server_spill_dir(const pdb_prefill_server *s) { return s->spool ? pdb_spool_dir(s->spool) : ""; }
 
 void pdb_prefill_server_stop(pdb_prefill_server *s) {
     if (!s) return;
+    pthread_mutex_lock(&s->mu); /* jobs and engines waiting for one see `stopping`; the spool wakes its waiters */
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pdb_spool_shutdown(s->spool);
     if (s->http) pdb_http_server_stop(s->http);
+    pthread_mutex_lock(&s->mu);
+    while (s->jobs > 0) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    pdb_spool_close(s->spool); /* the spill files and the directory go */
     for (int i = 0; i < s->n_engines; i++)
         if (s->engines[i]) s->engines[i]->destroy(s->engines[i]);
     pdb_st_close(s->est);

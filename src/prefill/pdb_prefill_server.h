@@ -3,8 +3,11 @@
  * GET /health answers the decoder fingerprint it computes for; GET /metrics counts requests,
  * tokens, blocks and bytes. Invariants: a request whose fingerprint differs from the decoder
  * checkpoint it was started with is refused (409) before any compute; at most `parallel`
- * prefills run at once (others wait, then 503); a stream's memory is bounded by the HTTP
- * queue plus one chunk and one segment: when the consumer lags the engine pauses. */
+ * prefills run at once (others wait, then 503); every response names its transfer (header
+ * X-PD-Transfer): its segments are kept by the spool (pdb_spool.h) until POST /v1/prefill/ack
+ * releases them, so a resume ("transfer" + first_block) is served without recomputation while
+ * they are all still held, else recomputed; a stream's memory is bounded by the transfer's
+ * memory queue, the spill bound and the HTTP queue: when both are full the engine pauses. */
 #ifndef PDB_PREFILL_SERVER_H
 #define PDB_PREFILL_SERVER_H
 
@@ -27,11 +30,16 @@ typedef struct pdb_prefill_server_opts {
     int port;                  /* 0 = ephemeral */
     const char *api_key;
     int wait_s;                /* how long a request waits for a free engine; 0 = 120 */
+    const char *spill_dir;     /* parent of the per-server spill directory; NULL = $TMPDIR or /tmp */
+    int64_t spill_max_bytes;   /* bound on spill files of all transfers; 0 = 1 GiB, < 0 = no spill */
+    int64_t spool_mem_bytes;   /* memory queue per transfer (one segment always fits); 0 = 4 MiB */
+    int spool_ttl_s;           /* unacknowledged segments of an idle transfer are kept this long; 0 = 120 */
 } pdb_prefill_server_opts;
 
 pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefill_server **out);
 int pdb_prefill_server_port(const pdb_prefill_server *s);
 const char *pdb_prefill_server_backend(const pdb_prefill_server *s);
+const char *pdb_prefill_server_spill_dir(const pdb_prefill_server *s);
 void pdb_prefill_server_stop(pdb_prefill_server *s);
 
 #endif
