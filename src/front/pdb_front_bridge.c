@@ -1,6 +1,8 @@
 /* pdb_front_bridge: libcurl POST to /v1/prefill, the PDBF parser fed from curl's write callback,
- * and store writes from the parser's segment callback. State (bridge_ctx): the parser, the store
- * stream, counters, and the first failure reason (which stops the transfer). */
+ * and store writes from the parser's segment callback; acknowledgements are short POSTs to
+ * /v1/prefill/ack on their own curl handle. State (bridge_ctx): the parser, the store stream,
+ * counters, the transfer id, the blocks acknowledged so far, and the first failure reason (which
+ * stops the transfer). */
 #include "pdb_front_bridge.h"
 
 #include <curl/curl.h>
@@ -8,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "pdb_dec_model.h"
@@ -27,7 +30,15 @@ typedef struct {
     int32_t end_status;
     int got_end;
     double engine_s;
+    const pdb_front_bridge_opts *o;
+    int64_t acked_through; /* blocks < this were acknowledged */
+    uint64_t unacked_bytes;
+    int ack_failed;
 } bridge_ctx;
+
+/* Acknowledge every ACK_EVERY_BLOCKS blocks or ACK_EVERY_BYTES bytes written, whichever first. */
+enum { ACK_EVERY_BLOCKS = 8 };
+#define ACK_EVERY_BYTES ((uint64_t)64 << 20)
 
 static double br_now(void) {
     struct timespec ts;
@@ -53,6 +64,45 @@ static pdb_status on_header(void *u, const pdb_segment_header *h) {
     return PDB_OK;
 }
 
+static size_t discard_cb(char *ptr, size_t sz, size_t nm, void *u) { return sz * nm; }
+
+/* POST /v1/prefill/ack: blocks < through are in the store (or no longer wanted). Best effort: a
+ * failed acknowledgement only leaves the segments to the server's TTL. */
+static void bridge_ack(bridge_ctx *c, int64_t through) {
+    if (!c->res->transfer[0] || through <= c->acked_through || c->ack_failed > 2) return;
+    const pdb_front_bridge_opts *o = c->o;
+    CURL *h = curl_easy_init();
+    if (!h) return;
+    char url[1024], auth[600], body[128];
+    snprintf(url, sizeof url, "%s/v1/prefill/ack", o->prefill_url);
+    snprintf(body, sizeof body, "{\"transfer\":\"%s\",\"through_block\":%lld}", c->res->transfer, (long long)through);
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    if (o->api_key && *o->api_key) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", o->api_key);
+        hdrs = curl_slist_append(hdrs, auth);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard_cb);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms ? o->connect_timeout_ms : 2000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    CURLcode cc = curl_easy_perform(h);
+    long code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+    if (cc == CURLE_OK && code == 200) {
+        c->acked_through = through;
+        c->res->acks++;
+    } else {
+        c->ack_failed++;
+        PDB_DEBUG("bridge: acknowledging transfer %s through block %lld: %s (HTTP %ld)", c->res->transfer, (long long)through,
+                  cc ? curl_easy_strerror(cc) : "refused", code);
+    }
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+}
+
 static pdb_status on_segment(void *u, int64_t b, const void *data, uint64_t len) {
     bridge_ctx *c = u;
     if (b >= c->end) return PDB_OK; /* more than asked: ignore */
@@ -68,6 +118,11 @@ static pdb_status on_segment(void *u, int64_t b, const void *data, uint64_t len)
     }
     c->res->blocks_written++;
     c->res->bytes += len;
+    c->unacked_bytes += len;
+    if (b + 1 - c->acked_through >= ACK_EVERY_BLOCKS || c->unacked_bytes >= ACK_EVERY_BYTES) { /* in the store: release */
+        bridge_ack(c, b + 1);
+        c->unacked_bytes = 0;
+    }
     return PDB_OK;
 }
 
@@ -82,6 +137,7 @@ static void on_end(void *u, int32_t status, const char *msg) {
     }
     json_t *j = json_loads(msg, 0, NULL);
     if (j) c->engine_s += json_number_value(json_object_get(j, "engine_s")); /* summed over resumed attempts */
+    if (j) c->res->spool_blocks += json_integer_value(json_object_get(j, "spool_blocks"));
     json_decref(j);
 }
 
@@ -108,16 +164,31 @@ static size_t write_cb(char *ptr, size_t sz, size_t nm, void *u) {
 static size_t header_cb(char *buf, size_t sz, size_t nm, void *u) {
     bridge_ctx *c = u;
     int code;
-    if (sz * nm > 9 && !strncmp(buf, "HTTP/", 5) && sscanf(buf, "HTTP/%*s %d", &code) == 1) c->http_status = code;
-    return sz * nm;
+    size_t n = sz * nm;
+    if (n > 9 && !strncmp(buf, "HTTP/", 5) && sscanf(buf, "HTTP/%*s %d", &code) == 1) c->http_status = code;
+    static const char th[] = "x-pd-transfer:";
+    if (n > sizeof th - 1 && !strncasecmp(buf, th, sizeof th - 1)) { /* the id a resume and an ack name */
+        size_t i = sizeof th - 1, k = 0;
+        char id[33];
+        while (i < n && (buf[i] == ' ' || buf[i] == '\t')) i++;
+        while (i < n && k < 32 && ((buf[i] >= '0' && buf[i] <= '9') || (buf[i] >= 'a' && buf[i] <= 'f'))) id[k++] = buf[i++];
+        id[k] = 0;
+        if (k == 32) {
+            if (strcmp(id, c->res->transfer)) c->acked_through = c->first; /* a new transfer (the old one was not retained) */
+            memcpy(c->res->transfer, id, 33);
+        }
+    }
+    return n;
 }
 
-static char *request_body(const int32_t *ids, int64_t n, int64_t bs, int64_t first, const char *fp) {
-    size_t cap = (size_t)n * 12 + 256, k = 0;
+static char *request_body(const int32_t *ids, int64_t n, int64_t bs, int64_t first, const char *fp, const char *transfer) {
+    size_t cap = (size_t)n * 12 + 320, k = 0;
     char *b = malloc(cap);
     if (!b) return NULL;
-    k += (size_t)snprintf(b + k, cap - k, "{\"block_size\":%lld,\"first_block\":%lld,\"fingerprint\":\"%s\",\"token_ids\":[",
+    k += (size_t)snprintf(b + k, cap - k, "{\"block_size\":%lld,\"first_block\":%lld,\"fingerprint\":\"%s\",",
                           (long long)bs, (long long)first, fp);
+    if (transfer && *transfer) k += (size_t)snprintf(b + k, cap - k, "\"transfer\":\"%s\",", transfer); /* a resume */
+    k += (size_t)snprintf(b + k, cap - k, "\"token_ids\":[");
     for (int64_t i = 0; i < n; i++) k += (size_t)snprintf(b + k, cap - k, i ? ",%d" : "%d", ids[i]);
     snprintf(b + k, cap - k, "]}");
     return b;
@@ -135,7 +206,7 @@ static void bridge_attempt(const pdb_front_bridge_opts *o, bridge_ctx *c, const 
         set_reason(c, "out_of_memory");
         return;
     }
-    char *body = request_body(ids, c->end * c->bs, c->bs, c->first, c->fp);
+    char *body = request_body(ids, c->end * c->bs, c->bs, c->first, c->fp, res->transfer);
     CURL *h = body ? curl_easy_init() : NULL;
     if (!h) {
         set_reason(c, "out_of_memory");
@@ -195,7 +266,8 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
                                 int64_t bs, int64_t first, int64_t end, pdb_front_bridge_result *res) {
     memset(res, 0, sizeof *res);
     double t0 = br_now();
-    bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res, .layout = o->layout};
+    bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res, .layout = o->layout, .o = o,
+                    .acked_through = first};
     if (o->layout && o->layout->n_pools > PDB_DEC_MAX_POOLS)
         return pdb_err_set(PDB_INVALID, "bridge: %d pools exceed %d", o->layout->n_pools, PDB_DEC_MAX_POOLS);
     PDB_TRY(pdb_store_stream_begin(store, ids, end * bs, &c.stream));
@@ -208,12 +280,17 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
         if (!res->reason[0] && res->blocks_written < end - first) set_reason(&c, "prefill_sent_fewer");
         if (!res->reason[0] || !bridge_resumable(res->reason) || res->resumes >= PDB_FRONT_BRIDGE_MAX_RESUMES) break;
         res->resumes++;
+        bridge_ack(&c, first + res->blocks_written); /* what the store has: the resume starts after it */
         PDB_WARN("bridge: transfer stopped (%s) after block %lld; resuming from block %lld (resume %d of %d)", res->reason,
                  (long long)(first + res->blocks_written - 1), (long long)(first + res->blocks_written), res->resumes,
                  PDB_FRONT_BRIDGE_MAX_RESUMES);
         res->reason[0] = 0;
     }
     if (pdb_store_stream_finish(c.stream)) PDB_WARN("bridge: finishing the block stream: %s", pdb_err_msg());
+    bridge_ack(&c, end); /* the bridge is over: the server may release the whole transfer */
+    if (res->resumes)
+        PDB_INFO("bridge: transfer %s: %lld blocks written after %d resume(s), %lld of them from the prefill server's spool",
+                 res->transfer, (long long)res->blocks_written, res->resumes, (long long)res->spool_blocks);
     res->total_ms = (br_now() - t0) * 1e3;
     res->engine_ms = c.engine_s * 1e3;
     res->transfer_ms = res->total_ms - res->write_ms;

@@ -2,8 +2,13 @@
  * [first_block, end_block) of a prompt, verifies each arriving segment (frame checksum, order,
  * header identity) and writes it as one block through the decoder's block writer
  * (pdb_store_stream_put), holding one segment in memory. Stops at the first bad or missing
- * segment; blocks already written stay (they are complete and verified).
- * Invariant: blocks_written counts only blocks the store accepted, contiguous from first_block. */
+ * segment; blocks already written stay (they are complete and verified). The prefill server keeps
+ * the transfer's segments until acknowledged: the bridge acknowledges the blocks the store has
+ * accepted (every few blocks, before a resume, and all of them at the end, which releases the
+ * transfer), and a resume names the transfer (X-PD-Transfer) so that the server can answer it from
+ * the kept segments instead of recomputing.
+ * Invariant: blocks_written counts only blocks the store accepted, contiguous from first_block;
+ * a block is acknowledged only after the store accepted it. */
 #ifndef PDB_FRONT_BRIDGE_H
 #define PDB_FRONT_BRIDGE_H
 
@@ -27,6 +32,9 @@ typedef struct pdb_front_bridge_result {
     double engine_ms, transfer_ms, write_ms, total_ms;
     char reason[96];             /* "" when every requested block arrived */
     int resumes;                 /* transfers resumed from a block boundary after a break */
+    int64_t spool_blocks;        /* blocks the prefill server sent from its spool (no recomputation) */
+    int64_t acks;                /* acknowledgements the prefill server accepted */
+    char transfer[33];           /* the prefill server's transfer id ("" when none was given) */
 } pdb_front_bridge_result;
 
 #define PDB_FRONT_BRIDGE_MAX_RESUMES 2
