@@ -29,17 +29,25 @@ static inline float e8m0_f32(uint8_t e) { /* == pdb_e8m0_to_f32, inlined for the
     return f;
 }
 
-/* 16 e4m3 codes -> their exact values; nan: fix up the NaN codes. The code s eeee mmm placed as
- * f32 bits s at 31, eeee mmm at 26..20 is 2^(e-127) * 1.m (or the subnormal m * 2^-149 * 2^20
- * when e == 0); times 2^120 it is exactly the e4m3 value, subnormals included. 0x7F / 0xFF are
- * NaN in e4m3fn (sign | 0x7FC00000, as the scalar table). */
+/* 16 e4m3 codes -> f32 bits holding value * 2^-120: the code s eeee mmm sign-extended to 32 bits
+ * and shifted left by 20 leaves eeee mmm at bits 26..20 and copies of s at 31..27; the mask keeps
+ * bit 31 and 26..20. As an f32 that is 2^(e-127) * 1.m (or the subnormal m * 2^-149 * 2^20 when
+ * e == 0), i.e. exactly the e4m3 value times 2^-120, subnormals included. NaN codes are not
+ * special here. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 e4m3x16_raw(const uint8_t *q) {
+    __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32((int)0x87F00000u)));
+}
+
+/* 16 e4m3 codes -> their exact values (the raw bits times 2^120, exact); nan: fix up the NaN
+ * codes 0x7F / 0xFF (e4m3fn: sign | 0x7FC00000, as the scalar table). */
 __attribute__((target("avx512f"), always_inline)) static inline __m512 e4m3x16(const uint8_t *q, int nan) {
-    const __m512i k80 = _mm512_set1_epi32(0x80), k7f = _mm512_set1_epi32(0x7F), qnan = _mm512_set1_epi32(0x7FC00000);
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)q));
-    __m512i mag = _mm512_and_si512(v, k7f), sign = _mm512_slli_epi32(_mm512_and_si512(v, k80), 24);
-    __m512 val = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_or_si512(sign, _mm512_slli_epi32(mag, 20))), _mm512_set1_ps(0x1p120f));
+    __m512 raw = e4m3x16_raw(q), val = _mm512_mul_ps(raw, _mm512_set1_ps(0x1p120f));
     if (!nan) return val;
-    return _mm512_mask_mov_ps(val, _mm512_cmpeq_epi32_mask(mag, k7f), _mm512_castsi512_ps(_mm512_or_si512(sign, qnan)));
+    const __m512i k7f = _mm512_set1_epi32(0x07F00000), sgn = _mm512_set1_epi32((int)0x80000000u);
+    __m512i r = _mm512_castps_si512(raw);
+    __mmask16 isnan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(r, k7f), k7f);
+    return _mm512_mask_mov_ps(val, isnan, _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(r, sgn), _mm512_set1_epi32(0x7FC00000))));
 }
 
 /* 32 e2m1 values of 16 packed bytes (element 2i = low nibble of byte i) -> *w0 (elements 0-15)
@@ -248,68 +256,227 @@ __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, co
     for (int i = 0; i < 4; i++) out[i] = fold32_avx512(lo[i], hi[i]);
 }
 
-/* Decode (few tokens): four MXFP8 rows dequantized in registers 32 at a time and dotted with x
- * in dot_avx512's lane order (elements j < 16 of a 32-block into the low accumulator, j >= 16
- * into the high one, k ascending), so the result equals dequantize-then-dot bit for bit. */
-__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp8_body(const pdb_qmat *w, int64_t r0, const float *x,
-                                                                        float *out, int nan) {
-    int64_t C = w->cols, nb = C / 32;
-    const uint8_t *q[4], *s[4];
-    for (int i = 0; i < 4; i++) {
-        q[i] = (const uint8_t *)w->data + (r0 + i) * C;
-        s[i] = w->scales + (r0 + i) * nb;
-    }
-    __m512 lo0 = _mm512_setzero_ps(), lo1 = lo0, lo2 = lo0, lo3 = lo0, hi0 = lo0, hi1 = lo0, hi2 = lo0, hi3 = lo0;
-    for (int64_t b = 0; b < nb; b++) {
-        __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
-#define PDB_F4(i, lo, hi)                                                                          \
-        {                                                                                          \
-            __m512 sc = _mm512_set1_ps(e8m0_f32(s[i][b]));                                         \
-            lo = _mm512_fmadd_ps(x0, _mm512_mul_ps(e4m3x16(q[i] + b * 32, nan), sc), lo);          \
-            hi = _mm512_fmadd_ps(x1, _mm512_mul_ps(e4m3x16(q[i] + b * 32 + 16, nan), sc), hi);     \
+/* ---- decode kernels (T <= 2 tokens): four MX rows dequantized in registers and dotted with x ---
+ * Each row keeps dot_avx512's lane order (elements j < 16 of a 32-block into the low accumulator,
+ * j >= 16 into the high one, k ascending), so the result equals dequantize-then-dot bit for bit.
+ * The kernels run over a range of blocks [b0, b1) and carry their accumulators in acc
+ * ([token][row][low, high]), so long rows go in chunks with the same additions in the same order.
+ *
+ * The fast kernels take each block's scale from a small table built per chunk, sct[(b - b0) * 4
+ * + i] for row i, and read it with a broadcast load.
+ *
+ * MXFP8: the scale is a power of two 2^(e-127) (e8m0 exponent e), and e4m3x16_raw gives each value
+ * times 2^-120. raw * 2^(e-7) is one IEEE rounding of the real number value * 2^(e-127), which is
+ * what the general form computes as (raw * 2^120) * 2^(e-127) (its first product is exact): the
+ * same bits in every case, subnormal and overflowing results included, as long as 2^(e-7) is
+ * itself a finite f32, i.e. e <= 134 (e == 0, the subnormal scale 2^-127, gives the normal 2^-7).
+ * A chunk with a larger (or the NaN, 0xFF) scale, or a matrix with NaN codes, takes the general
+ * form.
+ *
+ * MXFP4: the 16 e2m1 values times the block scale are looked up directly (a permute of the scaled
+ * table): an elementwise product commutes with a permutation, so each weight is the same rounding
+ * of the same product as dequantize-then-scale, for every scale. The low nibbles (even elements)
+ * and the high ones (odd elements) go to two accumulators against x deinterleaved per block (xd:
+ * the 16 even elements, then the 16 odd ones); each lane still takes one fixed k mod 32 in k order,
+ * and the lanes are put back in dot_avx512's positions (fold4_mx4) before the fold.
+ *
+ * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead): a group
+ * reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
+ * prefetchers pick up too late; on a streamed lm_head this alone took one thread from ~9 to ~21
+ * GB/s (bench/results/decode_kernels_session2.md). Prefetches change no value. */
+enum { QM_FAST_MAX_E = 134, QM_CHUNK_BLOCKS = 256 };
+
+typedef struct { __m512 v[2][4][2]; } qm_acc;
+
+__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp8_general(const uint8_t *const *q,
+        const uint8_t *const *s, int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int nan, qm_acc *acc) {
+    __m512 lo[2][4], hi[2][4];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < 4; i++) lo[t][i] = acc->v[t][i][0], hi[t][i] = acc->v[t][i][1];
+    for (int64_t b = b0; b < b1; b++) {
+        __m512 x0[2], x1[2];
+        for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
+        for (int i = 0; i < 4; i++) {
+            __m512 sc = _mm512_set1_ps(e8m0_f32(s[i][b]));
+            __m512 w0 = _mm512_mul_ps(e4m3x16(q[i] + b * 32, nan), sc), w1 = _mm512_mul_ps(e4m3x16(q[i] + b * 32 + 16, nan), sc);
+            for (int t = 0; t < nt; t++) {
+                lo[t][i] = _mm512_fmadd_ps(x0[t], w0, lo[t][i]);
+                hi[t][i] = _mm512_fmadd_ps(x1[t], w1, hi[t][i]);
+            }
         }
-        PDB_F4(0, lo0, hi0)
-        PDB_F4(1, lo1, hi1)
-        PDB_F4(2, lo2, hi2)
-        PDB_F4(3, lo3, hi3)
-#undef PDB_F4
     }
-    __m512 lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
-    fold4_avx512(lo, hi, out);
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < 4; i++) acc->v[t][i][0] = lo[t][i], acc->v[t][i][1] = hi[t][i];
 }
 
-__attribute__((target("avx512f"))) static void fused4_mxfp8(const pdb_qmat *w, int64_t r0, const float *x, float *out) {
-    if (w->nan_free) fused4_mxfp8_body(w, r0, x, out, 0); /* two specialisations of one body */
-    else fused4_mxfp8_body(w, r0, x, out, 1);
+__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp8_fast(const uint8_t *const *q, const float *sct,
+        int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
+    __m512 lo[2][4], hi[2][4];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < 4; i++) lo[t][i] = acc->v[t][i][0], hi[t][i] = acc->v[t][i][1];
+    for (int64_t b = b0; b < b1; b++, sct += 4) {
+        __m512 x0[2], x1[2];
+        for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
+        for (int i = 0; i < 4; i++) {
+            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
+            __m512 sc = _mm512_set1_ps(sct[i]);
+            __m512 w0 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32), sc), w1 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32 + 16), sc);
+            for (int t = 0; t < nt; t++) {
+                lo[t][i] = _mm512_fmadd_ps(x0[t], w0, lo[t][i]);
+                hi[t][i] = _mm512_fmadd_ps(x1[t], w1, hi[t][i]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < 4; i++) acc->v[t][i][0] = lo[t][i], acc->v[t][i][1] = hi[t][i];
 }
 
-/* The same for MXFP4 rows (packed e2m1 pairs, low nibble first). */
-__attribute__((target("avx512f"))) static void fused4_mxfp4(const pdb_qmat *w, int64_t r0, const float *x, float *out) {
-    int64_t C = w->cols, nb = C / 32;
+__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp4_fast(const uint8_t *const *q, const float *sct,
+        int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     const __m512 lut = _mm512_loadu_ps(lut_e2m1);
+    __m512 ev[2][4], od[2][4];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < 4; i++) ev[t][i] = acc->v[t][i][0], od[t][i] = acc->v[t][i][1];
+    for (int64_t b = b0; b < b1; b++, sct += 4) {
+        __m512 xe[2], xo[2];
+        for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
+        for (int i = 0; i < 4; i++) {
+            if (pf && !(b & 1)) _mm_prefetch((const char *)q[i] + b * 16 + pf, _MM_HINT_T0);
+            __m512 ls = _mm512_mul_ps(lut, _mm512_set1_ps(sct[i]));
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q[i] + b * 16)));
+            __m512 we = _mm512_permutexvar_ps(v, ls), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), ls); /* index bits 3..0 */
+            for (int t = 0; t < nt; t++) {
+                ev[t][i] = _mm512_fmadd_ps(xe[t], we, ev[t][i]);
+                od[t][i] = _mm512_fmadd_ps(xo[t], wo, od[t][i]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < 4; i++) acc->v[t][i][0] = ev[t][i], acc->v[t][i][1] = od[t][i];
+}
+
+/* the MXFP4 accumulators (even, odd lanes) back in dot_avx512's positions (low, high) */
+__attribute__((target("avx512f"))) static void fold4_mx4(const __m512 *ev_od, float *out) {
+    const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    __m512 lo[4], hi[4];
+    for (int i = 0; i < 4; i++) {
+        lo[i] = _mm512_permutex2var_ps(ev_od[2 * i], il0, ev_od[2 * i + 1]);
+        hi[i] = _mm512_permutex2var_ps(ev_od[2 * i], il1, ev_od[2 * i + 1]);
+    }
+    fold4_avx512(lo, hi, out);
+}
+
+/* The kernels specialised per token count and form (nt and nan are constants in each). */
+#define PDB_QM_KERNEL(name, scty, call)                                                                                \
+    __attribute__((target("avx512f"))) static void name(const uint8_t *const *q, const scty *sc, int64_t b0, int64_t b1, \
+                                                        const float *x, int64_t ldx, int64_t pf, qm_acc *acc) {         \
+        call;                                                                                                          \
+    }
+PDB_QM_KERNEL(k_mx8_fast_t1, float, fused4_mxfp8_fast(q, sc, b0, b1, x, ldx, 1, pf, acc))
+PDB_QM_KERNEL(k_mx8_fast_t2, float, fused4_mxfp8_fast(q, sc, b0, b1, x, ldx, 2, pf, acc))
+PDB_QM_KERNEL(k_mx4_fast_t1, float, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 1, pf, acc))
+PDB_QM_KERNEL(k_mx4_fast_t2, float, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 2, pf, acc))
+PDB_QM_KERNEL(k_mx8_gen_t1, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 1, 0, acc))
+PDB_QM_KERNEL(k_mx8_gen_t2, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 2, 0, acc))
+PDB_QM_KERNEL(k_mx8_gen_nan_t1, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 1, 1, acc))
+PDB_QM_KERNEL(k_mx8_gen_nan_t2, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 2, 1, acc))
+#undef PDB_QM_KERNEL
+
+/* xd[b*32 + p] = x[b*32 + 2p], xd[b*32 + 16 + p] = x[b*32 + 2p + 1] (p < 16), for n = 32 * nb. */
+__attribute__((target("avx512f"))) static void deinterleave_x(const float *x, int64_t n, float *xd) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t k = 0; k + 32 <= n; k += 32) {
+        __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
+        _mm512_storeu_ps(xd + k, _mm512_permutex2var_ps(a, ev, b));
+        _mm512_storeu_ps(xd + k + 16, _mm512_permutex2var_ps(a, od, b));
+    }
+}
+
+/* The scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i]: rebias 0 gives the
+ * scales themselves (e8m0: 2^(e-127), e == 0 the subnormal 2^-127, 0xFF NaN), rebias 1 gives
+ * 2^(e-7) for the MXFP8 fold and returns 0 when some e exceeds QM_FAST_MAX_E (the table is then
+ * unusable). 16 blocks of a row at a time, then a 4 x 16 transpose into the kernels' order. */
+__attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, int rebias, float *sct) {
+    const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E), zero = _mm512_setzero_si512(), ff = _mm512_set1_epi32(0xFF);
+    const __m512i t01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i t23 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    __mmask16 over = 0;
+    int64_t b = b0;
+    for (; b + 16 <= b1; b += 16) {
+        __m512i u[4];
+        for (int i = 0; i < 4; i++) {
+            __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s[i] + b)));
+            if (rebias) {
+                over |= _mm512_cmpgt_epi32_mask(e, big);
+                u[i] = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23);
+            } else {
+                u[i] = _mm512_slli_epi32(e, 23);
+                u[i] = _mm512_mask_mov_epi32(u[i], _mm512_cmpeq_epi32_mask(e, zero), _mm512_set1_epi32(0x00400000));
+                u[i] = _mm512_mask_mov_epi32(u[i], _mm512_cmpeq_epi32_mask(e, ff), _mm512_set1_epi32(0x7FC00000));
+            }
+        }
+        /* rows (0,1) and (2,3) interleaved per block, then the two pairs per block */
+        __m512i a01l = _mm512_permutex2var_epi32(u[0], t01, u[1]), a01h = _mm512_permutex2var_epi32(u[0], t23, u[1]);
+        __m512i a23l = _mm512_permutex2var_epi32(u[2], t01, u[3]), a23h = _mm512_permutex2var_epi32(u[2], t23, u[3]);
+        float *o = sct + (b - b0) * 4;
+        _mm512_storeu_si512(o, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01l), _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), _mm512_castsi512_pd(a23l))));
+        _mm512_storeu_si512(o + 16, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01l), _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), _mm512_castsi512_pd(a23l))));
+        _mm512_storeu_si512(o + 32, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01h), _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), _mm512_castsi512_pd(a23h))));
+        _mm512_storeu_si512(o + 48, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01h), _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), _mm512_castsi512_pd(a23h))));
+    }
+    int tail_over = 0;
+    for (; b < b1; b++)
+        for (int i = 0; i < 4; i++) {
+            uint32_t e = s[i][b];
+            if (rebias) {
+                uint32_t u = (e + 120u) << 23;
+                tail_over |= e > QM_FAST_MAX_E;
+                memcpy(&sct[(b - b0) * 4 + i], &u, 4);
+            } else sct[(b - b0) * 4 + i] = e8m0_f32((uint8_t)e);
+        }
+    return !over && !tail_over;
+}
+
+/* Four MXFP8 / MXFP4 rows r0.. against T <= 2 tokens: y[t * ldy + r0 + i]. x is the matmul's x
+ * (MXFP8) or its deinterleaved copy (MXFP4, ldx = cols). */
+__attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, int64_t r0, const float *x, int64_t ldx, int64_t T,
+                                                           float *y, int64_t ldy) {
+    int64_t C = w->cols, nb = C / 32;
+    int mx8 = w->fmt == PDB_QF_MXFP8;
     const uint8_t *q[4], *s[4];
     for (int i = 0; i < 4; i++) {
-        q[i] = (const uint8_t *)w->data + (r0 + i) * (C / 2);
+        q[i] = (const uint8_t *)w->data + (r0 + i) * (mx8 ? C : C / 2);
         s[i] = w->scales + (r0 + i) * nb;
     }
-    __m512 lo0 = _mm512_setzero_ps(), lo1 = lo0, lo2 = lo0, lo3 = lo0, hi0 = lo0, hi1 = lo0, hi2 = lo0, hi3 = lo0;
-    for (int64_t b = 0; b < nb; b++) {
-        __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
-#define PDB_F4(i, lo, hi)                                                                          \
-        {                                                                                          \
-            __m512 sc = _mm512_set1_ps(e8m0_f32(s[i][b])), w0, w1;                                 \
-            e2m1x32(q[i] + b * 16, lut, &w0, &w1);                                                 \
-            lo = _mm512_fmadd_ps(x0, _mm512_mul_ps(w0, sc), lo);                                   \
-            hi = _mm512_fmadd_ps(x1, _mm512_mul_ps(w1, sc), hi);                                   \
+    int64_t pf = 4 * (mx8 ? C : C / 2); /* prefetch distance: the same place in the next four rows */
+    qm_acc acc;
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 4; i++) acc.v[t][i][0] = acc.v[t][i][1] = _mm512_setzero_ps();
+    float sct[4 * QM_CHUNK_BLOCKS];
+    for (int64_t b0 = 0; b0 < nb; b0 += QM_CHUNK_BLOCKS) {
+        int64_t b1 = b0 + QM_CHUNK_BLOCKS < nb ? b0 + QM_CHUNK_BLOCKS : nb;
+        if (!mx8) {
+            scale_table(s, b0, b1, 0, sct);
+            (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);
+        } else if (w->nan_free && scale_table(s, b0, b1, 1, sct)) {
+            (T == 2 ? k_mx8_fast_t2 : k_mx8_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);
+        } else if (w->nan_free) {
+            (T == 2 ? k_mx8_gen_t2 : k_mx8_gen_t1)(q, s, b0, b1, x, ldx, 0, &acc);
+        } else {
+            (T == 2 ? k_mx8_gen_nan_t2 : k_mx8_gen_nan_t1)(q, s, b0, b1, x, ldx, 0, &acc);
         }
-        PDB_F4(0, lo0, hi0)
-        PDB_F4(1, lo1, hi1)
-        PDB_F4(2, lo2, hi2)
-        PDB_F4(3, lo3, hi3)
-#undef PDB_F4
     }
-    __m512 lo[4] = {lo0, lo1, lo2, lo3}, hi[4] = {hi0, hi1, hi2, hi3};
-    fold4_avx512(lo, hi, out);
+    for (int64_t t = 0; t < T; t++) {
+        float o[4];
+        if (mx8) {
+            __m512 lo[4], hi[4];
+            for (int i = 0; i < 4; i++) lo[i] = acc.v[t][i][0], hi[i] = acc.v[t][i][1];
+            fold4_avx512(lo, hi, o);
+        } else fold4_mx4(&acc.v[t][0][0], o);
+        for (int i = 0; i < 4; i++) y[t * ldy + r0 + i] = o[i];
+    }
 }
 
 static pdb_qmat_isa isa_cur = (pdb_qmat_isa)-1;
@@ -383,7 +550,9 @@ typedef struct {
     const float *x;
     int64_t ldx, T, ldy;
     float *y;
-    float *rowbuf; /* [threads, cols] */
+    float *rowbuf; /* [threads, cols * 4] */
+    int fused;     /* decode kernels */
+    const float *xf; /* their x: x, or for MXFP4 its deinterleaved copy (ldx = cols) */
 } qm_ctx;
 
 static void qm_task(void *vc, int64_t task, int thread) {
@@ -391,16 +560,11 @@ static void qm_task(void *vc, int64_t task, int thread) {
     int64_t C = c->w->cols, r0 = task * QM_ROWS_PER_TASK;
     int64_t r1 = r0 + QM_ROWS_PER_TASK < c->w->rows ? r0 + QM_ROWS_PER_TASK : c->w->rows;
     float *row = c->rowbuf + (int64_t)thread * C * 4;
-    int mx = c->w->fmt == PDB_QF_MXFP8 || c->w->fmt == PDB_QF_MXFP4;
-    if (isa_get() == PDB_ISA_AVX512 && mx && c->T <= 2 && C % 32 == 0) {
-        lut_init();
-        for (; r0 + 4 <= r1; r0 += 4) /* decode: dequantize in registers, no row buffer */
-            for (int64_t t = 0; t < c->T; t++) {
-                float o[4];
-                if (c->w->fmt == PDB_QF_MXFP8) fused4_mxfp8(c->w, r0, c->x + t * c->ldx, o);
-                else fused4_mxfp4(c->w, r0, c->x + t * c->ldx, o);
-                for (int i = 0; i < 4; i++) c->y[t * c->ldy + r0 + i] = o[i];
-            }
+    if (c->fused) {
+        int64_t ldf = c->xf == c->x ? c->ldx : C;
+        for (; r0 + 4 <= r1; r0 += 4) fused4_rows(c->w, r0, c->xf, ldf, c->T, c->y, c->ldy);
+        if (r0 == r1) return;
+        if (c->w->fmt == PDB_QF_MXFP4) row += C * 2; /* the tail rows below: keep clear of the x copy */
     }
     if (isa_get() == PDB_ISA_AVX512) /* groups of four rows */
         for (; r0 + 4 <= r1; r0 += 4) {
@@ -429,7 +593,16 @@ static void qm_task(void *vc, int64_t task, int thread) {
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
                      int64_t ldy, float *rowbuf) {
     if (T <= 0 || w->rows <= 0) return;
-    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf};
+    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf, 0, x};
+    int mx = w->fmt == PDB_QF_MXFP8 || w->fmt == PDB_QF_MXFP4;
+    if (isa_get() == PDB_ISA_AVX512 && mx && T <= 2 && w->cols % 32 == 0) {
+        lut_init();
+        c.fused = 1;
+        if (w->fmt == PDB_QF_MXFP4) { /* the tokens deinterleaved once, into the head of rowbuf */
+            for (int64_t t = 0; t < T; t++) deinterleave_x(x + t * ldx, w->cols, rowbuf + t * w->cols);
+            c.xf = rowbuf;
+        }
+    }
     int64_t tasks = (w->rows + QM_ROWS_PER_TASK - 1) / QM_ROWS_PER_TASK;
     if (pool) pdb_pool_run(pool, tasks, qm_task, &c);
     else
