@@ -3,7 +3,7 @@
  * with and without the capture hook (its overhead). Prints one "cuda-bench ..." line per run.
  * Invariant: every number printed was measured in this process; a run whose predecessor took
  * longer than the time budget is skipped and printed as skipped. Built by tools/cuda_validate.sh.
- * Usage: cuda_prefill_bench [MODEL_DIR [LAYERS [EXPERTS [CHUNK [BUDGET_S [GEMM_ROWS]]]]]]
+ * Usage: cuda_prefill_bench [MODEL_DIR [LAYERS [EXPERTS [CHUNK [BUDGET_S [GEMM_ROWS [bf16|f32|exact]]]]]]]
  * (GEMM_ROWS: 0 the default M-invariant tiles, -1 one cuBLAS call per product, N tiles of N rows). */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,8 +37,9 @@ int main(int argc, char **argv) {
     int64_t Ts[] = {4096, 16384, 65536};
     char name[256];
     if (!pdb_cuda_device_count(name, sizeof name)) { printf("cuda-bench skipped: no GPU\n"); return 0; }
-    printf("cuda-bench device=\"%s\" layers=%lld experts=%lld chunk=%lld gemm_rows=%lld\n", name, (long long)layers,
-           (long long)experts, (long long)chunk, (long long)(argc > 6 ? atoll(argv[6]) : 0));
+    printf("cuda-bench device=\"%s\" layers=%lld experts=%lld chunk=%lld gemm_rows=%lld precision=%s\n", name,
+           (long long)layers, (long long)experts, (long long)chunk, (long long)(argc > 6 ? atoll(argv[6]) : 0),
+           argc > 7 ? argv[7] : "bf16");
     char cfgp[600];
     snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
     struct stat sb;
@@ -56,7 +57,10 @@ int main(int argc, char **argv) {
            (long long)cfg.num_experts_per_tok, (long long)cfg.vocab_size);
     pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = st, .decoder = st, .threads = 0, .device = 0};
     int64_t gemm_rows = argc > 6 ? atoll(argv[6]) : 0; /* 0 default M-invariant tiles, -1 one call per product */
-    pdb_cuda_prefill_opts co = {.prec = PDB_CUDA_PREC_BF16, .sub_chunk = chunk, .page_tokens = 64, .gemm_rows = gemm_rows};
+    const char *prec = argc > 7 ? argv[7] : "bf16";
+    pdb_cuda_prefill_opts co = {.prec = !strcmp(prec, "exact") ? PDB_CUDA_PREC_EXACT
+                                        : !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16,
+                                .sub_chunk = chunk, .page_tokens = 64, .gemm_rows = gemm_rows};
     pdb_prefill_backend *be = NULL;
     t0 = now_s();
     if (pdb_cuda_prefill_create(&o, &co, &be)) return die("create");

@@ -9,6 +9,19 @@
 
 static inline unsigned grid1(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
 
+/* pdb_math_exp's expression: the double exponential rounded to float (same float as glibc's). */
+__device__ __forceinline__ float dev_exp(float x) { return (float)exp((double)x); }
+
+/* pdb_qmat_dot's order on a warp: lane j accumulates k = j, j + 32, ... with a fused multiply-add
+ * from +0, then the lanes fold as l[i] = l[i] + l[i + off] for off = 16, 8, 4, 2, 1; every lane
+ * returns the result. */
+__device__ __forceinline__ float warp_dot32(const float *a, const float *b, int64_t n, int lane) {
+    float v = 0.0f;
+    for (int64_t k = lane; k < n; k += 32) v = __fmaf_rn(a[k], b[k], v);
+    for (int off = 16; off >= 1; off /= 2) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, off));
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
 template <typename T> __device__ __forceinline__ float ld_f(const T *p, int64_t i);
 template <> __device__ __forceinline__ float ld_f<float>(const float *p, int64_t i) { return p[i]; }
 template <> __device__ __forceinline__ float ld_f<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) {
@@ -54,7 +67,7 @@ pdb_status pdb_cuda_convert(cudaStream_t s, const float *src, int64_t count, pdb
 __global__ void k_silu_mul(const float *g, const float *u, float *out, int64_t count) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         float x = g[i];
-        out[i] = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), u[i]);
+        out[i] = __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, dev_exp(-x))), u[i]);
     }
 }
 
@@ -69,18 +82,16 @@ pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, flo
 
 /* ======================================= norms ============================================== */
 
-/* Block-wide double sum of squares of x[0..C); every thread gets the total. */
+/* Double sum of squares of x[0..C) in index order (pdb_math_rmsnorm's order: thread 0 adds,
+ * the product of two floats is exact in double); every thread gets the total. */
 __device__ double block_sumsq(const float *x, int64_t C, double *red) {
-    double ss = 0;
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) ss += (double)x[j] * (double)x[j];
-    for (int off = 16; off >= 1; off /= 2) ss += __shfl_down_sync(0xffffffffu, ss, off);
-    int w = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    if (threadIdx.x == 0) {
+        double ss = 0;
+        for (int64_t j = 0; j < C; j++) ss += (double)x[j] * (double)x[j];
+        red[0] = ss;
+    }
     __syncthreads();
-    if (lane == 0) red[w] = ss;
-    __syncthreads();
-    double tot = 0;
-    for (int i = 0; i < nw; i++) tot += red[i];
-    return tot;
+    return red[0];
 }
 
 __global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, float *y, int64_t ldy, int64_t C, double eps) {
@@ -292,7 +303,7 @@ __global__ void k_route(float *probs, float *scratch, int32_t *idx, float *wt, i
     float mx = -INFINITY;
     for (int i = 0; i < E; i++) mx = x[i] > mx ? x[i] : mx;
     double sum = 0;
-    for (int i = 0; i < E; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
+    for (int i = 0; i < E; i++) { x[i] = dev_exp(x[i] - mx); sum += x[i]; }
     float inv = (float)(1.0 / sum);
     for (int i = 0; i < E; i++) { x[i] = x[i] * inv; sc[i] = x[i]; }
     if (rc.group_limited) {
@@ -361,9 +372,10 @@ __global__ void k_combine(const float *ye, const int32_t *slot_row, const float 
     int64_t t = blockIdx.x;
     for (int64_t j = threadIdx.x; j < H; j += blockDim.x) {
         float acc = 0;
-        for (int64_t k = 0; k < K; k++) acc = fmaf(ye[(int64_t)slot_row[t * K + k] * H + j], wt[t * K + k], acc);
-        if (shared) acc = acc + shared[t * H + j];
-        h[t * H + j] = h[t * H + j] + acc;
+        for (int64_t k = 0; k < K; k++) /* the CPU's acc + y * w, two roundings */
+            acc = __fadd_rn(acc, __fmul_rn(ye[(int64_t)slot_row[t * K + k] * H + j], wt[t * K + k]));
+        if (shared) acc = __fadd_rn(acc, shared[t * H + j]);
+        h[t * H + j] = __fadd_rn(h[t * H + j], acc);
     }
 }
 
@@ -375,32 +387,35 @@ pdb_status pdb_cuda_moe_combine(cudaStream_t s, const float *ye, const int32_t *
     return PDB_OK;
 }
 
-/* ======================================= capture hook ======================================= */
+/* ======================================= exact products ===================================== */
 
-/* A warp computes a 4 x 4 tile (tokens x outputs); each of its 16 elements is one pdb_qmat_dot:
- * lane j accumulates k = j, j + 32, ... with a fused multiply-add in k order from +0, then the
- * 32 lanes fold as l[i] = l[i] + l[i + off] for off = 16, 8, 4, 2, 1. The tile only shares
- * loads; it never mixes elements. */
+/* A warp computes a 4 x 4 tile (rows x outputs); each of its 16 elements is one pdb_qmat_dot
+ * (warp_dot32's order, unrolled over the tile). The tile only shares loads; it never mixes
+ * elements. blockIdx.y is the batch (strides sa, sw, sc). acc: C = C + dot, else C = dot. */
 enum { HK_T = 4, HK_O = 4, HK_WARPS = 8 };
 
 __global__ void __launch_bounds__(HK_WARPS * 32)
-    k_hook_dot(const float *x, const float *W, int64_t n, int64_t R, int64_t H, float *out) {
+    k_dot32(const float *A, int64_t lda, int64_t sa, const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc,
+            int64_t sc, int64_t M, int64_t N, int64_t K, int acc_c) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int64_t tiles_o = (R + HK_O - 1) / HK_O;
+    A += blockIdx.y * sa;
+    W += blockIdx.y * sw;
+    C += blockIdx.y * sc;
+    int64_t tiles_o = (N + HK_O - 1) / HK_O;
     int64_t tile = (int64_t)blockIdx.x * HK_WARPS + warp;
     int64_t t0 = (tile / tiles_o) * HK_T, o0 = (tile % tiles_o) * HK_O;
-    if (t0 >= n) return;
+    if (t0 >= M) return;
     const float *xr[HK_T], *wr[HK_O];
 #pragma unroll
-    for (int a = 0; a < HK_T; a++) xr[a] = x + (t0 + a < n ? t0 + a : n - 1) * H;
+    for (int a = 0; a < HK_T; a++) xr[a] = A + (t0 + a < M ? t0 + a : M - 1) * lda;
 #pragma unroll
-    for (int b = 0; b < HK_O; b++) wr[b] = W + (o0 + b < R ? o0 + b : R - 1) * H;
+    for (int b = 0; b < HK_O; b++) wr[b] = W + (o0 + b < N ? o0 + b : N - 1) * ldw;
     float acc[HK_T][HK_O];
 #pragma unroll
     for (int a = 0; a < HK_T; a++)
 #pragma unroll
         for (int b = 0; b < HK_O; b++) acc[a][b] = 0.0f;
-    for (int64_t k = lane; k < H; k += 32) {
+    for (int64_t k = lane; k < K; k += 32) {
         float xv[HK_T], wv[HK_O];
 #pragma unroll
         for (int a = 0; a < HK_T; a++) xv[a] = xr[a][k];
@@ -417,15 +432,83 @@ __global__ void __launch_bounds__(HK_WARPS * 32)
         for (int b = 0; b < HK_O; b++) {
             float v = acc[a][b];
             for (int off = 16; off >= 1; off /= 2) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, off));
-            if (lane == 0 && t0 + a < n && o0 + b < R) out[(t0 + a) * R + o0 + b] = v;
+            if (lane == 0 && t0 + a < M && o0 + b < N) {
+                float *d = C + (t0 + a) * ldc + o0 + b;
+                *d = acc_c ? __fadd_rn(*d, v) : v;
+            }
         }
 }
 
+pdb_status pdb_cuda_dot32(cudaStream_t s, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t sa,
+                          const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc, int64_t sc, int64_t batch,
+                          int accumulate) {
+    if (M <= 0 || N <= 0 || batch <= 0) return PDB_OK;
+    if (batch > 65535) return pdb_err_set(PDB_UNSUPPORTED, "dot32: %lld batches (max 65535)", (long long)batch);
+    int64_t tiles = ((M + HK_T - 1) / HK_T) * ((N + HK_O - 1) / HK_O);
+    dim3 grid(grid1(tiles, HK_WARPS), (unsigned)batch);
+    k_dot32<<<grid, HK_WARPS * 32, 0, s>>>(A, lda, sa, W, ldw, sw, C, ldc, sc, M, N, K, accumulate);
+    PDB_CU_LAUNCH("dot32");
+    return PDB_OK;
+}
+
+/* The CPU's attention task (pdb_v2_ops attn_task) for one (token, head) per warp, in its order:
+ * s_j = dot32(qlat, row_j) * scale for j <= pos; m = max; e_j = exp(s_j - m) summed in double in
+ * j order; p_j = e_j * (float)(1 / sum); o = fma(p_j, row_j[:kvl], o) in j order. Scores are
+ * recomputed per pass (three passes) instead of stored, so any length runs in fixed memory. */
+enum { AX_WARPS = 4 };
+
+__global__ void __launch_bounds__(AX_WARPS * 32)
+    k_attn_exact(const float *qlat, const float *base, const int32_t *ptab, int64_t page, int64_t rowpad, int64_t pos0,
+                 int64_t n, int64_t nh, int64_t kvl, int64_t row, float scale, float *olat) {
+    int lane = threadIdx.x % 32;
+    int64_t q = (int64_t)blockIdx.x * AX_WARPS + threadIdx.x / 32;
+    if (q >= n * nh) return;
+    int64_t pos = pos0 + q / nh;
+    const float *qr = qlat + q * row;
+#define AX_ROW(p) (base + ((int64_t)ptab[(p) / page] * page + (p) % page) * rowpad)
+    float m = -INFINITY;
+    for (int64_t j = 0; j <= pos; j++) {
+        float sj = __fmul_rn(warp_dot32(qr, AX_ROW(j), row, lane), scale);
+        m = sj > m ? sj : m;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j <= pos; j++) sum += (double)dev_exp(__fsub_rn(__fmul_rn(warp_dot32(qr, AX_ROW(j), row, lane), scale), m));
+    float inv = (float)(1.0 / sum);
+    float o[AT_CI];
+#pragma unroll
+    for (int i = 0; i < AT_CI; i++) o[i] = 0.0f;
+    for (int64_t j = 0; j <= pos; j++) {
+        const float *rj = AX_ROW(j);
+        float p = __fmul_rn(dev_exp(__fsub_rn(__fmul_rn(warp_dot32(qr, rj, row, lane), scale), m)), inv);
+#pragma unroll
+        for (int i = 0; i < AT_CI; i++) {
+            int64_t c = lane + 32 * i;
+            if (c < kvl) o[i] = __fmaf_rn(p, rj[c], o[i]);
+        }
+    }
+#undef AX_ROW
+#pragma unroll
+    for (int i = 0; i < AT_CI; i++) {
+        int64_t c = lane + 32 * i;
+        if (c < kvl) olat[q * kvl + c] = o[i];
+    }
+}
+
+pdb_status pdb_cuda_attention_exact(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0,
+                                    int64_t n, int64_t nh, int64_t kvl, int64_t row, float scale, float *olat) {
+    if (n <= 0) return PDB_OK;
+    if (pg->dt != PDB_CUDA_DT_F32 || kvl > PDB_CUDA_MAX_KVL)
+        return pdb_err_set(PDB_UNSUPPORTED, "exact attention: needs an f32 cache and kv_lora_rank <= %d",
+                           PDB_CUDA_MAX_KVL);
+    k_attn_exact<<<grid1(n * nh, AX_WARPS), AX_WARPS * 32, 0, s>>>(qlat, (const float *)pg->base, pg->ptab, pg->page,
+                                                                   pg->rowpad, pos0, n, nh, kvl, row, scale, olat);
+    PDB_CU_LAUNCH("attention_exact");
+    return PDB_OK;
+}
+
+/* ======================================= capture hook ======================================= */
+
 pdb_status pdb_cuda_hook_dot(cudaStream_t s, const float *x, const float *W, int64_t n, int64_t R, int64_t H,
                              float *out) {
-    if (n <= 0 || R <= 0) return PDB_OK;
-    int64_t tiles = ((n + HK_T - 1) / HK_T) * ((R + HK_O - 1) / HK_O);
-    k_hook_dot<<<grid1(tiles, HK_WARPS), HK_WARPS * 32, 0, s>>>(x, W, n, R, H, out);
-    PDB_CU_LAUNCH("hook_dot");
-    return PDB_OK;
+    return pdb_cuda_dot32(s, n, R, H, x, H, 0, W, H, 0, out, R, 0, 1, 0);
 }

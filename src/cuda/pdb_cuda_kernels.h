@@ -3,8 +3,9 @@
  * hook's fixed-order dot). Internal header for .cu files.
  * Invariants: each launcher checks its launch; every kernel computes a row's result from that
  * row (and, for attention, the cache rows before it) in a fixed order independent of the
- * launch's row count, so a position's values do not depend on chunking (the GEMMs are
- * cuBLAS's and carry no such promise); pdb_cuda_hook_dot reproduces pdb_qmat_dot bit for bit. */
+ * launch's row count, so a position's values do not depend on chunking; pdb_cuda_dot32 (the hook
+ * and the exact engine's products) reproduces pdb_qmat_dot bit for bit, and the elementwise math
+ * (RMSNorm's sum, SiLU, softmax, routing, the MoE combine) uses the CPU's formulas and roundings. */
 #ifndef PDB_CUDA_KERNELS_H
 #define PDB_CUDA_KERNELS_H
 
@@ -56,8 +57,17 @@ pdb_status pdb_cuda_gather(cudaStream_t s, const float *src, const int32_t *src_
 /* h [n, H] += sum_k ye[slot_row[t*K+k]] * wt[t*K+k] (k order) + shared [n, H] (may be NULL). */
 pdb_status pdb_cuda_moe_combine(cudaStream_t s, const float *ye, const int32_t *slot_row, const float *wt,
                                 const float *shared, int64_t n, int64_t K, int64_t H, float *h);
-/* The capture hook's projection: out [n, R] = x [n, H] . W [R, H] row by row, each element
- * pdb_qmat_dot's order exactly (32 lanes, fma in k order, fold 16/8/4/2/1). */
+/* C [M, N] (ldc) = (or, accumulate: C +) A [M, K] (lda) . W [N, K]^T (ldw), f32, each element
+ * pdb_qmat_dot's order exactly (32 lanes, fma in k order, fold 16/8/4/2/1); batch <= 65535 with
+ * element strides sa, sw, sc. The exact engine's products and the capture hook. */
+pdb_status pdb_cuda_dot32(cudaStream_t s, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t sa,
+                          const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc, int64_t sc, int64_t batch,
+                          int accumulate);
+/* pdb_v2_ops' attention task exactly (scores by dot32, softmax with pdb_math_exp and a double sum
+ * in position order, fma accumulation in position order), one warp per (token, head); f32 cache. */
+pdb_status pdb_cuda_attention_exact(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0,
+                                    int64_t n, int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
+/* The capture hook's projection: out [n, R] = x [n, H] . W [R, H] (pdb_cuda_dot32). */
 pdb_status pdb_cuda_hook_dot(cudaStream_t s, const float *x, const float *W, int64_t n, int64_t R, int64_t H,
                              float *out);
 

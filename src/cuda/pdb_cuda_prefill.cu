@@ -29,6 +29,7 @@ typedef struct cu_layer {
     float *attn_norm, *ffn_norm, *q_a_norm, *kv_a_norm; /* device f32 [H], [H], [qlr], [kvl] */
     void *q_proj, *q_a, *q_b, *kv_a, *o_proj;            /* dt: [nh*qk, H], [qlr, H], [nh*qk, qlr], [row, H], [H, nh*vd] */
     void *kv_b;                                          /* dt [nh*(nope+vd), kvl]: W_UK_h then W_UV_h per head */
+    float *ukt;                                          /* exact engine: f32 [nh, kvl, nope], W_UK_h transposed */
     int is_moe;
     void *gate, *up, *down;                              /* dt dense [I, H], [I, H], [H, I] */
     float *router;                                       /* f32 [E, H] */
@@ -43,6 +44,7 @@ typedef struct cu_prefill {
     pdb_prefill_backend be;
     pdb_config cfg;
     pdb_cuda_dt dt;
+    int exact;                  /* PDB_CUDA_PREC_EXACT: dot32 products and the exact attention */
     size_t esz;                 /* bytes per dt element */
     int64_t sub_cfg, sub_max, page; /* configured / current pass bound (tokens), page size */
     int64_t gemm_rows;          /* M-invariant GEMM tile (0: whole M) */
@@ -176,6 +178,32 @@ static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d
     return load_into(c, st, name, d0, d1, *dst, 0, 1);
 }
 
+/* The exact engine's W_UK_h^T ([kvl, nope] per head, as the CPU's w_uk_t), from kv_b. */
+static pdb_status load_ukt(cu_prefill *c, const pdb_st *st, cu_layer *L, int l) {
+    char name[256];
+    snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_b_proj.weight", l);
+    int64_t nh = c->nh, nope = c->nope, vd = c->vd, kvl = c->kvl, shape[2] = {nh * (nope + vd), kvl};
+    float *kvb = NULL, *t = (float *)malloc(sizeof(float) * (size_t)(nh * kvl * nope));
+    if (!t) return pdb_err_set(PDB_NOMEM, "W_UK transpose");
+    pdb_status s = pdb_st_load_f32(st, name, 2, shape, &kvb);
+    if (!s) {
+        for (int64_t h = 0; h < nh; h++)
+            for (int64_t k = 0; k < kvl; k++)
+                for (int64_t i = 0; i < nope; i++) t[(h * kvl + k) * nope + i] = kvb[(h * (nope + vd) + i) * kvl + k];
+        s = dalloc(&c->wts, &L->ukt, sizeof(float) * (size_t)(nh * kvl * nope));
+    }
+    if (!s) {
+        cudaError_t e = cudaMemcpy(L->ukt, t, sizeof(float) * (size_t)(nh * kvl * nope), cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            s = pdb_err_set(PDB_CUDA, "%s:%d cudaMemcpy(W_UK^T): %s", __FILE__, __LINE__, cudaGetErrorString(e));
+        }
+    }
+    free(kvb);
+    free(t);
+    return s;
+}
+
 static pdb_status load_layer(cu_prefill *c, const pdb_st *st, int l) {
     cu_layer *L = &c->L[l];
     const char *p = "model.layers";
@@ -192,6 +220,7 @@ static pdb_status load_layer(cu_prefill *c, const pdb_st *st, int l) {
     PDB_TRY(load_w(c, st, &L->kv_a, c->row, H, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l));
     PDB_TRY(load_v(c, st, &L->kv_a_norm, c->kvl, 0, "%s.%d.self_attn.kv_a_layernorm.weight", p, l));
     PDB_TRY(load_w(c, st, &L->kv_b, c->nh * (c->nope + c->vd), c->kvl, "%s.%d.self_attn.kv_b_proj.weight", p, l));
+    if (c->exact) PDB_TRY(load_ukt(c, st, L, l));
     PDB_TRY(load_w(c, st, &L->o_proj, H, c->nh * c->vd, "%s.%d.self_attn.o_proj.weight", p, l));
     L->is_moe = pdb_config_layer_is_moe(&c->cfg, l);
     if (!L->is_moe) {
@@ -351,12 +380,23 @@ static pdb_status as_dt(cu_prefill *c, const float *x, int64_t count, const void
     return PDB_OK;
 }
 
+/* C [M, N] (ldc; beta 1: +=) = A [M, K] (lda, of type dt) . W [N, K]^T (ldw), batched with
+ * strides sa, sw, sc: cuBLAS, or on the exact engine pdb_cuda_dot32 (A and W are f32 there). */
+static pdb_status mm(cu_prefill *c, pdb_cuda_dt dt, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                     int64_t sa, const void *W, int64_t ldw, int64_t sw, float beta, float *C, int64_t ldc, int64_t sc,
+                     int64_t batch) {
+    if (c->exact)
+        return pdb_cuda_dot32(c->s, M, N, K, (const float *)A, lda, sa, (const float *)W, ldw, sw, C, ldc, sc, batch,
+                              beta != 0.0f);
+    return pdb_cuda_gemm(&c->blas, dt, 1, M, N, K, 1.0f, A, lda, sa, W, ldw, sw, beta, C, ldc, sc, batch);
+}
+
 /* y [n, N] (+)= x [n, K] @ W[N, K]^T with x f32 (staged to dt). */
 static pdb_status linear(cu_prefill *c, const float *x, int64_t n, int64_t Kd, const void *W, int64_t N, float beta,
                          float *y) {
     const void *A;
     PDB_TRY(as_dt(c, x, n * Kd, &A));
-    return pdb_cuda_gemm(&c->blas, c->dt, 1, n, N, Kd, 1.0f, A, Kd, 0, W, Kd, 0, beta, y, N, 0, 1);
+    return mm(c, c->dt, n, N, Kd, A, Kd, 0, W, Kd, 0, beta, y, N, 0, 1);
 }
 
 static pdb_cuda_pages layer_pages(cu_prefill *c, int64_t l) {
@@ -386,13 +426,18 @@ static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t
     const void *A;
     PDB_TRY(as_dt(c, c->q, n * nh * qk, &A));
     int64_t hs = (nope + vd) * kvl;
-    PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 0, n, kvl, nope, 1.0f, A, nh * qk, qk, L->kv_b, kvl, hs, 0.0f, c->qlat,
-                          nh * row, row, nh));
-    PDB_TRY(pdb_cuda_attention(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
+    if (c->exact) {
+        PDB_TRY(mm(c, c->dt, n, kvl, nope, A, nh * qk, qk, L->ukt, nope, kvl * nope, 0.0f, c->qlat, nh * row, row, nh));
+        PDB_TRY(pdb_cuda_attention_exact(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
+    } else {
+        PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 0, n, kvl, nope, 1.0f, A, nh * qk, qk, L->kv_b, kvl, hs, 0.0f, c->qlat,
+                              nh * row, row, nh));
+        PDB_TRY(pdb_cuda_attention(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
+    }
     /* attn[t, h] = olat[t, h] @ W_UV_h^T ([vd, kvl] rows of kv_b) */
     PDB_TRY(as_dt(c, c->olat, n * nh * kvl, &A));
-    PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, n, vd, kvl, 1.0f, A, nh * kvl, kvl, (char *)L->kv_b + c->esz * (size_t)(nope * kvl),
-                          kvl, hs, 0.0f, c->attn, nh * vd, vd, nh));
+    PDB_TRY(mm(c, c->dt, n, vd, kvl, A, nh * kvl, kvl, (char *)L->kv_b + c->esz * (size_t)(nope * kvl), kvl, hs, 0.0f,
+               c->attn, nh * vd, vd, nh));
     return linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h); /* h += o_proj(attn) */
 }
 
@@ -408,8 +453,7 @@ static pdb_status mlp(cu_prefill *c, const float *x, int64_t n, const void *gate
 static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
     int64_t H = c->H, E = c->E, K = c->K, Im = c->Im;
     /* router in f32 */
-    PDB_TRY(pdb_cuda_gemm(&c->blas, PDB_CUDA_DT_F32, 1, n, E, H, 1.0f, c->xn, H, 0, L->router, H, 0, 0.0f, c->probs, E,
-                          0, 1));
+    PDB_TRY(mm(c, PDB_CUDA_DT_F32, n, E, H, c->xn, H, 0, L->router, H, 0, 0.0f, c->probs, E, 0, 1));
     pdb_cuda_route_cfg rc;
     rc.E = (int)E;
     rc.K = (int)K;
@@ -453,18 +497,18 @@ static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
         int64_t r0 = cnt[e], m = cnt[e + 1] - cnt[e];
         if (!m) continue;
         const char *a = (const char *)A + c->esz * (size_t)(r0 * H);
-        PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, Im, H, 1.0f, a, H, 0, (char *)L->eg + c->esz * (size_t)(e * per), H,
-                              0, 0.0f, c->g + r0 * Im, Im, 0, 1));
-        PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, Im, H, 1.0f, a, H, 0, (char *)L->eu + c->esz * (size_t)(e * per), H,
-                              0, 0.0f, c->u + r0 * Im, Im, 0, 1));
+        PDB_TRY(mm(c, c->dt, m, Im, H, a, H, 0, (char *)L->eg + c->esz * (size_t)(e * per), H, 0, 0.0f, c->g + r0 * Im,
+                   Im, 0, 1));
+        PDB_TRY(mm(c, c->dt, m, Im, H, a, H, 0, (char *)L->eu + c->esz * (size_t)(e * per), H, 0, 0.0f, c->u + r0 * Im,
+                   Im, 0, 1));
     }
     PDB_TRY(pdb_cuda_silu_mul(c->s, c->g, c->u, c->g, n * K * Im));
     PDB_TRY(as_dt(c, c->g, n * K * Im, &A));
     for (int64_t e = 0; e < E; e++) {
         int64_t r0 = cnt[e], m = cnt[e + 1] - cnt[e];
         if (!m) continue;
-        PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, H, Im, 1.0f, (const char *)A + c->esz * (size_t)(r0 * Im), Im, 0,
-                              (char *)L->ed + c->esz * (size_t)(e * per), Im, 0, 0.0f, c->ye + r0 * H, H, 0, 1));
+        PDB_TRY(mm(c, c->dt, m, H, Im, (const char *)A + c->esz * (size_t)(r0 * Im), Im, 0,
+                   (char *)L->ed + c->esz * (size_t)(e * per), Im, 0, 0.0f, c->ye + r0 * H, H, 0, 1));
     }
     return pdb_cuda_moe_combine(c->s, c->ye, c->slot_row, c->topk_w, c->cfg.n_shared_experts > 0 ? c->sh : NULL, n, K,
                                 H, c->h);
@@ -516,8 +560,9 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
         PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h + (n - 1) * H, H, c->final_norm, c->xn, H, 1, H, c->cfg.rms_norm_eps));
         const void *A; /* one row in every pass, so one cuBLAS call: M never varies */
         PDB_TRY(as_dt(c, c->xn, H, &A));
-        PDB_TRY(pdb_cuda_gemm_whole(&c->blas, c->dt, 1, 1, c->V, H, 1.0f, A, H, 0, c->lm_head, H, 0, 0.0f, c->logits,
-                                    c->V, 0, 1));
+        if (c->exact) PDB_TRY(mm(c, c->dt, 1, c->V, H, A, H, 0, c->lm_head, H, 0, 0.0f, c->logits, c->V, 0, 1));
+        else PDB_TRY(pdb_cuda_gemm_whole(&c->blas, c->dt, 1, 1, c->V, H, 1.0f, A, H, 0, c->lm_head, H, 0, 0.0f, c->logits,
+                                         c->V, 0, 1));
         PDB_CU(cudaMemcpyAsync(logits, c->logits, sizeof(float) * (size_t)c->V, cudaMemcpyDeviceToHost, c->s));
     }
     PDB_CU(cudaStreamSynchronize(c->s));
@@ -641,7 +686,8 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     cu_prefill *c = (cu_prefill *)calloc(1, sizeof *c);
     if (!c) return pdb_err_set(PDB_NOMEM, "cuda backend");
     c->cfg = *cf;
-    c->dt = co && co->prec == PDB_CUDA_PREC_F32 ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
+    c->exact = co && co->prec == PDB_CUDA_PREC_EXACT;
+    c->dt = co && (co->prec == PDB_CUDA_PREC_F32 || c->exact) ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
     c->esz = c->dt == PDB_CUDA_DT_F32 ? 4 : 2;
     c->sub_cfg = co && co->sub_chunk > 0 ? co->sub_chunk : 8192;
     c->page = co && co->page_tokens > 0 ? co->page_tokens : 64;

@@ -16,7 +16,11 @@ extern "C" {
 /* Engine precision: weights, GEMM operands and the engine's latent cache. */
 typedef enum pdb_cuda_prec {
     PDB_CUDA_PREC_BF16 = 0, /* default: bf16 weights/operands/cache, f32 accumulation and activations */
-    PDB_CUDA_PREC_F32 = 1   /* validation: f32 everywhere (no TF32) */
+    PDB_CUDA_PREC_F32 = 1,  /* validation: f32 everywhere (no TF32) */
+    PDB_CUDA_PREC_EXACT = 2 /* the decoder's own math: f32 weights, every product in pdb_qmat_dot's
+                               order (own kernels, no cuBLAS), the CPU's attention task order, so
+                               the rows equal the CPU engine's (slow: for validation and for a
+                               bridge that must be token-identical to native) */
 } pdb_cuda_prec;
 
 enum { PDB_CUDA_GEMM_ROWS_DEFAULT = 256 };

@@ -11,15 +11,17 @@ void pdb_math_rmsnorm(float *y, const float *x, const float *w, int64_t n, doubl
     for (int64_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
 }
 
+float pdb_math_exp(float x) { return (float)exp((double)x); }
+
 void pdb_math_silu_mul(float *out, const float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + pdb_math_exp(-g[i])) * u[i];
 }
 
 void pdb_math_softmax(float *x, int64_t n) {
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
     double s = 0;
-    for (int64_t i = 0; i < n; i++) { x[i] = expf(x[i] - m); s += x[i]; }
+    for (int64_t i = 0; i < n; i++) { x[i] = pdb_math_exp(x[i] - m); s += x[i]; }
     float inv = (float)(1.0 / s);
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }

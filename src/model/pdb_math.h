@@ -11,6 +11,10 @@
 extern "C" {
 #endif
 
+/* e^x as (float)exp((double)x): the double exponential is within one double ulp on glibc and on
+ * CUDA, so rounding it to float gives the same float on both (the CUDA exact engine evaluates
+ * this same expression), where expf's float algorithms differ by an ulp. */
+float pdb_math_exp(float x);
 /* y[n] = x[n] / sqrt(mean(x^2) + eps) * w[n]  (in place allowed) */
 void pdb_math_rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps);
 /* out[i] = silu(g[i]) * u[i] */
