@@ -4,6 +4,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +200,8 @@ __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const 
     return fold32(l);
 }
 
+static float fold32_avx512(__m512 lo, __m512 hi);
+
 __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n) {
     __m512 z0 = _mm512_setzero_ps(), z1 = z0;
     int64_t k = 0;
@@ -206,6 +209,7 @@ __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const
         z0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k), _mm512_loadu_ps(b + k), z0);
         z1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + k + 16), _mm512_loadu_ps(b + k + 16), z1);
     }
+    if (k == n) return fold32_avx512(z0, z1); /* the same fold in registers */
     float l[32];
     _mm512_storeu_ps(l, z0);
     _mm512_storeu_ps(l + 16, z1);
@@ -451,6 +455,7 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
         s[i] = w->scales + (r0 + i) * nb;
     }
     int64_t pf = 4 * (mx8 ? C : C / 2); /* prefetch distance: the same place in the next four rows */
+    for (int64_t off = 0; off < 4 * nb; off += 64) _mm_prefetch((const char *)s[0] + 4 * nb + off, _MM_HINT_T0); /* their scales */
     qm_acc acc;
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < 4; i++) acc.v[t][i][0] = acc.v[t][i][1] = _mm512_setzero_ps();
@@ -541,24 +546,28 @@ void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n) {
     }
 }
 
-/* ---- matmul: tasks are blocks of output rows ------------------------------------------------ */
+/* ---- matmul: threads claim blocks of output rows ----------------------------------------------
+ * Guided self-scheduling: each claim takes 1/(2 * threads) of the rows still left (a multiple of
+ * four, at least QM_MIN_ROWS), so threads start on long contiguous ranges (the kernels' prefetch
+ * runs ahead within a range, and there are few claims) and finish on short ones (balance). Which
+ * thread computes a row never changes its value. */
 
-enum { QM_ROWS_PER_TASK = 16 };
+enum { QM_MIN_ROWS = 16 };
 
 typedef struct {
     const pdb_qmat *w;
     const float *x;
     int64_t ldx, T, ldy;
     float *y;
-    float *rowbuf; /* [threads, cols * 4] */
-    int fused;     /* decode kernels */
+    float *rowbuf;   /* [threads, cols * 4] */
+    int fused;       /* decode kernels */
     const float *xf; /* their x: x, or for MXFP4 its deinterleaved copy (ldx = cols) */
+    int nth;
+    _Atomic int64_t next; /* first row not yet claimed */
 } qm_ctx;
 
-static void qm_task(void *vc, int64_t task, int thread) {
-    qm_ctx *c = vc;
-    int64_t C = c->w->cols, r0 = task * QM_ROWS_PER_TASK;
-    int64_t r1 = r0 + QM_ROWS_PER_TASK < c->w->rows ? r0 + QM_ROWS_PER_TASK : c->w->rows;
+static void qm_rows(qm_ctx *c, int64_t r0, int64_t r1, int thread) {
+    int64_t C = c->w->cols;
     float *row = c->rowbuf + (int64_t)thread * C * 4;
     if (c->fused) {
         int64_t ldf = c->xf == c->x ? c->ldx : C;
@@ -590,10 +599,25 @@ static void qm_task(void *vc, int64_t task, int thread) {
     }
 }
 
+static void qm_task(void *vc, int64_t task, int thread) {
+    qm_ctx *c = vc;
+    int64_t rows = c->w->rows, r0 = atomic_load_explicit(&c->next, memory_order_relaxed), r1;
+    for (;;) {
+        do {
+            if (r0 >= rows) return;
+            int64_t len = (rows - r0) / (2 * c->nth) & ~(int64_t)3;
+            r1 = r0 + (len > QM_MIN_ROWS ? len : QM_MIN_ROWS);
+            if (r1 > rows) r1 = rows;
+        } while (!atomic_compare_exchange_weak_explicit(&c->next, &r0, r1, memory_order_relaxed, memory_order_relaxed));
+        qm_rows(c, r0, r1, thread);
+        r0 = atomic_load_explicit(&c->next, memory_order_relaxed);
+    }
+}
+
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
                      int64_t ldy, float *rowbuf) {
     if (T <= 0 || w->rows <= 0) return;
-    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf, 0, x};
+    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf, 0, x, pool ? pdb_pool_threads(pool) : 1, 0};
     int mx = w->fmt == PDB_QF_MXFP8 || w->fmt == PDB_QF_MXFP4;
     if (isa_get() == PDB_ISA_AVX512 && mx && T <= 2 && w->cols % 32 == 0) {
         lut_init();
@@ -603,8 +627,11 @@ void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t 
             c.xf = rowbuf;
         }
     }
-    int64_t tasks = (w->rows + QM_ROWS_PER_TASK - 1) / QM_ROWS_PER_TASK;
-    if (pool) pdb_pool_run(pool, tasks, qm_task, &c);
-    else
-        for (int64_t i = 0; i < tasks; i++) qm_task(&c, i, 0);
+    if (!pool || c.nth == 1 || w->rows <= QM_MIN_ROWS) {
+        qm_rows(&c, 0, w->rows, 0);
+        return;
+    }
+    /* one task per thread; each claims ranges until none are left (a late thread finds none) */
+    int64_t tasks = (w->rows + QM_MIN_ROWS - 1) / QM_MIN_ROWS;
+    pdb_pool_run(pool, tasks < c.nth ? tasks : c.nth, qm_task, &c);
 }
