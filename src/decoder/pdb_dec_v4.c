@@ -118,6 +118,7 @@ static pdb_status v4_open(const pdb_config *cfg, const pdb_st *st, pdb_pool *poo
     v->sem = (pdb_v4_semantics)v4_sem;
     pdb_status s = pdb_v4_load_from(cfg, st, &v->m);
     if (s) { free(v); return s; }
+    v->m->pool = pool; /* the service's threads run the matmuls */
     *impl = v;
     return PDB_OK;
 }

@@ -17,22 +17,56 @@
 /* C[M, N] (ldc) = A[M, K] (lda) @ B[N, K]^T (ldb) (+ C when acc): PyTorch Linear with W = B.
  * Each element is one dot product in a fixed order (8 f32 partial sums over k mod 8, combined
  * pairwise, then the tail), so a row's result never depends on M: chunked prefill, decode and
- * one-shot produce bit-identical rows (OpenBLAS picks kernels by shape). */
-static void v4_mm(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int acc,
-                  float *C, int64_t ldc) {
-    int64_t K8 = K - K % 8;
-    for (int64_t m = 0; m < M; m++) {
-        const float *a = A + m * lda;
-        for (int64_t n = 0; n < N; n++) {
-            const float *b = B + n * ldb;
+ * one-shot produce bit-identical rows (OpenBLAS picks kernels by shape). With a pool, blocks of
+ * output columns run on its threads; an element's arithmetic is the same on any thread. */
+typedef struct mm_job {
+    int64_t M, N, K, lda, ldb, ldc;
+    const float *A, *B;
+    float *C;
+    int acc;
+} mm_job;
+
+enum { MM_COLS = 32 };
+
+static void mm_cols(const mm_job *j, int64_t n0, int64_t n1) {
+    int64_t K = j->K, K8 = K - K % 8;
+    for (int64_t m = 0; m < j->M; m++) {
+        const float *a = j->A + m * j->lda;
+        for (int64_t n = n0; n < n1; n++) {
+            const float *b = j->B + n * j->ldb;
             float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             for (int64_t k = 0; k < K8; k += 8)
-                for (int j = 0; j < 8; j++) p[j] += a[k + j] * b[k + j];
+                for (int i = 0; i < 8; i++) p[i] += a[k + i] * b[k + i];
             float s = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
             for (int64_t k = K8; k < K; k++) s += a[k] * b[k];
-            C[m * ldc + n] = acc ? C[m * ldc + n] + s : s;
+            float *c = j->C + m * j->ldc + n;
+            *c = j->acc ? *c + s : s;
         }
     }
+}
+
+static void mm_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    int64_t n0 = task * MM_COLS, n1 = n0 + MM_COLS < j->N ? n0 + MM_COLS : j->N;
+    mm_cols(j, n0, n1);
+}
+
+void pdb_v4_mm_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int acc,
+                   float *C, int64_t ldc) {
+    mm_job j = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B, .C = C, .acc = acc};
+    mm_cols(&j, 0, N);
+}
+
+/* The model's product: its provider, else the CPU (the pool's threads when it has one). */
+static pdb_status v4_mm(const pdb_v4_model *m, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                        const float *B, int64_t ldb, int acc, float *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return PDB_OK;
+    if (m->mm) return m->mm->mm(m->mm->ctx, M, N, K, A, lda, B, ldb, acc, C, ldc);
+    mm_job j = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B, .C = C, .acc = acc};
+    if (!m->pool || N <= MM_COLS || M * N * K < (1 << 16)) mm_cols(&j, 0, N);
+    else pdb_pool_run(m->pool, (N + MM_COLS - 1) / MM_COLS, mm_task, &j);
+    return PDB_OK;
 }
 
 /* ======================================== semantics / cache ======================================== */
@@ -254,18 +288,18 @@ static void compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, co
 }
 
 /* Project x [T, H] through a compressor and feed it. */
-static pdb_status run_compressor(const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
+static pdb_status run_compressor(const pdb_v4_model *m, const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
                                  const float *x, int64_t T, int64_t p0, float *buf_kv, float *buf_gate, float *ov_kv,
                                  float *ov_gate, float *entries) {
     int64_t H = c->hidden_size, D = cp->coff * cp->dim;
     float *kvp = falloc(T * D), *gp = falloc(T * D);
     if (!kvp || !gp) { free(kvp); free(gp); return pdb_err_set(PDB_NOMEM, "v4 compressor: out of memory"); }
-    v4_mm(T, D, H, x, H, cp->wkv, H, 0, kvp, D);
-    v4_mm(T, D, H, x, H, cp->wgate, H, 0, gp, D);
-    compress_tokens(c, cp, rope, q, kvp, gp, T, p0, buf_kv, buf_gate, ov_kv, ov_gate, entries);
+    pdb_status s = v4_mm(m, T, D, H, x, H, cp->wkv, H, 0, kvp, D);
+    if (!s) s = v4_mm(m, T, D, H, x, H, cp->wgate, H, 0, gp, D);
+    if (!s) compress_tokens(c, cp, rope, q, kvp, gp, T, p0, buf_kv, buf_gate, ov_kv, ov_gate, entries);
     free(kvp);
     free(gp);
-    return PDB_OK;
+    return s;
 }
 
 /* ======================================== indexer ======================================== */
@@ -290,8 +324,9 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_layer *L, cons
     float *iq = falloc(T * nih * ihd), *wt = falloc(T * nih);
     scored *sc = malloc(sizeof(scored) * (size_t)(nmax > 0 ? nmax : 1));
     if (!iq || !wt || !sc) { free(iq); free(wt); free(sc); return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory"); }
-    v4_mm(T, nih * ihd, qlr, qr, qlr, L->idx_wq_b, qlr, 0, iq, nih * ihd);
-    v4_mm(T, nih, H, x, H, L->idx_wproj, H, 0, wt, nih);
+    pdb_status s = v4_mm(m, T, nih * ihd, qlr, qr, qlr, L->idx_wq_b, qlr, 0, iq, nih * ihd);
+    if (!s) s = v4_mm(m, T, nih, H, x, H, L->idx_wproj, H, 0, wt, nih);
+    if (s) { free(iq); free(wt); free(sc); return s; }
     float wscale = (float)(1.0 / sqrt((double)nih)), sscale = (float)(1.0 / sqrt((double)ihd));
     for (int64_t t = 0; t < T; t++) {
         int64_t p = p0 + t, nv = (p + 1) / r;
@@ -334,18 +369,17 @@ pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l,
     int official = cc->sem == PDB_V4_SEM_OFFICIAL;
     float *kv = kv_out ? kv_out : falloc(T * hd);
     if (!kv) return pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory");
-    pdb_status s = PDB_OK;
-    v4_mm(T, hd, H, x, H, L->wkv, H, 0, kv, hd);
-    for (int64_t t = 0; t < T; t++) {
+    pdb_status s = v4_mm(m, T, hd, H, x, H, L->wkv, H, 0, kv, hd);
+    for (int64_t t = 0; t < T && !s; t++) {
         pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
         finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
     }
     /* compressed entries (and the indexer's keys) of every window completed by this chunk */
-    if (L->rate)
-        s = run_compressor(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, x, T, p0, lc->buf_kv,
+    if (!s && L->rate)
+        s = run_compressor(m, c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, x, T, p0, lc->buf_kv,
                            lc->buf_gate, lc->ov_kv, lc->ov_gate, lc->comp);
     if (!s && L->attn == PDB_V4_ATTN_CSA)
-        s = run_compressor(c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, x, T, p0, lc->ibuf_kv,
+        s = run_compressor(m, c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, x, T, p0, lc->ibuf_kv,
                            lc->ibuf_gate, lc->iov_kv, lc->iov_gate, lc->ikeys);
     if (!s)
         for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
@@ -385,9 +419,9 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
         goto done;
     }
     /* queries: q_a -> q_norm -> q_b -> per-head unweighted RMSNorm -> RoPE on the trailing dims */
-    v4_mm(T, qlr, H, x, H, L->wq_a, H, 0, qr, qlr);
+    if ((s = v4_mm(m, T, qlr, H, x, H, L->wq_a, H, 0, qr, qlr))) goto done;
     for (int64_t t = 0; t < T; t++) pdb_math_rmsnorm(qr + t * qlr, qr + t * qlr, L->q_norm, qlr, c->rms_norm_eps);
-    v4_mm(T, nh * hd, qlr, qr, qlr, L->wq_b, qlr, 0, q, nh * hd);
+    if ((s = v4_mm(m, T, nh * hd, qlr, qr, qlr, L->wq_b, qlr, 0, q, nh * hd))) goto done;
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < nh; h++) {
             float *qh = q + (t * nh + h) * hd;
@@ -431,9 +465,9 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
         }
     }
     /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
-    for (int64_t g = 0; g < G; g++)
-        v4_mm(T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
-    v4_mm(T, H, G * olr, a, G * olr, L->wo_b, G * olr, 0, out, H);
+    for (int64_t g = 0; g < G && !s; g++)
+        s = v4_mm(m, T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
+    if (!s) s = v4_mm(m, T, H, G * olr, a, G * olr, L->wo_b, G * olr, 0, out, H);
 done:
     free(qr);
     free(q);
@@ -506,7 +540,7 @@ static pdb_status moe(const pdb_v4_model *m, const pdb_v4_layer *L, const int32_
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)TK), *rows = malloc(sizeof(int64_t) * (size_t)TK);
     float *rw = falloc(TK);
     if (!lg || !wt || !xg || !g || !u || !y || !idx || !rows || !rw) { s = pdb_err_set(PDB_NOMEM, "v4 moe: out of memory"); goto done; }
-    v4_mm(T, E, H, x, H, L->gate, H, 0, lg, E);
+    if ((s = v4_mm(m, T, E, H, x, H, L->gate, H, 0, lg, E))) goto done;
     for (int64_t t = 0; t < T; t++) pdb_v4_route(c, L, ids[t], lg + t * E, idx + t * K, wt + t * K);
     memset(out, 0, sizeof(float) * (size_t)(T * H));
     for (int64_t e = 0; e < E; e++) {
@@ -520,18 +554,18 @@ static pdb_status moe(const pdb_v4_model *m, const pdb_v4_layer *L, const int32_
                     n++;
                 }
         if (!n) continue;
-        v4_mm(n, I, H, xg, H, L->w1 + e * I * H, H, 0, g, I);
-        v4_mm(n, I, H, xg, H, L->w3 + e * I * H, H, 0, u, I);
+        if ((s = v4_mm(m, n, I, H, xg, H, L->w1 + e * I * H, H, 0, g, I))) goto done;
+        if ((s = v4_mm(m, n, I, H, xg, H, L->w3 + e * I * H, H, 0, u, I))) goto done;
         swiglu(g, u, n * I, limit);
-        v4_mm(n, H, I, g, I, L->w2 + e * H * I, I, 0, y, H);
+        if ((s = v4_mm(m, n, H, I, g, I, L->w2 + e * H * I, I, 0, y, H))) goto done;
         for (int64_t j = 0; j < n; j++)
             for (int64_t d = 0; d < H; d++) out[rows[j] * H + d] += rw[j] * y[j * H + d];
     }
     if (c->n_shared_experts) {
-        v4_mm(T, I, H, x, H, L->sh_w1, H, 0, g, I);
-        v4_mm(T, I, H, x, H, L->sh_w3, H, 0, u, I);
+        if ((s = v4_mm(m, T, I, H, x, H, L->sh_w1, H, 0, g, I))) goto done;
+        if ((s = v4_mm(m, T, I, H, x, H, L->sh_w3, H, 0, u, I))) goto done;
         swiglu(g, u, T * I, limit);
-        v4_mm(T, H, I, g, I, L->sh_w2, I, 1, out, H);
+        s = v4_mm(m, T, H, I, g, I, L->sh_w2, I, 1, out, H);
     }
 done:
     free(lg); free(wt); free(xg); free(g); free(u); free(y); free(idx); free(rows); free(rw);
@@ -594,7 +628,7 @@ pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const 
         for (int64_t t = all_logits ? 0 : T - 1, r = 0; t < T; t++, r++) {
             hc_head(m, hs + t * hc * H, y, tmp);
             pdb_math_rmsnorm(y, y, m->norm, H, c->rms_norm_eps);
-            v4_mm(1, V, H, y, H, m->head, H, 0, logits + r * V, V);
+            if ((s = v4_mm(m, 1, V, H, y, H, m->head, H, 0, logits + r * V, V))) goto done;
         }
 done:
     free(hs);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "pdb_config.h"
+#include "pdb_pool.h"
 #include "pdb_rope.h"
 #include "pdb_safetensors.h"
 
@@ -81,7 +82,27 @@ typedef struct pdb_v4_model {
     float *hc_head_base;             /* [hc] */
     float *hc_head_scale;            /* [1] */
     pdb_v4_layer *layers;            /* [L] */
+    pdb_pool *pool;                  /* matmul threads (not owned; NULL: the calling thread) */
+    const struct pdb_v4_mm_provider *mm; /* not owned; NULL: products on the CPU (pool) */
 } pdb_v4_model;
+
+/* Where a V4 model's matrix products run. Every product is C[M, N] (ldc) = A[M, K] (lda) @
+ * B[N, K]^T (ldb), plus C when acc, B always a weight of the model (its host pointer stays valid
+ * and constant for the model's life), and each element in the reference order of
+ * pdb_v4_mm_ref: 8 f32 partial sums over k mod 8 (p[j] = p[j] + a*b, two roundings), combined as
+ * ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)), then the tail k >= K - K % 8 added in order.
+ * A provider that keeps this order makes every engine bit-identical to the CPU. */
+typedef struct pdb_v4_mm_provider {
+    const char *name; /* "cuda" */
+    pdb_status (*mm)(void *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                     int64_t ldb, int acc, float *C, int64_t ldc);
+    void *ctx;
+    void (*destroy)(void *ctx);
+} pdb_v4_mm_provider;
+
+/* The reference product on the calling thread (the provider contract's definition). */
+void pdb_v4_mm_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int acc,
+                   float *C, int64_t ldc);
 
 /* One layer's decoder cache state; NULL pools are absent for that layer type. */
 typedef struct pdb_v4_layer_cache {

@@ -21,6 +21,7 @@ typedef struct v4_impl {
     pdb_v4_cache ec, dc;  /* engine cache / the decoder's pools */
     pdb_v4_semantics sem;
     int capture;          /* this chunk runs the hook */
+    pdb_pool *pool;       /* matmul threads of both models */
 } v4_impl;
 
 static pdb_status v4_hook(void *user, int64_t l, const float *x, int64_t T, int64_t p0) {
@@ -76,6 +77,7 @@ static void v4_destroy(pdb_prefill_backend *be) {
         v4_end(be);
         pdb_v4_free(v->em);
         pdb_v4_free(v->dm);
+        pdb_pool_destroy(v->pool);
         free(v);
     }
     free(be);
@@ -96,7 +98,9 @@ pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, 
     pdb_status s = pdb_v4_check_semantics(o->cfg, v->sem);
     if (!s) s = pdb_v4_load_from(o->cfg, o->engine, &v->em);
     if (!s) s = pdb_v4_load_from(o->cfg, o->decoder, &v->dm);
+    if (!s) s = pdb_pool_create(o->threads, &v->pool);
     if (s) { v4_destroy(be); return s; }
+    v->em->pool = v->dm->pool = v->pool;
     *out = be;
     return PDB_OK;
 }
