@@ -359,7 +359,46 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         for (int i = 0; i < 4; i++) acc->v[t][i][0] = ev[t][i], acc->v[t][i][1] = od[t][i];
 }
 
-/* the MXFP4 accumulators (even, odd lanes) back in dot_avx512's positions (low, high) */
+/* MXFP8 with AVX512BW, against x deinterleaved like MXFP4's: one block's 32 codes sign-extended
+ * to 16 bits in one instruction; a 32-bit lane then holds element 2d in its low half and 2d + 1 in
+ * its high half, and shifting the lane left by 20 (even) or 4 (odd) leaves eeee mmm at bits 26..20
+ * and copies of s at 31..27: under e4m3x16_raw's mask these are its raw bits, for one conversion
+ * instruction per 32 codes instead of two. Same products, same lanes, same order. */
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void fused4_mxfp8_evod(const uint8_t *const *q, const float *sct,
+        int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
+    const __m512i m = _mm512_set1_epi32((int)0x87F00000u);
+    __m512 ev[2][4], od[2][4];
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < 4; i++) ev[t][i] = acc->v[t][i][0], od[t][i] = acc->v[t][i][1];
+    for (int64_t b = b0; b < b1; b++, sct += 4) {
+        __m512 xe[2], xo[2];
+        for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
+        for (int i = 0; i < 4; i++) {
+            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
+            __m512 sc = _mm512_set1_ps(sct[i]);
+            __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q[i] + b * 32)));
+            __m512 we = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), m)), sc);
+            __m512 wo = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 4), m)), sc);
+            for (int t = 0; t < nt; t++) {
+                ev[t][i] = _mm512_fmadd_ps(xe[t], we, ev[t][i]);
+                od[t][i] = _mm512_fmadd_ps(xo[t], wo, od[t][i]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < 4; i++) acc->v[t][i][0] = ev[t][i], acc->v[t][i][1] = od[t][i];
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void k_mx8_evod_t1(const uint8_t *const *q, const float *sc, int64_t b0, int64_t b1,
+                                                                     const float *xd, int64_t ldx, int64_t pf, qm_acc *acc) {
+    fused4_mxfp8_evod(q, sc, b0, b1, xd, ldx, 1, pf, acc);
+}
+__attribute__((target("avx512f,avx512bw"))) static void k_mx8_evod_t2(const uint8_t *const *q, const float *sc, int64_t b0, int64_t b1,
+                                                                     const float *xd, int64_t ldx, int64_t pf, qm_acc *acc) {
+    fused4_mxfp8_evod(q, sc, b0, b1, xd, ldx, 2, pf, acc);
+}
+
+/* the even/odd accumulators (MXFP4, MXFP8 with BW) back in dot_avx512's positions (low, high) */
 __attribute__((target("avx512f"))) static void fold4_mx4(const __m512 *ev_od, float *out) {
     const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -401,14 +440,16 @@ __attribute__((target("avx512f"))) static void deinterleave_x(const float *x, in
 /* The scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i]: rebias 0 gives the
  * scales themselves (e8m0: 2^(e-127), e == 0 the subnormal 2^-127, 0xFF NaN), rebias 1 gives
  * 2^(e-7) for the MXFP8 fold and returns 0 when some e exceeds QM_FAST_MAX_E (the table is then
- * unusable). 16 blocks of a row at a time, then a 4 x 16 transpose into the kernels' order. */
+ * unusable). 16 blocks of a row at a time, then a 4 x 16 transpose into the kernels' order; a
+ * scalar loop only for chunks under 16 blocks (rows under 512 wide). */
 __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, int rebias, float *sct) {
     const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E), zero = _mm512_setzero_si512(), ff = _mm512_set1_epi32(0xFF);
     const __m512i t01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i t23 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     __mmask16 over = 0;
     int64_t b = b0;
-    for (; b + 16 <= b1; b += 16) {
+    for (; b1 - b0 >= 16 && b < b1; b += 16) { /* a last partial 16 overlaps the one before (same values) */
+        if (b + 16 > b1) b = b1 - 16;
         __m512i u[4];
         for (int i = 0; i < 4; i++) {
             __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s[i] + b)));
@@ -444,9 +485,9 @@ __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *
 }
 
 /* Four MXFP8 / MXFP4 rows r0.. against T <= 2 tokens: y[t * ldy + r0 + i]. x is the matmul's x
- * (MXFP8) or its deinterleaved copy (MXFP4, ldx = cols). */
-__attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, int64_t r0, const float *x, int64_t ldx, int64_t T,
-                                                           float *y, int64_t ldy) {
+ * and xd its deinterleaved copy (ldx = cols; MXFP4, and MXFP8 when the CPU has AVX512BW, else NULL). */
+__attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, int64_t r0, const float *x, int64_t ldx, const float *xd,
+                                                           int64_t T, float *y, int64_t ldy) {
     int64_t C = w->cols, nb = C / 32;
     int mx8 = w->fmt == PDB_QF_MXFP8;
     const uint8_t *q[4], *s[4];
@@ -460,11 +501,17 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < 4; i++) acc.v[t][i][0] = acc.v[t][i][1] = _mm512_setzero_ps();
     float sct[4 * QM_CHUNK_BLOCKS];
+    int evod = !mx8;
+    if (mx8 && xd && w->nan_free && nb <= QM_CHUNK_BLOCKS && scale_table(s, 0, nb, 1, sct)) {
+        (T == 2 ? k_mx8_evod_t2 : k_mx8_evod_t1)(q, sct, 0, nb, xd, C, pf, &acc);
+        evod = 1;
+        nb = 0; /* done */
+    }
     for (int64_t b0 = 0; b0 < nb; b0 += QM_CHUNK_BLOCKS) {
         int64_t b1 = b0 + QM_CHUNK_BLOCKS < nb ? b0 + QM_CHUNK_BLOCKS : nb;
         if (!mx8) {
             scale_table(s, b0, b1, 0, sct);
-            (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);
+            (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, sct, b0, b1, xd, C, pf, &acc);
         } else if (w->nan_free && scale_table(s, b0, b1, 1, sct)) {
             (T == 2 ? k_mx8_fast_t2 : k_mx8_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);
         } else if (w->nan_free) {
@@ -475,7 +522,7 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
     }
     for (int64_t t = 0; t < T; t++) {
         float o[4];
-        if (mx8) {
+        if (!evod) {
             __m512 lo[4], hi[4];
             for (int i = 0; i < 4; i++) lo[i] = acc.v[t][i][0], hi[i] = acc.v[t][i][1];
             fold4_avx512(lo, hi, o);
@@ -561,7 +608,7 @@ typedef struct {
     float *y;
     float *rowbuf;   /* [threads, cols * 4] */
     int fused;       /* decode kernels */
-    const float *xf; /* their x: x, or for MXFP4 its deinterleaved copy (ldx = cols) */
+    const float *xd; /* x deinterleaved per 32-block for the even/odd kernels (ldx = cols), or NULL */
     int nth;
     _Atomic int64_t next; /* first row not yet claimed */
 } qm_ctx;
@@ -570,10 +617,9 @@ static void qm_rows(qm_ctx *c, int64_t r0, int64_t r1, int thread) {
     int64_t C = c->w->cols;
     float *row = c->rowbuf + (int64_t)thread * C * 4;
     if (c->fused) {
-        int64_t ldf = c->xf == c->x ? c->ldx : C;
-        for (; r0 + 4 <= r1; r0 += 4) fused4_rows(c->w, r0, c->xf, ldf, c->T, c->y, c->ldy);
+        for (; r0 + 4 <= r1; r0 += 4) fused4_rows(c->w, r0, c->x, c->ldx, c->xd, c->T, c->y, c->ldy);
         if (r0 == r1) return;
-        if (c->w->fmt == PDB_QF_MXFP4) row += C * 2; /* the tail rows below: keep clear of the x copy */
+        if (c->xd) row += C * 2; /* the tail rows below: keep clear of the x copy */
     }
     if (isa_get() == PDB_ISA_AVX512) /* groups of four rows */
         for (; r0 + 4 <= r1; r0 += 4) {
@@ -614,17 +660,28 @@ static void qm_task(void *vc, int64_t task, int thread) {
     }
 }
 
+static int has_bw(void) { /* AVX512BW (the MXFP8 even/odd kernel): checked once */
+    static int bw = -1;
+    int v = __atomic_load_n(&bw, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512bw") ? 1 : 0;
+        __atomic_store_n(&bw, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
                      int64_t ldy, float *rowbuf) {
     if (T <= 0 || w->rows <= 0) return;
-    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf, 0, x, pool ? pdb_pool_threads(pool) : 1, 0};
+    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf, 0, NULL, pool ? pdb_pool_threads(pool) : 1, 0};
     int mx = w->fmt == PDB_QF_MXFP8 || w->fmt == PDB_QF_MXFP4;
     if (isa_get() == PDB_ISA_AVX512 && mx && T <= 2 && w->cols % 32 == 0) {
         lut_init();
         c.fused = 1;
-        if (w->fmt == PDB_QF_MXFP4) { /* the tokens deinterleaved once, into the head of rowbuf */
+        if (w->fmt == PDB_QF_MXFP4 || has_bw()) { /* the tokens deinterleaved once, into the head of rowbuf */
             for (int64_t t = 0; t < T; t++) deinterleave_x(x + t * ldx, w->cols, rowbuf + t * w->cols);
-            c.xf = rowbuf;
+            c.xd = rowbuf;
         }
     }
     if (!pool || c.nth == 1 || w->rows <= QM_MIN_ROWS) {
