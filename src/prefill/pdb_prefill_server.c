@@ -164,11 +164,17 @@ typedef struct {
     pdb_status st;
     pdb_prefill_stats ps;
     pthread_t th;
+    int enough; /* every later block is already held: the run stopped early */
 } ps_run;
 
 static pdb_status run_on_segment(void *user, int64_t block, const float *data, uint64_t bytes) {
     ps_run *r = user;
-    return pdb_spool_put_segment(r->x, block, data, bytes);
+    PDB_TRY(pdb_spool_put_segment(r->x, block, data, bytes));
+    if (block + 1 < pdb_spool_xfer_blocks(r->x) && pdb_spool_holds(r->x, block + 1)) { /* e.g. one corrupt file redone */
+        r->enough = 1;
+        return pdb_err_set(PDB_IO, "prefill: the remaining blocks are held");
+    }
+    return PDB_OK;
 }
 
 static void *run_main(void *arg) {
@@ -176,6 +182,7 @@ static void *run_main(void *arg) {
     ps_xinfo *xi = pdb_spool_xfer_user(r->x);
     r->st = pdb_prefill_run(r->s->engines[r->eng], &r->s->cfg, xi->ids, xi->n, xi->bs, r->from, r->s->o.chunk, run_on_segment, r,
                             &r->ps);
+    if (r->enough) r->st = PDB_OK;
     engine_give(r->s, r->eng);
     pdb_spool_end_production(r->x, r->st, r->st ? pdb_err_msg() : NULL);
     return NULL;

@@ -445,18 +445,21 @@ const uint8_t *pdb_spool_xfer_key(const pdb_spool_xfer *x) { return x->key; }
 void *pdb_spool_xfer_user(const pdb_spool_xfer *x) { return x->user; }
 int64_t pdb_spool_xfer_blocks(const pdb_spool_xfer *x) { return x->n_blocks; }
 
-int pdb_spool_covers(pdb_spool_xfer *x, int64_t from) {
+static int covers(pdb_spool_xfer *x, int64_t from, int count_producer) {
     pdb_spool *sp = x->sp;
     int ok = 1;
     pthread_mutex_lock(&sp->mu);
     for (int64_t b = from < 0 ? 0 : from; b < x->n_blocks; b++) {
-        if (x->prod_running && !x->prod_cancel && x->prod_next <= b) break;
+        if (count_producer && x->prod_running && !x->prod_cancel && x->prod_next <= b) break;
         if (x->e[b].state == E_NONE) { ok = 0; break; }
     }
     if (!x->in_table) ok = 0;
     pthread_mutex_unlock(&sp->mu);
     return ok;
 }
+
+int pdb_spool_covers(pdb_spool_xfer *x, int64_t from) { return covers(x, from, 1); }
+int pdb_spool_holds(pdb_spool_xfer *x, int64_t from) { return covers(x, from, 0); }
 
 /* ---- producer ------------------------------------------------------------------------------ */
 

@@ -80,6 +80,8 @@ const uint8_t *pdb_spool_xfer_key(const pdb_spool_xfer *x);
 void *pdb_spool_xfer_user(const pdb_spool_xfer *x);
 /* True when every block in [from, n_blocks) is held or will be made by the running producer. */
 int pdb_spool_covers(pdb_spool_xfer *x, int64_t from);
+/* True when every block in [from, n_blocks) is held now (a production run may stop early). */
+int pdb_spool_holds(pdb_spool_xfer *x, int64_t from);
 
 /* ---- producer ---- */
 /* Starts a production run from block `from` (PDB_INVALID while one runs); *gen: its number. */
