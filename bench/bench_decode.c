@@ -6,12 +6,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "pdb_dec_model.h"
 #include "pdb_math.h"
 #include "pdb_pool.h"
 #include "pdb_v2_ops.h"
+
+static double cpu_s(void) { /* user + system CPU time of the process, all threads */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -96,13 +103,13 @@ int main(int argc, char **argv) {
         pdb_dec_forward(m, &sg, 1);
         tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
     }
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < ntok; i++) {
         sg = (pdb_dec_seg){&s, &tok, 1, logits};
         if (pdb_dec_forward(m, &sg, 1)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
         tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
     }
-    double dt = now_s() - t0, tps = ntok / dt, eff = per_tok * tps / 1e9;
+    double dt = now_s() - t0, dc = cpu_s() - c0, tps = ntok / dt, eff = per_tok * tps / 1e9;
     printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", argv[1], pdb_dec_model_scheme(m),
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
     printf("threads %d, kernels %s\n", pdb_pool_threads(pool), pdb_qmat_isa_name(pdb_qmat_isa_detect()));
@@ -110,6 +117,10 @@ int main(int argc, char **argv) {
     printf("bandwidth probe: %.2f GB/s\n", bw);
     printf("decode: %d tokens in %.2f s = %.2f tok/s -> %.2f GB/s of weights = %.1f%% of the roofline (%.2f tok/s)\n", ntok, dt,
            tps, eff, 100 * eff / bw, bw * 1e9 / per_tok);
+    /* on a shared machine wall time includes time the threads were not running; CPU time does not
+     * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */
+    printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,
+           100 * dc / (dt * pdb_pool_threads(pool)), ntok / dc);
     free(logits);
     pdb_dec_seq_free(&s);
     pdb_dec_model_close(m);

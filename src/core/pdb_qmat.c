@@ -610,7 +610,8 @@ typedef struct {
     int fused;       /* decode kernels */
     const float *xd; /* x deinterleaved per 32-block for the even/odd kernels (ldx = cols), or NULL */
     int nth;
-    _Atomic int64_t next; /* first row not yet claimed */
+    _Alignas(64) _Atomic int64_t next; /* first row not yet claimed (its own cache line: claims do not evict the fields above) */
+    char pad[56];
 } qm_ctx;
 
 static void qm_rows(qm_ctx *c, int64_t r0, int64_t r1, int thread) {
@@ -674,7 +675,7 @@ static int has_bw(void) { /* AVX512BW (the MXFP8 even/odd kernel): checked once 
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
                      int64_t ldy, float *rowbuf) {
     if (T <= 0 || w->rows <= 0) return;
-    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf, 0, NULL, pool ? pdb_pool_threads(pool) : 1, 0};
+    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf, 0, NULL, pool ? pdb_pool_threads(pool) : 1, 0, {0}};
     int mx = w->fmt == PDB_QF_MXFP8 || w->fmt == PDB_QF_MXFP4;
     if (isa_get() == PDB_ISA_AVX512 && mx && T <= 2 && w->cols % 32 == 0) {
         lut_init();
