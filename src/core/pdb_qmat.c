@@ -201,6 +201,7 @@ __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const 
 }
 
 static float fold32_avx512(__m512 lo, __m512 hi);
+static void fold4_avx512(const __m512 *lo, const __m512 *hi, float *out);
 
 __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n) {
     __m512 z0 = _mm512_setzero_ps(), z1 = z0;
@@ -234,6 +235,10 @@ __attribute__((target("avx512f"))) static void dot4_avx512(const float *x, const
         d1 = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w[3] + k + 16), d1);
     }
     __m512 lo[4] = {a0, b0, c0, d0}, hi[4] = {a1, b1, c1, d1};
+    if (k == n) { /* the same fold in registers */
+        fold4_avx512(lo, hi, out);
+        return;
+    }
     for (int r = 0; r < 4; r++) {
         float l[32];
         _mm512_storeu_ps(l, lo[r]);
@@ -410,6 +415,18 @@ __attribute__((target("avx512f"))) static void fold4_mx4(const __m512 *ev_od, fl
     fold4_avx512(lo, hi, out);
 }
 
+/* the same lanes moved, in the accumulators (a chunk of a long MXFP8 row that needs the general form) */
+__attribute__((target("avx512f"))) static void evod_to_lohi(qm_acc *acc) {
+    const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 4; i++) {
+            __m512 e = acc->v[t][i][0], o = acc->v[t][i][1];
+            acc->v[t][i][0] = _mm512_permutex2var_ps(e, il0, o);
+            acc->v[t][i][1] = _mm512_permutex2var_ps(e, il1, o);
+        }
+}
+
 /* The kernels specialised per token count and form (nt and nan are constants in each). */
 #define PDB_QM_KERNEL(name, scty, call)                                                                                \
     __attribute__((target("avx512f"))) static void name(const uint8_t *const *q, const scty *sc, int64_t b0, int64_t b1, \
@@ -501,23 +518,20 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < 4; i++) acc.v[t][i][0] = acc.v[t][i][1] = _mm512_setzero_ps();
     float sct[4 * QM_CHUNK_BLOCKS];
-    int evod = !mx8;
-    if (mx8 && xd && w->nan_free && nb <= QM_CHUNK_BLOCKS && scale_table(s, 0, nb, 1, sct)) {
-        (T == 2 ? k_mx8_evod_t2 : k_mx8_evod_t1)(q, sct, 0, nb, xd, C, pf, &acc);
-        evod = 1;
-        nb = 0; /* done */
-    }
+    int evod = !mx8, mx8_evod = mx8 && xd && w->nan_free; /* accumulators in even/odd lanes; MXFP8 may use them */
     for (int64_t b0 = 0; b0 < nb; b0 += QM_CHUNK_BLOCKS) {
         int64_t b1 = b0 + QM_CHUNK_BLOCKS < nb ? b0 + QM_CHUNK_BLOCKS : nb;
         if (!mx8) {
             scale_table(s, b0, b1, 0, sct);
             (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, sct, b0, b1, xd, C, pf, &acc);
         } else if (w->nan_free && scale_table(s, b0, b1, 1, sct)) {
-            (T == 2 ? k_mx8_fast_t2 : k_mx8_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);
-        } else if (w->nan_free) {
-            (T == 2 ? k_mx8_gen_t2 : k_mx8_gen_t1)(q, s, b0, b1, x, ldx, 0, &acc);
+            if (mx8_evod) (T == 2 ? k_mx8_evod_t2 : k_mx8_evod_t1)(q, sct, b0, b1, xd, C, pf, &acc), evod = 1;
+            else (T == 2 ? k_mx8_fast_t2 : k_mx8_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);
         } else {
-            (T == 2 ? k_mx8_gen_nan_t2 : k_mx8_gen_nan_t1)(q, s, b0, b1, x, ldx, 0, &acc);
+            if (evod) evod_to_lohi(&acc), evod = 0; /* the general kernels use dot_avx512's lanes */
+            mx8_evod = 0;
+            if (w->nan_free) (T == 2 ? k_mx8_gen_t2 : k_mx8_gen_t1)(q, s, b0, b1, x, ldx, 0, &acc);
+            else (T == 2 ? k_mx8_gen_nan_t2 : k_mx8_gen_nan_t1)(q, s, b0, b1, x, ldx, 0, &acc);
         }
     }
     for (int64_t t = 0; t < T; t++) {
@@ -566,6 +580,16 @@ float pdb_qmat_dot(const float *a, const float *b, int64_t n) {
     case PDB_ISA_AVX2: return dot_avx2(a, b, n);
     default: return dot_scalar(a, b, n);
     }
+}
+
+void pdb_qmat_dots(const float *x, const float *w, int64_t n, int64_t ldw, int64_t m, float *out) {
+    int64_t k = 0;
+    if (isa_get() == PDB_ISA_AVX512)
+        for (; k + 4 <= m; k += 4) {
+            const float *wr[4] = {w + k * ldw, w + (k + 1) * ldw, w + (k + 2) * ldw, w + (k + 3) * ldw};
+            dot4_avx512(x, wr, n, out + k);
+        }
+    for (; k < m; k++) out[k] = pdb_qmat_dot(x, w + k * ldw, n);
 }
 
 __attribute__((target("avx512f"))) static void axpy_avx512(float *y, float a, const float *x, int64_t n) {

@@ -46,6 +46,9 @@ void pdb_qmat_scan_nan(pdb_qmat *w);
 void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out);
 /* Deterministic dot product of n floats (the order above). */
 float pdb_qmat_dot(const float *a, const float *b, int64_t n);
+/* out[k] = pdb_qmat_dot(x, w + k * ldw, n) for k < m, bit for bit, four rows at a time on AVX-512
+ * (independent chains: faster than m separate calls). */
+void pdb_qmat_dots(const float *x, const float *w, int64_t n, int64_t ldw, int64_t m, float *out);
 /* y[t*ldy + o] = dot(x[t*ldx ...], row o) for t < T, o < rows. pool may be NULL (one thread).
  * rowbuf: scratch of PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(pool), cols) floats (the caller owns it). */
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,

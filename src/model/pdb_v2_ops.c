@@ -259,14 +259,15 @@ static void attn_task(void *vc, int64_t task, int thread) {
     const float *lat = rc->base + b->layer * rc->layer_stride;
     float *sc = b->att_scratch + (int64_t)thread * b->att_stride, *qlat = sc + pos + 1, *olat = qlat + row;
     const float *qh = b->q + r * nh * qk + h * qk;
-    for (int64_t k = 0; k < kvl; k++) qlat[k] = pdb_qmat_dot(qh, L->w_uk_t + (h * kvl + k) * nope, nope);
+    pdb_qmat_dots(qh, L->w_uk_t + h * kvl * nope, nope, nope, kvl, qlat);
     memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
-    for (int64_t j = 0; j <= pos; j++) sc[j] = pdb_qmat_dot(qlat, lat + j * rc->pos_stride, row) * b->w->softmax_scale;
+    pdb_qmat_dots(qlat, lat, row, rc->pos_stride, pos + 1, sc);
+    for (int64_t j = 0; j <= pos; j++) sc[j] = sc[j] * b->w->softmax_scale;
     pdb_math_softmax(sc, pos + 1);
     memset(olat, 0, sizeof(float) * (size_t)kvl);
     for (int64_t j = 0; j <= pos; j++) pdb_qmat_axpy(olat, sc[j], lat + j * rc->pos_stride, kvl);
     float *out = b->attn + r * nh * vd + h * vd;
-    for (int64_t v = 0; v < vd; v++) out[v] = pdb_qmat_dot(olat, L->w_uv + (h * vd + v) * kvl, kvl);
+    pdb_qmat_dots(olat, L->w_uv + h * vd * kvl, kvl, kvl, vd, out);
 }
 
 void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {

@@ -138,10 +138,13 @@ static void fused_edges(pdb_qfmt fmt, int64_t cols, int nan_codes) {
     pdb_pool *pool;
     assert_int_equal(pdb_pool_create(2, &pool), PDB_OK);
     pdb_qmat_isa best = pdb_qmat_isa_detect();
-    for (int pass = 0; pass < 3; pass++) { /* every class in some row; one tame matrix (fast path taken) */
+    /* every class in some row; a tame matrix (fast path taken); a tame one with one large scale in
+     * the last block of each row (long rows: the kernels switch form after their first chunks) */
+    for (int pass = 0; pass < 4; pass++) {
         for (int64_t i = 0; i < ns; i++) {
             r = r * 1664525u + 1013904223u;
-            sc[i] = pass == 2 ? (uint8_t)(110 + (r >> 28)) : pass == 0 ? cls[i % (int64_t)sizeof cls] : cls[(r >> 24) % sizeof cls];
+            sc[i] = pass >= 2 ? (uint8_t)(110 + (r >> 28)) : pass == 0 ? cls[i % (int64_t)sizeof cls] : cls[(r >> 24) % sizeof cls];
+            if (pass == 3 && i % (cols / 32) == cols / 32 - 1) sc[i] = 140;
         }
         pdb_qmat w = {fmt, FR, cols, q, sc, 0};
         pdb_qmat_scan_nan(&w);
@@ -168,8 +171,34 @@ static void test_fused_edges(void **st) {
     }
 }
 
+/* pdb_qmat_dots (four rows at a time) == pdb_qmat_dot row by row, for widths with and without a
+ * 32-tail and row counts with and without a 4-tail, on every ISA */
+static void test_dots(void **st) {
+    enum { N = 200, M = 11, LD = 203 };
+    static float x[N], w[M * LD];
+    for (int i = 0; i < N; i++) x[i] = (float)((i * 53) % 97) / 31.0f - 1.5f;
+    for (int i = 0; i < M * LD; i++) w[i] = (float)((i * 29) % 89) / 17.0f - 2.5f;
+    pdb_qmat_isa best = pdb_qmat_isa_detect();
+    int widths[] = {1, 31, 32, 64, 128, 160, 200};
+    for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
+        pdb_qmat_isa_set((pdb_qmat_isa)isa);
+        for (int wi = 0; wi < 7; wi++) {
+            float got[M], ref[M];
+            pdb_qmat_dots(x, w, widths[wi], LD, M, got);
+            for (int k = 0; k < M; k++) ref[k] = pdb_qmat_dot(x, w + k * LD, widths[wi]);
+            if (memcmp(got, ref, sizeof got)) fail_msg("%s, n=%d: pdb_qmat_dots differs from pdb_qmat_dot", pdb_qmat_isa_name((pdb_qmat_isa)isa), widths[wi]);
+            pdb_qmat_isa_set(PDB_ISA_SCALAR);
+            for (int k = 0; k < M; k++) ref[k] = pdb_qmat_dot(x, w + k * LD, widths[wi]);
+            pdb_qmat_isa_set((pdb_qmat_isa)isa);
+            if (memcmp(got, ref, sizeof got)) fail_msg("%s, n=%d: pdb_qmat_dots differs from the scalar dot", pdb_qmat_isa_name((pdb_qmat_isa)isa), widths[wi]);
+        }
+    }
+    pdb_qmat_isa_set(best);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_scan_nan), cmocka_unit_test(test_rows_identical_across_isas),
-                                       cmocka_unit_test(test_matmul_identical), cmocka_unit_test(test_fused_edges)};
+                                       cmocka_unit_test(test_matmul_identical), cmocka_unit_test(test_fused_edges),
+                                       cmocka_unit_test(test_dots)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
