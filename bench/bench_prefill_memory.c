@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pdb_dec_model.h"
 #include "pdb_prefill_engine.h"
 
 static pdb_status drop(void *u, int64_t b, const float *d, uint64_t n) {
@@ -27,9 +28,11 @@ static int child(const char *hf, const char *dec, const char *backend, int64_t T
     pdb_config cfg;
     pdb_st *e, *d;
     if (pdb_config_load(hf, &cfg) || pdb_st_open(hf, &e) || pdb_st_open(dec, &d)) return 1;
-    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d};
+    int sem = 0;
+    if (cfg.arch == PDB_ARCH_DEEPSEEK_V4 && pdb_dec_model_v4_semantics(dec, &sem)) return 1;
+    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .v4_sem = sem};
     pdb_prefill_backend *be = NULL;
-    pdb_status s = !strcmp(backend, "cuda") ? pdb_prefill_backend_cuda_create(&o, &be) : pdb_prefill_backend_cpu_create(&o, &be);
+    pdb_status s = pdb_prefill_backend_create(&o, backend, &be);
     if (s) { fprintf(stderr, "bench: %s\n", pdb_err_msg()); return 1; }
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)T);
     for (int64_t i = 0; i < T; i++) ids[i] = (int32_t)((i * 7919 + 13) % cfg.vocab_size);

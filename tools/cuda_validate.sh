@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# cuda_validate: build the CUDA backend, its test and the prefill benchmark (sm_90), then run them
+# cuda_validate: build the CUDA backend, its tests (V2 backend, V4 products) and the prefill benchmark
+# (sm_90), then run them
 # on a GPU machine, writing logs to $OUT (default .cache/cuda-out). Invariant: prints only what the
 # programs measured; on a machine without a GPU the test passes with "skipped: no GPU" lines and
 # the bench prints "skipped".
@@ -15,7 +16,7 @@ MODE=${1:-all}
 
 build() {
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake --build "$BUILD" --target test_cuda_prefill
+  cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 bench_prefill_memory pdbridge
   local inc=()
   for d in core model tokenizer cuda prefill; do inc+=(-I"$ROOT/src/$d"); done
   gcc -O2 -std=gnu11 -Wall -ffp-contract=off "${inc[@]}" -c "$ROOT/bench/cuda_prefill_bench.c" -o "$BUILD/cuda_prefill_bench.o"
@@ -23,7 +24,8 @@ build() {
     "$BUILD/libpdb_tokenizer.a" "$BUILD/libpdb_core.a" -ljansson -lpcre2-8 -lmicrohttpd -lcurl -lopenblas -lcrypto \
     -lm -lpthread -ldl
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
-  cp "$BUILD/test_cuda_prefill" "$BUILD/cuda_prefill_bench" "$CARRY/bin/"
+  cp "$BUILD/test_cuda_prefill" "$BUILD/test_prefill_cuda_v4" "$BUILD/cuda_prefill_bench" "$BUILD/bench_prefill_memory" \
+    "$BUILD/pdbridge" "$CARRY/bin/"
   # non-system shared libraries the binaries need (the GPU image has no -dev packages)
   for b in "$CARRY"/bin/*; do
     ldd "$b" | awk '/=> \//{print $3}' | while read -r so; do
@@ -32,11 +34,14 @@ build() {
       esac
     done
   done
+  tar cJf "$CARRY.tar.xz" -C "$(dirname "$CARRY")" "$(basename "$CARRY")"   # the device carry limit is 64 MiB
+  rm -rf "$CARRY" && mkdir -p "$CARRY" && mv "$CARRY.tar.xz" "$CARRY/"
   du -sh "$CARRY"
 }
 
 run() {
   mkdir -p "$OUT"
+  if [ -f "$CARRY/devcarry.tar.xz" ]; then tar xJf "$CARRY/devcarry.tar.xz" -C /tmp && CARRY=/tmp/devcarry; fi
   local cublas_dir
   cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
   export LD_LIBRARY_PATH="$CARRY/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
@@ -44,12 +49,14 @@ run() {
   set +e
   (cd "$ROOT" && "$CARRY/bin/test_cuda_prefill") 2>&1 | tee "$OUT/test_cuda_prefill.log"
   local trc=${PIPESTATUS[0]}
+  (cd "$ROOT" && "$CARRY/bin/test_prefill_cuda_v4") 2>&1 | tee "$OUT/test_prefill_cuda_v4.log"
+  local vrc=${PIPESTATUS[0]}
   "$CARRY/bin/cuda_prefill_bench" /tmp/pdb-cuda-bench-model "${PDB_BENCH_LAYERS:-4}" "${PDB_BENCH_EXPERTS:-16}" \
     "${PDB_BENCH_CHUNK:-8192}" "${PDB_BENCH_BUDGET:-150}" 2>&1 | tee "$OUT/cuda_prefill_bench.log"
   local brc=${PIPESTATUS[0]}
   set -e
-  echo "test rc=$trc bench rc=$brc" | tee "$OUT/rc.txt"
-  [ "$trc" = 0 ] && [ "$brc" = 0 ]
+  echo "test rc=$trc v4 test rc=$vrc bench rc=$brc" | tee "$OUT/rc.txt"
+  [ "$trc" = 0 ] && [ "$vrc" = 0 ] && [ "$brc" = 0 ]
 }
 
 case "$MODE" in

@@ -26,3 +26,13 @@ pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o, const pdb_
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (nvcc was not found at configure time)");
 }
 #endif
+
+#ifndef PDB_HAVE_CUDA
+#include "pdb_cuda_v4.h"
+pdb_status pdb_cuda_v4_mm_create(int device, pdb_v4_mm_provider **out) {
+    (void)device;
+    *out = NULL;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (nvcc was not found at configure time)");
+}
+void pdb_cuda_v4_mm_free(pdb_v4_mm_provider *p) { (void)p; }
+#endif

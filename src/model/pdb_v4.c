@@ -312,51 +312,75 @@ static int cmp_scored(const void *a, const void *b) {
     return x->i < y->i ? -1 : x->i > y->i;
 }
 
+/* One query of the indexer (see run_indexer). */
+typedef struct v4_idx_job {
+    const pdb_v4_layer *L;
+    const pdb_v4_layer_cache *lc;
+    float *iq;
+    const float *wt;
+    int32_t *sel;
+    int64_t *nsel;
+    scored *sc;
+    int64_t sc_stride, p0, r, K, nih, ihd;
+    float wscale, sscale;
+    qsim_kind q;
+} v4_idx_job;
+
+static void idx_task(void *ctx, int64_t t, int thread) {
+    const v4_idx_job *j = ctx;
+    int64_t p = j->p0 + t, nv = (p + 1) / j->r, K = j->K, nih = j->nih, ihd = j->ihd;
+    int32_t *st = j->sel + t * K;
+    if (nv <= K) {
+        for (int64_t w = 0; w < nv; w++) st[w] = (int32_t)w;
+        j->nsel[t] = nv;
+        return;
+    }
+    scored *sc = j->sc + (int64_t)thread * j->sc_stride;
+    float *qt = j->iq + t * nih * ihd;
+    for (int64_t h = 0; h < nih; h++) finish_row(qt + h * ihd, ihd, j->L->rope, p, j->q);
+    for (int64_t w = 0; w < nv; w++) {
+        const float *k = j->lc->ikeys + w * ihd;
+        double s = 0;
+        for (int64_t h = 0; h < nih; h++) {
+            float dp = dotd(qt + h * ihd, k, ihd);
+            float rl = dp > 0 ? dp * j->sscale : 0.0f;
+            s += (double)(rl * (j->wt[t * nih + h] * j->wscale));
+        }
+        sc[w].s = (float)s;
+        sc[w].i = (int32_t)w;
+    }
+    qsort(sc, (size_t)nv, sizeof *sc, cmp_scored);
+    for (int64_t i = 0; i < K; i++) st[i] = sc[i].i;
+    j->nsel[t] = K;
+}
+
 /* For each of the T queries pick its compressed entries: all nv = (p+1)/rate when nv <= topk, else
  * the topk highest scores sum_h w_h * relu(q_h . k_w) / sqrt(ihd), equal scores by lower index.
- * sel [T, topk] (entry ids, ascending order irrelevant), nsel [T]. qr [T, qlr], x [T, H]. */
+ * sel [T, topk] (entry ids, ascending order irrelevant), nsel [T]. qr [T, qlr], x [T, H]. The
+ * queries are independent and run on the pool's threads. */
 static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_layer *L, const pdb_v4_layer_cache *lc, qsim_kind q,
                               const float *qr, const float *x, int64_t T, int64_t p0, int32_t *sel, int64_t *nsel) {
     const pdb_config *c = &m->cfg;
     int64_t nih = c->index_n_heads, ihd = c->index_head_dim, qlr = c->q_lora_rank, H = c->hidden_size;
     int64_t K = c->index_topk, r = L->rate;
-    int64_t nmax = (p0 + T) / r;
+    int64_t nmax = (p0 + T) / r, nth = m->pool ? pdb_pool_threads(m->pool) : 1, stride = nmax > 0 ? nmax : 1;
     float *iq = falloc(T * nih * ihd), *wt = falloc(T * nih);
-    scored *sc = malloc(sizeof(scored) * (size_t)(nmax > 0 ? nmax : 1));
+    scored *sc = malloc(sizeof(scored) * (size_t)(stride * nth));
     if (!iq || !wt || !sc) { free(iq); free(wt); free(sc); return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory"); }
     pdb_status s = v4_mm(m, T, nih * ihd, qlr, qr, qlr, L->idx_wq_b, qlr, 0, iq, nih * ihd);
     if (!s) s = v4_mm(m, T, nih, H, x, H, L->idx_wproj, H, 0, wt, nih);
-    if (s) { free(iq); free(wt); free(sc); return s; }
-    float wscale = (float)(1.0 / sqrt((double)nih)), sscale = (float)(1.0 / sqrt((double)ihd));
-    for (int64_t t = 0; t < T; t++) {
-        int64_t p = p0 + t, nv = (p + 1) / r;
-        int32_t *st = sel + t * K;
-        if (nv <= K) {
-            for (int64_t w = 0; w < nv; w++) st[w] = (int32_t)w;
-            nsel[t] = nv;
-            continue;
-        }
-        float *qt = iq + t * nih * ihd;
-        for (int64_t h = 0; h < nih; h++) finish_row(qt + h * ihd, ihd, L->rope, p, q);
-        for (int64_t w = 0; w < nv; w++) {
-            const float *k = lc->ikeys + w * ihd;
-            double s = 0;
-            for (int64_t h = 0; h < nih; h++) {
-                float dp = dotd(qt + h * ihd, k, ihd);
-                float rl = dp > 0 ? dp * sscale : 0.0f;
-                s += (double)(rl * (wt[t * nih + h] * wscale));
-            }
-            sc[w].s = (float)s;
-            sc[w].i = (int32_t)w;
-        }
-        qsort(sc, (size_t)nv, sizeof *sc, cmp_scored);
-        for (int64_t j = 0; j < K; j++) st[j] = sc[j].i;
-        nsel[t] = K;
+    if (!s) {
+        v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .wt = wt, .sel = sel, .nsel = nsel, .sc = sc, .sc_stride = stride,
+                        .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q,
+                        .wscale = (float)(1.0 / sqrt((double)nih)), .sscale = (float)(1.0 / sqrt((double)ihd))};
+        if (m->pool) pdb_pool_run(m->pool, T, idx_task, &j);
+        else
+            for (int64_t t = 0; t < T; t++) idx_task(&j, t, 0);
     }
     free(iq);
     free(wt);
     free(sc);
-    return PDB_OK;
+    return s;
 }
 
 /* ======================================== cache feed (the decoder's pools) ======================================== */
@@ -400,6 +424,44 @@ static void softmax_sink(float *s, int64_t n, float sink) {
 }
 
 /* The attention block for T tokens of layer l: x [T, H] (after attn_norm) -> out [T, H]. */
+/* One (token, head) of the attention: scores over [window rows | picked compressed entries], the
+ * sink softmax, the weighted sum in double, inverse RoPE on the output's rotary dims. */
+typedef struct v4_attn_job {
+    const pdb_v4_layer *L;
+    const pdb_v4_layer_cache *lc;
+    const float *q, *keys;
+    float *o, *sc;
+    const int32_t *sel;
+    const int64_t *nsel;
+    int64_t sc_stride, p0, lo, W, K, nh, hd, rd;
+    float scale;
+} v4_attn_job;
+
+static void attn_task(void *ctx, int64_t task, int thread) {
+    const v4_attn_job *j = ctx;
+    const pdb_v4_layer *L = j->L;
+    int64_t t = task / j->nh, h = task % j->nh, hd = j->hd, W = j->W, lo = j->lo;
+    int64_t p = j->p0 + t, wlo = p - W + 1 > lo ? p - W + 1 : lo, nw = p - wlo + 1;
+    const float *wk = j->keys + (wlo - lo) * hd, *comp = j->lc->comp;
+    int64_t nc = 0;
+    const int32_t *ids = NULL;
+    if (L->attn == PDB_V4_ATTN_HCA) nc = (p + 1) / L->rate;
+    else if (L->attn == PDB_V4_ATTN_CSA) { nc = j->nsel[t]; ids = j->sel + t * j->K; }
+    float *sc = j->sc + (int64_t)thread * j->sc_stride;
+    const float *qh = j->q + (t * j->nh + h) * hd;
+    float *oh = j->o + (t * j->nh + h) * hd;
+    for (int64_t i = 0; i < nw; i++) sc[i] = dotd(qh, wk + i * hd, hd) * j->scale;
+    for (int64_t i = 0; i < nc; i++) sc[nw + i] = dotd(qh, comp + (ids ? ids[i] : i) * hd, hd) * j->scale;
+    softmax_sink(sc, nw + nc, L->sink[h]);
+    for (int64_t d = 0; d < hd; d++) {
+        double acc = 0;
+        for (int64_t i = 0; i < nw; i++) acc += (double)sc[i] * wk[i * hd + d];
+        for (int64_t i = 0; i < nc; i++) acc += (double)sc[nw + i] * comp[(ids ? ids[i] : i) * hd + d];
+        oh[d] = (float)acc;
+    }
+    pdb_rope_apply(L->rope, oh + hd - j->rd, -p); /* inverse rotation: V carried RoPE */
+}
+
 static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *out) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
@@ -411,7 +473,8 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
     int64_t ncomp_max = L->rate ? (p0 + T) / L->rate : 0;
     pdb_status s = PDB_OK;
     float *qr = falloc(T * qlr), *q = falloc(T * nh * hd), *keys = falloc((nold + T) * hd), *o = falloc(T * nh * hd);
-    float *a = falloc(T * G * olr), *sc = falloc(W + ncomp_max + 1);
+    int64_t nth = m->pool ? pdb_pool_threads(m->pool) : 1, sc_stride = W + ncomp_max + 1;
+    float *a = falloc(T * G * olr), *sc = falloc(nth * sc_stride);
     int32_t *sel = L->attn == PDB_V4_ATTN_CSA ? malloc(sizeof(int32_t) * (size_t)(T * K)) : NULL;
     int64_t *nsel = L->attn == PDB_V4_ATTN_CSA ? malloc(sizeof(int64_t) * (size_t)T) : NULL;
     if (!qr || !q || !keys || !o || !a || !sc || (L->attn == PDB_V4_ATTN_CSA && (!sel || !nsel))) {
@@ -440,30 +503,14 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
         s = run_indexer(m, L, lc, official ? QSIM_FP4_ROT : QSIM_NONE, qr, x, T, p0, sel, nsel);
         if (s) goto done;
     }
-    /* attention per token and head over [window rows | picked compressed entries], with a sink */
-    float scale = (float)(1.0 / sqrt((double)hd));
-    for (int64_t t = 0; t < T; t++) {
-        int64_t p = p0 + t, wlo = p - W + 1 > lo ? p - W + 1 : lo, nw = p - wlo + 1;
-        const float *wk = keys + (wlo - lo) * hd;
-        int64_t nc = 0;
-        const int32_t *ids = NULL;
-        if (L->attn == PDB_V4_ATTN_HCA) nc = (p + 1) / L->rate;
-        else if (L->attn == PDB_V4_ATTN_CSA) { nc = nsel[t]; ids = sel + t * K; }
-        for (int64_t h = 0; h < nh; h++) {
-            const float *qh = q + (t * nh + h) * hd;
-            float *oh = o + (t * nh + h) * hd;
-            for (int64_t j = 0; j < nw; j++) sc[j] = dotd(qh, wk + j * hd, hd) * scale;
-            for (int64_t j = 0; j < nc; j++) sc[nw + j] = dotd(qh, lc->comp + (ids ? ids[j] : j) * hd, hd) * scale;
-            softmax_sink(sc, nw + nc, L->sink[h]);
-            for (int64_t i = 0; i < hd; i++) {
-                double acc = 0;
-                for (int64_t j = 0; j < nw; j++) acc += (double)sc[j] * wk[j * hd + i];
-                for (int64_t j = 0; j < nc; j++) acc += (double)sc[nw + j] * lc->comp[(ids ? ids[j] : j) * hd + i];
-                oh[i] = (float)acc;
-            }
-            pdb_rope_apply(L->rope, oh + hd - rd, -p); /* inverse rotation: V carried RoPE */
-        }
-    }
+    /* attention per token and head over [window rows | picked compressed entries], with a sink;
+     * the (token, head) tasks are independent, so they run on the pool's threads */
+    v4_attn_job aj = {.L = L, .lc = lc, .q = q, .keys = keys, .o = o, .sel = sel, .nsel = nsel, .sc = sc,
+                      .sc_stride = sc_stride, .p0 = p0, .lo = lo, .W = W, .K = K, .nh = nh, .hd = hd, .rd = rd,
+                      .scale = (float)(1.0 / sqrt((double)hd))};
+    if (m->pool) pdb_pool_run(m->pool, T * nh, attn_task, &aj);
+    else
+        for (int64_t i = 0; i < T * nh; i++) attn_task(&aj, i, 0);
     /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
     for (int64_t g = 0; g < G && !s; g++)
         s = v4_mm(m, T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);

@@ -60,11 +60,19 @@ typedef struct pdb_prefill_backend_opts {
     int device;                  /* CUDA device index */
 } pdb_prefill_backend_opts;
 
+/* By name: "cpu", "cuda" (no fallback) or "auto" (CUDA when usable, else the CPU), for the
+ * architecture of o->cfg. */
+pdb_status pdb_prefill_backend_create(const pdb_prefill_backend_opts *o, const char *want, pdb_prefill_backend **out);
 /* Dispatches on cfg->arch: DeepSeek-V2 (row hook) or DeepSeek-V4 (block hook, pdb_prefill_cpu_v4.c). */
 pdb_status pdb_prefill_backend_cpu_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 /* PDB_UNSUPPORTED when built without CUDA; PDB_CUDA (with the driver's message) when no usable GPU. */
 pdb_status pdb_prefill_backend_cuda_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
+/* DeepSeek-V4 on a GPU: the V4 engine and hook of pdb_prefill_cpu_v4.c with every matrix product
+ * on device o->device (pdb_cuda_v4, the reference order: blocks bit-identical to the CPU
+ * backend's); the rest of the layer math (hyper-connections, norms, window/compressed attention,
+ * indexer top-k) stays on the host's threads. Same errors as pdb_prefill_backend_cuda_create. */
+pdb_status pdb_prefill_backend_cuda_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 
 #ifdef __cplusplus
 }

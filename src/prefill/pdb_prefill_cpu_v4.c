@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "pdb_dec_arch.h"
+#include "pdb_cuda_v4.h"
 #include "pdb_prefill_backend.h"
 #include "pdb_v4.h"
 
@@ -22,6 +23,7 @@ typedef struct v4_impl {
     pdb_v4_semantics sem;
     int capture;          /* this chunk runs the hook */
     pdb_pool *pool;       /* matmul threads of both models */
+    pdb_v4_mm_provider *mm; /* cuda: where both models' products run (owned) */
 } v4_impl;
 
 static pdb_status v4_hook(void *user, int64_t l, const float *x, int64_t T, int64_t p0) {
@@ -78,16 +80,24 @@ static void v4_destroy(pdb_prefill_backend *be) {
         pdb_v4_free(v->em);
         pdb_v4_free(v->dm);
         pdb_pool_destroy(v->pool);
+        if (v->mm) v->mm->destroy(v->mm->ctx);
         free(v);
     }
     free(be);
 }
 
-pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
+/* The CPU backend, with both models' products on `mm` when given (taken over, also on failure). */
+static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provider *mm, pdb_prefill_backend **out) {
     pdb_prefill_backend *be = calloc(1, sizeof *be);
     v4_impl *v = calloc(1, sizeof *v);
-    if (!be || !v) { free(be); free(v); return pdb_err_set(PDB_NOMEM, "prefill cpu v4 backend"); }
-    be->name = "cpu";
+    if (!be || !v) {
+        free(be);
+        free(v);
+        if (mm) mm->destroy(mm->ctx);
+        return pdb_err_set(PDB_NOMEM, "prefill cpu v4 backend");
+    }
+    v->mm = mm;
+    be->name = mm ? mm->name : "cpu";
     be->impl = v;
     be->begin = v4_begin;
     be->forward_chunk = v4_forward_chunk;
@@ -101,6 +111,18 @@ pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, 
     if (!s) s = pdb_pool_create(o->threads, &v->pool);
     if (s) { v4_destroy(be); return s; }
     v->em->pool = v->dm->pool = v->pool;
+    v->em->mm = v->dm->mm = mm;
     *out = be;
     return PDB_OK;
+}
+
+pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
+    return v4_create(o, NULL, out);
+}
+
+pdb_status pdb_prefill_backend_cuda_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
+    *out = NULL;
+    pdb_v4_mm_provider *mm = NULL;
+    PDB_TRY(pdb_cuda_v4_mm_create(o->device, &mm));
+    return v4_create(o, mm, out);
 }

@@ -89,7 +89,8 @@ static pdb_prefill_backend *make_backend_on(const char *engine, const char *dec,
     PDB_TEST_OK(pdb_st_open(dec, d));
     int sem = 0;
     PDB_TEST_OK(pdb_dec_model_v4_semantics(dec, &sem));
-    pdb_prefill_backend_opts o = {.cfg = cfg, .engine = *e, .decoder = *d, .threads = 1, .v4_sem = sem};
+    /* 3 threads: the pool-run products, attention and indexer tasks must match the single-threaded decoder */
+    pdb_prefill_backend_opts o = {.cfg = cfg, .engine = *e, .decoder = *d, .threads = 3, .v4_sem = sem};
     pdb_prefill_backend *be = NULL;
     PDB_TEST_OK(pdb_prefill_backend_cpu_create(&o, &be));
     assert_non_null(be->get_block);
