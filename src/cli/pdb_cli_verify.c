@@ -21,6 +21,7 @@
 #include "pdb_dec_model.h"
 #include "pdb_dec_server.h"
 #include "pdb_prefill_backend.h"
+#include "pdb_prefill_engine.h"
 #include "pdb_store.h"
 #include "pdb_tokenizer.h"
 #include "pdb_v2_ops.h"
@@ -466,10 +467,119 @@ static pdb_status pv_run(pdb_prefill_backend *be, const pv_mode *md, int64_t l, 
     return PDB_OK;
 }
 
+typedef struct { char *blocks; } pv_sink;
+
+static pdb_status pv_on_segment(void *u, int64_t b, const float *data, uint64_t bytes) {
+    memcpy(((pv_sink *)u)->blocks + (uint64_t)b * bytes, data, bytes);
+    return PDB_OK;
+}
+
+/* pool-validate on a DeepSeek-V4 decoder. Its hook has no separate row math (it is the decoder's
+ * own pdb_v4_cache_feed on the decoder's weights), so the check is the whole prefill: n seeded
+ * tokens (whole blocks of bs) through the backend one-shot, in chunks of 64 and of 7, each
+ * segment against the decoder's native block, pool by pool. */
+static int pv_v4(const char *dec, const char *engine, const char *backend, const pdb_config *cfg, long long n,
+                 long long seed, long long threads, long long device, long long bs) {
+    int rc = EXIT_CANNOT, cuda = !strcmp(backend, "cuda"), sem = 0;
+    int64_t nb = n / bs, T = nb * bs;
+    pdb_pool *pool = NULL;
+    pdb_dec_model *m = NULL;
+    pdb_dec_seq seq;
+    int have_seq = 0;
+    pdb_st *est = NULL, *dst = NULL;
+    pdb_prefill_backend *be = NULL;
+    int32_t *ids = NULL;
+    char *ref = NULL;
+    pv_sink got = {NULL};
+    if (nb < 1) {
+        fprintf(stderr, "pdbridge pool-validate: --tokens %lld is less than one block of %lld\n", n, bs);
+        return EXIT_USAGE;
+    }
+    if (pdb_pool_create((int)threads, &pool) || pdb_dec_model_open(dec, pool, &m) || pdb_dec_model_v4_semantics(dec, &sem))
+        goto fail;
+    const pdb_store_layout *lay = pdb_dec_model_layout(m);
+    uint64_t bytes = 0;
+    for (int p = 0; p < lay->n_pools; p++) bytes += pdb_store_pool_bytes(&lay->pools[p], bs);
+    ids = malloc(sizeof(int32_t) * (size_t)T);
+    ref = malloc(bytes * (size_t)nb);
+    got.blocks = malloc(bytes * (size_t)nb);
+    if (!ids || !ref || !got.blocks) { pdb_err_set(PDB_NOMEM, "pool-validate: %lld tokens", (long long)T); goto fail; }
+    uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
+    for (int64_t i = 0; i < T; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        ids[i] = (int32_t)(x % (uint64_t)cfg->vocab_size);
+    }
+    if (pdb_dec_seq_init(&seq, m, T)) goto fail; /* the reference: the decoder's own blocks */
+    have_seq = 1;
+    for (int64_t b = 0; b < nb; b++) {
+        pdb_dec_seg sg = {&seq, ids + b * bs, bs, NULL};
+        if (pdb_dec_forward(m, &sg, 1)) goto fail;
+        pdb_dec_seq_get_block(&seq, b, bs, ref + (uint64_t)b * bytes);
+    }
+    if (pdb_st_open(engine, &est) || pdb_st_open(dec, &dst)) goto fail;
+    pdb_prefill_backend_opts bo = {.cfg = cfg, .engine = est, .decoder = dst, .threads = (int)threads,
+                                   .device = (int)device, .v4_sem = sem};
+    pdb_status bs_st = pdb_prefill_backend_create(&bo, backend, &be);
+    if (bs_st) {
+        fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_err_msg(),
+                pdb_status_str(bs_st));
+        goto out;
+    }
+    printf("pool-validate: backend %s, decoder %s (deepseek_v4, %d pools), %lld tokens = %lld blocks of %lld, seed %lld\n",
+           be->name, dec, lay->n_pools, (long long)T, (long long)nb, bs, seed);
+    const int64_t chunks[3] = {T, 64, 7};
+    const char *names[3] = {"whole", "chunked", "odd-chunked"};
+    const double min_frac = cuda ? 0.9995 : 1.0, max_ulp = cuda ? 1.0 : 0.0;
+    int pass = 1;
+    for (int md = 0; md < 3; md++) {
+        memset(got.blocks, 0x5a, bytes * (size_t)nb);
+        if (pdb_prefill_run(be, cfg, ids, T, bs, 0, chunks[md], pv_on_segment, &got, NULL)) goto fail;
+        pdb_block_cmp_stats all = {0};
+        for (int p = 0; p < lay->n_pools; p++) {
+            const pdb_store_pool *pl = &lay->pools[p];
+            uint64_t pb = pdb_store_pool_bytes(pl, bs), off = 0;
+            for (int q = 0; q < p; q++) off += pdb_store_pool_bytes(&lay->pools[q], bs);
+            pdb_block_cmp_stats st = {0};
+            for (int64_t b = 0; b < nb; b++) { /* accumulates into st */
+                uint64_t at = (uint64_t)b * bytes + off;
+                if (pdb_block_compare_values(pl->dtype, ref + at, got.blocks + at, (int64_t)(pb / pdb_dtype_size(pl->dtype)), &st))
+                    goto fail;
+            }
+            pdb_block_compare_merge_stats(&all, &st);
+            printf("%-11s pool %-10s %lld/%lld identical (%.4f%%), worst %.4g bf16 ulps\n", names[md], pl->name,
+                   (long long)(st.n - st.n_diff), (long long)st.n, 100.0 * (double)(st.n - st.n_diff) / (double)st.n,
+                   st.worst_bf16_ulps);
+        }
+        double frac = (double)(all.n - all.n_diff) / (double)all.n;
+        int ok = frac >= min_frac && all.worst_bf16_ulps <= max_ulp;
+        pass &= ok;
+        printf("overall %-11s all pools: %lld/%lld identical (%.6f%%), worst %.6g bf16 ulps: %s\n", names[md],
+               (long long)(all.n - all.n_diff), (long long)all.n, 100.0 * frac, all.worst_bf16_ulps, ok ? "pass" : "FAIL");
+    }
+    printf("%s (threshold %s: %s)\n", pass ? "PASS" : "FAIL", be->name,
+           cuda ? ">= 99.95% identical and worst <= 1 bf16 ulp" : "every element identical");
+    rc = pass ? EXIT_PASS : EXIT_DIFF;
+    goto out;
+fail:
+    fprintf(stderr, "pdbridge pool-validate: %s\n", pdb_err_msg());
+out:
+    if (be) be->destroy(be);
+    pdb_st_close(est);
+    pdb_st_close(dst);
+    if (have_seq) pdb_dec_seq_free(&seq);
+    if (m) pdb_dec_model_close(m);
+    pdb_pool_destroy(pool);
+    free(ids);
+    free(ref);
+    free(got.blocks);
+    return rc;
+}
+
 int pdb_cli_pool_validate(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge pool-validate --decoder-model DEC_DIR [--backend cpu|cuda] [--tokens N]\n"
-        "                              [--seed S] [--model HF_DIR] [--threads N] [--device D]\n\n"
+        "                              [--seed S] [--model HF_DIR] [--threads N] [--device D]\n"
+        "                              [--block-size N]\n\n"
         "Runs the capture hook's math alone (backend->capture_rows: the decoder's kv_a projection,\n"
         "kv_a_layernorm and RoPE from the attention input) on N seeded random attention inputs\n"
         "(default 300 rows of hidden size, positions 0..N-1) on the chosen backend, and the CPU\n"
@@ -477,14 +587,17 @@ int pdb_cli_pool_validate(int argc, char **argv) {
         "chunked (64 rows) and in odd-length chunks (1, 3, 7, 13, 31, 129 cycled). Reports per layer\n"
         "and overall the identical fraction and the worst difference in bf16 ulps of the decoder's\n"
         "cache pool (\"latent\", f32). --model: the engine weights the backend loads (default\n"
-        "DEC_DIR; they do not enter the hook's math).\n\n"
+        "DEC_DIR; they do not enter the hook's math).\n"
+        "A deepseek_v4 decoder has no separate row math (its hook is the decoder's own pool feed on\n"
+        "the decoder's weights), so for V4 the check is the whole prefill: N seeded tokens (whole\n"
+        "blocks of --block-size, default 128) through the backend one-shot, in chunks of 64 and of 7,\n"
+        "every segment against the decoder's native block, pool by pool (same thresholds).\n\n"
         "exit: 0 pass (cpu: every element identical in every mode; cuda: >= 99.95% identical and\n"
         "worst <= 1 bf16 ulp in every mode); 1 threshold missed; 2 usage error; 3 cannot run (no\n"
-        "GPU or no CUDA build for --backend cuda, unreadable model, a deepseek_v4 decoder: its hook is the\n"
-        "decoder's own pool function, checked by verify-blocks and diff-state).\n";
+        "GPU or no CUDA build for --backend cuda, unreadable model).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
     const char *dec = NULL, *engine = NULL, *backend = "cpu";
-    long long n = 300, seed = 1, threads = 0, device = 0;
+    long long n = 300, seed = 1, threads = 0, device = 0, block = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "pdbridge pool-validate: option '%s' needs a value or is unknown\n\n%s", a, usage); return EXIT_USAGE; }
@@ -497,6 +610,7 @@ int pdb_cli_pool_validate(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) ok = pdb_cli_parse_int(v, 0, (1LL << 62), &seed);
         else if (!strcmp(a, "--threads")) ok = pdb_cli_parse_int(v, 0, 4096, &threads);
         else if (!strcmp(a, "--device")) ok = pdb_cli_parse_int(v, 0, 1024, &device);
+        else if (!strcmp(a, "--block-size")) ok = pdb_cli_parse_int(v, 128, 1 << 20, &block) && block % 128 == 0;
         else { fprintf(stderr, "pdbridge pool-validate: unknown option '%s'\n\n%s", a, usage); return EXIT_USAGE; }
         if (!ok) { fprintf(stderr, "pdbridge pool-validate: bad value '%s' for %s\n", v, a); return EXIT_USAGE; }
     }
@@ -516,15 +630,10 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     pdb_v2_rowcache *rc_rows = NULL;
     pdb_block_cmp_stats *per = NULL;
     if (pdb_config_load(dec, &cfg)) goto fail;
-    if (cfg.arch != PDB_ARCH_DEEPSEEK_V2) {
-        fprintf(stderr, "pdbridge pool-validate: %s is %s: pool-validate checks the V2 hook's row math (latent pool) only. "
-                "A V4 hook has no separate row math: it is the decoder's own pdb_v4_cache_feed on the decoder's weights, "
-                "bit-exact by construction; check V4 blocks with verify-blocks and diff-state\n", dec, cfg.model_type);
-        goto out;
-    }
+    if (cfg.arch == PDB_ARCH_DEEPSEEK_V4) return pv_v4(dec, engine, backend, &cfg, n, seed, threads, device, block);
     if (pdb_st_open(engine, &est) || pdb_st_open(dec, &dst)) goto fail;
     pdb_prefill_backend_opts bo = {.cfg = &cfg, .engine = est, .decoder = dst, .threads = (int)threads, .device = (int)device};
-    pdb_status bs = cuda ? pdb_prefill_backend_cuda_create(&bo, &be) : pdb_prefill_backend_cpu_create(&bo, &be);
+    pdb_status bs = pdb_prefill_backend_create(&bo, backend, &be);
     if (bs) {
         fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_err_msg(), pdb_status_str(bs));
         goto out;

@@ -7,7 +7,8 @@
 # verify-blocks bridged vs native: every block identical (exit 0); diff-state (completion and
 # --chat) against the bridged dir: every block found, every one of the 8 pools bit-exact (exit 0);
 # an MX decoder bridged with a bf16 engine: diff-state exit 1 with a per-pool report whose window
-# pool differs; pool-validate refuses a V4 decoder with exit 3 and says why.
+# pool differs; pool-validate on V4 (whole prefill vs the decoder's blocks, 8 pools) passes on the CPU,
+# exits 1 for a bf16 engine in front of an MX decoder, 2 below one block.
 set -euo pipefail
 source "$(dirname "$0")/../common/pdb_e2e.sh"
 pdb_e2e_init verifyv4
@@ -106,8 +107,30 @@ echo "$OUT" | grep -Eq "^block 0 [0-9a-f]+  win: [0-9]+/[0-9]+ differ" || pdb_e2
 echo "$OUT" | grep -E "^pool |^all pools" | sed 's/^/     /'
 ok "diff-state, MX decoder + bf16 engine: exit 1, differences reported per pool"
 
-# 4. pool-validate is V2's row check: a V4 decoder is refused, exit 3, with the reason
-run "$BIN" pool-validate --decoder-model "$T/dec" --tokens 16
-[ $RC -eq 3 ] && echo "$OUT" | grep -q "bit-exact by construction" || pdb_e2e_fail "pool-validate on V4: exit $RC: $OUT"
-ok "pool-validate: a deepseek_v4 decoder is refused (exit 3) with the reason"
+# 4. pool-validate on V4: the whole prefill through the backend against the decoder's native blocks,
+#    every pool; CPU: every element identical (--scheme none, and an MX decoder read by the engine
+#    too); a bf16 engine in front of the MX decoder misses (exit 1); --backend cuda passes on a GPU
+#    and is a clear exit 3 without one; less than one block is a usage error
+run "$BIN" pool-validate --decoder-model "$T/dec" --tokens 300 --threads 2
+[ $RC -eq 0 ] && echo "$OUT" | grep -q "^PASS" || pdb_e2e_fail "pool-validate V4 cpu: exit $RC: $OUT"
+[ "$(echo "$OUT" | grep -c "^overall .*100.000000%.*pass")" = 3 ] || pdb_e2e_fail "pool-validate V4 cpu: not 3 exact modes: $OUT"
+[ "$(echo "$OUT" | grep -c "^whole .*pool ")" = 8 ] || pdb_e2e_fail "pool-validate V4: not 8 pools: $OUT"
+ok "pool-validate V4 cpu: 8 pools, whole/chunked/odd-chunked bit-identical to the decoder's blocks"
+run "$BIN" pool-validate --decoder-model "$T/mx" --tokens 128 --threads 1
+[ $RC -eq 0 ] || pdb_e2e_fail "pool-validate V4 cpu, MX decoder read by the engine: exit $RC: $OUT"
+run "$BIN" pool-validate --decoder-model "$T/mx" --model "$T/hf" --tokens 128 --threads 1
+[ $RC -eq 1 ] && echo "$OUT" | grep -q "^FAIL" || pdb_e2e_fail "pool-validate V4, bf16 engine + MX decoder: exit $RC (want 1): $OUT"
+ok "pool-validate V4: MX decoder exact with its own weights in the engine, exit 1 with the bf16 engine"
+GPUS=$("$BIN" info | sed -n 's/^cuda_devices: //p')
+run "$BIN" pool-validate --decoder-model "$T/dec" --backend cuda --tokens 300
+if [ "${GPUS:-0}" -gt 0 ]; then
+    [ $RC -eq 0 ] || pdb_e2e_fail "pool-validate V4 cuda on a GPU: exit $RC: $OUT"
+    ok "pool-validate V4 cuda: within threshold"
+else
+    [ $RC -eq 3 ] && echo "$OUT" | grep -q "backend cuda unavailable" || pdb_e2e_fail "pool-validate V4 cuda without a GPU: exit $RC: $OUT"
+    ok "pool-validate V4 cuda without a GPU: clear error, exit 3 (not a pass)"
+fi
+run "$BIN" pool-validate --decoder-model "$T/dec" --tokens 100
+[ $RC -eq 2 ] && echo "$OUT" | grep -q "less than one block" || pdb_e2e_fail "pool-validate V4, 100 tokens: exit $RC: $OUT"
+ok "pool-validate V4: fewer tokens than a block is a usage error (exit 2)"
 echo "all V4 verify end-to-end checks passed"
