@@ -1,9 +1,28 @@
-/* pdb_file: the atomic whole-file copy (64 KiB reads, DST.tmp, rename). */
+/* pdb_file: the atomic whole-file copy (64 KiB reads, DST.tmp, rename) and mkdir -p. */
 #include "pdb_file.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+
+pdb_status pdb_file_mkdirs(const char *dir) {
+    char p[4096];
+    if (!dir || !*dir || strlen(dir) >= sizeof p) return pdb_err_set(PDB_INVALID, "directory name empty or too long");
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *c = p + 1;; c++) {
+        if (*c != '/' && *c) continue;
+        char keep = *c;
+        *c = 0;
+        struct stat sb;
+        if (mkdir(p, 0755) && errno != EEXIST)
+            return pdb_err_set(PDB_IO, "cannot create directory %s: %s", p, strerror(errno));
+        if (stat(p, &sb) || !S_ISDIR(sb.st_mode)) return pdb_err_set(PDB_IO, "%s exists and is not a directory", p);
+        if (!keep) break;
+        *c = keep;
+    }
+    return PDB_OK;
+}
 
 pdb_status pdb_file_copy(const char *src, const char *dst) {
     FILE *in = fopen(src, "rb");

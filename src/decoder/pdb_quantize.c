@@ -80,7 +80,7 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
     void **bufs = NULL;
     int nb = 0;
     int64_t n = pdb_st_count(st);
-    if (mkdir(tmpdir, 0755)) { pdb_st_close(st); return pdb_err_set(PDB_IO, "quantize: cannot create %s: %s", tmpdir, strerror(errno)); }
+    if ((s = pdb_file_mkdirs(tmpdir))) { pdb_st_close(st); return pdb_err_wrap(s, "quantize"); }
     bufs = calloc((size_t)(2 * n + 1), sizeof(void *));
     if (!bufs || (s = pdb_st_writer_init(&w))) { if (!s) s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
     pdb_st_writer_meta(w, "format", "pt");

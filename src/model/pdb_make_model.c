@@ -341,9 +341,9 @@ pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     pdb_config check;
     pdb_status s = pdb_config_parse(json, "make-model config", &check);
     if (s) { free(json); return s; }
-    if (mkdir(o->out_dir, 0755) && errno != EEXIST) {
+    if ((s = pdb_file_mkdirs(o->out_dir))) {
         free(json);
-        return pdb_err_set(PDB_IO, "make-model: cannot create %s: %s", o->out_dir, strerror(errno));
+        return pdb_err_wrap(s, "make-model");
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", o->out_dir);
