@@ -484,8 +484,6 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
     int64_t nb = n / bs, T = nb * bs;
     pdb_pool *pool = NULL;
     pdb_dec_model *m = NULL;
-    pdb_dec_seq seq;
-    int have_seq = 0;
     pdb_st *est = NULL, *dst = NULL;
     pdb_prefill_backend *be = NULL;
     int32_t *ids = NULL;
@@ -498,8 +496,7 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
     if (pdb_pool_create((int)threads, &pool) || pdb_dec_model_open(dec, pool, &m) || pdb_dec_model_v4_semantics(dec, &sem))
         goto fail;
     const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    uint64_t bytes = 0;
-    for (int p = 0; p < lay->n_pools; p++) bytes += pdb_store_pool_bytes(&lay->pools[p], bs);
+    uint64_t bytes = pdb_dec_model_block_bytes(m, bs);
     ids = malloc(sizeof(int32_t) * (size_t)T);
     ref = malloc(bytes * (size_t)nb);
     got.blocks = malloc(bytes * (size_t)nb);
@@ -509,13 +506,7 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
         ids[i] = (int32_t)(x % (uint64_t)cfg->vocab_size);
     }
-    if (pdb_dec_seq_init(&seq, m, T)) goto fail; /* the reference: the decoder's own blocks */
-    have_seq = 1;
-    for (int64_t b = 0; b < nb; b++) {
-        pdb_dec_seg sg = {&seq, ids + b * bs, bs, NULL};
-        if (pdb_dec_forward(m, &sg, 1)) goto fail;
-        pdb_dec_seq_get_block(&seq, b, bs, ref + (uint64_t)b * bytes);
-    }
+    if (pdb_dec_model_native_blocks(m, ids, nb, bs, ref)) goto fail; /* the reference */
     if (pdb_st_open(engine, &est) || pdb_st_open(dec, &dst)) goto fail;
     pdb_prefill_backend_opts bo = {.cfg = cfg, .engine = est, .decoder = dst, .threads = (int)threads,
                                    .device = (int)device, .v4_sem = sem};
@@ -566,7 +557,6 @@ out:
     if (be) be->destroy(be);
     pdb_st_close(est);
     pdb_st_close(dst);
-    if (have_seq) pdb_dec_seq_free(&seq);
     if (m) pdb_dec_model_close(m);
     pdb_pool_destroy(pool);
     free(ids);

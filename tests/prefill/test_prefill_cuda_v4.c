@@ -101,18 +101,9 @@ static pdb_status on_seg(void *u, int64_t b, const float *data, uint64_t bytes) 
 static char *decoder_blocks(const char *dec, const int32_t *ids, uint64_t *bytes) {
     pdb_dec_model *m;
     PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m));
-    const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    *bytes = 0;
-    for (int p = 0; p < lay->n_pools; p++) *bytes += pdb_store_pool_bytes(&lay->pools[p], BS);
+    *bytes = pdb_dec_model_block_bytes(m, BS);
     char *out = malloc(*bytes * NB);
-    pdb_dec_seq s;
-    PDB_TEST_OK(pdb_dec_seq_init(&s, m, T));
-    for (int b = 0; b < NB; b++) {
-        pdb_dec_seg sg = {&s, ids + b * BS, BS, NULL};
-        PDB_TEST_OK(pdb_dec_forward(m, &sg, 1));
-        pdb_dec_seq_get_block(&s, b, BS, out + b * *bytes);
-    }
-    pdb_dec_seq_free(&s);
+    PDB_TEST_OK(pdb_dec_model_native_blocks(m, ids, NB, BS, out));
     pdb_dec_model_close(m);
     return out;
 }
