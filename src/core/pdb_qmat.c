@@ -685,15 +685,23 @@ static void qm_task(void *vc, int64_t task, int thread) {
     }
 }
 
-static int has_bw(void) { /* AVX512BW (the MXFP8 even/odd kernel): checked once */
-    static int bw = -1;
-    int v = __atomic_load_n(&bw, __ATOMIC_RELAXED);
+static int qm_bw = -1; /* AVX512BW in use (the MXFP8 even/odd kernel); -1 = not checked yet */
+
+static int has_bw(void) {
+    int v = __atomic_load_n(&qm_bw, __ATOMIC_RELAXED);
     if (v < 0) {
         __builtin_cpu_init();
         v = __builtin_cpu_supports("avx512bw") ? 1 : 0;
-        __atomic_store_n(&bw, v, __ATOMIC_RELAXED);
+        __atomic_store_n(&qm_bw, v, __ATOMIC_RELAXED);
     }
     return v;
+}
+
+int pdb_qmat_use_bw(int on) {
+    int old = has_bw();
+    __builtin_cpu_init();
+    __atomic_store_n(&qm_bw, on && __builtin_cpu_supports("avx512bw") ? 1 : 0, __ATOMIC_RELAXED);
+    return old;
 }
 
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,

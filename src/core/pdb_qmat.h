@@ -35,6 +35,10 @@ const char *pdb_qmat_isa_name(pdb_qmat_isa isa);
 /* Force an ISA (tests compare them); returns the previous one. */
 pdb_qmat_isa pdb_qmat_isa_set(pdb_qmat_isa isa);
 
+/* Use the AVX512BW form of the MXFP8 decode kernel when the CPU has it (default) or not (tests
+ * compare the two: same results); returns the previous setting. */
+int pdb_qmat_use_bw(int on);
+
 /* Floats of matmul scratch for a pool of `threads` and matrices up to `cols` wide. */
 #define PDB_QMAT_ROWBUF_FLOATS(threads, cols) ((int64_t)(threads) * (int64_t)(cols) * 4)
 

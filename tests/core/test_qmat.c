@@ -148,15 +148,18 @@ static void fused_edges(pdb_qfmt fmt, int64_t cols, int nan_codes) {
         }
         pdb_qmat w = {fmt, FR, cols, q, sc, 0};
         pdb_qmat_scan_nan(&w);
-        for (int64_t T = 1; T <= 2; T++) {
-            pdb_qmat_isa_set(PDB_ISA_SCALAR);
-            pdb_qmat_matmul(NULL, &w, x, cols, T, y0, FR, buf);
-            pdb_qmat_isa_set(best);
-            pdb_qmat_matmul(pool, &w, x, cols, T, y1, FR, buf);
-            if (!same_floats(y0, y1, (int)T * FR))
-                fail_msg("format %d, cols %lld, nan codes %d, pass %d, T=%lld: %s differs from scalar", fmt, (long long)cols,
-                         nan_codes, pass, (long long)T, pdb_qmat_isa_name(best));
-        }
+        for (int64_t T = 1; T <= 2; T++)
+            for (int bw = 1; bw >= 0; bw--) { /* the AVX512BW kernel where the CPU has it, then without */
+                pdb_qmat_isa_set(PDB_ISA_SCALAR);
+                pdb_qmat_matmul(NULL, &w, x, cols, T, y0, FR, buf);
+                pdb_qmat_isa_set(best);
+                int old_bw = pdb_qmat_use_bw(bw);
+                pdb_qmat_matmul(pool, &w, x, cols, T, y1, FR, buf);
+                pdb_qmat_use_bw(old_bw);
+                if (!same_floats(y0, y1, (int)T * FR))
+                    fail_msg("format %d, cols %lld, nan codes %d, pass %d, T=%lld, bw %d: %s differs from scalar", fmt, (long long)cols,
+                             nan_codes, pass, (long long)T, bw, pdb_qmat_isa_name(best));
+            }
     }
     pdb_pool_destroy(pool);
     free(q), free(sc), free(x), free(y0), free(y1), free(buf);
