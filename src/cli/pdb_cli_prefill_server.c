@@ -9,14 +9,18 @@
 int pdb_cli_prefill_server(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge prefill-server --model HF_DIR --decoder-model DEC_DIR --port P [--host 127.0.0.1]\n"
-        "         [--backend auto|cuda|cpu] [--device N] [--chunk N] [--threads N] [--parallel N]\n"
+        "         [--backend auto|cuda|cpu] [--device N] [--precision bf16|f32|exact] [--chunk N]\n"
+        "         [--threads N] [--parallel N]\n"
         "         [--max-tokens N] [--api-key KEY] [--log-level debug|info|warn|error]\n"
         "         [--spill-dir DIR] [--spill-max-mb N] [--spool-mem-mb N] [--spool-ttl-s N]\n\n"
         "The prefill engine: runs the model with its own weights (HF_DIR) and, at every layer, computes\n"
         "the decoder's cache rows with the decoder's weights (DEC_DIR), streaming one segment per block\n"
         "(POST /v1/prefill, format in docs/protocol.md). GET /health reports the decoder fingerprint.\n"
         "--backend auto uses CUDA when a GPU is usable, else the CPU. --parallel N runs N prefills at\n"
-        "once (N engines). --port 0 picks a free port.\n\n"
+        "once (N engines). --port 0 picks a free port. --precision (CUDA, DeepSeek-V2): bf16 (default,\n"
+        "fastest), f32, or exact: the decoder's own math on the GPU, segments bit-identical to the\n"
+        "decoder's blocks when the decoder runs the engine's weights (slower; docs/cuda.md). The CPU backend\n"
+        "and DeepSeek-V4 on CUDA always run the decoder's math.\n\n"
         "Every answer names its transfer (header X-PD-Transfer). Its segments are kept until the consumer\n"
         "acknowledges them (POST /v1/prefill/ack {\"transfer\", \"through_block\"}): in memory while the\n"
         "transfer's queue has room (--spool-mem-mb, default 4; one segment always fits), else as files in a\n"
@@ -38,6 +42,10 @@ int pdb_cli_prefill_server(int argc, char **argv) {
         else if (!strcmp(a, "--backend") && val) {
             o.backend = argv[++i];
             ok = !strcmp(o.backend, "auto") || !strcmp(o.backend, "cuda") || !strcmp(o.backend, "cpu");
+        } else if (!strcmp(a, "--precision") && val) {
+            const char *p = argv[++i];
+            o.precision = !strcmp(p, "bf16") ? 0 : !strcmp(p, "f32") ? 1 : !strcmp(p, "exact") ? 2 : -1;
+            ok = o.precision >= 0;
         } else if (!strcmp(a, "--port") && (ok = pdb_cli_parse_int(val, 0, 65535, &v))) { o.port = (int)v; i++; }
         else if (!strcmp(a, "--device") && (ok = pdb_cli_parse_int(val, 0, 1024, &v))) { o.device = (int)v; i++; }
         else if (!strcmp(a, "--chunk") && (ok = pdb_cli_parse_int(val, 1, 1 << 20, &v))) { o.chunk = v; i++; }

@@ -686,8 +686,9 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     cu_prefill *c = (cu_prefill *)calloc(1, sizeof *c);
     if (!c) return pdb_err_set(PDB_NOMEM, "cuda backend");
     c->cfg = *cf;
-    c->exact = co && co->prec == PDB_CUDA_PREC_EXACT;
-    c->dt = co && (co->prec == PDB_CUDA_PREC_F32 || c->exact) ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
+    int prec = co ? (int)co->prec : o->precision; /* without extra options: the backend options' */
+    c->exact = prec == PDB_CUDA_PREC_EXACT;
+    c->dt = prec == PDB_CUDA_PREC_F32 || c->exact ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
     c->esz = c->dt == PDB_CUDA_DT_F32 ? 4 : 2;
     c->sub_cfg = co && co->sub_chunk > 0 ? co->sub_chunk : 8192;
     c->page = co && co->page_tokens > 0 ? co->page_tokens : 64;

@@ -58,6 +58,7 @@ typedef struct pdb_prefill_backend_opts {
     int threads;                 /* CPU: 0 = all cores */
     int v4_sem;                  /* DeepSeek-V4: the decoder's pdb_v4_semantics (engine and hook use it) */
     int device;                  /* CUDA device index */
+    int precision;               /* CUDA DeepSeek-V2 engine: 0 bf16 (default), 1 f32, 2 exact (pdb_cuda_prec) */
 } pdb_prefill_backend_opts;
 
 /* By name: "cpu", "cuda" (no fallback) or "auto" (CUDA when usable, else the CPU), for the

@@ -617,21 +617,13 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
     const char *want = o->backend ? o->backend : "auto";
     for (int i = 0; i < s->n_engines && !st; i++) {
         pdb_prefill_backend_opts bo = {.cfg = &s->cfg, .engine = s->est, .decoder = s->dst, .device = o->device,
-                                       .threads = o->threads ? o->threads : 0, .v4_sem = v4_sem};
+                                       .threads = o->threads ? o->threads : 0, .v4_sem = v4_sem,
+                                       .precision = o->precision};
         if (!o->threads && s->n_engines > 1) {
             long nc = sysconf(_SC_NPROCESSORS_ONLN) / s->n_engines;
             bo.threads = nc > 0 ? (int)nc : 1;
         }
-        if (s->cfg.arch == PDB_ARCH_DEEPSEEK_V4 && !strcmp(want, "cuda")) {
-            st = pdb_err_set(PDB_UNSUPPORTED, "prefill: the CUDA backend does not run deepseek_v4 yet; use --backend cpu");
-            break;
-        }
-        if (strcmp(want, "cpu") && s->cfg.arch == PDB_ARCH_DEEPSEEK_V2) {
-            st = pdb_prefill_backend_cuda_create(&bo, &s->engines[i]);
-            if (st && !strcmp(want, "cuda")) break;
-            if (st) PDB_INFO("prefill: no CUDA backend (%s); using the CPU", pdb_err_msg());
-        }
-        if (!s->engines[i]) st = pdb_prefill_backend_cpu_create(&bo, &s->engines[i]);
+        st = pdb_prefill_backend_create(&bo, want, &s->engines[i]);
     }
     if (st) goto fail;
     snprintf(s->backend, sizeof s->backend, "%s", s->engines[0]->name);

@@ -22,6 +22,7 @@ typedef struct pdb_prefill_server_opts {
     const char *decoder_dir;   /* the decoder's checkpoint (hook weights, fingerprint) */
     const char *backend;       /* "auto" (CUDA when a GPU is usable, else CPU), "cuda", "cpu" */
     int device;                /* CUDA device */
+    int precision;             /* CUDA DeepSeek-V2 engine: 0 bf16, 1 f32, 2 exact (the decoder's math) */
     int threads;               /* CPU threads per engine; 0 = all cores / parallel */
     int parallel;              /* engines (concurrent prefills); 0 = 1 */
     int64_t chunk;             /* prefill chunk; 0 = 512 */
