@@ -19,7 +19,18 @@ BACKEND=${PDB_CHECK_BACKEND:-cuda}
 "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
 IDS=$(python3 -c "print(','.join(str((i * 7919 + 13) % 3990 + 5) for i in range(700)))")
 BODY="{\"model\":\"dec\",\"prompt\":[${IDS}],\"max_tokens\":16,\"temperature\":0,\"return_token_ids\":true}"
-tokens() { python3 -c "import json,sys; print(json.load(sys.stdin)['choices'][0]['token_ids'])"; }
+# POST $BODY to $1/v1/completions; prints the generated token ids, the X-PD-Bridge verdict into $2
+# (python's urllib: the staged libcurl on LD_LIBRARY_PATH can break the system's curl binary)
+post() {
+    python3 - "$1" "$2" "$BODY" <<'PY'
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1] + "/v1/completions", data=sys.argv[3].encode(),
+                             headers={"content-type": "application/json"})
+with urllib.request.urlopen(req, timeout=300) as r:
+    open(sys.argv[2], "w").write((r.headers.get("X-PD-Bridge") or "").split(";")[0])
+    print(json.load(r)["choices"][0]["token_ids"])
+PY
+}
 rc=0
 for prec in ${PDB_CHECK_PRECISIONS:-exact bf16}; do
     rm -rf "$T/cn" "$T/cb"
@@ -29,10 +40,9 @@ for prec in ${PDB_CHECK_PRECISIONS:-exact bf16}; do
         --precision "$prec" --chunk 256; PRE=$URL; PPID_=$PID
     pdb_e2e_start front "$BIN" front --decoder "$DEC" --prefill "$PRE" --decoder-model "$T/dec" --cache-dir "$T/cb" \
         --port 0 --block-size 128 --min-bridge-tokens 256 --min-tail 64; FRONT=$URL; FPID=$PID
-    HDR="$T/h.txt"
-    BR=$(curl -s -D "$HDR" "$FRONT/v1/completions" -H 'content-type: application/json' -d "$BODY" | tokens)
-    VERDICT=$(sed -n 's/^[Xx]-[Pp][Dd]-[Bb]ridge: *\([^;]*\).*/\1/p' "$HDR" | tr -d '\r')
-    NA=$(curl -s "$NAT/v1/completions" -H 'content-type: application/json' -d "$BODY" | tokens)
+    BR=$(post "$FRONT" "$T/verdict.txt")
+    VERDICT=$(cat "$T/verdict.txt")
+    NA=$(post "$NAT" "$T/native.txt")
     set +e; VB=$("$BIN" verify-blocks "$T/cb" "$T/cn" 2>&1); VRC=$?; set -e
     SAME=no; [ "$BR" = "$NA" ] && SAME=yes
     echo "backend $BACKEND precision $prec: verdict '$VERDICT'; greedy tokens identical to native: $SAME"
