@@ -9,9 +9,9 @@ CARRY=$ROOT/.cache/benchcarry
 OUT=${OUT:-$ROOT/.cache/bench-out}
 
 stage() {
-  cmake --build "$ROOT/build" --target pdbridge bench_decode bench_prefill_memory
+  cmake --build "$ROOT/build" --target pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
-  cp "$ROOT/build/pdbridge" "$ROOT/build/bench_decode" "$ROOT/build/bench_prefill_memory" "$CARRY/bin/"
+  for b in pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch; do cp "$ROOT/build/$b" "$CARRY/bin/"; done
   for b in "$CARRY"/bin/*; do
     ldd "$b" | awk '/=> \//{print $3}' | while read -r so; do
       case "$(basename "$so")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*) ;;
@@ -38,6 +38,9 @@ run() {
   for t in 1 4 8 16; do
     echo "== threads $t" ; "$B/bench_decode" $M/v2lite4-mx 32 $t
   done > "$OUT/decode.txt" 2>&1
+  { echo "== bench_qmat_kernels 7"; "$B/bench_qmat_kernels" 7; echo "== bench_pool_dispatch 16"; "$B/bench_pool_dispatch" 16; } \
+    > "$OUT/kernels.txt" 2>&1 || true
+  cat "$OUT/kernels.txt"
   if [ "${PDB_BENCH_DECODE_ONLY:-0}" = 1 ]; then cat "$OUT/machine.txt" "$OUT/decode.txt"; return; fi
   "$B/pdbridge" make-model --preset tiny --seed 5 --out $M/tiny >/dev/null
   "$B/pdbridge" quantize --model $M/tiny --out $M/tiny-dec --scheme none >/dev/null 2>&1
