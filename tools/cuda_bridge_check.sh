@@ -2,8 +2,10 @@
 # cuda_bridge_check: a whole bridge through the CUDA prefill backend, checked against a native
 # decoder (run on the GPU machine with the binaries staged by tools/cuda_validate.sh build, or
 # here with PDB_CHECK_BACKEND=cpu). For each precision in PDB_CHECK_PRECISIONS (default
-# "exact bf16"): a random "small" DeepSeek-V2 (decoder --scheme none), a 700-token prompt of token
-# ids bridged by a front (block 128) and answered natively by a second decoder; prints the
+# "exact bf16"): a random "small" DeepSeek-V2 (PDB_CHECK_ARCH=deepseek_v4: the tiny V4, whose CUDA
+# engine always runs the decoder's math; --precision is then ignored) with the decoder on
+# --scheme none, a 700-token prompt of token ids bridged by a front (block 128) and answered
+# natively by a second decoder; prints the
 # verdict, whether the greedy tokens are identical and verify-blocks' summary of the bridged
 # store against the native one. Exit 1 when the exact precision's blocks or tokens differ.
 # Invariant: prints only what the programs reported.
@@ -15,7 +17,9 @@ fi
 source "$ROOT/tests/common/pdb_e2e.sh"
 pdb_e2e_init cudabridge
 BACKEND=${PDB_CHECK_BACKEND:-cuda}
-"$BIN" make-model --preset small --seed 7 --vocab 4000 --out "$T/hf" >/dev/null
+ARCH=${PDB_CHECK_ARCH:-deepseek_v2}
+PRESET=small; [ "$ARCH" = deepseek_v4 ] && PRESET=tiny
+"$BIN" make-model --arch "$ARCH" --preset $PRESET --seed 7 --vocab 4000 --out "$T/hf" >/dev/null
 "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
 IDS=$(python3 -c "print(','.join(str((i * 7919 + 13) % 3990 + 5) for i in range(700)))")
 BODY="{\"model\":\"dec\",\"prompt\":[${IDS}],\"max_tokens\":16,\"temperature\":0,\"return_token_ids\":true}"
@@ -45,7 +49,7 @@ for prec in ${PDB_CHECK_PRECISIONS:-exact bf16}; do
     NA=$(post "$NAT" "$T/native.txt")
     set +e; VB=$("$BIN" verify-blocks "$T/cb" "$T/cn" 2>&1); VRC=$?; set -e
     SAME=no; [ "$BR" = "$NA" ] && SAME=yes
-    echo "backend $BACKEND precision $prec: verdict '$VERDICT'; greedy tokens identical to native: $SAME"
+    echo "$ARCH backend $BACKEND precision $prec: verdict '$VERDICT'; greedy tokens identical to native: $SAME"
     echo "  verify-blocks bridged vs native (exit $VRC): $(echo "$VB" | tail -1)"
     if [ "$prec" = exact ] && { [ "$SAME" != yes ] || [ $VRC -ne 0 ] || [ "$VERDICT" != complete ]; }; then rc=1; fi
     kill $FPID $PPID_ $DPID $NPID 2>/dev/null || true
