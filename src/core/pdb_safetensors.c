@@ -626,14 +626,21 @@ pdb_status pdb_st_get_mx(const pdb_st *st, const char *name, int64_t rows, int64
     snprintf(sname, n + 16, "%s_mx_scale", name);
     const pdb_tensor_view *sc = pdb_st_find(st, sname), *v = pdb_st_find(st, name);
     free(sname);
+    if (!sc && v && (v->dtype == PDB_DT_I8 || v->dtype == PDB_DT_U8) && v->ndim == 2) {
+        /* DeepSeek's packed FP4: a per-32 e8m0 companion under the FP8 scale names */
+        const pdb_tensor_view *ds = st_find_scale(st, name);
+        if (ds && ds->ndim == 2 && ds->shape[0] == v->shape[0] && ds->shape[1] * 16 == v->shape[1] &&
+            (ds->dtype == PDB_DT_F8_E8M0 || ds->dtype == PDB_DT_U8))
+            sc = ds;
+    }
     if (!sc) return PDB_OK;
     if (!v) return pdb_err_set(PDB_NOT_FOUND, "%s: tensor '%s_mx_scale' without its weight '%s'", sc->file, name, name);
-    int mx4 = v->dtype == PDB_DT_U8;
+    int mx4 = v->dtype == PDB_DT_U8 || v->dtype == PDB_DT_I8;
     if (v->ndim == 2) {
         if (rows < 0) rows = v->shape[0];
         if (cols < 0) cols = mx4 ? 2 * v->shape[1] : v->shape[1];
     }
-    if ((v->dtype != PDB_DT_U8 && v->dtype != PDB_DT_F8_E4M3) || v->ndim != 2 || v->shape[0] != rows ||
+    if ((!mx4 && v->dtype != PDB_DT_F8_E4M3) || v->ndim != 2 || v->shape[0] != rows ||
         v->shape[1] != (mx4 ? cols / 2 : cols) || cols % 32 || sc->ndim != 2 || sc->shape[0] != rows ||
         sc->shape[1] != cols / 32 || (sc->dtype != PDB_DT_F8_E8M0 && sc->dtype != PDB_DT_U8))
         return pdb_err_set(PDB_MISMATCH, "%s: tensor '%s' is not an MX weight of shape [%lld, %lld]", v->file, name,

@@ -50,8 +50,11 @@ const char *pdb_st_meta(const pdb_st *st, const char *key);
 pdb_status pdb_st_get(const pdb_st *st, const char *name, int ndim, const int64_t *shape,
                       const pdb_tensor_view **out);
 /* An MX weight as `pdbridge quantize` writes it (docs/formats: "NAME" e4m3 [rows, cols] for MXFP8
- * or packed e2m1 U8 [rows, cols/2] for MXFP4, plus "NAME_mx_scale" e8m0 (or U8) [rows, cols/32]).
- * *q = *scales = NULL and PDB_OK when st has no "NAME_mx_scale" (NAME is not an MX weight);
+ * or packed e2m1 U8 [rows, cols/2] for MXFP4, plus "NAME_mx_scale" e8m0 (or U8) [rows, cols/32]),
+ * or as DeepSeek ships FP4 experts: "NAME" I8 or U8 [rows, cols/2] (two e2m1 per byte, element
+ * 2i in the low nibble, as ours) with a NAME_scale_inv / <NAME minus .weight>.scale / NAME.scale
+ * companion of e8m0 (or U8) [rows, cols/32] (one scale per 32 along the row).
+ * *q = *scales = NULL and PDB_OK when NAME has neither companion (NAME is not an MX weight);
  * PDB_MISMATCH naming the tensor and the file when the pair is not an MX weight of [rows, cols]
  * (cols a multiple of 32). rows/cols < 0 take the stored size. *fp4: 1 for MXFP4. */
 pdb_status pdb_st_get_mx(const pdb_st *st, const char *name, int64_t rows, int64_t cols, const pdb_tensor_view **q,

@@ -283,6 +283,52 @@ static void test_fp8_companions(void **state) {
     free(w8);
 }
 
+/* DeepSeek's FP4 experts: I8 (or U8) [R, C/2] packed e2m1 with a per-32 e8m0 companion under the
+ * FP8 scale names; read as MXFP4 (pdb_st_get_mx) and dequantized exactly by pdb_st_load_f32. */
+static void test_deepseek_fp4_experts(void **state) {
+    const char *path = fx_path(state, "fp4.safetensors");
+    enum { R = 3, C = 64 };
+    uint8_t q[R * C / 2], sc[R * C / 32], sc_bad[R * 3];
+    for (int i = 0; i < R * C / 2; i++) q[i] = (uint8_t)(i * 73 + 5);
+    for (int i = 0; i < R * C / 32; i++) sc[i] = (uint8_t)(120 + i);
+    memset(sc_bad, 127, sizeof sc_bad);
+    int64_t qs[2] = {R, C / 2}, ss[2] = {R, C / 32}, bs[2] = {R, 3};
+    pdb_st_writer *w;
+    assert_int_equal(pdb_st_writer_init(&w), PDB_OK);
+    assert_int_equal(pdb_st_writer_add(w, "layers.0.ffn.experts.0.w1.weight", PDB_DT_I8, 2, qs, q), PDB_OK);
+    assert_int_equal(pdb_st_writer_add(w, "layers.0.ffn.experts.0.w1.scale", PDB_DT_F8_E8M0, 2, ss, sc), PDB_OK);
+    assert_int_equal(pdb_st_writer_add(w, "e.weight", PDB_DT_U8, 2, qs, q), PDB_OK);
+    assert_int_equal(pdb_st_writer_add(w, "e.weight_scale_inv", PDB_DT_U8, 2, ss, sc), PDB_OK);
+    assert_int_equal(pdb_st_writer_add(w, "odd.weight", PDB_DT_I8, 2, qs, q), PDB_OK); /* scale grid not per-32 */
+    assert_int_equal(pdb_st_writer_add(w, "odd.weight_scale_inv", PDB_DT_F8_E8M0, 2, bs, sc_bad), PDB_OK);
+    assert_int_equal(pdb_st_writer_finish(w, path), PDB_OK);
+    pdb_st_writer_free(w);
+    pdb_st *st;
+    assert_int_equal(pdb_st_open(path, &st), PDB_OK);
+    float want[R * C];
+    for (int r = 0; r < R; r++) pdb_dequant_mxfp4_row(q + r * C / 2, sc + r * C / 32, C, want + r * C);
+    const char *names[2] = {"layers.0.ffn.experts.0.w1.weight", "e.weight"};
+    for (int k = 0; k < 2; k++) {
+        const pdb_tensor_view *tq, *ts;
+        int fp4 = 0;
+        assert_int_equal(pdb_st_get_mx(st, names[k], R, C, &tq, &ts, &fp4), PDB_OK);
+        assert_non_null(tq);
+        assert_int_equal(fp4, 1);
+        float *out = NULL;
+        assert_int_equal(pdb_st_load_f32(st, names[k], 2, (int64_t[]){R, C}, &out), PDB_OK);
+        assert_memory_equal(out, want, sizeof want);
+        free(out);
+    }
+    const pdb_tensor_view *tq = (const pdb_tensor_view *)1, *ts;
+    int fp4 = 0;
+    assert_int_equal(pdb_st_get_mx(st, "odd.weight", -1, -1, &tq, &ts, &fp4), PDB_OK);
+    assert_null(tq); /* not an MX weight: an integer tensor, not loadable as floats */
+    float *out = NULL;
+    assert_int_equal(pdb_st_load_f32(st, "odd.weight", 2, qs, &out), PDB_UNSUPPORTED);
+    assert_null(out);
+    pdb_st_close(st);
+}
+
 static void write_shard(const char *path, const char *name1, const char *name2, float base, const char *meta) {
     pdb_st_writer *w;
     float v[4] = {base, base + 1, base + 2, base + 3};
@@ -527,6 +573,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_roundtrip_all_dtypes),
         T(test_fp8_companions),
+        T(test_deepseek_fp4_experts),
         T(test_sharded_directory),
         T(test_single_unnamed_file_in_dir),
         T(test_many_tensors_lookup),

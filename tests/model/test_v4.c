@@ -16,6 +16,7 @@
 
 #include "pdb_config.h"
 #include "pdb_dtype.h"
+#include "pdb_file.h"
 #include "pdb_make_model.h"
 #include "pdb_test_util.h"
 #include "pdb_v4.h"
@@ -297,6 +298,86 @@ static void test_decode_equals_full_forward(void **st) {
     }
 }
 
+/* Real V4-Flash checkpoints ship routed experts as DeepSeek's packed FP4 (I8 [R, C/2], two e2m1 per
+ * byte, plus "<name>.scale" e8m0 [R, C/32]). A copy of the tiny checkpoint with its experts in
+ * that form loads and runs bit-identically to a copy holding the same values as f32. */
+static void write_experts_as(const char *dir, int fp4) {
+    PDB_TEST_OK(pdb_file_mkdirs(dir));
+    char src[400], dst[400];
+    snprintf(src, sizeof src, "%s/config.json", g_dir);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    PDB_TEST_OK(pdb_file_copy(src, dst));
+    pdb_st *in;
+    PDB_TEST_OK(pdb_st_open(g_dir, &in));
+    pdb_st_writer *w;
+    PDB_TEST_OK(pdb_st_writer_init(&w));
+    int64_t n = pdb_st_count(in), nkeep = 0;
+    void **keep = calloc((size_t)(2 * n), sizeof(void *));
+    for (int64_t i = 0; i < n; i++) {
+        const pdb_tensor_view *t = pdb_st_at(in, i);
+        if (!strstr(t->name, ".ffn.experts.") || t->ndim != 2) {
+            PDB_TEST_OK(pdb_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data));
+            continue;
+        }
+        int64_t R = t->shape[0], C = t->shape[1];
+        float *f = NULL;
+        PDB_TEST_OK(pdb_st_load_f32(in, t->name, 2, t->shape, &f));
+        uint8_t *q = malloc((size_t)(R * C / 2)), *sc = malloc((size_t)(R * C / 32));
+        for (int64_t r = 0; r < R; r++) pdb_quant_mxfp4_row(f + r * C, C, q + r * C / 2, sc + r * C / 32);
+        if (fp4) {
+            char sname[300];
+            snprintf(sname, sizeof sname, "%.*s.scale", (int)(strlen(t->name) - 7), t->name);
+            PDB_TEST_OK(pdb_st_writer_add(w, t->name, PDB_DT_I8, 2, (int64_t[]){R, C / 2}, q));
+            PDB_TEST_OK(pdb_st_writer_add(w, sname, PDB_DT_F8_E8M0, 2, (int64_t[]){R, C / 32}, sc));
+            free(f);
+            keep[nkeep++] = q;
+            keep[nkeep++] = sc;
+        } else { /* the same values, dequantized */
+            for (int64_t r = 0; r < R; r++) pdb_dequant_mxfp4_row(q + r * C / 2, sc + r * C / 32, C, f + r * C);
+            PDB_TEST_OK(pdb_st_writer_add(w, t->name, PDB_DT_F32, 2, t->shape, f));
+            free(q);
+            free(sc);
+            keep[nkeep++] = f;
+        }
+    }
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    PDB_TEST_OK(pdb_st_writer_finish(w, dst));
+    pdb_st_writer_free(w);
+    for (int64_t i = 0; i < nkeep; i++) free(keep[i]);
+    free(keep);
+    pdb_st_close(in);
+}
+
+static void test_deepseek_fp4_experts(void **st) {
+    char d4[400], d32[400];
+    snprintf(d4, sizeof d4, "%s-fp4", g_dir);
+    snprintf(d32, sizeof d32, "%s-f32", g_dir);
+    write_experts_as(d4, 1);
+    write_experts_as(d32, 0);
+    pdb_v4_model *m4, *m32;
+    PDB_TEST_OK(pdb_v4_load(d4, &m4));
+    PDB_TEST_OK(pdb_v4_load(d32, &m32));
+    const int64_t T = 21, V = m4->cfg.vocab_size;
+    int32_t ids[21];
+    make_ids(ids, T);
+    float *l4 = malloc(sizeof(float) * (size_t)(T * V)), *l32 = malloc(sizeof(float) * (size_t)(T * V));
+    pdb_v4_cache a, b;
+    PDB_TEST_OK(pdb_v4_cache_init(&a, m4, T, PDB_V4_SEM_OFFICIAL));
+    PDB_TEST_OK(pdb_v4_cache_init(&b, m32, T, PDB_V4_SEM_OFFICIAL));
+    PDB_TEST_OK(pdb_v4_forward(m4, &a, ids, T, 1, l4));
+    PDB_TEST_OK(pdb_v4_forward(m32, &b, ids, T, 1, l32));
+    assert_memory_equal(l4, l32, sizeof(float) * (size_t)(T * V));
+    printf("  DeepSeek FP4 experts (I8 + .scale e8m0): logits of %lld positions identical to f32 experts\n", (long long)T);
+    pdb_v4_cache_free(&a);
+    pdb_v4_cache_free(&b);
+    free(l4);
+    free(l32);
+    pdb_v4_free(m4);
+    pdb_v4_free(m32);
+    pdb_test_rmrf(d4);
+    pdb_test_rmrf(d32);
+}
+
 static void test_bad_inputs(void **st) {
     pdb_v4_cache c;
     PDB_TEST_OK(pdb_v4_cache_init(&c, g_m, 4, PDB_V4_SEM_OFFICIAL));
@@ -356,6 +437,7 @@ int main(void) {
     };
     const struct CMUnitTest fwd_tests[] = {
         cmocka_unit_test(test_chunked_equals_one_shot), cmocka_unit_test(test_decode_equals_full_forward),
+        cmocka_unit_test(test_deepseek_fp4_experts),
         cmocka_unit_test(test_bad_inputs), cmocka_unit_test(test_cli_forward),
     };
     int rc = cmocka_run_group_tests(cfg_tests, NULL, NULL);
