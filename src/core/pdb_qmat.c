@@ -1,5 +1,6 @@
 /* pdb_qmat: row dequantization (exact) and the fixed-order dot product in scalar, AVX2+FMA and
- * AVX-512 forms, plus the threaded matmul that splits work over output rows. */
+ * AVX-512 forms, plus the threaded matmul that splits work over output rows (one pool run for one matrix or, in
+ * pdb_qmat_matmul_multi, for several). */
 #include "pdb_qmat.h"
 
 #include <immintrin.h>
@@ -200,8 +201,8 @@ __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const 
     return fold32(l);
 }
 
-static float fold32_avx512(__m512 lo, __m512 hi);
-static void fold4_avx512(const __m512 *lo, const __m512 *hi, float *out);
+__attribute__((target("avx512f"))) static float fold32_avx512(__m512 lo, __m512 hi);
+__attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, const __m512 *hi, float *out);
 
 __attribute__((target("avx512f"))) static float dot_avx512(const float *a, const float *b, int64_t n) {
     __m512 z0 = _mm512_setzero_ps(), z1 = z0;
@@ -618,72 +619,107 @@ void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n) {
 }
 
 /* ---- matmul: threads claim blocks of output rows ----------------------------------------------
- * Guided self-scheduling: each claim takes 1/(2 * threads) of the rows still left (a multiple of
- * four, at least QM_MIN_ROWS), so threads start on long contiguous ranges (the kernels' prefetch
- * runs ahead within a range, and there are few claims) and finish on short ones (balance). Which
- * thread computes a row never changes its value. */
+ * One pool run covers the output rows of every job of a pdb_qmat_matmul_multi call (a plain matmul
+ * is one job): the rows of jobs 0, 1, ... are numbered one after the other and threads claim
+ * ranges of that numbering, never across a job's end. Guided self-scheduling: each claim takes
+ * 1/(2 * threads) of the rows still left (a multiple of four, at least QM_MIN_ROWS), so threads
+ * start on long contiguous ranges (the kernels' prefetch runs ahead within a range, and there are
+ * few claims) and finish on short ones (balance). Which thread computes a row, and which other
+ * jobs share the run, never changes its value: every row goes through qm_rows with its own job's
+ * weights, x and T, exactly as a lone matmul would. */
 
 enum { QM_MIN_ROWS = 16 };
 
 typedef struct {
-    const pdb_qmat *w;
-    const float *x;
-    int64_t ldx, T, ldy;
-    float *y;
-    float *rowbuf;   /* [threads, cols * 4] */
-    int fused;       /* decode kernels */
-    const float *xd; /* x deinterleaved per 32-block for the even/odd kernels (ldx = cols), or NULL */
+    const pdb_qmat_job *jobs;
+    int n_jobs;
+    int64_t total;   /* rows of all jobs */
+    float *rowbuf;   /* [threads, stride] */
+    int64_t stride;  /* 4 * the widest job's cols */
     int nth;
     _Alignas(64) _Atomic int64_t next; /* first row not yet claimed (its own cache line: claims do not evict the fields above) */
     char pad[56];
 } qm_ctx;
 
-static void qm_rows(qm_ctx *c, int64_t r0, int64_t r1, int thread) {
-    int64_t C = c->w->cols;
-    float *row = c->rowbuf + (int64_t)thread * C * 4;
-    if (c->fused) {
-        for (; r0 + 4 <= r1; r0 += 4) fused4_rows(c->w, r0, c->x, c->ldx, c->xd, c->T, c->y, c->ldy);
+/* A thread's deinterleaved x (the head of its rowbuf slice) and the job input it was made from:
+ * jobs that share an x (gate and up of one token) deinterleave it once per thread. */
+typedef struct {
+    const float *x;
+    int64_t ldx, n, cols;
+} qm_xd;
+
+static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
+
+static int job_fused(const pdb_qmat_job *j) { /* the decode kernels */
+    pdb_qfmt f = j->w->fmt;
+    return isa_get() == PDB_ISA_AVX512 && (f == PDB_QF_MXFP8 || f == PDB_QF_MXFP4) && j->n <= 2 && j->w->cols % 32 == 0;
+}
+
+static int has_bw(void);
+
+/* Rows [r0, r1) of job j on `thread` (its scratch: rowbuf + thread * stride). */
+static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t r1, int thread, qm_xd *xs) {
+    const pdb_qmat *w = j->w;
+    const float *x = j->x;
+    int64_t C = w->cols, T = j->n, ldx = j->ldx, ldy = j->ldy;
+    float *y = j->y, *row = c->rowbuf + (int64_t)thread * c->stride;
+    if (job_fused(j)) {
+        const float *xd = NULL; /* the tokens deinterleaved per 32-block (MXFP4, and MXFP8 with AVX512BW) */
+        if (w->fmt == PDB_QF_MXFP4 || has_bw()) {
+            if (xs->x != x || xs->ldx != ldx || xs->n != T || xs->cols != C) {
+                for (int64_t t = 0; t < T; t++) deinterleave_x(x + t * ldx, C, row + t * C);
+                *xs = (qm_xd){x, ldx, T, C};
+            }
+            xd = row;
+        }
+        for (; r0 + 4 <= r1; r0 += 4) fused4_rows(w, r0, x, ldx, xd, T, y, ldy);
         if (r0 == r1) return;
-        if (c->xd) row += C * 2; /* the tail rows below: keep clear of the x copy */
+        if (xd) row += C * 2; /* the tail rows below: keep clear of the x copy */
     }
+    if (row == c->rowbuf + (int64_t)thread * c->stride) xs->x = NULL; /* the rows below overwrite any x copy */
     if (isa_get() == PDB_ISA_AVX512) /* groups of four rows */
         for (; r0 + 4 <= r1; r0 += 4) {
             const float *wr[4];
             for (int i = 0; i < 4; i++) {
-                if (c->w->fmt == PDB_QF_F32) wr[i] = (const float *)c->w->data + (r0 + i) * C;
+                if (w->fmt == PDB_QF_F32) wr[i] = (const float *)w->data + (r0 + i) * C;
                 else {
-                    pdb_qmat_row_f32(c->w, r0 + i, row + i * C);
+                    pdb_qmat_row_f32(w, r0 + i, row + i * C);
                     wr[i] = row + i * C;
                 }
             }
-            for (int64_t t = 0; t < c->T; t++) {
+            for (int64_t t = 0; t < T; t++) {
                 float o[4];
-                dot4_avx512(c->x + t * c->ldx, wr, C, o);
-                for (int i = 0; i < 4; i++) c->y[t * c->ldy + r0 + i] = o[i];
+                dot4_avx512(x + t * ldx, wr, C, o);
+                for (int i = 0; i < 4; i++) y[t * ldy + r0 + i] = o[i];
             }
         }
     for (int64_t r = r0; r < r1; r++) {
         const float *wr = row;
-        if (c->w->fmt == PDB_QF_F32) wr = (const float *)c->w->data + r * C;
-        else pdb_qmat_row_f32(c->w, r, row);
-        for (int64_t t = 0; t < c->T; t++) c->y[t * c->ldy + r] = pdb_qmat_dot(c->x + t * c->ldx, wr, C);
+        if (w->fmt == PDB_QF_F32) wr = (const float *)w->data + r * C;
+        else pdb_qmat_row_f32(w, r, row);
+        for (int64_t t = 0; t < T; t++) y[t * ldy + r] = pdb_qmat_dot(x + t * ldx, wr, C);
     }
 }
 
 static void qm_task(void *vc, int64_t task, int thread) {
     qm_ctx *c = vc;
-    int64_t rows = c->w->rows, r0 = atomic_load_explicit(&c->next, memory_order_relaxed), r1;
+    qm_xd xs = {0};
+    int64_t r0 = atomic_load_explicit(&c->next, memory_order_relaxed), r1, base;
+    int j;
     for (;;) {
         do {
-            if (r0 >= rows) return;
-            int64_t len = (rows - r0) / (2 * c->nth) & ~(int64_t)3;
+            if (r0 >= c->total) return;
+            for (j = 0, base = 0; r0 >= base + job_rows(&c->jobs[j]); j++) base += job_rows(&c->jobs[j]);
+            int64_t len = (c->total - r0) / (2 * c->nth) & ~(int64_t)3, end = base + job_rows(&c->jobs[j]);
             r1 = r0 + (len > QM_MIN_ROWS ? len : QM_MIN_ROWS);
-            if (r1 > rows) r1 = rows;
+            if (r1 > end) r1 = end;
         } while (!atomic_compare_exchange_weak_explicit(&c->next, &r0, r1, memory_order_relaxed, memory_order_relaxed));
-        qm_rows(c, r0, r1, thread);
+        qm_rows(c, &c->jobs[j], r0 - base, r1 - base, thread, &xs);
         r0 = atomic_load_explicit(&c->next, memory_order_relaxed);
     }
 }
+
+static _Atomic uint64_t qm_runs; /* pool runs started (pdb_qmat_pool_runs) */
 
 static int qm_bw = -1; /* AVX512BW in use (the MXFP8 even/odd kernel); -1 = not checked yet */
 
@@ -704,24 +740,32 @@ int pdb_qmat_use_bw(int on) {
     return old;
 }
 
-void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
-                     int64_t ldy, float *rowbuf) {
-    if (T <= 0 || w->rows <= 0) return;
-    qm_ctx c = {w, x, ldx, T, ldy, y, rowbuf, 0, NULL, pool ? pdb_pool_threads(pool) : 1, 0, {0}};
-    int mx = w->fmt == PDB_QF_MXFP8 || w->fmt == PDB_QF_MXFP4;
-    if (isa_get() == PDB_ISA_AVX512 && mx && T <= 2 && w->cols % 32 == 0) {
-        lut_init();
-        c.fused = 1;
-        if (w->fmt == PDB_QF_MXFP4 || has_bw()) { /* the tokens deinterleaved once, into the head of rowbuf */
-            for (int64_t t = 0; t < T; t++) deinterleave_x(x + t * ldx, w->cols, rowbuf + t * w->cols);
-            c.xd = rowbuf;
-        }
+void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, float *rowbuf) {
+    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pool ? pdb_pool_threads(pool) : 1, 0, {0}};
+    int64_t widest = 0;
+    for (int i = 0; i < n_jobs; i++) {
+        c.total += job_rows(&jobs[i]);
+        if (jobs[i].w->cols > widest) widest = jobs[i].w->cols;
     }
-    if (!pool || c.nth == 1 || w->rows <= QM_MIN_ROWS) {
-        qm_rows(&c, 0, w->rows, 0);
+    if (c.total <= 0) return;
+    c.stride = 4 * widest;
+    lut_init();
+    if (!pool || c.nth == 1 || c.total <= QM_MIN_ROWS) {
+        qm_xd xs = {0};
+        for (int i = 0; i < n_jobs; i++)
+            if (job_rows(&jobs[i])) qm_rows(&c, &jobs[i], 0, job_rows(&jobs[i]), 0, &xs);
         return;
     }
     /* one task per thread; each claims ranges until none are left (a late thread finds none) */
-    int64_t tasks = (w->rows + QM_MIN_ROWS - 1) / QM_MIN_ROWS;
+    int64_t tasks = (c.total + QM_MIN_ROWS - 1) / QM_MIN_ROWS;
+    atomic_fetch_add_explicit(&qm_runs, 1, memory_order_relaxed);
     pdb_pool_run(pool, tasks < c.nth ? tasks : c.nth, qm_task, &c);
 }
+
+void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
+                     int64_t ldy, float *rowbuf) {
+    pdb_qmat_job j = {w, x, ldx, T, y, ldy};
+    pdb_qmat_matmul_multi(pool, &j, 1, rowbuf);
+}
+
+uint64_t pdb_qmat_pool_runs(void) { return atomic_load_explicit(&qm_runs, memory_order_relaxed); }

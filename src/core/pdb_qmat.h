@@ -5,7 +5,8 @@
  * (lane j takes k = j mod 32) accumulated with fused multiply-adds in k order, then folded
  * 32->16->8->4->2->1 (lane i with lane i + half). The scalar, AVX2 and AVX-512 paths implement
  * this same order, so results are bit-identical across ISAs, thread counts, batch sizes and
- * chunkings. */
+ * chunkings. pdb_qmat_matmul_multi runs several matrices in one pool dispatch under the same
+ * contract (each element as a lone pdb_qmat_matmul computes it). */
 #ifndef PDB_QMAT_H
 #define PDB_QMAT_H
 
@@ -57,6 +58,26 @@ void pdb_qmat_dots(const float *x, const float *w, int64_t n, int64_t ldw, int64
  * rowbuf: scratch of PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(pool), cols) floats (the caller owns it). */
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
                      int64_t ldy, float *rowbuf);
+/* One product of a batch: y[t*ldy + o] = dot(x[t*ldx ...], row o of w) for t < n, o < w->rows. */
+typedef struct pdb_qmat_job {
+    const pdb_qmat *w;
+    const float *x;  /* [n, ldx]: n rows of w->cols inputs */
+    int64_t ldx, n;  /* n <= 0: the job is skipped */
+    float *y;        /* [n, ldy] */
+    int64_t ldy;
+} pdb_qmat_job;
+/* Every job of jobs[0 .. n_jobs) in ONE pool run (one dispatch, one barrier) instead of one per
+ * matrix: threads claim output rows across all the jobs. Each y element is computed exactly as
+ * pdb_qmat_matmul(pool, w, x, ldx, n, y, ldy) computes it (the same kernel for the job's format
+ * and n, the same dot order), so the results are bit-identical to calling pdb_qmat_matmul per job,
+ * whatever the jobs, their order, the thread count or the split. Jobs may share an x (read
+ * only); no job's y may overlap any job's x or another job's y. rowbuf: scratch of
+ * PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(pool), widest cols of any job) floats. pool may be NULL. */
+void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, float *rowbuf);
+/* Pool runs started by pdb_qmat_matmul / _multi so far, process-wide (a relaxed counter for
+ * benchmarks: dispatches per decode step). A matmul small enough to run on the caller's thread
+ * (<= 16 output rows in all, or one thread) starts none. */
+uint64_t pdb_qmat_pool_runs(void);
 /* y[c] += a * x[c] for c < n with one fused multiply-add per element (same on every ISA). */
 void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n);
 

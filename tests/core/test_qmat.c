@@ -1,12 +1,13 @@
 /* test_qmat: the quantized kernels are exact and ISA-independent: every row format dequantizes
  * bit-identically on the scalar, AVX2 and AVX-512 paths (all 256 e4m3 codes, all 16 e2m1 codes,
  * every e8m0 scale class incl. subnormal and NaN), and matmul results are bit-identical across
- * ISAs, thread counts and batch sizes. */
+ * ISAs, thread counts and batch sizes; the batched pdb_qmat_matmul_multi equals one matmul per job. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -199,9 +200,112 @@ static void test_dots(void **st) {
     pdb_qmat_isa_set(best);
 }
 
+/* pdb_qmat_matmul_multi == pdb_qmat_matmul job by job, bit for bit: mixed formats (MXFP4, MXFP8
+ * with and without NaN codes, bf16, f32), shapes (tails under four rows, one job under the claim
+ * minimum, a skipped n = 0 job), jobs sharing an x and jobs with their own, n = 1..5 rows (the
+ * decode kernels for n <= 2, the general path above), distinct inputs of one shape, pools of 1, 2 and 3 threads and none, both
+ * job orders, every ISA and the MXFP8 kernel with and without AVX512BW. y is compared with its
+ * padding (ldy > rows), so the multi form writes exactly the elements a matmul writes. */
+enum { MJ = 9 };
+
+static void multi_case(pdb_qmat_job *jobs, float **yref, float **ygot, const int64_t *ysz, pdb_pool **pools, float *buf,
+                       const char *what) {
+    for (int j = 0; j < MJ; j++) { /* the reference: one matmul per job, one thread */
+        for (int64_t i = 0; i < ysz[j]; i++) yref[j][i] = -7.0f;
+        pdb_qmat_job r = jobs[j];
+        r.y = yref[j];
+        pdb_qmat_matmul(NULL, r.w, r.x, r.ldx, r.n, r.y, r.ldy, buf);
+    }
+    for (int p = 0; p < 4; p++)
+        for (int rev = 0; rev < 2; rev++) {
+            pdb_qmat_job js[MJ];
+            for (int j = 0; j < MJ; j++) {
+                int k = rev ? MJ - 1 - j : j;
+                js[j] = jobs[k];
+                js[j].y = ygot[k];
+                for (int64_t i = 0; i < ysz[k]; i++) ygot[k][i] = -7.0f;
+            }
+            pdb_qmat_matmul_multi(pools[p], js, MJ, buf);
+            for (int j = 0; j < MJ; j++)
+                if (!same_floats(yref[j], ygot[j], (int)ysz[j]))
+                    fail_msg("%s: job %d (format %d, %lld x %lld, n %lld), %d threads, %s order: multi differs from matmul", what, j,
+                             jobs[j].w->fmt, (long long)jobs[j].w->rows, (long long)jobs[j].w->cols, (long long)jobs[j].n,
+                             p ? pdb_pool_threads(pools[p]) : 0, rev ? "reversed" : "given");
+        }
+}
+
+static void test_matmul_multi(void **st) {
+    static const struct { pdb_qfmt fmt; int64_t rows, cols; int x, nan; } spec[MJ] = {
+        {PDB_QF_MXFP4, 37, 256, 0, 0}, {PDB_QF_MXFP4, 40, 256, 4, 0}, {PDB_QF_MXFP8, 100, 256, 0, 0},
+        {PDB_QF_BF16, 13, 96, 1, 0},   {PDB_QF_F32, 21, 96, 1, 0},    {PDB_QF_MXFP8, 9, 64, 2, 1},
+        {PDB_QF_MXFP4, 3, 64, 2, 0},   {PDB_QF_MXFP8, 12, 64, 2, 0},  {PDB_QF_MXFP4, 64, 1024, 3, 0}};
+    static const int64_t xcols[5] = {256, 96, 64, 1024, 256}; /* x 4: another input of x 0's shape */
+    enum { NMAX = 5 };
+    pdb_qmat w[MJ];
+    void *data[MJ];
+    uint8_t *scl[MJ];
+    float *x[5], *yref[MJ], *ygot[MJ];
+    int64_t ysz[MJ];
+    uint32_t r = 4242;
+    for (int j = 0; j < MJ; j++) {
+        int64_t n = spec[j].rows * spec[j].cols, bytes = spec[j].fmt == PDB_QF_F32 ? 4 * n : spec[j].fmt == PDB_QF_BF16 ? 2 * n
+                                                          : spec[j].fmt == PDB_QF_MXFP8 ? n : n / 2;
+        uint8_t *d = malloc((size_t)bytes);
+        scl[j] = malloc((size_t)(n / 32));
+        for (int64_t i = 0; i < bytes; i++) {
+            r = r * 1664525u + 1013904223u;
+            d[i] = (uint8_t)(r >> 24);
+            if (spec[j].fmt == PDB_QF_MXFP8 && !spec[j].nan && (d[i] & 0x7F) == 0x7F) d[i] ^= 1;
+        }
+        if (spec[j].fmt == PDB_QF_F32) /* tame floats */
+            for (int64_t i = 0; i < n; i++) ((float *)d)[i] = (float)((i * 31 + j) % 97) / 41.0f - 1.1f;
+        for (int64_t i = 0; i < n / 32; i++) { /* mostly the fast path's scales, some beyond it */
+            r = r * 1664525u + 1013904223u;
+            scl[j][i] = (uint8_t)((r >> 24) % 11 == 0 ? 140 : 115 + (r >> 28));
+        }
+        data[j] = d;
+        w[j] = (pdb_qmat){spec[j].fmt, spec[j].rows, spec[j].cols, d,
+                          spec[j].fmt == PDB_QF_MXFP8 || spec[j].fmt == PDB_QF_MXFP4 ? scl[j] : NULL, 0};
+        pdb_qmat_scan_nan(&w[j]);
+        ysz[j] = NMAX * (spec[j].rows + 3);
+        yref[j] = malloc(sizeof(float) * (size_t)ysz[j]);
+        ygot[j] = malloc(sizeof(float) * (size_t)ysz[j]);
+    }
+    for (int k = 0; k < 5; k++) {
+        x[k] = malloc(sizeof(float) * (size_t)(NMAX * (xcols[k] + 5)));
+        for (int64_t i = 0; i < NMAX * (xcols[k] + 5); i++) x[k][i] = (float)((i * 37 + k) % 101) / 50.0f - 1.0f;
+    }
+    pdb_pool *pools[4] = {NULL};
+    for (int p = 1; p <= 3; p++) assert_int_equal(pdb_pool_create(p, &pools[p]), PDB_OK);
+    float *buf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(3, 1024));
+    pdb_qmat_isa best = pdb_qmat_isa_detect();
+    for (int64_t n = 1; n <= NMAX; n++) {
+        pdb_qmat_job jobs[MJ];
+        for (int j = 0; j < MJ; j++) { /* job 6 has its own n; job 7 is skipped (n = 0) */
+            int64_t nj = j == 6 ? NMAX + 1 - n : j == 7 ? 0 : n;
+            jobs[j] = (pdb_qmat_job){&w[j], x[spec[j].x], xcols[spec[j].x] + 5, nj, NULL, spec[j].rows + 3};
+        }
+        char what[96];
+        for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
+            pdb_qmat_isa_set((pdb_qmat_isa)isa);
+            snprintf(what, sizeof what, "n=%lld, %s", (long long)n, pdb_qmat_isa_name((pdb_qmat_isa)isa));
+            multi_case(jobs, yref, ygot, ysz, pools, buf, what);
+        }
+        int old_bw = pdb_qmat_use_bw(0);
+        snprintf(what, sizeof what, "n=%lld, %s without AVX512BW", (long long)n, pdb_qmat_isa_name(best));
+        multi_case(jobs, yref, ygot, ysz, pools, buf, what);
+        pdb_qmat_use_bw(old_bw);
+    }
+    pdb_qmat_isa_set(best);
+    for (int p = 1; p <= 3; p++) pdb_pool_destroy(pools[p]);
+    for (int j = 0; j < MJ; j++) free(data[j]), free(scl[j]), free(yref[j]), free(ygot[j]);
+    for (int k = 0; k < 5; k++) free(x[k]);
+    free(buf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_scan_nan), cmocka_unit_test(test_rows_identical_across_isas),
                                        cmocka_unit_test(test_matmul_identical), cmocka_unit_test(test_fused_edges),
-                                       cmocka_unit_test(test_dots)};
+                                       cmocka_unit_test(test_dots), cmocka_unit_test(test_matmul_multi)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
