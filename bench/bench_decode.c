@@ -2,7 +2,8 @@
  * roofline, side by side in one run. The roofline is (bytes of weights touched per token) /
  * (bandwidth measured by a read probe in the same process); touched bytes count every matrix a
  * decode step reads: attention projections, router, shared experts, the routed experts actually
- * selected, lm_head and one embedding row. Usage: bench_decode DEC_DIR [tokens] [threads]. */
+ * selected, lm_head and one embedding row. It also counts the matmul pool dispatches per token
+ * (pdb_qmat_pool_runs). Usage: bench_decode DEC_DIR [tokens] [threads]. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,12 +104,14 @@ int main(int argc, char **argv) {
         pdb_dec_forward(m, &sg, 1);
         tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
     }
+    uint64_t runs0 = pdb_qmat_pool_runs();
     double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < ntok; i++) {
         sg = (pdb_dec_seg){&s, &tok, 1, logits};
         if (pdb_dec_forward(m, &sg, 1)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
         tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
     }
+    uint64_t runs = pdb_qmat_pool_runs() - runs0;
     double dt = now_s() - t0, dc = cpu_s() - c0, tps = ntok / dt, eff = per_tok * tps / 1e9;
     printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", argv[1], pdb_dec_model_scheme(m),
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
@@ -117,6 +120,8 @@ int main(int argc, char **argv) {
     printf("bandwidth probe: %.2f GB/s\n", bw);
     printf("decode: %d tokens in %.2f s = %.2f tok/s -> %.2f GB/s of weights = %.1f%% of the roofline (%.2f tok/s)\n", ntok, dt,
            tps, eff, 100 * eff / bw, bw * 1e9 / per_tok);
+    /* matmul dispatches (pool runs started by pdb_qmat); the attention adds one run per layer */
+    printf("dispatches: %.1f matmul pool runs per token (+ %lld attention runs)\n", (double)runs / ntok, (long long)c->num_layers);
     /* on a shared machine wall time includes time the threads were not running; CPU time does not
      * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,

@@ -187,12 +187,12 @@ void pdb_v2_qweights_free(pdb_v2_qweights *w) {
 
 /* ======================================= layer math ========================================= */
 
-void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool, float *rowbuf, const float *xn,
-                            int64_t R, const int64_t *pos, const pdb_v2_rowcache *cache, float *kva) {
+/* The cache rows from kva = xn kv_a^T [R, kvl + rope]: RMSNorm of the latent, RoPE of k_pe. */
+static void latent_finish(const pdb_v2_qweights *w, int64_t l, int64_t R, const int64_t *pos, const pdb_v2_rowcache *cache,
+                          const float *kva) {
     const pdb_config *c = &w->cfg;
     const pdb_v2_qlayer *L = &w->layers[l];
     int64_t kvl = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = kvl + rope;
-    pdb_qmat_matmul(pool, &L->kv_a, xn, c->hidden_size, R, kva, row, rowbuf);
     for (int64_t t = 0; t < R; t++) {
         float *dst = cache[t].base + l * cache[t].layer_stride + (pos[t] - cache[t].pos_offset) * cache[t].pos_stride;
         pdb_math_rmsnorm(dst, kva + t * row, L->kv_a_norm, kvl, c->rms_norm_eps);
@@ -201,9 +201,16 @@ void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool,
     }
 }
 
+void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool, float *rowbuf, const float *xn,
+                            int64_t R, const int64_t *pos, const pdb_v2_rowcache *cache, float *kva) {
+    const pdb_config *c = &w->cfg;
+    pdb_qmat_matmul(pool, &w->layers[l].kv_a, xn, c->hidden_size, R, kva, c->kv_lora_rank + c->qk_rope_head_dim, rowbuf);
+    latent_finish(w, l, R, pos, cache, kva);
+}
+
 static void batch_free_ptrs(pdb_v2_batch *b) {
     void *ps[] = {b->cache, b->pos, b->h, b->xn, b->q, b->qa, b->kva, b->attn, b->tmp, b->mlp, b->g, b->u, b->probs,
-                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows};
+                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
 
@@ -223,8 +230,9 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
 #define BA(p, n) if (!((p) = malloc(sizeof(*(p)) * (size_t)((n) > 0 ? (n) : 1)))) goto nomem
     BA(b->cache, R); BA(b->pos, R); BA(b->h, R * H); BA(b->xn, R * H); BA(b->q, R * nh * qk);
     BA(b->qa, R * (c->q_lora_rank ? c->q_lora_rank : 1)); BA(b->kva, R * row); BA(b->attn, R * nh * c->v_head_dim);
-    BA(b->tmp, R * H); BA(b->mlp, R * H); BA(b->g, R * I); BA(b->u, R * I); BA(b->probs, R * (E ? E : 1));
-    BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * H); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
+    BA(b->tmp, R * H); BA(b->mlp, R * H); BA(b->probs, R * (E ? E : 1));
+    BA(b->g, R * (K * c->moe_intermediate_size + I)); BA(b->u, R * (K * c->moe_intermediate_size + I)); /* routed, then shared */
+    BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * (K ? K : 1) * H); BA(b->jobs, 3 * (E + 1)); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
     BA(b->erows, R * (K ? K : 1)); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, PDB_QMAT_ROWBUF_FLOATS(nth, w->max_cols));
 #undef BA
     return PDB_OK;
@@ -275,15 +283,16 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     const pdb_config *c = &w->cfg;
     const pdb_v2_qlayer *L = &w->layers[l];
     int64_t R = b->R, H = c->hidden_size, nh = c->num_heads, nope = c->qk_nope_head_dim, qk = nope + c->qk_rope_head_dim;
-    if (c->q_lora_rank == 0) {
-        pdb_qmat_matmul(b->pool, &L->q_proj, b->xn, H, R, b->q, nh * qk, b->rowbuf);
-    } else {
-        int64_t r = c->q_lora_rank;
-        pdb_qmat_matmul(b->pool, &L->q_a, b->xn, H, R, b->qa, r, b->rowbuf);
-        for (int64_t t = 0; t < R; t++) pdb_math_rmsnorm(b->qa + t * r, b->qa + t * r, L->q_a_norm, r, c->rms_norm_eps);
-        pdb_qmat_matmul(b->pool, &L->q_b, b->qa, r, R, b->q, nh * qk, b->rowbuf);
+    /* q (or q_a) and kv_a read the same input: one dispatch; then q_b after the q_a norm */
+    int64_t qr = c->q_lora_rank, row = c->kv_lora_rank + c->qk_rope_head_dim;
+    pdb_qmat_job jobs[2] = {{qr ? &L->q_a : &L->q_proj, b->xn, H, R, qr ? b->qa : b->q, qr ? qr : nh * qk},
+                            {&L->kv_a, b->xn, H, R, b->kva, row}};
+    pdb_qmat_matmul_multi(b->pool, jobs, 2, b->rowbuf);
+    if (qr) {
+        for (int64_t t = 0; t < R; t++) pdb_math_rmsnorm(b->qa + t * qr, b->qa + t * qr, L->q_a_norm, qr, c->rms_norm_eps);
+        pdb_qmat_matmul(b->pool, &L->q_b, b->qa, qr, R, b->q, nh * qk, b->rowbuf);
     }
-    pdb_v2_ops_latent_rows(w, l, b->pool, b->rowbuf, b->xn, R, b->pos, b->cache, b->kva);
+    latent_finish(w, l, R, b->pos, b->cache, b->kva); /* = pdb_v2_ops_latent_rows */
     for (int64_t t = 0; t < R; t++)
         for (int64_t h = 0; h < nh; h++) pdb_rope_apply(&w->rope, b->q + t * nh * qk + h * qk + nope, b->pos[t]);
     b->layer = l;
@@ -294,43 +303,64 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     for (int64_t i = 0; i < R * H; i++) b->h[i] += b->tmp[i];
 }
 
-/* out [n, H] = down(silu(x gate^T) * (x up^T)) */
+/* out [n, H] = down(silu(x gate^T) * (x up^T)): gate and up in one dispatch */
 static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const pdb_qmat *down, const float *x,
                 int64_t n, float *out) {
     int64_t H = b->w->cfg.hidden_size, I = gate->rows;
-    pdb_qmat_matmul(b->pool, gate, x, H, n, b->g, I, b->rowbuf);
-    pdb_qmat_matmul(b->pool, up, x, H, n, b->u, I, b->rowbuf);
+    pdb_qmat_job gu[2] = {{gate, x, H, n, b->g, I}, {up, x, H, n, b->u, I}};
+    pdb_qmat_matmul_multi(b->pool, gu, 2, b->rowbuf);
     pdb_math_silu_mul(b->g, b->g, b->u, n * I);
     pdb_qmat_matmul(b->pool, down, b->g, I, n, out, H, b->rowbuf);
 }
 
+/* Routed and shared experts in two dispatches: every gate and up projection, then every down
+ * projection (each job is the matmul the expert's own mlp() would run, on the same rows). Routed
+ * expert e takes its rows in slot order at row offset o_e of the expert-major lists (erows, xe,
+ * g/u at o_e * Im); the shared experts' g/u follow at R * K * Im. */
 static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L) {
     const pdb_config *c = &b->w->cfg;
-    int64_t R = b->R, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok;
+    int64_t R = b->R, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
     pdb_qmat_matmul(b->pool, &L->router, b->xn, H, R, b->probs, E, b->rowbuf);
     for (int64_t t = 0; t < R; t++) pdb_v2_route(c, b->probs + t * E, b->topk_idx + t * K, b->topk_w + t * K);
-    for (int64_t e = 0; e < E; e++) { /* expert e on the rows routed to it; outputs to slot r*K+k */
+    pdb_qmat_job *gu = b->jobs, *dn = b->jobs + 2 * (E + 1); /* gate/up jobs in pairs; down jobs */
+    int ne = 0;
+    int64_t o = 0;
+    for (int64_t e = 0; e < E; e++) { /* expert e on the rows routed to it; its outputs go to slots erows[o ..] */
         int64_t n = 0;
         for (int64_t s = 0; s < R * K; s++)
-            if (b->topk_idx[s] == e) {
-                b->erows[n] = s;
-                memcpy(b->xe + n * H, b->xn + (s / K) * H, sizeof(float) * (size_t)H);
-                n++;
-            }
+            if (b->topk_idx[s] == e) b->erows[o + n++] = s;
         if (!n) continue;
-        mlp(b, &L->eg[e], &L->eu[e], &L->ed[e], b->xe, n, b->tmp);
-        for (int64_t i = 0; i < n; i++) memcpy(b->ybuf + b->erows[i] * H, b->tmp + i * H, sizeof(float) * (size_t)H);
+        const float *x = b->xn + (b->erows[o] / K) * H; /* one row: read it in place */
+        if (n > 1) {
+            for (int64_t i = 0; i < n; i++) memcpy(b->xe + (o + i) * H, b->xn + (b->erows[o + i] / K) * H, sizeof(float) * (size_t)H);
+            x = b->xe + o * H;
+        }
+        float *g = b->g + o * Im, *u = b->u + o * Im;
+        gu[2 * ne] = (pdb_qmat_job){&L->eg[e], x, H, n, g, Im};
+        gu[2 * ne + 1] = (pdb_qmat_job){&L->eu[e], x, H, n, u, Im};
+        dn[ne++] = (pdb_qmat_job){&L->ed[e], g, Im, n, b->xe + o * H, H}; /* xe is free once gate/up ran */
+        o += n;
     }
+    int shared = c->n_shared_experts > 0, nj = ne;
+    float *sg = b->g + R * K * Im, *su = b->u + R * K * Im;
+    if (shared) {
+        int64_t Is = L->sg.rows;
+        gu[2 * nj] = (pdb_qmat_job){&L->sg, b->xn, H, R, sg, Is};
+        gu[2 * nj + 1] = (pdb_qmat_job){&L->su, b->xn, H, R, su, Is};
+        dn[nj++] = (pdb_qmat_job){&L->sd, sg, Is, R, b->tmp, H};
+    }
+    pdb_qmat_matmul_multi(b->pool, gu, 2 * nj, b->rowbuf);
+    for (int j = 0; j < nj; j++) pdb_math_silu_mul(gu[2 * j].y, gu[2 * j].y, gu[2 * j + 1].y, gu[2 * j].n * gu[2 * j].w->rows);
+    pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
+    for (int64_t i = 0; i < o; i++) memcpy(b->ybuf + b->erows[i] * H, b->xe + i * H, sizeof(float) * (size_t)H);
     for (int64_t t = 0; t < R; t++) /* combine in top-k order: a fixed order per token */
         for (int64_t j = 0; j < H; j++) {
             float acc = 0;
             for (int64_t k = 0; k < K; k++) acc = acc + b->ybuf[(t * K + k) * H + j] * b->topk_w[t * K + k];
             b->mlp[t * H + j] = acc;
         }
-    if (c->n_shared_experts > 0) {
-        mlp(b, &L->sg, &L->su, &L->sd, b->xn, R, b->tmp);
+    if (shared)
         for (int64_t i = 0; i < R * H; i++) b->mlp[i] = b->mlp[i] + b->tmp[i];
-    }
 }
 
 void pdb_v2_ops_ffn(pdb_v2_batch *b, int64_t l) {

@@ -4,8 +4,9 @@
  * Invariants: (1) every reduction is pdb_qmat's fixed-order dot or a per-row sequential loop,
  * so a row's results depend only on its token, its position and the cache rows before it;
  * (2) pdb_v2_ops_latent_rows is THE definition of the decoder's cache row
- * [RMSNorm(c_kv) | RoPE(k_pe)] f32 — the decoder writes its rows with it and the capture hook
- * computes bridged rows with it, from the same attention input and the decoder's weights. */
+ * [RMSNorm(c_kv) | RoPE(k_pe)] f32 — the capture hook computes bridged rows with it, and the
+ * decoder's attention computes the same rows by the same steps (its kv_a product batched with the
+ * q projection by pdb_qmat_matmul_multi, bit-identical to the lone matmul by pdb_qmat's contract). */
 #ifndef PDB_V2_OPS_H
 #define PDB_V2_OPS_H
 
@@ -75,6 +76,7 @@ typedef struct pdb_v2_batch {
     /* scratch */
     float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *ybuf, *xe, *topk_w, *att_scratch, *rowbuf;
     int64_t *topk_idx, *erows, att_stride, layer;
+    pdb_qmat_job *jobs;          /* [3 * (E + 1)]: the MoE's batched matmuls */
 } pdb_v2_batch;
 
 /* max_len: the longest position+1 of any row (attention scratch). */
