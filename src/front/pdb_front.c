@@ -177,11 +177,12 @@ static int64_t usage_cached(json_t *j) {
 static json_t *verdict_json(const pdb_front_verdict *v) {
     char hdr[512];
     pdb_front_verdict_header(v, hdr, sizeof hdr);
-    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:f, s:f, s:f, s:f}", "verdict", hdr, "kind",
+    return json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:f, s:f, s:f, s:f}", "verdict", hdr, "kind",
                      v->kind, "reason", v->reason, "prompt_tokens", (json_int_t)v->prompt_tokens, "mounted_tokens",
                      (json_int_t)v->mounted_tokens, "blocks_requested", (json_int_t)v->blocks_requested, "blocks_written",
                      (json_int_t)v->blocks_written, "cached_blocks_before", (json_int_t)v->blocks_cached_before, "bytes",
-                     (json_int_t)v->bytes, "resumes", v->resumes, "engine_ms", v->engine_ms, "transfer_ms", v->transfer_ms,
+                     (json_int_t)v->bytes, "resumes", v->resumes, "spool_blocks", (json_int_t)v->spool_blocks, "engine_ms",
+                     v->engine_ms, "transfer_ms", v->transfer_ms,
                      "write_ms", v->write_ms, "total_ms", v->total_ms);
 }
 
@@ -502,6 +503,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
             v.transfer_ms = br.transfer_ms;
             v.write_ms = br.write_ms;
             v.resumes = br.resumes;
+            v.spool_blocks = br.spool_blocks;
             snprintf(v.reason, sizeof v.reason, "%s", br.reason);
         }
     }

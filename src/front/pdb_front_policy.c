@@ -72,6 +72,6 @@ void pdb_front_verdict_header(const pdb_front_verdict *v, char *out, size_t n) {
              !strcmp(v->kind, "partial") && v->reason[0] ? v->reason : "");
     if (v->resumes > 0) {
         size_t k2 = strlen(out);
-        if (k2 < n) snprintf(out + k2, n - k2, "; resumes=%d", v->resumes);
+        if (k2 < n) snprintf(out + k2, n - k2, "; resumes=%d; spool_blocks=%lld", v->resumes, (long long)v->spool_blocks);
     }
 }

@@ -44,6 +44,7 @@ typedef struct pdb_front_verdict {
     int64_t blocks_requested, blocks_written, blocks_cached_before;
     uint64_t bytes;
     int resumes;                                    /* transfers resumed from a block boundary */
+    int64_t spool_blocks;                           /* of those, blocks the prefill server resent from its spool */
     double engine_ms, transfer_ms, write_ms, total_ms;
 } pdb_front_verdict;
 

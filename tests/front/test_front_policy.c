@@ -78,12 +78,13 @@ static void test_verdicts(void **st) {
     v = base(2, 5, 0);
     snprintf(v.reason, sizeof v.reason, "prefill_connection_lost");
     v.resumes = 2;
+    v.spool_blocks = 3;
     pdb_front_verdict_finish(&v, 1, 256);
     pdb_front_verdict_header(&v, h, sizeof h);
     assert_string_equal(v.kind, "partial");
     assert_non_null(strstr(h, "partial 256/700;"));
     assert_non_null(strstr(h, "reason=prefill_connection_lost"));
-    assert_non_null(strstr(h, "resumes=2"));
+    assert_non_null(strstr(h, "resumes=2; spool_blocks=3"));
     v = base(5, 5, 0);                      /* all written, the decoder mounted only 3 */
     pdb_front_verdict_finish(&v, 1, 384);
     assert_string_equal(v.kind, "partial");
