@@ -269,18 +269,20 @@ static int up_exists(const char *path) {
 int pdb_cli_up(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge up [--arch deepseek_v2|deepseek_v4] [--tokens N] [--max-tokens N] [--scheme none|mx] [--dir DIR]\n"
-        "                   [--backend auto|cpu|cuda]\n\n"
+        "                   [--backend auto|cpu|cuda] [--precision bf16|f32|exact]\n\n"
         "The demo end to end: a small random DeepSeek-V2 (real tokenizer), its decoder copy (--scheme none:\n"
         "same weights on both engines, so bridged and native answers must be equal), decoder + prefill +\n"
         "front on loopback and a native decoder for comparison; a cold prompt of N tokens (default 6000)\n"
         "from the Python standard library with a needle sentence in the middle, then a warm follow-up.\n"
-        "Models are generated once under DIR (default .cache/up); logs go to DIR/logs.\n"
+        "Models are generated once under DIR (default .cache/up); logs go to DIR/logs. --backend/--precision\n"
+        "go to the prefill server (auto: CUDA when a GPU is usable; --precision exact: the CUDA V2 engine runs\n"
+        "the decoder's own math, so the bridged answer equals the native one on a GPU too).\n"
         "--arch deepseek_v4: the tiny V4 preset (window 8, CSA rate 4 with its lightning indexer, HCA rate 16,\n"
-        "hyper-connections) with the real tokenizer's vocabulary, official semantics, CPU\n"
-        "prefill, default 3000 tokens (the V4 engines are the single-threaded f32 reference).\n";
+        "hyper-connections) with the real tokenizer's vocabulary, official semantics, default 3000 tokens\n"
+        "(the V4 engines are the f32 reference math; on a GPU its matrix products run there).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     long long tokens = 0, max_tokens = 24;
-    const char *scheme = "none", *dir = ".cache/up", *backend = "auto", *arch = "deepseek_v2";
+    const char *scheme = "none", *dir = ".cache/up", *backend = "auto", *arch = "deepseek_v2", *precision = "bf16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long x;
@@ -289,12 +291,16 @@ int pdb_cli_up(int argc, char **argv) {
         else if (!strcmp(a, "--scheme") && v) scheme = argv[++i];
         else if (!strcmp(a, "--dir") && v) dir = argv[++i];
         else if (!strcmp(a, "--backend") && v) backend = argv[++i];
+        else if (!strcmp(a, "--precision") && v) precision = argv[++i];
         else if (!strcmp(a, "--arch") && v && (!strcmp(v, "deepseek_v2") || !strcmp(v, "deepseek_v4"))) arch = argv[++i];
         else { fprintf(stderr, "pdbridge up: bad option '%s'\n\n%s", a, usage); return 2; }
     }
     int v4 = !strcmp(arch, "deepseek_v4");
     if (strcmp(scheme, "none") && strcmp(scheme, "mx")) { fprintf(stderr, "pdbridge up: --scheme none or mx\n"); return 2; }
-    if (v4 && !strcmp(backend, "auto")) backend = "cpu";
+    if (strcmp(precision, "bf16") && strcmp(precision, "f32") && strcmp(precision, "exact")) {
+        fprintf(stderr, "pdbridge up: --precision bf16, f32 or exact\n");
+        return 2;
+    }
     if (!tokens) tokens = v4 ? 3000 : 6000;
     const char *mname = v4 ? "v4-tiny" : "v2-small";
     char hf[600], dec[600], logs[600], cache[600], cache_n[600], path[700];
@@ -332,7 +338,7 @@ int pdb_cli_up(int argc, char **argv) {
     char *dargs[] = {"pdbridge", "decode-server", "--model", dec, "--cache-dir", cache, "--port", "0", "--block-size", "512", NULL};
     char *nargs[] = {"pdbridge", "decode-server", "--model", dec, "--cache-dir", cache_n, "--port", "0", "--block-size", "512", NULL};
     char *pargs[] = {"pdbridge", "prefill-server", "--model", hf, "--decoder-model", dec, "--port", "0", "--backend",
-                     (char *)backend, NULL};
+                     (char *)backend, "--precision", (char *)precision, NULL};
     printf("up: starting decoder, native decoder, prefill server and front on loopback (logs in %s)\n", logs);
     fflush(stdout);
     if (!up_start(&pd, "decoder", logs, dargs) || !up_start(&pn, "native", logs, nargs) || !up_start(&pp, "prefill", logs, pargs))
