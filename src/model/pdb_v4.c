@@ -414,54 +414,76 @@ pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l,
 
 /* ======================================== attention ======================================== */
 
-/* softmax with a sink over scores s[n] (in place), returns nothing: s becomes the probabilities. */
+/* softmax with a sink over scores s[n] (in place): s becomes the probabilities. The exponential
+ * is pdb_math_exp of the f32 difference (the double exp rounded to float at once), so a GPU's
+ * double exp (1 ulp) gives the same floats as glibc's (docs/v4.md §7); den sums in double. */
 static void softmax_sink(float *s, int64_t n, float sink) {
     float mx = sink;
     for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, s[i]);
-    double den = exp((double)sink - mx);
-    for (int64_t i = 0; i < n; i++) den += exp((double)s[i] - mx);
-    for (int64_t i = 0; i < n; i++) s[i] = (float)(exp((double)s[i] - mx) / den);
+    double den = (double)pdb_math_exp(sink - mx);
+    for (int64_t i = 0; i < n; i++) {
+        s[i] = pdb_math_exp(s[i] - mx);
+        den += (double)s[i];
+    }
+    for (int64_t i = 0; i < n; i++) s[i] = (float)((double)s[i] / den);
 }
 
-/* The attention block for T tokens of layer l: x [T, H] (after attn_norm) -> out [T, H]. */
-/* One (token, head) of the attention: scores over [window rows | picked compressed entries], the
- * sink softmax, the weighted sum in double, inverse RoPE on the output's rotary dims. */
+/* One (token, head) of pdb_v4_attn_ref: scores over [window rows | picked compressed entries],
+ * the sink softmax, the weighted sum in double (the contract in pdb_v4.h). */
 typedef struct v4_attn_job {
-    const pdb_v4_layer *L;
-    const pdb_v4_layer_cache *lc;
-    const float *q, *keys;
-    float *o, *sc;
-    const int32_t *sel;
-    const int64_t *nsel;
-    int64_t sc_stride, p0, lo, W, K, nh, hd, rd;
-    float scale;
+    const pdb_v4_attn_desc *d;
+    float *sc;
+    int64_t sc_stride;
 } v4_attn_job;
 
 static void attn_task(void *ctx, int64_t task, int thread) {
     const v4_attn_job *j = ctx;
-    const pdb_v4_layer *L = j->L;
-    int64_t t = task / j->nh, h = task % j->nh, hd = j->hd, W = j->W, lo = j->lo;
-    int64_t p = j->p0 + t, wlo = p - W + 1 > lo ? p - W + 1 : lo, nw = p - wlo + 1;
-    const float *wk = j->keys + (wlo - lo) * hd, *comp = j->lc->comp;
+    const pdb_v4_attn_desc *d = j->d;
+    int64_t t = task / d->nh, h = task % d->nh, hd = d->hd, W = d->W, lo = d->lo;
+    int64_t p = d->p0 + t, wlo = p - W + 1 > lo ? p - W + 1 : lo, nw = p - wlo + 1;
+    const float *wk = d->keys + (wlo - lo) * hd, *comp = d->comp;
     int64_t nc = 0;
     const int32_t *ids = NULL;
-    if (L->attn == PDB_V4_ATTN_HCA) nc = (p + 1) / L->rate;
-    else if (L->attn == PDB_V4_ATTN_CSA) { nc = j->nsel[t]; ids = j->sel + t * j->K; }
+    if (d->sel) { nc = d->nsel[t]; ids = d->sel + t * d->K; }
+    else if (d->rate > 0) nc = (p + 1) / d->rate;
     float *sc = j->sc + (int64_t)thread * j->sc_stride;
-    const float *qh = j->q + (t * j->nh + h) * hd;
-    float *oh = j->o + (t * j->nh + h) * hd;
-    for (int64_t i = 0; i < nw; i++) sc[i] = dotd(qh, wk + i * hd, hd) * j->scale;
-    for (int64_t i = 0; i < nc; i++) sc[nw + i] = dotd(qh, comp + (ids ? ids[i] : i) * hd, hd) * j->scale;
-    softmax_sink(sc, nw + nc, L->sink[h]);
-    for (int64_t d = 0; d < hd; d++) {
+    const float *qh = d->q + (t * d->nh + h) * hd;
+    float *oh = d->o + (t * d->nh + h) * hd;
+    for (int64_t i = 0; i < nw; i++) sc[i] = dotd(qh, wk + i * hd, hd) * d->scale;
+    for (int64_t i = 0; i < nc; i++) sc[nw + i] = dotd(qh, comp + (ids ? ids[i] : i) * hd, hd) * d->scale;
+    softmax_sink(sc, nw + nc, d->sinks[h]);
+    for (int64_t e = 0; e < hd; e++) {
         double acc = 0;
-        for (int64_t i = 0; i < nw; i++) acc += (double)sc[i] * wk[i * hd + d];
-        for (int64_t i = 0; i < nc; i++) acc += (double)sc[nw + i] * comp[(ids ? ids[i] : i) * hd + d];
-        oh[d] = (float)acc;
+        for (int64_t i = 0; i < nw; i++) acc += (double)sc[i] * wk[i * hd + e];
+        for (int64_t i = 0; i < nc; i++) acc += (double)sc[nw + i] * comp[(ids ? ids[i] : i) * hd + e];
+        oh[e] = (float)acc;
     }
-    pdb_rope_apply(L->rope, oh + hd - j->rd, -p); /* inverse rotation: V carried RoPE */
 }
 
+pdb_status pdb_v4_attn_ref(const pdb_v4_attn_desc *d, pdb_pool *pool) {
+    if (d->T <= 0 || d->nh <= 0) return PDB_OK;
+    int64_t nmax = d->W + (d->sel ? d->K : d->rate > 0 ? (d->p0 + d->T) / d->rate : 0);
+    int64_t nth = pool ? pdb_pool_threads(pool) : 1, stride = nmax + 1;
+    float *sc = falloc(nth * stride);
+    if (!sc) return pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
+    v4_attn_job aj = {.d = d, .sc = sc, .sc_stride = stride};
+    if (pool) pdb_pool_run(pool, d->T * d->nh, attn_task, &aj);
+    else
+        for (int64_t i = 0; i < d->T * d->nh; i++) attn_task(&aj, i, 0);
+    free(sc);
+    return PDB_OK;
+}
+
+/* Inverse rotation of each output head's rotary dims (V carried RoPE), per token on the pool. */
+typedef struct v4_unrope_job { const pdb_rope *rope; float *o; int64_t p0, nh, hd, rd; } v4_unrope_job;
+
+static void unrope_task(void *ctx, int64_t t, int thread) {
+    (void)thread;
+    const v4_unrope_job *j = ctx;
+    for (int64_t h = 0; h < j->nh; h++) pdb_rope_apply(j->rope, j->o + (t * j->nh + h) * j->hd + j->hd - j->rd, -(j->p0 + t));
+}
+
+/* The attention block for T tokens of layer l: x [T, H] (after attn_norm) -> out [T, H]. */
 static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *out) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
@@ -470,14 +492,12 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
     int64_t W = c->sliding_window, G = c->o_groups, olr = c->o_lora_rank, gin = nh * hd / G, p0 = cc->len;
     int official = cc->sem == PDB_V4_SEM_OFFICIAL;
     int64_t lo = p0 - W + 1 > 0 ? p0 - W + 1 : 0, nold = p0 - lo, K = c->index_topk;
-    int64_t ncomp_max = L->rate ? (p0 + T) / L->rate : 0;
     pdb_status s = PDB_OK;
     float *qr = falloc(T * qlr), *q = falloc(T * nh * hd), *keys = falloc((nold + T) * hd), *o = falloc(T * nh * hd);
-    int64_t nth = m->pool ? pdb_pool_threads(m->pool) : 1, sc_stride = W + ncomp_max + 1;
-    float *a = falloc(T * G * olr), *sc = falloc(nth * sc_stride);
+    float *a = falloc(T * G * olr);
     int32_t *sel = L->attn == PDB_V4_ATTN_CSA ? malloc(sizeof(int32_t) * (size_t)(T * K)) : NULL;
     int64_t *nsel = L->attn == PDB_V4_ATTN_CSA ? malloc(sizeof(int64_t) * (size_t)T) : NULL;
-    if (!qr || !q || !keys || !o || !a || !sc || (L->attn == PDB_V4_ATTN_CSA && (!sel || !nsel))) {
+    if (!qr || !q || !keys || !o || !a || (L->attn == PDB_V4_ATTN_CSA && (!sel || !nsel))) {
         s = pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
         goto done;
     }
@@ -503,14 +523,19 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
         s = run_indexer(m, L, lc, official ? QSIM_FP4_ROT : QSIM_NONE, qr, x, T, p0, sel, nsel);
         if (s) goto done;
     }
-    /* attention per token and head over [window rows | picked compressed entries], with a sink;
-     * the (token, head) tasks are independent, so they run on the pool's threads */
-    v4_attn_job aj = {.L = L, .lc = lc, .q = q, .keys = keys, .o = o, .sel = sel, .nsel = nsel, .sc = sc,
-                      .sc_stride = sc_stride, .p0 = p0, .lo = lo, .W = W, .K = K, .nh = nh, .hd = hd, .rd = rd,
-                      .scale = (float)(1.0 / sqrt((double)hd))};
-    if (m->pool) pdb_pool_run(m->pool, T * nh, attn_task, &aj);
+    /* attention per token and head over [window rows | picked compressed entries], with a sink
+     * (pdb_v4_attn_ref's contract: on the provider when it has one, else on the pool's threads),
+     * then the inverse RoPE of every output head on the host */
+    pdb_v4_attn_desc ad = {.T = T, .nh = nh, .hd = hd, .p0 = p0, .lo = lo, .W = W, .q = q, .keys = keys,
+                           .comp = lc->comp, .n_comp = L->rate ? (p0 + T) / L->rate : 0,
+                           .rate = L->attn == PDB_V4_ATTN_HCA ? L->rate : 0, .sel = sel, .nsel = nsel, .K = K,
+                           .sinks = L->sink, .scale = (float)(1.0 / sqrt((double)hd)), .o = o};
+    s = m->mm && m->mm->attn ? m->mm->attn(m->mm->ctx, &ad) : pdb_v4_attn_ref(&ad, m->pool);
+    if (s) goto done;
+    v4_unrope_job uj = {.rope = L->rope, .o = o, .p0 = p0, .nh = nh, .hd = hd, .rd = rd};
+    if (m->pool) pdb_pool_run(m->pool, T, unrope_task, &uj);
     else
-        for (int64_t i = 0; i < T * nh; i++) attn_task(&aj, i, 0);
+        for (int64_t t = 0; t < T; t++) unrope_task(&uj, t, 0);
     /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
     for (int64_t g = 0; g < G && !s; g++)
         s = v4_mm(m, T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
@@ -521,7 +546,6 @@ done:
     free(keys);
     free(o);
     free(a);
-    free(sc);
     free(sel);
     free(nsel);
     return s;

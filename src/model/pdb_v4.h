@@ -92,10 +92,14 @@ typedef struct pdb_v4_model {
  * pdb_v4_mm_ref: 8 f32 partial sums over k mod 8 (p[j] = p[j] + a*b, two roundings), combined as
  * ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)), then the tail k >= K - K % 8 added in order.
  * A provider that keeps this order makes every engine bit-identical to the CPU. */
+struct pdb_v4_attn_desc;
 typedef struct pdb_v4_mm_provider {
     const char *name; /* "cuda" */
     pdb_status (*mm)(void *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                      int64_t ldb, int acc, float *C, int64_t ldc);
+    /* Optional (NULL: on the host): one layer's window/compressed attention for T tokens, each
+     * output element exactly as pdb_v4_attn_ref computes it (the contract below). */
+    pdb_status (*attn)(void *ctx, const struct pdb_v4_attn_desc *d);
     void *ctx;
     void (*destroy)(void *ctx);
 } pdb_v4_mm_provider;
@@ -103,6 +107,41 @@ typedef struct pdb_v4_mm_provider {
 /* The reference product on the calling thread (the provider contract's definition). */
 void pdb_v4_mm_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int acc,
                    float *C, int64_t ldc);
+
+/* One layer's attention for T tokens at positions p0..p0+T-1, as plain data (all host memory,
+ * read-only but o). Token t (position p = p0 + t), head h sees n = nw + nc keys, in this order:
+ *   window rows  i < nw:  keys[(wlo - lo + i) * hd], wlo = max(p - W + 1, lo), nw = p - wlo + 1
+ *                (keys row r holds the K=V row of position lo + r; rows up to p0 - lo + T - 1);
+ *   compressed   i >= nw: comp[e * hd], e = sel[t * K + (i - nw)], i - nw < nc = nsel[t] when
+ *                sel (CSA); else e = i - nw, nc = (p + 1) / rate when rate > 0 (HCA); else nc = 0.
+ *                Every e < n_comp.
+ * Per (t, h), with q = q[(t * nh + h) * hd], k_i the key row above, all sums sequential in i or d:
+ *   (1) s_i = (float)(sum_{d=0..hd-1} (double)q[d] * k_i[d]) * scale       (double sum, f32 product)
+ *   (2) mx = fmaxf(... fmaxf(sinks[h], s_0) ..., s_{n-1});
+ *       e_i = (float)exp((double)(s_i - mx)) (pdb_math_exp of the f32 difference), e_s likewise
+ *       of sinks[h] - mx; den = (double)e_s + e_0 + ... + e_{n-1} (double, in this order);
+ *       P_i = (float)((double)e_i / den)
+ *   (3) o[(t * nh + h) * hd + d] = (float)(sum_{i=0..n-1} (double)P_i * k_i[d])     (double sum)
+ * Every double product above is of two floats, hence exact: a fused multiply-add gives the same
+ * sum. The output is BEFORE the inverse RoPE of the rotary dims (the caller applies it). */
+typedef struct pdb_v4_attn_desc {
+    int64_t T, nh, hd;
+    int64_t p0, lo, W;        /* first position of the chunk / of keys row 0 / sliding window */
+    const float *q;           /* [T, nh, hd] after the per-head norm and RoPE */
+    const float *keys;        /* [(p0 - lo) + T, hd] */
+    const float *comp;        /* [n_comp, hd] */
+    int64_t n_comp;
+    int64_t rate;             /* HCA: compression rate; 0 otherwise */
+    const int32_t *sel;       /* CSA: [T, K] picked entries (NULL otherwise) */
+    const int64_t *nsel;      /* CSA: [T] */
+    int64_t K;
+    const float *sinks;       /* [nh] */
+    float scale;
+    float *o;                 /* [T, nh, hd] out */
+} pdb_v4_attn_desc;
+
+/* The attention contract's definition, on pool's threads (NULL: the calling thread). */
+pdb_status pdb_v4_attn_ref(const pdb_v4_attn_desc *d, pdb_pool *pool);
 
 /* One layer's decoder cache state; NULL pools are absent for that layer type. */
 typedef struct pdb_v4_layer_cache {
