@@ -89,11 +89,11 @@ done
 run "$BIN" verify-blocks "$T/cache-bridged" "$T/cache-native"
 echo "$OUT" | sed 's/^/     /'
 [ $RC -eq 0 ] || fail "verify-blocks bridged native: exit $RC"
-echo "$OUT" | grep -q "^$NBLK/$NBLK identical" || fail "verify-blocks summary, want $NBLK/$NBLK identical"
+grep -q "^$NBLK/$NBLK identical" <<<"$OUT" || fail "verify-blocks summary, want $NBLK/$NBLK identical"
 [ "$(echo "$OUT" | grep -c '  identical (2 tensors')" -eq $NBLK ] || fail "verify-blocks: not one 'identical' line per block"
 ok "verify-blocks: $NBLK/$NBLK bridged blocks identical to the decoder's own"
 run "$BIN" verify-blocks "$T/cache-bridged" "$T/cache-native" --strict-meta
-[ $RC -eq 0 ] || echo "$OUT" | grep -q "created_at" || fail "--strict-meta: a difference other than created_at: $OUT"
+[ $RC -eq 0 ] || grep -q "created_at" <<<"$OUT" || fail "--strict-meta: a difference other than created_at: $OUT"
 ok "verify-blocks --strict-meta: exit $RC (only created_at may differ)"
 
 # 2. diff-state: the decoder's native state vs the mounted bridged blocks
@@ -102,17 +102,17 @@ for kind in text chat; do
     run "$BIN" diff-state --model "$T/dec" --prompt-file "$f" --cache-dir "$T/cache-bridged" $flag --threads 1
     echo "$OUT" | tail -2 | sed 's/^/     /'
     [ $RC -eq 0 ] || fail "diff-state ($kind): exit $RC: $OUT"
-    echo "$OUT" | grep -Eq "^blocks: ([0-9]+)/\1 found" || fail "diff-state ($kind): not every block found"
-    echo "$OUT" | grep -q "worst |d| 0, worst rel 0" || fail "diff-state ($kind): nonzero delta"
+    grep -Eq "^blocks: ([0-9]+)/\1 found" <<<"$OUT" || fail "diff-state ($kind): not every block found"
+    grep -q "worst |d| 0, worst rel 0" <<<"$OUT" || fail "diff-state ($kind): nonzero delta"
     ok "diff-state ($kind): every block of the prompt found and bit-identical"
 done
 run "$BIN" diff-state --model "$T/mx" --prompt-file "$T/prompt.txt" --cache-dir "$T/cache-bridged" --threads 1
 [ $RC -eq 1 ] || fail "diff-state with a decoder that has no blocks here: exit $RC (want 1): $OUT"
-echo "$OUT" | grep -q "nothing was proven" || fail "diff-state with no blocks: no explanation: $OUT"
+grep -q "nothing was proven" <<<"$OUT" || fail "diff-state with no blocks: no explanation: $OUT"
 ok "diff-state: a decoder with another fingerprint finds no block -> exit 1"
 mkdir "$T/not-a-store"
 run "$BIN" diff-state --model "$T/dec" --prompt-file "$T/prompt.txt" --cache-dir "$T/not-a-store"
-[ $RC -eq 3 ] && echo "$OUT" | grep -q "not-a-store: no store.json" || fail "diff-state on a non-store dir: exit $RC: $OUT"
+[ $RC -eq 3 ] && grep -q "not-a-store: no store.json" <<<"$OUT" || fail "diff-state on a non-store dir: exit $RC: $OUT"
 [ -z "$(ls -A "$T/not-a-store")" ] || fail "diff-state wrote into a non-store dir"
 ok "diff-state: a directory without store.json is refused (exit 3), nothing written"
 
@@ -133,15 +133,15 @@ PY
 run "$BIN" verify-blocks "$T/cache-flip" "$T/cache-native"
 echo "$OUT" | grep -A1 DIFFERS | sed 's/^/     /'
 [ $RC -eq 1 ] || fail "verify-blocks after a flipped float: exit $RC (want 1)"
-echo "$OUT" | grep -q "^$((NBLK - 1))/$NBLK identical" || fail "flip: summary should be $((NBLK - 1))/$NBLK: $OUT"
-echo "$OUT" | grep -Eq "latent: values differ, 1/[0-9]+ elements differ .* worst 1 ulps \(F32\) = 1.52588e-05 bf16 ulps, 100.000000% within 1 bf16 ulp" \
+grep -q "^$((NBLK - 1))/$NBLK identical" <<<"$OUT" || fail "flip: summary should be $((NBLK - 1))/$NBLK: $OUT"
+grep -Eq "latent: values differ, 1/[0-9]+ elements differ .* worst 1 ulps \(F32\) = 1.52588e-05 bf16 ulps, 100.000000% within 1 bf16 ulp" <<<"$OUT" \
     || fail "flip: the difference count/ulps are not reported: $OUT"
 ok "verify-blocks: one flipped float -> exit 1, 1 element at 1 ulp reported"
 run "$BIN" verify-blocks "$VICTIM" "${VICTIM/cache-flip/cache-native}"
-[ $RC -eq 1 ] && echo "$OUT" | grep -q "^0/1 identical" || fail "verify-blocks on two files: exit $RC: $OUT"
+[ $RC -eq 1 ] && grep -q "^0/1 identical" <<<"$OUT" || fail "verify-blocks on two files: exit $RC: $OUT"
 rm "$VICTIM"
 run "$BIN" verify-blocks "$T/cache-flip" "$T/cache-native"
-[ $RC -eq 1 ] && echo "$OUT" | grep -q "only in B" && echo "$OUT" | grep -q "^$((NBLK - 1))/$NBLK identical (0 only in A, 1 only in B)" \
+[ $RC -eq 1 ] && grep -q "only in B" <<<"$OUT" && grep -q "^$((NBLK - 1))/$NBLK identical (0 only in A, 1 only in B)" <<<"$OUT" \
     || fail "a block present on one side only: exit $RC: $OUT"
 ok "verify-blocks: a block on one side only is reported and counts as not identical"
 
@@ -163,14 +163,14 @@ PY
 run "$BIN" verify-blocks $HS
 echo "$OUT" | grep latent | sed 's/^/     /'
 [ $RC -eq 1 ] || fail "MX vs unquantized blocks: exit $RC (want 1): $OUT"
-echo "$OUT" | grep -Eq "latent: values differ, [0-9]+/[0-9]+ elements differ" || fail "MX vs none: no difference report: $OUT"
-echo "$OUT" | grep -q "tokens: " && fail "MX vs none: the tokens should be identical: $OUT"
+grep -Eq "latent: values differ, [0-9]+/[0-9]+ elements differ" <<<"$OUT" || fail "MX vs none: no difference report: $OUT"
+grep -q "tokens: " <<<"$OUT" && fail "MX vs none: the tokens should be identical: $OUT"
 ok "verify-blocks: MX decoder vs unquantized decoder reported as different, with counts and ulps"
 
 # 5. pool-validate
 run "$BIN" pool-validate --decoder-model "$T/dec" --model "$T/hf" --tokens 257 --seed 3 --threads 1
 echo "$OUT" | tail -4 | sed 's/^/     /'
-[ $RC -eq 0 ] && echo "$OUT" | grep -q "^PASS" || fail "pool-validate cpu: exit $RC: $OUT"
+[ $RC -eq 0 ] && grep -q "^PASS" <<<"$OUT" || fail "pool-validate cpu: exit $RC: $OUT"
 ok "pool-validate cpu: every row identical, whole/chunked/odd-chunked"
 run "$BIN" pool-validate --decoder-model "$T/mx" --model "$T/hf" --tokens 64 --threads 1
 [ $RC -eq 0 ] || fail "pool-validate cpu (MX decoder weights): exit $RC: $OUT"
@@ -181,7 +181,7 @@ if [ "${GPUS:-0}" -gt 0 ]; then
     [ $RC -eq 0 ] || fail "pool-validate cuda on a GPU: exit $RC: $OUT"
     ok "pool-validate cuda: within threshold"
 else
-    [ $RC -eq 3 ] && echo "$OUT" | grep -q "backend cuda unavailable" || fail "pool-validate cuda without a GPU: exit $RC: $OUT"
+    [ $RC -eq 3 ] && grep -q "backend cuda unavailable" <<<"$OUT" || fail "pool-validate cuda without a GPU: exit $RC: $OUT"
     ok "pool-validate cuda without a GPU: clear error, exit 3 (not a pass)"
 fi
 
@@ -191,6 +191,6 @@ for args in "verify-blocks $T/nope $T/cache-native" "verify-blocks $T/cache-nati
     run "$BIN" $args
     [ $RC -eq 2 ] || fail "'pdbridge $args': exit $RC, want 2: $OUT"
 done
-for sub in verify-blocks diff-state pool-validate; do "$BIN" $sub --help | grep -q "^exit:" || fail "$sub --help"; done
+for sub in verify-blocks diff-state pool-validate; do grep -q "^exit:" <<<"$("$BIN" $sub --help)" || fail "$sub --help"; done
 ok "usage errors exit 2; --help documents the exit codes"
 echo "all verify end-to-end checks passed"

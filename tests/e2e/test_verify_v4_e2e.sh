@@ -80,7 +80,7 @@ for _ in $(seq 1 300); do [ "$(find "$T/cache-native" -name '*.pdbblk' | wc -l)"
 # 1. bridged dir == native dir, block by block (8 pool tensors + tokens each)
 run "$BIN" verify-blocks "$T/cache-bridged" "$T/cache-native"
 [ $RC -eq 0 ] || pdb_e2e_fail "verify-blocks: exit $RC: $OUT"
-echo "$OUT" | grep -q "^$NBLK/$NBLK identical" || pdb_e2e_fail "verify-blocks summary, want $NBLK/$NBLK identical: $OUT"
+grep -q "^$NBLK/$NBLK identical" <<<"$OUT" || pdb_e2e_fail "verify-blocks summary, want $NBLK/$NBLK identical: $OUT"
 ok "verify-blocks: $NBLK/$NBLK bridged V4 blocks identical to the native decoder's"
 
 # 2. diff-state: the decoder's native state, each block taken at its end, vs the mounted blocks
@@ -89,9 +89,9 @@ for kind in text chat; do
     f="$T/prompt.txt"; flag=""; [ $kind = chat ] && { f="$T/chat.txt"; flag=--chat; }
     run "$BIN" diff-state --model "$T/dec" --prompt-file "$f" --cache-dir "$T/cache-bridged" $flag --threads 1
     [ $RC -eq 0 ] || pdb_e2e_fail "diff-state ($kind): exit $RC: $OUT"
-    echo "$OUT" | grep -Eq "^blocks: ([0-9]+)/\1 found \(\1 leading" || pdb_e2e_fail "diff-state ($kind): not every block found: $OUT"
+    grep -Eq "^blocks: ([0-9]+)/\1 found \(\1 leading" <<<"$OUT" || pdb_e2e_fail "diff-state ($kind): not every block found: $OUT"
     for p in $POOLS; do
-        echo "$OUT" | grep -Eq "^pool $p: ([0-9]+)/\1 elements bit-exact \(100.000000%\), worst \|d\| 0, worst rel 0" \
+        grep -Eq "^pool $p: ([0-9]+)/\1 elements bit-exact \(100.000000%\), worst \|d\| 0, worst rel 0" <<<"$OUT" \
             || pdb_e2e_fail "diff-state ($kind): pool $p not bit-exact: $OUT"
     done
     echo "$OUT" | grep "^all pools" | sed 's/^/     /'
@@ -102,9 +102,9 @@ done
 #    attention inputs, which differ from the MX decoder's own from layer 1 on -> exit 1, per pool
 run "$BIN" diff-state --model "$T/mx" --prompt-file "$T/prompt.txt" --cache-dir "$T/cache-mx" --threads 1
 [ $RC -eq 1 ] || pdb_e2e_fail "diff-state, MX decoder with a bf16 engine: exit $RC (want 1): $OUT"
-echo "$OUT" | grep -Eq "^blocks: ([0-9]+)/\1 found" || pdb_e2e_fail "diff-state MX: blocks not found: $OUT"
-echo "$OUT" | grep -Eq "^block 0 [0-9a-f]+  win: [0-9]+/[0-9]+ differ" || pdb_e2e_fail "diff-state MX: no per-pool difference: $OUT"
-echo "$OUT" | grep -E "^pool |^all pools" | sed 's/^/     /'
+grep -Eq "^blocks: ([0-9]+)/\1 found" <<<"$OUT" || pdb_e2e_fail "diff-state MX: blocks not found: $OUT"
+grep -Eq "^block 0 [0-9a-f]+  win: [0-9]+/[0-9]+ differ" <<<"$OUT" || pdb_e2e_fail "diff-state MX: no per-pool difference: $OUT"
+grep -E "^pool |^all pools" <<<"$OUT" | sed 's/^/     /'
 ok "diff-state, MX decoder + bf16 engine: exit 1, differences reported per pool"
 
 # 4. pool-validate on V4: the whole prefill through the backend against the decoder's native blocks,
@@ -112,14 +112,14 @@ ok "diff-state, MX decoder + bf16 engine: exit 1, differences reported per pool"
 #    too); a bf16 engine in front of the MX decoder misses (exit 1); --backend cuda passes on a GPU
 #    and is a clear exit 3 without one; less than one block is a usage error
 run "$BIN" pool-validate --decoder-model "$T/dec" --tokens 300 --threads 2
-[ $RC -eq 0 ] && echo "$OUT" | grep -q "^PASS" || pdb_e2e_fail "pool-validate V4 cpu: exit $RC: $OUT"
-[ "$(echo "$OUT" | grep -c "^overall .*100.000000%.*pass")" = 3 ] || pdb_e2e_fail "pool-validate V4 cpu: not 3 exact modes: $OUT"
-[ "$(echo "$OUT" | grep -c "^whole .*pool ")" = 8 ] || pdb_e2e_fail "pool-validate V4: not 8 pools: $OUT"
+[ $RC -eq 0 ] && grep -q "^PASS" <<<"$OUT" || pdb_e2e_fail "pool-validate V4 cpu: exit $RC: $OUT"
+[ "$(grep -c "^overall .*100.000000%.*pass" <<<"$OUT")" = 3 ] || pdb_e2e_fail "pool-validate V4 cpu: not 3 exact modes: $OUT"
+[ "$(grep -c "^whole .*pool " <<<"$OUT")" = 8 ] || pdb_e2e_fail "pool-validate V4: not 8 pools: $OUT"
 ok "pool-validate V4 cpu: 8 pools, whole/chunked/odd-chunked bit-identical to the decoder's blocks"
 run "$BIN" pool-validate --decoder-model "$T/mx" --tokens 128 --threads 1
 [ $RC -eq 0 ] || pdb_e2e_fail "pool-validate V4 cpu, MX decoder read by the engine: exit $RC: $OUT"
 run "$BIN" pool-validate --decoder-model "$T/mx" --model "$T/hf" --tokens 128 --threads 1
-[ $RC -eq 1 ] && echo "$OUT" | grep -q "^FAIL" || pdb_e2e_fail "pool-validate V4, bf16 engine + MX decoder: exit $RC (want 1): $OUT"
+[ $RC -eq 1 ] && grep -q "^FAIL" <<<"$OUT" || pdb_e2e_fail "pool-validate V4, bf16 engine + MX decoder: exit $RC (want 1): $OUT"
 ok "pool-validate V4: MX decoder exact with its own weights in the engine, exit 1 with the bf16 engine"
 GPUS=$("$BIN" info | sed -n 's/^cuda_devices: //p')
 run "$BIN" pool-validate --decoder-model "$T/dec" --backend cuda --tokens 300
@@ -127,10 +127,10 @@ if [ "${GPUS:-0}" -gt 0 ]; then
     [ $RC -eq 0 ] || pdb_e2e_fail "pool-validate V4 cuda on a GPU: exit $RC: $OUT"
     ok "pool-validate V4 cuda: within threshold"
 else
-    [ $RC -eq 3 ] && echo "$OUT" | grep -q "backend cuda unavailable" || pdb_e2e_fail "pool-validate V4 cuda without a GPU: exit $RC: $OUT"
+    [ $RC -eq 3 ] && grep -q "backend cuda unavailable" <<<"$OUT" || pdb_e2e_fail "pool-validate V4 cuda without a GPU: exit $RC: $OUT"
     ok "pool-validate V4 cuda without a GPU: clear error, exit 3 (not a pass)"
 fi
 run "$BIN" pool-validate --decoder-model "$T/dec" --tokens 100
-[ $RC -eq 2 ] && echo "$OUT" | grep -q "less than one block" || pdb_e2e_fail "pool-validate V4, 100 tokens: exit $RC: $OUT"
+[ $RC -eq 2 ] && grep -q "less than one block" <<<"$OUT" || pdb_e2e_fail "pool-validate V4, 100 tokens: exit $RC: $OUT"
 ok "pool-validate V4: fewer tokens than a block is a usage error (exit 2)"
 echo "all V4 verify end-to-end checks passed"

@@ -59,7 +59,7 @@ grep -q "cut at" "$T/proxy.log" 2>/dev/null || true
 [ "$(j "$R" "len(d['problems'])")" = 0 ] || pdb_e2e_fail "cut bridge: $(j "$R" "d['problems']") ($R)"
 [ "$(j "$R" "d['verdict'].split(';')[0]")" = complete ] || pdb_e2e_fail "cut bridge: verdict $R"
 [ "$(j "$R" "d['pd']['resumes']")" = 1 ] || pdb_e2e_fail "cut bridge: expected one resume: $R"
-[ "$(j "$R" "d['pd']['spool_blocks']")" -ge 9 ] && echo "$R" | grep -q "spool_blocks=" || pdb_e2e_fail "cut bridge: the verdict does not report the spool's blocks: $R"
+[ "$(j "$R" "d['pd']['spool_blocks']")" -ge 9 ] && grep -q "spool_blocks=" <<<"$R" || pdb_e2e_fail "cut bridge: the verdict does not report the spool's blocks: $R"
 TOK=$(( $(m "$PRE" pdbridge_prefill_tokens_total) - TOK0 )); SB=$(( $(m "$PRE" pdbridge_prefill_spool_blocks_total) - SB0 ))
 [ "$TOK" = $(( 1500 / BS * BS )) ] || pdb_e2e_fail "cut bridge: the engine ran $TOK tokens (one run is $(( 1500 / BS * BS )); the resume recomputed?)"
 [ "$SB" -ge 9 ] || pdb_e2e_fail "cut bridge: only $SB blocks came from the spool (blocks 2..10 expected)"
