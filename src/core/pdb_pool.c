@@ -104,11 +104,11 @@ void pdb_pool_destroy(pdb_pool *p) {
     free(p);
 }
 
-int pdb_pool_threads(const pdb_pool *p) { return p->n; }
+int pdb_pool_threads(const pdb_pool *p) { return p ? p->n : 1; }
 
 void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
     if (n_tasks <= 0) return;
-    if (p->n == 1 || n_tasks == 1) {
+    if (!p || p->n == 1 || n_tasks == 1) {
         for (int64_t i = 0; i < n_tasks; i++) fn(ctx, i, 0);
         return;
     }

@@ -18,9 +18,11 @@ typedef void (*pdb_pool_fn)(void *ctx, int64_t task, int thread);
 /* n_threads <= 0: number of online CPUs. */
 pdb_status pdb_pool_create(int n_threads, pdb_pool **out);
 void pdb_pool_destroy(pdb_pool *p);
+/* NULL (no pool) counts as one thread: the caller's. */
 int pdb_pool_threads(const pdb_pool *p);
 /* Run fn(ctx, i, thread) for i in [0, n_tasks); the caller's thread takes part. Not reentrant:
- * one run at a time per pool (callers serialise). */
+ * one run at a time per pool (callers serialise). p NULL: every task on the calling thread
+ * (thread 0), in order. */
 void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx);
 
 #ifdef __cplusplus

@@ -741,7 +741,7 @@ int pdb_qmat_use_bw(int on) {
 }
 
 void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, float *rowbuf) {
-    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pool ? pdb_pool_threads(pool) : 1, 0, {0}};
+    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), 0, {0}};
     int64_t widest = 0;
     for (int i = 0; i < n_jobs; i++) {
         c.total += job_rows(&jobs[i]);

@@ -225,7 +225,7 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     int64_t I = c->intermediate_size, Is = c->moe_intermediate_size * (c->n_shared_experts > 1 ? c->n_shared_experts : 1);
     if (Is > I) I = Is;
     if (c->moe_intermediate_size > I) I = c->moe_intermediate_size;
-    int nth = pool ? pdb_pool_threads(pool) : 1;
+    int nth = pdb_pool_threads(pool);
     b->att_stride = max_len + 2 * row;
 #define BA(p, n) if (!((p) = malloc(sizeof(*(p)) * (size_t)((n) > 0 ? (n) : 1)))) goto nomem
     BA(b->cache, R); BA(b->pos, R); BA(b->h, R * H); BA(b->xn, R * H); BA(b->q, R * nh * qk);
@@ -296,9 +296,7 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     for (int64_t t = 0; t < R; t++)
         for (int64_t h = 0; h < nh; h++) pdb_rope_apply(&w->rope, b->q + t * nh * qk + h * qk + nope, b->pos[t]);
     b->layer = l;
-    if (b->pool) pdb_pool_run(b->pool, R * nh, attn_task, b);
-    else
-        for (int64_t i = 0; i < R * nh; i++) attn_task(b, i, 0);
+    pdb_pool_run(b->pool, R * nh, attn_task, b);
     pdb_qmat_matmul(b->pool, &L->o_proj, b->attn, nh * c->v_head_dim, R, b->tmp, H, b->rowbuf);
     for (int64_t i = 0; i < R * H; i++) b->h[i] += b->tmp[i];
 }

@@ -64,7 +64,7 @@ static pdb_status v4_mm(const pdb_v4_model *m, int64_t M, int64_t N, int64_t K, 
     if (M <= 0 || N <= 0) return PDB_OK;
     if (m->mm) return m->mm->mm(m->mm->ctx, M, N, K, A, lda, B, ldb, acc, C, ldc);
     mm_job j = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B, .C = C, .acc = acc};
-    if (!m->pool || N <= MM_COLS || M * N * K < (1 << 16)) mm_cols(&j, 0, N);
+    if (N <= MM_COLS || M * N * K < (1 << 16)) mm_cols(&j, 0, N);
     else pdb_pool_run(m->pool, (N + MM_COLS - 1) / MM_COLS, mm_task, &j);
     return PDB_OK;
 }
@@ -363,7 +363,7 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_layer *L, cons
     const pdb_config *c = &m->cfg;
     int64_t nih = c->index_n_heads, ihd = c->index_head_dim, qlr = c->q_lora_rank, H = c->hidden_size;
     int64_t K = c->index_topk, r = L->rate;
-    int64_t nmax = (p0 + T) / r, nth = m->pool ? pdb_pool_threads(m->pool) : 1, stride = nmax > 0 ? nmax : 1;
+    int64_t nmax = (p0 + T) / r, nth = pdb_pool_threads(m->pool), stride = nmax > 0 ? nmax : 1;
     float *iq = falloc(T * nih * ihd), *wt = falloc(T * nih);
     scored *sc = malloc(sizeof(scored) * (size_t)(stride * nth));
     if (!iq || !wt || !sc) { free(iq); free(wt); free(sc); return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory"); }
@@ -373,9 +373,7 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_layer *L, cons
         v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .wt = wt, .sel = sel, .nsel = nsel, .sc = sc, .sc_stride = stride,
                         .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q,
                         .wscale = (float)(1.0 / sqrt((double)nih)), .sscale = (float)(1.0 / sqrt((double)ihd))};
-        if (m->pool) pdb_pool_run(m->pool, T, idx_task, &j);
-        else
-            for (int64_t t = 0; t < T; t++) idx_task(&j, t, 0);
+        pdb_pool_run(m->pool, T, idx_task, &j);
     }
     free(iq);
     free(wt);
@@ -463,13 +461,11 @@ static void attn_task(void *ctx, int64_t task, int thread) {
 pdb_status pdb_v4_attn_ref(const pdb_v4_attn_desc *d, pdb_pool *pool) {
     if (d->T <= 0 || d->nh <= 0) return PDB_OK;
     int64_t nmax = d->W + (d->sel ? d->K : d->rate > 0 ? (d->p0 + d->T) / d->rate : 0);
-    int64_t nth = pool ? pdb_pool_threads(pool) : 1, stride = nmax + 1;
+    int64_t nth = pdb_pool_threads(pool), stride = nmax + 1;
     float *sc = falloc(nth * stride);
     if (!sc) return pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
     v4_attn_job aj = {.d = d, .sc = sc, .sc_stride = stride};
-    if (pool) pdb_pool_run(pool, d->T * d->nh, attn_task, &aj);
-    else
-        for (int64_t i = 0; i < d->T * d->nh; i++) attn_task(&aj, i, 0);
+    pdb_pool_run(pool, d->T * d->nh, attn_task, &aj);
     free(sc);
     return PDB_OK;
 }
@@ -533,9 +529,7 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
     s = m->mm && m->mm->attn ? m->mm->attn(m->mm->ctx, &ad) : pdb_v4_attn_ref(&ad, m->pool);
     if (s) goto done;
     v4_unrope_job uj = {.rope = L->rope, .o = o, .p0 = p0, .nh = nh, .hd = hd, .rd = rd};
-    if (m->pool) pdb_pool_run(m->pool, T, unrope_task, &uj);
-    else
-        for (int64_t t = 0; t < T; t++) unrope_task(&uj, t, 0);
+    pdb_pool_run(m->pool, T, unrope_task, &uj);
     /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
     for (int64_t g = 0; g < G && !s; g++)
         s = v4_mm(m, T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
