@@ -89,17 +89,6 @@ pdb_status pdb_cuda_gemm_whole(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, in
     return PDB_OK;
 }
 
-/* Grow a scratch buffer to at least need bytes (cudaFree waits for the work that used it). */
-static pdb_status tail_reserve(void **p, size_t *cap, size_t need) {
-    if (*cap >= need) return PDB_OK;
-    if (*p) cudaFree(*p);
-    *p = NULL;
-    *cap = 0;
-    PDB_CU(cudaMalloc(p, need));
-    *cap = need;
-    return PDB_OK;
-}
-
 /* M-invariant product: full tiles of T = tile_rows rows in place; the last rem < T rows are
  * copied (whole row spans, so interleaved batches and other columns of C travel along) into
  * scratch with the same leading dimensions and strides, run as a T-row call, and copied back.
@@ -122,8 +111,8 @@ pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t 
     if (!rem) return PDB_OK;
     size_t a_row = esz * (size_t)((batch - 1) * sa + K), c_row = sizeof(float) * (size_t)((batch - 1) * sc + N);
     size_t a_need = esz * (size_t)((T - 1) * lda) + a_row, c_need = sizeof(float) * (size_t)((T - 1) * ldc) + c_row;
-    PDB_TRY(tail_reserve(&b->tail_a, &b->tail_a_cap, a_need));
-    PDB_TRY(tail_reserve((void **)&b->tail_c, &b->tail_c_cap, c_need));
+    PDB_TRY(pdb_cuda_reserve(&b->tail_a, &b->tail_a_cap, a_need));
+    PDB_TRY(pdb_cuda_reserve((void **)&b->tail_c, &b->tail_c_cap, c_need));
     size_t a_span = esz * (size_t)((rem - 1) * lda) + a_row, c_span = sizeof(float) * (size_t)((rem - 1) * ldc) + c_row;
     PDB_CU(cudaMemcpyAsync(b->tail_a, (const char *)A + esz * (size_t)(full * lda), a_span, cudaMemcpyDeviceToDevice, b->s));
     PDB_CU(cudaMemcpyAsync(b->tail_c, C + full * ldc, c_span, cudaMemcpyDeviceToDevice, b->s));

@@ -1,7 +1,40 @@
-/* pdb_cuda_info: device discovery for CUDA builds. Invariant: never aborts; a machine with
- * no driver or no GPU reports 0 devices. */
+/* pdb_cuda_info: device discovery and the small device utilities every CUDA backend shares
+ * (device selection, growable buffers, checked copies). Invariant: never aborts; a machine with
+ * no driver or no GPU reports 0 devices, and selecting a device there is a PDB_CUDA error. */
 #include <cuda_runtime.h>
 #include <string.h>
+
+#include "pdb_cuda_util.h"
+
+pdb_status pdb_cuda_use_device(int device, const char *who) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device present";
+        cudaGetLastError();
+        return pdb_err_set(PDB_CUDA, "%s: no usable GPU (%s)", who, why);
+    }
+    if (device < 0 || device >= ndev) return pdb_err_set(PDB_CUDA, "%s: device %d requested, %d present", who, device, ndev);
+    PDB_CU(cudaSetDevice(device));
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_reserve(void **p, size_t *cap, size_t need) {
+    if (*cap >= need) return PDB_OK;
+    if (*p) cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    PDB_CU(cudaMalloc(p, need));
+    *cap = need;
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_to_device(void *dst, const void *src, size_t bytes, const char *what) {
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) return PDB_OK;
+    cudaGetLastError();
+    return pdb_err_set(PDB_CUDA, "cudaMemcpy(%s, %zu bytes): %s", what, bytes, cudaGetErrorString(e));
+}
 
 extern "C" {
 #include "pdb_cuda.h"

@@ -114,20 +114,11 @@ template <typename T> static pdb_status dalloc(cu_list *l, T **p, size_t bytes) 
 
 /* Upload an f32 host array as dt into dst (device, preallocated). */
 static pdb_status upload_dt(cu_prefill *c, void *dst, const float *src, int64_t count) {
-    if (c->dt == PDB_CUDA_DT_F32) {
-        PDB_CU(cudaMemcpy(dst, src, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice));
-        return PDB_OK;
-    }
+    if (c->dt == PDB_CUDA_DT_F32) return pdb_cuda_to_device(dst, src, sizeof(float) * (size_t)count, "weights");
     uint16_t *tmp = (uint16_t *)malloc(2 * (size_t)count);
     if (!tmp) return pdb_err_set(PDB_NOMEM, "bf16 staging of %lld values", (long long)count);
     pdb_status s = pdb_dtype_from_f32(PDB_DT_BF16, src, count, tmp);
-    if (!s) {
-        cudaError_t e = cudaMemcpy(dst, tmp, 2 * (size_t)count, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            s = pdb_err_set(PDB_CUDA, "%s:%d cudaMemcpy(weights): %s", __FILE__, __LINE__, cudaGetErrorString(e));
-        }
-    }
+    if (!s) s = pdb_cuda_to_device(dst, tmp, 2 * (size_t)count, "weights");
     free(tmp);
     return s;
 }
@@ -140,16 +131,8 @@ static pdb_status load_into(cu_prefill *c, const pdb_st *st, const char *name, i
     float *f = NULL;
     PDB_TRY(pdb_st_load_f32(st, name, d1 ? 2 : 1, shape, &f));
     int64_t count = d0 * (d1 ? d1 : 1);
-    pdb_status s;
-    if (as_f32) {
-        cudaError_t e = cudaMemcpy((float *)dst + offset, f, sizeof(float) * (size_t)count, cudaMemcpyHostToDevice);
-        s = e == cudaSuccess ? PDB_OK
-                             : pdb_err_set(PDB_CUDA, "%s:%d cudaMemcpy(%s): %s", __FILE__, __LINE__, name,
-                                           cudaGetErrorString(e));
-        if (e != cudaSuccess) cudaGetLastError();
-    } else {
-        s = upload_dt(c, (char *)dst + (size_t)offset * c->esz, f, count);
-    }
+    pdb_status s = as_f32 ? pdb_cuda_to_device((float *)dst + offset, f, sizeof(float) * (size_t)count, name)
+                          : upload_dt(c, (char *)dst + (size_t)offset * c->esz, f, count);
     free(f);
     return s ? pdb_err_wrap(s, "tensor '%s': ", name) : PDB_OK;
 }
@@ -192,13 +175,7 @@ static pdb_status load_ukt(cu_prefill *c, const pdb_st *st, cu_layer *L, int l) 
                 for (int64_t i = 0; i < nope; i++) t[(h * kvl + k) * nope + i] = kvb[(h * (nope + vd) + i) * kvl + k];
         s = dalloc(&c->wts, &L->ukt, sizeof(float) * (size_t)(nh * kvl * nope));
     }
-    if (!s) {
-        cudaError_t e = cudaMemcpy(L->ukt, t, sizeof(float) * (size_t)(nh * kvl * nope), cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            s = pdb_err_set(PDB_CUDA, "%s:%d cudaMemcpy(W_UK^T): %s", __FILE__, __LINE__, cudaGetErrorString(e));
-        }
-    }
+    if (!s) s = pdb_cuda_to_device(L->ukt, t, sizeof(float) * (size_t)(nh * kvl * nope), "W_UK^T");
     free(kvb);
     free(t);
     return s;
@@ -263,13 +240,7 @@ static pdb_status load_hook(cu_prefill *c) {
         const pdb_qmat *w = &c->dec.layers[l].kv_a;
         for (int64_t r = 0; r < c->row; r++) pdb_qmat_row_f32(w, r, buf + r * c->H);
         s = dalloc(&c->wts, &c->L[l].dec_kva, sizeof(float) * (size_t)(c->row * c->H));
-        if (!s) {
-            cudaError_t e = cudaMemcpy(c->L[l].dec_kva, buf, sizeof(float) * (size_t)(c->row * c->H), cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) {
-                cudaGetLastError();
-                s = pdb_err_set(PDB_CUDA, "%s:%d cudaMemcpy(hook weights): %s", __FILE__, __LINE__, cudaGetErrorString(e));
-            }
-        }
+        if (!s) s = pdb_cuda_to_device(c->L[l].dec_kva, buf, sizeof(float) * (size_t)(c->row * c->H), "hook weights");
     }
     free(buf);
     return s;
@@ -316,9 +287,9 @@ static pdb_status cu_begin(pdb_prefill_backend *be, int64_t max_tokens) {
         int32_t *tab = (int32_t *)malloc(sizeof(int32_t) * (size_t)c->n_pages);
         if (!tab) return pdb_err_set(PDB_NOMEM, "page table");
         for (int64_t i = 0; i < c->n_pages; i++) tab[i] = (int32_t)i; /* one sequence: identity */
-        cudaError_t e = cudaMemcpy(c->ptab, tab, sizeof(int32_t) * (size_t)c->n_pages, cudaMemcpyHostToDevice);
+        pdb_status s = pdb_cuda_to_device(c->ptab, tab, sizeof(int32_t) * (size_t)c->n_pages, "page table");
         free(tab);
-        PDB_CU(e);
+        PDB_TRY(s);
     }
     int64_t Imax = c->I;
     if (K * c->Im > Imax) Imax = K * c->Im;
@@ -635,17 +606,8 @@ static void cu_destroy(pdb_prefill_backend *be) {
 
 static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o) {
     const pdb_config *cf = o->cfg;
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device present";
-        cudaGetLastError();
-        return pdb_err_set(PDB_CUDA, "cuda backend: no usable GPU (%s)", why);
-    }
-    if (o->device < 0 || o->device >= ndev)
-        return pdb_err_set(PDB_CUDA, "cuda backend: device %d requested, %d present", o->device, ndev);
+    PDB_TRY(pdb_cuda_use_device(o->device, "cuda backend"));
     c->device = o->device;
-    PDB_CU(cudaSetDevice(c->device));
     PDB_CU(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking));
     c->have_stream = 1;
     PDB_TRY(pdb_cuda_blas_open(&c->blas, c->s));

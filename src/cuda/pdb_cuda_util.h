@@ -42,6 +42,15 @@ extern "C" {
                                pdb_cuda_blas_status_str(pdb_cb_e_));                                  \
     } while (0)
 
+/* Select CUDA device `device` for the calling thread; PDB_CUDA "<who>: no usable GPU (...)" or
+ * "<who>: device D requested, N present" otherwise (the driver's message included). */
+pdb_status pdb_cuda_use_device(int device, const char *who);
+/* Grow a device buffer to at least `need` bytes (contents not kept; cudaFree waits for the work
+ * that used the old one). */
+pdb_status pdb_cuda_reserve(void **p, size_t *cap, size_t need);
+/* Synchronous host -> device copy; PDB_CUDA naming `what` on failure (never a partial return). */
+pdb_status pdb_cuda_to_device(void *dst, const void *src, size_t bytes, const char *what);
+
 /* Element type of engine weights and GEMM operands on the device. */
 typedef enum pdb_cuda_dt { PDB_CUDA_DT_BF16 = 0, PDB_CUDA_DT_F32 = 1 } pdb_cuda_dt;
 

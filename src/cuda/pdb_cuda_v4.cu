@@ -219,26 +219,6 @@ __global__ void __launch_bounds__(256) k_v4_att_out(v4_att a) {
 
 /* ======================================= buffers ============================================ */
 
-static pdb_status grow_dev(float **p, size_t *cap, size_t need) {
-    if (*cap >= need) return PDB_OK;
-    if (*p) cudaFree(*p);
-    *p = NULL;
-    *cap = 0;
-    PDB_CU(cudaMalloc((void **)p, need));
-    *cap = need;
-    return PDB_OK;
-}
-
-static pdb_status grow_any(void **p, size_t *cap, size_t need) {
-    if (*cap >= need) return PDB_OK;
-    if (*p) cudaFree(*p);
-    *p = NULL;
-    *cap = 0;
-    PDB_CU(cudaMalloc(p, need));
-    *cap = need;
-    return PDB_OK;
-}
-
 static size_t slot_of(const cu_v4 *c, const float *host) {
     size_t h = (size_t)((uintptr_t)host >> 4) * 0x9E3779B97F4A7C15ull;
     return h & (c->wcap - 1);
@@ -278,7 +258,7 @@ static pdb_status weight(cu_v4 *c, const float *B, size_t bytes, const float **d
         e->dev = NULL;
         return pdb_err_set(PDB_CUDA, "cuda v4: cudaMalloc(%zu bytes) for a weight: %s", bytes, cudaGetErrorString(er));
     }
-    PDB_CU(cudaMemcpy(e->dev, B, bytes, cudaMemcpyHostToDevice));
+    PDB_TRY(pdb_cuda_to_device(e->dev, B, bytes, "cuda v4 weight"));
     e->bytes = bytes;
     *dev = e->dev;
     return PDB_OK;
@@ -297,8 +277,8 @@ static pdb_status v4_mm(void *ctx, int64_t M, int64_t N, int64_t K, const float 
     size_t c_bytes = sizeof(float) * (size_t)(M * N);
     const float *dB;
     PDB_TRY(weight(c, B, b_bytes, &dB));
-    PDB_TRY(grow_dev(&c->dA, &c->capA, a_bytes));
-    PDB_TRY(grow_dev(&c->dC, &c->capC, c_bytes));
+    PDB_TRY(pdb_cuda_reserve((void **)&c->dA, &c->capA, a_bytes));
+    PDB_TRY(pdb_cuda_reserve((void **)&c->dC, &c->capC, c_bytes));
     PDB_CU(cudaMemcpyAsync(c->dA, A, a_bytes, cudaMemcpyHostToDevice, c->s));
     dim3 grid((unsigned)((N + V4_TN - 1) / V4_TN), (unsigned)((M + V4_TM - 1) / V4_TM));
     k_v4_mm<<<grid, 256, 0, c->s>>>(c->dA, lda, dB, ldb, c->dC, M, N, K);
@@ -335,12 +315,12 @@ static pdb_status v4_attn(void *ctx, const pdb_v4_attn_desc *d) {
     size_t cb = sizeof(float) * (size_t)(d->n_comp * hd), skb = sizeof(float) * (size_t)nh;
     size_t Sb = sizeof(float) * (size_t)(T * nh * ns);
     PDB_CU(cudaSetDevice(c->device));
-    PDB_TRY(grow_any((void **)&c->aq, &c->capq, qb));
-    PDB_TRY(grow_any((void **)&c->ak, &c->capk, kb));
-    PDB_TRY(grow_any((void **)&c->ac, &c->capc, cb > 0 ? cb : sizeof(float)));
-    PDB_TRY(grow_any((void **)&c->ask, &c->capsk, skb));
-    PDB_TRY(grow_any((void **)&c->aS, &c->capS, Sb));
-    PDB_TRY(grow_any((void **)&c->aO, &c->capO, qb));
+    PDB_TRY(pdb_cuda_reserve((void **)&c->aq, &c->capq, qb));
+    PDB_TRY(pdb_cuda_reserve((void **)&c->ak, &c->capk, kb));
+    PDB_TRY(pdb_cuda_reserve((void **)&c->ac, &c->capc, cb > 0 ? cb : sizeof(float)));
+    PDB_TRY(pdb_cuda_reserve((void **)&c->ask, &c->capsk, skb));
+    PDB_TRY(pdb_cuda_reserve((void **)&c->aS, &c->capS, Sb));
+    PDB_TRY(pdb_cuda_reserve((void **)&c->aO, &c->capO, qb));
     PDB_CU(cudaMemcpyAsync(c->aq, d->q, qb, cudaMemcpyHostToDevice, c->s));
     PDB_CU(cudaMemcpyAsync(c->ak, d->keys, kb, cudaMemcpyHostToDevice, c->s));
     if (cb) PDB_CU(cudaMemcpyAsync(c->ac, d->comp, cb, cudaMemcpyHostToDevice, c->s));
@@ -349,8 +329,8 @@ static pdb_status v4_attn(void *ctx, const pdb_v4_attn_desc *d) {
     memset(&a, 0, sizeof a);
     if (d->sel) {
         size_t sb = sizeof(int32_t) * (size_t)(T * d->K), nb = sizeof(int64_t) * (size_t)T;
-        PDB_TRY(grow_any((void **)&c->asel, &c->capsel, sb > 0 ? sb : sizeof(int32_t)));
-        PDB_TRY(grow_any((void **)&c->ansel, &c->capnsel, nb));
+        PDB_TRY(pdb_cuda_reserve((void **)&c->asel, &c->capsel, sb > 0 ? sb : sizeof(int32_t)));
+        PDB_TRY(pdb_cuda_reserve((void **)&c->ansel, &c->capnsel, nb));
         if (sb) PDB_CU(cudaMemcpyAsync(c->asel, d->sel, sb, cudaMemcpyHostToDevice, c->s));
         PDB_CU(cudaMemcpyAsync(c->ansel, d->nsel, nb, cudaMemcpyHostToDevice, c->s));
         a.sel = c->asel;
@@ -413,15 +393,7 @@ static void v4_destroy(void *ctx) {
 
 extern "C" pdb_status pdb_cuda_v4_mm_create(int device, pdb_v4_mm_provider **out) {
     *out = NULL;
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device present";
-        cudaGetLastError();
-        return pdb_err_set(PDB_CUDA, "cuda v4: no usable GPU (%s)", why);
-    }
-    if (device < 0 || device >= ndev)
-        return pdb_err_set(PDB_CUDA, "cuda v4: device %d requested, %d present", device, ndev);
+    PDB_TRY(pdb_cuda_use_device(device, "cuda v4"));
     cu_v4 *c = (cu_v4 *)calloc(1, sizeof *c);
     if (!c) return pdb_err_set(PDB_NOMEM, "cuda v4 provider");
     c->device = device;
@@ -431,8 +403,7 @@ extern "C" pdb_status pdb_cuda_v4_mm_create(int device, pdb_v4_mm_provider **out
     c->p.ctx = c;
     c->p.destroy = v4_destroy;
     pdb_status s = PDB_OK;
-    e = cudaSetDevice(device);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
+    cudaError_t e = cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         cudaGetLastError();
         s = pdb_err_set(PDB_CUDA, "cuda v4: device %d: %s", device, cudaGetErrorString(e));
