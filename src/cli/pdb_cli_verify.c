@@ -496,7 +496,7 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
     if (pdb_pool_create((int)threads, &pool) || pdb_dec_model_open(dec, pool, &m) || pdb_dec_model_v4_semantics(dec, &sem))
         goto fail;
     const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    uint64_t bytes = pdb_dec_model_block_bytes(m, bs);
+    uint64_t bytes = pdb_store_layout_block_bytes(lay, bs);
     ids = malloc(sizeof(int32_t) * (size_t)T);
     ref = malloc(bytes * (size_t)nb);
     got.blocks = malloc(bytes * (size_t)nb);
@@ -528,13 +528,13 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
         pdb_block_cmp_stats all = {0};
         for (int p = 0; p < lay->n_pools; p++) {
             const pdb_store_pool *pl = &lay->pools[p];
-            uint64_t pb = pdb_store_pool_bytes(pl, bs), off = 0;
-            for (int q = 0; q < p; q++) off += pdb_store_pool_bytes(&lay->pools[q], bs);
+            int64_t count = (int64_t)(pdb_store_pool_bytes(pl, bs) / pdb_dtype_size(pl->dtype));
             pdb_block_cmp_stats st = {0};
             for (int64_t b = 0; b < nb; b++) { /* accumulates into st */
-                uint64_t at = (uint64_t)b * bytes + off;
-                if (pdb_block_compare_values(pl->dtype, ref + at, got.blocks + at, (int64_t)(pb / pdb_dtype_size(pl->dtype)), &st))
-                    goto fail;
+                const void *rp[PDB_STORE_MAX_POOLS], *gp[PDB_STORE_MAX_POOLS];
+                pdb_dec_block_pools(lay, bs, ref + (uint64_t)b * bytes, rp);
+                pdb_dec_block_pools(lay, bs, got.blocks + (uint64_t)b * bytes, gp);
+                if (pdb_block_compare_values(pl->dtype, rp[p], gp[p], count, &st)) goto fail;
             }
             pdb_block_compare_merge_stats(&all, &st);
             printf("%-11s pool %-10s %lld/%lld identical (%.4f%%), worst %.4g bf16 ulps\n", names[md], pl->name,

@@ -211,17 +211,10 @@ void pdb_dec_seq_put_block(pdb_dec_seq *s, int64_t b, int64_t bs, const void *bu
     s->model->arch->put_block(s->model->impl, s, b, bs, buf);
 }
 
-uint64_t pdb_dec_model_block_bytes(const pdb_dec_model *m, int64_t bs) {
-    const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    uint64_t bytes = 0;
-    for (int p = 0; p < lay->n_pools; p++) bytes += pdb_store_pool_bytes(&lay->pools[p], bs);
-    return bytes;
-}
-
 pdb_status pdb_dec_model_native_blocks(pdb_dec_model *m, const int32_t *ids, int64_t nb, int64_t bs, void *out) {
     pdb_dec_seq s;
     PDB_TRY(pdb_dec_seq_init(&s, m, nb * bs));
-    uint64_t bytes = pdb_dec_model_block_bytes(m, bs);
+    uint64_t bytes = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), bs);
     pdb_status st = PDB_OK;
     for (int64_t b = 0; b < nb && !st; b++) {
         pdb_dec_seg sg = {&s, ids + b * bs, bs, NULL};

@@ -87,10 +87,8 @@ pdb_status pdb_dec_forward(pdb_dec_model *m, pdb_dec_seg *segs, int n_segs);
 void pdb_dec_seq_get_block(const pdb_dec_seq *s, int64_t b, int64_t block_size, void *buf);
 void pdb_dec_seq_put_block(pdb_dec_seq *s, int64_t b, int64_t block_size, const void *buf);
 
-/* Bytes of one block in the model's store layout (its pools back to back). */
-uint64_t pdb_dec_model_block_bytes(const pdb_dec_model *m, int64_t block_size);
 /* The decoder's own blocks for token ids[0 .. n_blocks * block_size): a native prefill, one block
- * per forward, each block copied out at its end into out + b * pdb_dec_model_block_bytes (the
+ * per forward, each block copied out at its end into out + b * pdb_store_layout_block_bytes (the
  * reference bridged blocks are compared with). */
 pdb_status pdb_dec_model_native_blocks(pdb_dec_model *m, const int32_t *ids, int64_t n_blocks, int64_t block_size,
                                        void *out);

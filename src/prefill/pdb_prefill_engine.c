@@ -22,8 +22,7 @@ static pdb_status run_blocks(pdb_prefill_backend *be, const pdb_config *cfg, con
     pdb_dec_layout lay;
     PDB_TRY(pdb_dec_layout_of(cfg, &lay));
     PDB_TRY(pdb_dec_check_block_size(cfg, bs));
-    uint64_t bytes = 0;
-    for (int p = 0; p < lay.layout.n_pools; p++) bytes += pdb_store_pool_bytes(&lay.layout.pools[p], bs);
+    uint64_t bytes = pdb_store_layout_block_bytes(&lay.layout, bs);
     void *seg = malloc(bytes);
     if (!seg) return pdb_err_set(PDB_NOMEM, "prefill: segment buffer");
     st.capture_bytes_peak = bytes;

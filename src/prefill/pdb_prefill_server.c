@@ -426,8 +426,7 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     }
     if (!x) {
         ps_xinfo *xi = calloc(1, sizeof *xi);
-        uint64_t block_bytes = 0;
-        for (int p = 0; p < s->layout.layout.n_pools; p++) block_bytes += pdb_store_pool_bytes(&s->layout.layout.pools[p], bs);
+        uint64_t block_bytes = pdb_store_layout_block_bytes(&s->layout.layout, bs);
         if (!xi || pdb_spool_create_xfer(s->spool, key, n / bs, block_bytes, xi, xinfo_free, &x)) {
             free(xi);
             engine_give(s, eng);

@@ -109,6 +109,12 @@ uint64_t pdb_store_pool_bytes(const pdb_store_pool *p, int64_t block_size) {
     return c;
 }
 
+uint64_t pdb_store_layout_block_bytes(const pdb_store_layout *layout, int64_t block_size) {
+    uint64_t bytes = 0;
+    for (int p = 0; p < layout->n_pools; p++) bytes += pdb_store_pool_bytes(&layout->pools[p], block_size);
+    return bytes;
+}
+
 static pdb_status layout_validate(const pdb_store_layout *l, int64_t bs) {
     if (!l || l->n_pools < 1 || l->n_pools > PDB_STORE_MAX_POOLS || !l->pools)
         return pdb_err_set(PDB_INVALID, "store layout: n_pools must be 1..%d", PDB_STORE_MAX_POOLS);
@@ -560,8 +566,8 @@ pdb_status pdb_store_open(const char *dir, const pdb_store_layout *layout,
         s->pools[i].name = s->names[i];
         if (s->pools[i].kind == PDB_STORE_POOL_APPEND) s->pools[i].rows = 0; /* canonical form */
         else s->pools[i].stride = 0;
-        s->block_bytes += pdb_store_pool_bytes(&s->pools[i], block_size);
     }
+    s->block_bytes = pdb_store_layout_block_bytes(&s->layout, block_size);
     memcpy(s->fingerprint, fingerprint, 32);
     s->block_size = block_size;
     s->max_bytes = max_bytes;

@@ -45,6 +45,8 @@ typedef struct pdb_store_layout {
 int64_t pdb_store_pool_rows(const pdb_store_pool *pool, int64_t block_size);
 /* Bytes of a pool per block: n_layers * rows * width * dtype size; 0 if invalid. */
 uint64_t pdb_store_pool_bytes(const pdb_store_pool *pool, int64_t block_size);
+/* Bytes of one block of the layout: its pools back to back. */
+uint64_t pdb_store_layout_block_bytes(const pdb_store_layout *layout, int64_t block_size);
 
 /* ---- chain hash ---------------------------------------------------------------------------- */
 /* hash[b] = SHA-256(fingerprint[32] || parent[32] || tokens[b*bs .. (b+1)*bs) as LE u32), parent

@@ -109,9 +109,7 @@ static void test_forward_and_blocks(void **st) {
     assert_null(pdb_dec_model_weights(m));
     int32_t ids[T + NDEC];
     make_ids(ids, T, 3);
-    uint64_t bb = 0;
-    const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    for (int p = 0; p < lay->n_pools; p++) bb += pdb_store_pool_bytes(&lay->pools[p], BS);
+    uint64_t bb = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), BS);
     char *blocks = calloc(2, bb), *blocks2 = calloc(2, bb);
     float *ref = malloc(sizeof(float) * V * (NDEC + 1)), *got = malloc(sizeof(float) * V);
     /* native, one block at a time (chunk = BS) + greedy decode */
@@ -327,9 +325,7 @@ static void test_mx_decoder(void **st) {
     int64_t V = c.vocab_size;
     int32_t ids[T];
     make_ids(ids, T, 17);
-    uint64_t bb = 0;
-    const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    for (int p = 0; p < lay->n_pools; p++) bb += pdb_store_pool_bytes(&lay->pools[p], BS);
+    uint64_t bb = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), BS);
     char *b1 = calloc(2, bb), *b2 = calloc(2, bb), *b0 = calloc(2, bb);
     float *l1 = malloc(sizeof(float) * V), *l2 = malloc(sizeof(float) * V), *l0 = malloc(sizeof(float) * V);
     pdb_dec_seq s1, s2, s0;

@@ -67,7 +67,7 @@ static pdb_status on_seg(void *u, int64_t b, const float *data, uint64_t bytes) 
 static char *decoder_blocks(const char *dec, uint64_t *bytes) {
     pdb_dec_model *m;
     PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m));
-    *bytes = pdb_dec_model_block_bytes(m, BS);
+    *bytes = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), BS);
     char *out = malloc(*bytes * NB);
     PDB_TEST_OK(pdb_dec_model_native_blocks(m, ids, NB, BS, out));
     pdb_dec_model_close(m);
