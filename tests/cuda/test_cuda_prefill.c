@@ -121,10 +121,6 @@ static cmp compare(const float *got, const float *ref, int64_t n) {
     return r;
 }
 
-static void ids_for(int32_t *ids, int64_t n, int64_t V, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % V); }
-}
-
 /* ---- no GPU ------------------------------------------------------------------------------------ */
 
 static void test_create_without_gpu(void **state) {
@@ -216,7 +212,7 @@ static void run_prefill(fixture *f, const char *preset) {
     const pdb_config *c = &f->cfg;
     int64_t T = 300, L = c->num_layers, V = c->vocab_size, row = c->kv_lora_rank + c->qk_rope_head_dim;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)T);
-    ids_for(ids, T, V, 5);
+    pdb_test_ids(ids, T, V, 5);
     /* references */
     pdb_v2_model *m = NULL;
     PDB_TEST_OK(pdb_v2_load_from(c, f->st, &m));

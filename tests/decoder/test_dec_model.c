@@ -40,10 +40,6 @@ static int teardown(void **st) {
     return 0;
 }
 
-static void make_ids(int32_t *ids, int64_t n, int64_t V, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % V); }
-}
-
 /* prefill ids in chunks of `chunk`, return last logits and the cache */
 static void run_chunked(pdb_dec_model *m, const int32_t *ids, int64_t T, int64_t chunk, pdb_dec_seq *s, float *logits) {
     for (int64_t p = 0; p < T; p += chunk) {
@@ -61,7 +57,7 @@ static void test_none_matches_reference(void **st) {
     PDB_TEST_OK(pdb_v2_load(hf, &ref));
     int64_t V = ref->cfg.vocab_size;
     int32_t ids[T + N], a, b;
-    make_ids(ids, T, V, 3);
+    pdb_test_ids(ids, T, V, 3);
     float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V);
     pdb_dec_seq s;
     pdb_v2_cache c;
@@ -95,7 +91,7 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     PDB_TEST_OK(pdb_dec_model_open(dq, pool, &m));
     int64_t V = m ? pdb_dec_model_config(m)->vocab_size : 0;
     int32_t ids[T];
-    make_ids(ids, T, V, 9);
+    pdb_test_ids(ids, T, V, 9);
     float *ref = malloc(sizeof(float) * V), *got = malloc(sizeof(float) * V);
     pdb_dec_seq s0, s1;
     PDB_TEST_OK(pdb_dec_seq_init(&s0, m, T));
@@ -122,7 +118,7 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     pdb_dec_seq s2;
     PDB_TEST_OK(pdb_dec_seq_init(&s2, m, T));
     int32_t other[40];
-    make_ids(other, 40, V, 77);
+    pdb_test_ids(other, 40, V, 77);
     float *lo = malloc(sizeof(float) * V);
     s1.len = 0;
     pdb_dec_seg segs[2] = {{&s1, ids, T, got}, {&s2, other, 40, lo}};

@@ -68,10 +68,6 @@ static pdb_dec_service *open_svc(void) {
     return s;
 }
 
-static void make_ids(int32_t *ids, int64_t n, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % 1000); }
-}
-
 static int setup(void **st) {
     root = pdb_test_tmpdir("svc");
     snprintf(hf, sizeof hf, "%s/hf", root);
@@ -100,7 +96,7 @@ static void flip_one_block_byte(void) {
 static void test_prefix_hits_restart_corruption(void **st) {
     enum { T = 300, N = 8 };
     int32_t ids[T];
-    make_ids(ids, T, 5);
+    pdb_test_ids(ids, T, 1000, 5);
     pdb_dec_service *s = open_svc();
     collect a, b;
     submit(s, ids, T, N, &a);
@@ -138,7 +134,7 @@ static void test_concurrent_equals_alone(void **st) {
     collect alone[R], together[R];
     pdb_dec_service *s = open_svc();
     for (int i = 0; i < R; i++) {
-        make_ids(ids[i], lens[i], 100 + (uint32_t)i);
+        pdb_test_ids(ids[i], lens[i], 1000, 100 + (uint32_t)i);
         submit(s, ids[i], lens[i], N, &alone[i]);
         collect_wait(&alone[i]);
     }

@@ -29,10 +29,6 @@
 enum { BS = 128 };
 static char *root, hf[512], dec[512], dex[512], dmx[512], cache[512];
 
-static void make_ids(int32_t *ids, int64_t n, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % 1000); }
-}
-
 static int setup(void **st) {
     root = pdb_test_tmpdir("decv4");
     snprintf(hf, sizeof hf, "%s/hf", root);
@@ -108,7 +104,7 @@ static void test_forward_and_blocks(void **st) {
     assert_string_equal(pdb_dec_model_semantics(m), PDB_DEC_CACHE_SEMANTICS_V4_OFFICIAL);
     assert_null(pdb_dec_model_weights(m));
     int32_t ids[T + NDEC];
-    make_ids(ids, T, 3);
+    pdb_test_ids(ids, T, 1000, 3);
     uint64_t bb = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), BS);
     char *blocks = calloc(2, bb), *blocks2 = calloc(2, bb);
     float *ref = malloc(sizeof(float) * V * (NDEC + 1)), *got = malloc(sizeof(float) * V);
@@ -229,7 +225,7 @@ static void run(pdb_dec_service *s, const int32_t *ids, int64_t n, collect *c) {
 static void service_hits(const char *model, const char *cdir) {
     enum { N = 2 * BS + 50 };
     int32_t ids[N];
-    make_ids(ids, N, 11);
+    pdb_test_ids(ids, N, 1000, 11);
     pdb_dec_service_opts o = {.model_dir = model, .cache_dir = cdir, .block_size = BS, .threads = 1, .max_batch = 4};
     pdb_dec_service *s = NULL;
     PDB_TEST_OK(pdb_dec_service_open(&o, &s));
@@ -324,7 +320,7 @@ static void test_mx_decoder(void **st) {
     assert_memory_not_equal(pdb_dec_model_fingerprint(m), pdb_dec_model_fingerprint(m0), 32);
     int64_t V = c.vocab_size;
     int32_t ids[T];
-    make_ids(ids, T, 17);
+    pdb_test_ids(ids, T, 1000, 17);
     uint64_t bb = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), BS);
     char *b1 = calloc(2, bb), *b2 = calloc(2, bb), *b0 = calloc(2, bb);
     float *l1 = malloc(sizeof(float) * V), *l2 = malloc(sizeof(float) * V), *l0 = malloc(sizeof(float) * V);

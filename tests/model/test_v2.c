@@ -33,10 +33,6 @@ static int teardown(void **st) {
     return 0;
 }
 
-static void ids_for(int32_t *ids, int64_t n, int64_t V, uint32_t seed) {
-    for (int64_t i = 0; i < n; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % V); }
-}
-
 static float max_abs_diff(const float *a, const float *b, int64_t n) {
     float m = 0;
     for (int64_t i = 0; i < n; i++) m = fmaxf(m, fabsf(a[i] - b[i]));
@@ -47,7 +43,7 @@ static void test_chunked_equals_one_shot(void **st) {
     enum { T = 150 };
     int64_t V = model->cfg.vocab_size;
     int32_t ids[T];
-    ids_for(ids, T, V, 1);
+    pdb_test_ids(ids, T, V, 1);
     float *a = malloc(sizeof(float) * T * V), *b = malloc(sizeof(float) * T * V);
     pdb_v2_cache ca, cb;
     PDB_TEST_OK(pdb_v2_cache_init(&ca, model, T));
@@ -74,7 +70,7 @@ static void test_decode_equals_full_forward(void **st) {
     enum { T = 40, N = 6 };
     int64_t V = model->cfg.vocab_size;
     int32_t ids[T + N];
-    ids_for(ids, T, V, 2);
+    pdb_test_ids(ids, T, V, 2);
     float *full = malloc(sizeof(float) * (T + N) * V), *step = malloc(sizeof(float) * V), *pre = malloc(sizeof(float) * V);
     pdb_v2_cache c;
     PDB_TEST_OK(pdb_v2_cache_init(&c, model, T + N));

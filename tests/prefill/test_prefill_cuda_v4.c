@@ -273,8 +273,7 @@ static void test_blocks_match_decoder(void **st) {
     PDB_TEST_OK(pdb_quantize_model(hf, dn, "none", 0));
     PDB_TEST_OK(pdb_quantize_model_ex(hf, dx, "none", "exact", 0));
     int32_t ids[T];
-    uint32_t x = 23;
-    for (int i = 0; i < T; i++) { x = x * 1664525u + 1013904223u; ids[i] = (int32_t)((x >> 8) % 1000); }
+    pdb_test_ids(ids, T, 1000, 23);
     check_blocks(hf, dn, ids);
     check_blocks(hf, dx, ids);
     pdb_test_rmrf(root);

@@ -42,8 +42,7 @@ static int setup(void **st) {
         fprintf(stderr, "setup: %s\n", pdb_err_msg());
         return -1;
     }
-    uint32_t x = 23;
-    for (int i = 0; i < T; i++) { x = x * 1664525u + 1013904223u; ids[i] = (int32_t)((x >> 8) % 1000); }
+    pdb_test_ids(ids, T, 1000, 23);
     return 0;
 }
 
