@@ -13,6 +13,7 @@
 #include "pdb_cli.h"
 #include "pdb_config.h"
 #include "pdb_dec_model.h"
+#include "pdb_http.h"
 #include "pdb_store.h"
 
 typedef struct { char *buf; size_t len; } dr_buf;
@@ -31,15 +32,11 @@ static size_t dr_write(char *p, size_t sz, size_t nm, void *u) {
 
 /* GET url/health; NULL (and why in err) when it does not answer with JSON. */
 static json_t *dr_health(const char *url, const char *key, char *err, size_t errn) {
-    char full[600], auth[300];
+    char full[600];
     snprintf(full, sizeof full, "%s/health", url);
     dr_buf b = {0};
     CURL *h = curl_easy_init();
-    struct curl_slist *hd = NULL;
-    if (key) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
-        hd = curl_slist_append(hd, auth);
-    }
+    struct curl_slist *hd = pdb_http_client_headers(0, key);
     curl_easy_setopt(h, CURLOPT_URL, full);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dr_write);

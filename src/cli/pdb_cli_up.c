@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "pdb_cli.h"
+#include "pdb_http.h"
 #include "pdb_make_model.h"
 #include "pdb_quantize.h"
 #include "pdb_tokenizer.h"
@@ -235,7 +236,7 @@ static int up_chat(const char *url, const char *content, int max_tokens, up_req 
     char full[256];
     snprintf(full, sizeof full, "%s/v1/chat/completions", url);
     CURL *h = curl_easy_init();
-    struct curl_slist *hd = curl_slist_append(NULL, "Content-Type: application/json");
+    struct curl_slist *hd = pdb_http_client_headers(1, NULL);
     curl_easy_setopt(h, CURLOPT_URL, full);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);

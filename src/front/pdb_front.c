@@ -301,13 +301,9 @@ static size_t fr_header_cb(char *b, size_t sz, size_t nm, void *u) {
 static CURLcode decoder_call(pdb_front *f, const char *path, const char *body, long timeout_ms, relay *r, char *cerr) {
     CURL *h = curl_easy_init();
     if (!h) return CURLE_OUT_OF_MEMORY;
-    char url[1024], auth[300];
+    char url[1024];
     snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
-    struct curl_slist *hd = body ? curl_slist_append(NULL, "Content-Type: application/json") : NULL;
-    if (f->upstream_key[0]) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->upstream_key);
-        hd = curl_slist_append(hd, auth);
-    }
+    struct curl_slist *hd = pdb_http_client_headers(body != NULL, f->upstream_key);
     curl_easy_setopt(h, CURLOPT_URL, url);
     if (body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     if (hd) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "pdb_dec_model.h"
+#include "pdb_http.h"
 #include "pdb_segment.h"
 
 typedef struct {
@@ -73,14 +74,10 @@ static void bridge_ack(bridge_ctx *c, int64_t through) {
     const pdb_front_bridge_opts *o = c->o;
     CURL *h = curl_easy_init();
     if (!h) return;
-    char url[1024], auth[600], body[128];
+    char url[1024], body[128];
     snprintf(url, sizeof url, "%s/v1/prefill/ack", o->prefill_url);
     snprintf(body, sizeof body, "{\"transfer\":\"%s\",\"through_block\":%lld}", c->res->transfer, (long long)through);
-    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    if (o->api_key && *o->api_key) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", o->api_key);
-        hdrs = curl_slist_append(hdrs, auth);
-    }
+    struct curl_slist *hdrs = pdb_http_client_headers(1, o->api_key);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
@@ -215,13 +212,9 @@ static void bridge_attempt(const pdb_front_bridge_opts *o, bridge_ctx *c, const 
         c->parser = NULL;
         return;
     }
-    char url[1024], auth[600];
+    char url[1024];
     snprintf(url, sizeof url, "%s/v1/prefill", o->prefill_url);
-    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-    if (o->api_key && *o->api_key) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", o->api_key);
-        hdrs = curl_slist_append(hdrs, auth);
-    }
+    struct curl_slist *hdrs = pdb_http_client_headers(1, o->api_key);
     char cerr[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
