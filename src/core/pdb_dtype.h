@@ -72,6 +72,20 @@ void pdb_dequant_mxfp8_row(const uint8_t *q, const uint8_t *scales, int64_t n, f
 void pdb_quant_mxfp4_row(const float *x, int64_t n, uint8_t *packed, uint8_t *scales);
 void pdb_quant_mxfp8_row(const float *x, int64_t n, uint8_t *q, uint8_t *scales);
 
+/* Little-endian integers in byte buffers (every on-disk and on-wire format of pdbridge). */
+static inline void pdb_put_le32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static inline void pdb_put_le64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
+static inline uint32_t pdb_get_le32(const uint8_t *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static inline uint64_t pdb_get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
 #ifdef __cplusplus
 }
 #endif

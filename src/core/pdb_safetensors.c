@@ -894,7 +894,7 @@ pdb_status pdb_st_writer_finish(pdb_st_writer *w, const char *path) {
         return rc;
     }
     uint8_t lenb[8];
-    for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)(hlen >> (8 * i));
+    pdb_put_le64(lenb, hlen);
     rc = write_all(fd, lenb, 8, path);
     if (rc == PDB_OK) rc = write_all(fd, header, hlen, path);
     for (int64_t i = 0; rc == PDB_OK && i < w->n; i++) rc = write_all(fd, w->t[i].data, w->t[i].nbytes, path);

@@ -121,8 +121,8 @@ static void write_end(ps_stream *w, int32_t status, const char *msg) {
     size_t ml0 = strlen(msg);
     uint32_t ml = (uint32_t)(ml0 < PDB_SEG_MAX_MESSAGE ? ml0 : PDB_SEG_MAX_MESSAGE);
     pdb_segment_frame_prefix(PDB_SEG_END, 8 + ml, buf);
-    for (int i = 0; i < 4; i++) buf[16 + i] = (uint8_t)((uint32_t)status >> (8 * i));
-    for (int i = 0; i < 4; i++) buf[20 + i] = (uint8_t)(ml >> (8 * i));
+    pdb_put_le32(buf + 16, (uint32_t)status);
+    pdb_put_le32(buf + 20, ml);
     memcpy(buf + 24, msg, ml);
     write_all(w, buf, 24 + ml);
 }

@@ -2,21 +2,18 @@
  * filled, then a payload buffer of exactly payload_len bytes (bounded by the header's block
  * size for SEGMENT frames, by fixed limits for the others); frames are dispatched whole. */
 #include "pdb_segment.h"
+#include "pdb_dtype.h"
 
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put_u64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get_u32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t get_u64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 void pdb_segment_frame_prefix(uint32_t type, uint64_t payload_len, uint8_t out[16]) {
-    put_u32(out, PDB_SEG_MAGIC);
-    put_u32(out + 4, type);
-    put_u64(out + 8, payload_len);
+    pdb_put_le32(out, PDB_SEG_MAGIC);
+    pdb_put_le32(out + 4, type);
+    pdb_put_le64(out + 8, payload_len);
 }
 
 static void sha256(const void *data, uint64_t len, uint8_t out[32]) {
@@ -25,7 +22,7 @@ static void sha256(const void *data, uint64_t len, uint8_t out[32]) {
 }
 
 void pdb_segment_payload_head(int64_t block_index, const void *data, uint64_t len, uint8_t out[40]) {
-    put_u64(out, (uint64_t)block_index);
+    pdb_put_le64(out, (uint64_t)block_index);
     sha256(data, len, out + 8);
 }
 
@@ -89,7 +86,7 @@ static pdb_status parse_header(pdb_segment_parser *p) {
 static pdb_status dispatch(pdb_segment_parser *p) {
     if (p->type == PDB_SEG_HEADER) return parse_header(p);
     if (p->type == PDB_SEG_SEGMENT) {
-        int64_t b = (int64_t)get_u64(p->payload);
+        int64_t b = (int64_t)pdb_get_le64(p->payload);
         if (b != p->next_block || b >= p->hdr.n_blocks)
             return pdb_err_set(PDB_PROTOCOL, "segment stream: block %lld out of order (expected %lld of %lld)", (long long)b,
                                (long long)p->next_block, (long long)p->hdr.n_blocks);
@@ -100,8 +97,8 @@ static pdb_status dispatch(pdb_segment_parser *p) {
         p->next_block++;
         return p->cbs.on_segment ? p->cbs.on_segment(p->cbs.user, b, p->payload + 40, p->payload_len - 40) : PDB_OK;
     }
-    int32_t st = (int32_t)get_u32(p->payload);
-    uint32_t ml = get_u32(p->payload + 4);
+    int32_t st = (int32_t)pdb_get_le32(p->payload);
+    uint32_t ml = pdb_get_le32(p->payload + 4);
     if (ml != p->payload_len - 8) return pdb_err_set(PDB_PROTOCOL, "segment stream: END message length mismatch");
     char msg[PDB_SEG_MAX_MESSAGE + 1];
     memcpy(msg, p->payload + 8, ml);
@@ -112,10 +109,10 @@ static pdb_status dispatch(pdb_segment_parser *p) {
 }
 
 static pdb_status check_prefix(pdb_segment_parser *p) {
-    if (get_u32(p->prefix) != PDB_SEG_MAGIC) return pdb_err_set(PDB_PROTOCOL, "segment stream: bad frame magic");
+    if (pdb_get_le32(p->prefix) != PDB_SEG_MAGIC) return pdb_err_set(PDB_PROTOCOL, "segment stream: bad frame magic");
     if (p->done) return pdb_err_set(PDB_PROTOCOL, "segment stream: data after END");
-    p->type = get_u32(p->prefix + 4);
-    p->payload_len = get_u64(p->prefix + 8);
+    p->type = pdb_get_le32(p->prefix + 4);
+    p->payload_len = pdb_get_le64(p->prefix + 8);
     uint64_t max;
     switch (p->type) {
     case PDB_SEG_HEADER:

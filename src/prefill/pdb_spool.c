@@ -5,6 +5,7 @@
  * and the current writer's generation. An entry's `ver` changes whenever it is released, so a
  * thread finishing I/O on it can tell that its result is no longer wanted. */
 #include "pdb_spool.h"
+#include "pdb_dtype.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,10 +67,6 @@ static double sp_now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void put_u32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put_u64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get_u32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t get_u64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 static uint64_t file_bytes(const pdb_spool_xfer *x) { return PDB_SPOOL_FILE_HEAD + x->seg_bytes; }
 
@@ -92,11 +89,11 @@ static pdb_status spill_write(const pdb_spool_xfer *x, int64_t b, const void *da
     entry_path(x, b, path, sizeof path);
     uint8_t h[PDB_SPOOL_FILE_HEAD];
     unsigned dn = 32;
-    put_u32(h, PDB_SPOOL_FILE_MAGIC);
-    put_u32(h + 4, PDB_SPOOL_FILE_VERSION);
+    pdb_put_le32(h, PDB_SPOOL_FILE_MAGIC);
+    pdb_put_le32(h + 4, PDB_SPOOL_FILE_VERSION);
     memcpy(h + 8, x->idb, 16);
-    put_u64(h + 24, (uint64_t)b);
-    put_u64(h + 32, x->seg_bytes);
+    pdb_put_le64(h + 24, (uint64_t)b);
+    pdb_put_le64(h + 32, x->seg_bytes);
     if (!EVP_Digest(data, (size_t)x->seg_bytes, h + 40, &dn, EVP_sha256(), NULL))
         return pdb_err_set(PDB_IO, "spool: digest of block %lld", (long long)b);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -146,8 +143,8 @@ static pdb_status spill_read(const pdb_spool_xfer *x, int64_t b, void **out) {
         }
     close(fd);
     unsigned dn = 32;
-    if (!st && (get_u32(h) != PDB_SPOOL_FILE_MAGIC || get_u32(h + 4) != PDB_SPOOL_FILE_VERSION || memcmp(h + 8, x->idb, 16) ||
-                (int64_t)get_u64(h + 24) != b || get_u64(h + 32) != x->seg_bytes))
+    if (!st && (pdb_get_le32(h) != PDB_SPOOL_FILE_MAGIC || pdb_get_le32(h + 4) != PDB_SPOOL_FILE_VERSION || memcmp(h + 8, x->idb, 16) ||
+                (int64_t)pdb_get_le64(h + 24) != b || pdb_get_le64(h + 32) != x->seg_bytes))
         st = pdb_err_set(PDB_CORRUPT, "spool: %s: header does not match (magic, version, transfer, block or length)", path);
     if (!st && (!EVP_Digest(data, (size_t)x->seg_bytes, sum, &dn, EVP_sha256(), NULL) || memcmp(sum, h + 40, 32)))
         st = pdb_err_set(PDB_CORRUPT, "spool: %s fails its checksum", path);

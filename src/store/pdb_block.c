@@ -275,7 +275,7 @@ pdb_status pdb_block_write(const pdb_store_io *io, const char *dir_path, const p
         st = pdb_err_set(PDB_NOMEM, "block %s: header buffer", hex);
         goto out;
     }
-    for (int i = 0; i < 8; i++) head[i] = (uint8_t)(hl >> (8 * i));
+    pdb_put_le64(head, hl);
     memcpy(head + 8, js, jl);
     memset(head + 8 + jl, ' ', hl - jl);
     bufs[0] = head;
