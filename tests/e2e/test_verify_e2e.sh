@@ -39,43 +39,18 @@ FRONT=$URL
 
 # The prompts as files (their exact bytes are the prompt), then one request each to the front
 # (must be bridged) and to the native decoders.
-python3 - "$T" <<'PY'
-import sys
-words = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches".split()
-x, out = 7, []
-for _ in range(520):
-    x = (x * 1103515245 + 12345) % 2**31
-    out.append(words[x % len(words)])
-open(sys.argv[1] + "/prompt.txt", "w").write(" ".join(out) + ".\n")
-open(sys.argv[1] + "/chat.txt", "w").write("Summarize this, please: " + " ".join(reversed(out[:400])))
-PY
-cat >"$T/c.py" <<'PY'
-import json, sys, urllib.request
-url, kind, path, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-text = open(path, encoding="utf-8").read()
-if kind == "text":
-    ep, body = "/v1/completions", {"prompt": text}
-else:
-    ep, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": text}]}
-body.update({"max_tokens": 4, "temperature": 0, "ignore_eos": True})
-rq = urllib.request.Request(url + ep, data=json.dumps(body).encode(),
-                            headers={"Content-Type": "application/json", "X-PD-Bridge-Mode": mode})
-with urllib.request.urlopen(rq, timeout=600) as r:
-    d = json.loads(r.read())
-    print(json.dumps({"verdict": r.headers.get("X-PD-Bridge", ""), "prompt": d["usage"]["prompt_tokens"],
-                      "cached": d["usage"]["prompt_tokens_details"]["cached_tokens"]}))
-PY
+python3 tests/common/pdb_e2e_text.py prompts "$T" 7 520 400
 j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
 NBLK=0
 for kind in text chat; do
     f="$T/prompt.txt"; [ $kind = chat ] && f="$T/chat.txt"
-    R=$(python3 "$T/c.py" "$FRONT" $kind "$f" auto) || fail "front request ($kind)"
+    R=$(python3 tests/common/pdb_e2e_text.py ask "$FRONT" $kind "$f" auto) || fail "front request ($kind)"
     [ "$(j "$R" "d['verdict'].split(';')[0]")" = complete ] || fail "$kind prompt was not bridged: $R"
     n=$(j "$R" "d['prompt'] // $BS")
     [ "$n" -ge 2 ] || fail "$kind prompt too short for the test: $R"
     NBLK=$((NBLK + n))
-    python3 "$T/c.py" "$NATIVE" $kind "$f" off >/dev/null || fail "native request ($kind)"
-    python3 "$T/c.py" "$MXNATIVE" $kind "$f" off >/dev/null || fail "mx native request ($kind)"
+    python3 tests/common/pdb_e2e_text.py ask "$NATIVE" $kind "$f" off >/dev/null || fail "native request ($kind)"
+    python3 tests/common/pdb_e2e_text.py ask "$MXNATIVE" $kind "$f" off >/dev/null || fail "mx native request ($kind)"
     ok "$kind prompt bridged ($(j "$R" "d['verdict'].split(';')[0]"), $n blocks, $(j "$R" "d['prompt']") tokens)"
 done
 # the native decoders publish their blocks when their prefill ends: wait until all are there

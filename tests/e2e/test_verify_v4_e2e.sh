@@ -36,43 +36,18 @@ PREMX=$URL
 pdb_e2e_start frontmx "$BIN" front --decoder "$DECMX" --prefill "$PREMX" --decoder-model "$T/mx" --cache-dir "$T/cache-mx" "${FOPTS[@]}"
 FRONTMX=$URL
 
-python3 - "$T" <<'PY'
-import sys
-words = "the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing matches".split()
-x, out = 5, []
-for _ in range(500):
-    x = (x * 1103515245 + 12345) % 2**31
-    out.append(words[x % len(words)])
-open(sys.argv[1] + "/prompt.txt", "w").write(" ".join(out) + ".\n")
-open(sys.argv[1] + "/chat.txt", "w").write("Summarize this, please: " + " ".join(reversed(out[:380])))
-PY
-cat >"$T/c.py" <<'PY'
-import json, sys, urllib.request
-url, kind, path, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-text = open(path, encoding="utf-8").read()
-if kind == "text":
-    ep, body = "/v1/completions", {"prompt": text}
-else:
-    ep, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": text}]}
-body.update({"max_tokens": 4, "temperature": 0, "ignore_eos": True})
-rq = urllib.request.Request(url + ep, data=json.dumps(body).encode(),
-                            headers={"Content-Type": "application/json", "X-PD-Bridge-Mode": mode})
-with urllib.request.urlopen(rq, timeout=600) as r:
-    d = json.loads(r.read())
-    print(json.dumps({"verdict": r.headers.get("X-PD-Bridge", ""), "prompt": d["usage"]["prompt_tokens"],
-                      "cached": d["usage"]["prompt_tokens_details"]["cached_tokens"]}))
-PY
+python3 tests/common/pdb_e2e_text.py prompts "$T" 5 500 380
 NBLK=0
 for kind in text chat; do
     f="$T/prompt.txt"; [ $kind = chat ] && f="$T/chat.txt"
     for fr in "$FRONT" "$FRONTMX"; do
-        R=$(python3 "$T/c.py" "$fr" $kind "$f" auto) || pdb_e2e_fail "front request ($kind)"
+        R=$(python3 tests/common/pdb_e2e_text.py ask "$fr" $kind "$f" auto) || pdb_e2e_fail "front request ($kind)"
         [ "$(j "$R" "d['verdict'].split(';')[0]")" = complete ] || pdb_e2e_fail "$kind prompt was not bridged: $R"
     done
     n=$(j "$R" "d['prompt'] // $BS")
     [ "$n" -ge 2 ] || pdb_e2e_fail "$kind prompt too short for the test: $R"
     NBLK=$((NBLK + n))
-    python3 "$T/c.py" "$NATIVE" $kind "$f" off >/dev/null || pdb_e2e_fail "native request ($kind)"
+    python3 tests/common/pdb_e2e_text.py ask "$NATIVE" $kind "$f" off >/dev/null || pdb_e2e_fail "native request ($kind)"
     ok "V4 $kind prompt bridged for the unquantized and the MX decoder ($n blocks, $(j "$R" "d['prompt']") tokens)"
 done
 for _ in $(seq 1 300); do [ "$(find "$T/cache-native" -name '*.pdbblk' | wc -l)" -ge $NBLK ] && break; sleep 0.1; done
