@@ -3,12 +3,31 @@
  * (bandwidth measured by a read probe in the same process); touched bytes count every matrix a
  * decode step reads: attention projections, router, shared experts, the routed experts actually
  * selected, lm_head and one embedding row. It also counts the matmul pool dispatches per token
- * (pdb_qmat_pool_runs). Usage: bench_decode DEC_DIR [tokens] [threads]. */
+ * (pdb_qmat_pool_runs).
+ *
+ * Usage: bench_decode DEC_DIR [tokens] [threads] [--classes] [--profile] [--daz]
+ *   --classes  also streams the decode step's matrices alone, grouped into the same dispatches,
+ *              and reports GB/s per class (attention projections, dense MLP, shared experts,
+ *              routed experts, lm_head) and the time of the step that is not matrix products
+ *   --profile  samples the program counter of every running thread (SIGPROF, 1 ms of CPU)
+ *              during the decode and prints the hottest functions (dladdr; static functions
+ *              as executable offsets: resolve them with addr2line -f -e bench_decode)
+ *   --daz      a diagnosis only: decode with denormals-are-zero / flush-to-zero on every thread
+ *              (changes results where denormals occur; tells what denormal assists cost) */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <immintrin.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <time.h>
+#include <ucontext.h>
 
 #include "pdb_dec_model.h"
 #include "pdb_math.h"
@@ -37,18 +56,34 @@ static void probe_task(void *vc, int64_t task, int thread) {
     c->sums[task] = s;
 }
 
-/* Read bandwidth of this machine with the same thread pool (GB/s, best of 5). */
-static double bandwidth_probe(pdb_pool *pool) {
+/* One load per 64-byte line, eight independent sums: nothing but the memory system limits it. */
+static void probe_line_task(void *vc, int64_t task, int thread) {
+    probe_ctx *c = vc;
+    size_t per = c->n / 64, a = (size_t)task * per;
+    float s[8] = {0};
+    for (size_t i = a; i + 128 <= a + per; i += 128)
+        for (int k = 0; k < 8; k++) s[k] += c->p[i + 16 * k];
+    c->sums[task] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+/* Read bandwidth of this machine with the same thread pool (GB/s, best of 5 per form): the
+ * stronger of two read loops (one load per half line in one chain; one per line in eight). */
+static double bandwidth_probe(pdb_pool *pool, double *half_line, double *per_line) {
     size_t n = (size_t)1 << 28; /* 1 GiB of floats */
     float *buf = malloc(n * sizeof(float));
     double sums[64], best = 0;
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
     probe_ctx c = {buf, n, sums};
-    for (int r = 0; r < 5; r++) {
-        double t0 = now_s();
-        pdb_pool_run(pool, 64, probe_task, &c);
-        double gbs = n * sizeof(float) / (now_s() - t0) / 1e9;
-        if (gbs > best) best = gbs;
+    for (int form = 0; form < 2; form++) {
+        double b = 0;
+        for (int r = 0; r < 5; r++) {
+            double t0 = now_s();
+            pdb_pool_run(pool, 64, form ? probe_line_task : probe_task, &c);
+            double gbs = n * sizeof(float) / (now_s() - t0) / 1e9;
+            if (gbs > b) b = gbs;
+        }
+        *(form ? per_line : half_line) = b;
+        if (b > best) best = b;
     }
     free(buf);
     return best;
@@ -65,12 +100,166 @@ static uint64_t qbytes(const pdb_qmat *q) {
     }
 }
 
+
+/* ---- --daz: MXCSR is per thread, so every pool thread sets it (one task each: a task waits
+ * until all have started, so no thread can take two) ---- */
+typedef struct { atomic_int started; int n; } daz_ctx;
+
+static void daz_task(void *vc, int64_t task, int thread) {
+    daz_ctx *c = vc;
+    (void)task, (void)thread;
+    _mm_setcsr(_mm_getcsr() | 0x8040); /* DAZ (bit 6) | FTZ (bit 15) */
+    atomic_fetch_add(&c->started, 1);
+    while (atomic_load(&c->started) < c->n) _mm_pause();
+}
+
+/* ---- --profile: a SIGPROF program-counter sampler (no perf needed) ---- */
+enum { PROF_MAX = 1 << 20 };
+static uintptr_t prof_pc[PROF_MAX];
+static atomic_int prof_n;
+
+static void prof_handler(int sig, siginfo_t *si, void *uc) {
+    (void)sig, (void)si;
+    int i = atomic_fetch_add_explicit(&prof_n, 1, memory_order_relaxed);
+    if (i < PROF_MAX) prof_pc[i] = (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+}
+
+static void prof_set(int on) {
+    if (on) {
+        struct sigaction sa = {0};
+        sa.sa_sigaction = prof_handler;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigaction(SIGPROF, &sa, NULL);
+    }
+    struct itimerval it = {{0, on ? 1000 : 0}, {0, on ? 1000 : 0}};
+    setitimer(ITIMER_PROF, &it, NULL);
+}
+
+typedef struct { char name[160]; int n; } prof_row;
+
+static int prof_cmp(const void *a, const void *b) { return ((const prof_row *)b)->n - ((const prof_row *)a)->n; }
+
+static void prof_report(void) {
+    int n = atomic_load(&prof_n) < PROF_MAX ? atomic_load(&prof_n) : PROF_MAX, nr = 0;
+    prof_row *rows = calloc((size_t)n + 1, sizeof *rows);
+    for (int i = 0; i < n; i++) {
+        Dl_info di;
+        char name[160];
+        if (dladdr((void *)prof_pc[i], &di) && di.dli_sname) snprintf(name, sizeof name, "%s", di.dli_sname);
+        else if (dladdr((void *)prof_pc[i], &di) && di.dli_fname) /* a static function: its 256-byte page */
+            snprintf(name, sizeof name, "%s+0x%lx", strrchr(di.dli_fname, '/') ? strrchr(di.dli_fname, '/') + 1 : di.dli_fname,
+                     (unsigned long)((prof_pc[i] - (uintptr_t)di.dli_fbase) & ~(uintptr_t)255));
+        else snprintf(name, sizeof name, "?");
+        int k = 0;
+        while (k < nr && strcmp(rows[k].name, name)) k++;
+        if (k == nr) snprintf(rows[nr++].name, sizeof rows[0].name, "%s", name);
+        rows[k].n++;
+    }
+    qsort(rows, (size_t)nr, sizeof *rows, prof_cmp);
+    printf("profile: %d samples (1 ms of CPU each, all threads)\n", n);
+    for (int k = 0; k < nr && k < 40; k++) printf("  %5.1f%%  %s\n", 100.0 * rows[k].n / n, rows[k].name);
+    free(rows);
+}
+
+/* ---- --classes: the step's matrix products alone, in its dispatch groups ---- */
+enum { CL_ATTN, CL_DENSE, CL_SHARED, CL_ROUTED, CL_ROUTER, CL_HEAD, CL_N };
+static const char *cl_name[CL_N] = {"attention projections", "dense MLP", "shared experts", "routed experts (top-k)",
+                                    "router", "lm_head"};
+
+typedef struct { double s[CL_N]; uint64_t bytes[CL_N]; } cl_stat;
+
+static void cl_run(pdb_pool *pool, pdb_qmat_job *jobs, int n, int cls, float *rowbuf, cl_stat *st) {
+    double t0 = now_s();
+    pdb_qmat_matmul_multi(pool, jobs, n, rowbuf);
+    st->s[cls] += now_s() - t0;
+    for (int i = 0; i < n; i++) st->bytes[cls] += qbytes(jobs[i].w);
+}
+
+/* One decode step's products (x: one token's inputs, any values; y: scratch), per class. */
+static void cl_step(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweights *w, const float *x, float *y, float *rowbuf,
+                    cl_stat *st) {
+    int64_t H = c->hidden_size, K = c->num_experts_per_tok;
+    pdb_qmat_job j[64];
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        const pdb_v2_qlayer *L = &w->layers[l];
+        int n = 0;
+        j[n++] = (pdb_qmat_job){c->q_lora_rank ? &L->q_a : &L->q_proj, x, H, 1, y, 0};
+        j[n++] = (pdb_qmat_job){&L->kv_a, x, H, 1, y + (1 << 16), 0};
+        cl_run(pool, j, n, CL_ATTN, rowbuf, st);
+        if (c->q_lora_rank) cl_run(pool, &(pdb_qmat_job){&L->q_b, x, L->q_b.cols, 1, y, 0}, 1, CL_ATTN, rowbuf, st);
+        cl_run(pool, &(pdb_qmat_job){&L->o_proj, x, L->o_proj.cols, 1, y, 0}, 1, CL_ATTN, rowbuf, st);
+        if (!L->is_moe) {
+            j[0] = (pdb_qmat_job){&L->gate, x, H, 1, y, 0};
+            j[1] = (pdb_qmat_job){&L->up, x, H, 1, y + (1 << 16), 0};
+            cl_run(pool, j, 2, CL_DENSE, rowbuf, st);
+            cl_run(pool, &(pdb_qmat_job){&L->down, x, L->down.cols, 1, y, 0}, 1, CL_DENSE, rowbuf, st);
+            continue;
+        }
+        cl_run(pool, &(pdb_qmat_job){&L->router, x, H, 1, y, 0}, 1, CL_ROUTER, rowbuf, st);
+        /* gate/up of K experts (spread over the layer's experts) and the shared ones in one
+         * dispatch, as the decoder does; the two classes are timed apart (one dispatch each) */
+        n = 0;
+        for (int64_t k = 0; k < K; k++) {
+            int64_t e = k * c->n_routed_experts / K;
+            j[n++] = (pdb_qmat_job){&L->eg[e], x, H, 1, y + n * (1 << 13), 0};
+            j[n++] = (pdb_qmat_job){&L->eu[e], x, H, 1, y + n * (1 << 13), 0};
+        }
+        cl_run(pool, j, n, CL_ROUTED, rowbuf, st);
+        n = 0;
+        for (int64_t k = 0; k < K; k++) j[n++] = (pdb_qmat_job){&L->ed[k * c->n_routed_experts / K], x, L->ed[0].cols, 1, y + n * (1 << 13), 0};
+        cl_run(pool, j, n, CL_ROUTED, rowbuf, st);
+        if (c->n_shared_experts > 0) {
+            j[0] = (pdb_qmat_job){&L->sg, x, H, 1, y, 0};
+            j[1] = (pdb_qmat_job){&L->su, x, H, 1, y + (1 << 16), 0};
+            cl_run(pool, j, 2, CL_SHARED, rowbuf, st);
+            cl_run(pool, &(pdb_qmat_job){&L->sd, x, L->sd.cols, 1, y, 0}, 1, CL_SHARED, rowbuf, st);
+        }
+    }
+    cl_run(pool, &(pdb_qmat_job){&w->lm_head, x, H, 1, y, 0}, 1, CL_HEAD, rowbuf, st);
+}
+
+/* Fraction of e4m3 codes with a zero exponent field and nonzero mantissa (f32 denormals in the
+ * kernels' first step), over every MXFP8 matrix of the model. */
+static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) {
+    uint64_t sub = 0, all = 0;
+    const pdb_qmat *q[16];
+    for (int64_t l = 0; l <= c->num_layers; l++) {
+        int n = 0;
+        if (l == c->num_layers) q[n++] = &w->lm_head;
+        else {
+            const pdb_v2_qlayer *L = &w->layers[l];
+            const pdb_qmat *all_q[] = {&L->q_proj, &L->q_a, &L->q_b, &L->kv_a, &L->o_proj, &L->gate, &L->up, &L->down, &L->sg, &L->su, &L->sd};
+            for (size_t i = 0; i < sizeof all_q / sizeof *all_q; i++) q[n++] = all_q[i];
+        }
+        for (int i = 0; i < n; i++) {
+            if (!q[i]->data || q[i]->fmt != PDB_QF_MXFP8) continue;
+            const uint8_t *p = q[i]->data;
+            uint64_t m = (uint64_t)(q[i]->rows * q[i]->cols);
+            for (uint64_t k = 0; k < m; k++) sub += (p[k] & 0x78) == 0 && (p[k] & 7) != 0;
+            all += m;
+        }
+    }
+    return all ? (double)sub / all : 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads]\n"); return 2; }
-    int ntok = argc > 2 ? atoi(argv[2]) : 32, threads = argc > 3 ? atoi(argv[3]) : 0;
+    int classes = 0, profile = 0, daz = 0, npos = 0;
+    const char *pos[3] = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--classes")) classes = 1;
+        else if (!strcmp(argv[i], "--profile")) profile = 1;
+        else if (!strcmp(argv[i], "--daz")) daz = 1;
+        else if (argv[i][0] != '-' && npos < 3) pos[npos++] = argv[i];
+        else npos = -9;
+    }
+    if (npos < 1) {
+        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--classes] [--profile] [--daz]\n");
+        return 2;
+    }
+    int ntok = pos[1] ? atoi(pos[1]) : 32, threads = pos[2] ? atoi(pos[2]) : 0;
     pdb_pool *pool;
     pdb_dec_model *m;
-    if (pdb_pool_create(threads, &pool) || pdb_dec_model_open(argv[1], pool, &m)) {
+    if (pdb_pool_create(threads, &pool) || pdb_dec_model_open(pos[0], pool, &m)) {
         fprintf(stderr, "bench_decode: %s\n", pdb_err_msg());
         return 1;
     }
@@ -90,7 +279,7 @@ int main(int argc, char **argv) {
         }
     }
     uint64_t per_tok = fixed + expert;
-    double bw = bandwidth_probe(pool);
+    double bw_half = 0, bw_line = 0, bw = bandwidth_probe(pool, &bw_half, &bw_line);
     pdb_dec_seq s;
     if (pdb_dec_seq_init(&s, m, 64 + ntok + 4)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
@@ -104,6 +293,11 @@ int main(int argc, char **argv) {
         pdb_dec_forward(m, &sg, 1);
         tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
     }
+    if (daz) {
+        daz_ctx dc = {0, pdb_pool_threads(pool)};
+        pdb_pool_run(pool, dc.n, daz_task, &dc);
+    }
+    if (profile) prof_set(1);
     uint64_t runs0 = pdb_qmat_pool_runs();
     double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < ntok; i++) {
@@ -113,11 +307,14 @@ int main(int argc, char **argv) {
     }
     uint64_t runs = pdb_qmat_pool_runs() - runs0;
     double dt = now_s() - t0, dc = cpu_s() - c0, tps = ntok / dt, eff = per_tok * tps / 1e9;
-    printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", argv[1], pdb_dec_model_scheme(m),
+    if (profile) prof_set(0);
+    printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", pos[0], pdb_dec_model_scheme(m),
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
     printf("threads %d, kernels %s\n", pdb_pool_threads(pool), pdb_qmat_isa_name(pdb_qmat_isa_detect()));
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
-    printf("bandwidth probe: %.2f GB/s\n", bw);
+    printf("bandwidth probe: %.2f GB/s (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", bw, bw_half,
+           bw_line);
+    printf("e4m3 subnormal codes: %.4f%% of the MXFP8 weights%s\n", 100 * subnormal_fraction(c, w), daz ? "; decode ran with DAZ/FTZ" : "");
     printf("decode: %d tokens in %.2f s = %.2f tok/s -> %.2f GB/s of weights = %.1f%% of the roofline (%.2f tok/s)\n", ntok, dt,
            tps, eff, 100 * eff / bw, bw * 1e9 / per_tok);
     /* matmul dispatches (pool runs started by pdb_qmat); the attention adds one run per layer */
@@ -126,6 +323,31 @@ int main(int argc, char **argv) {
      * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,
            100 * dc / (dt * pdb_pool_threads(pool)), ntok / dc);
+    if (profile) prof_report();
+    if (classes) {
+        float *x = malloc(sizeof(float) << 16), *y = malloc(sizeof(float) << 20), *rowbuf;
+        size_t rb = (size_t)pdb_pool_threads(pool) * 4 * (1 << 16) * sizeof(float);
+        rowbuf = malloc(rb);
+        for (int i = 0; i < 1 << 16; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+        cl_stat st = {0}, warm = {0};
+        cl_step(pool, c, w, x, y, rowbuf, &warm);
+        double t1 = now_s();
+        for (int i = 0; i < ntok; i++) cl_step(pool, c, w, x, y, rowbuf, &st);
+        double step = (now_s() - t1) / ntok, prod = 0;
+        uint64_t bytes = 0;
+        printf("classes: the step's matrix products alone (%d steps, same dispatch groups, x arbitrary)\n", ntok);
+        for (int k = 0; k < CL_N; k++) {
+            if (!st.bytes[k]) continue;
+            prod += st.s[k] / ntok;
+            bytes += st.bytes[k] / ntok;
+            printf("  %-24s %7.1f MB %7.3f ms %7.2f GB/s = %5.1f%% of the probe\n", cl_name[k], st.bytes[k] / ntok / 1e6, 1e3 * st.s[k] / ntok,
+                   st.bytes[k] / st.s[k] / 1e9, 100 * st.bytes[k] / st.s[k] / 1e9 / bw);
+        }
+        printf("  products: %.3f ms per step, %.2f GB/s = %.1f%% of the probe; decode step %.3f ms: %.3f ms (%.1f%%) is not these products\n",
+               1e3 * prod, bytes / prod / 1e9, 100 * bytes / prod / 1e9 / bw, 1e3 / tps, 1e3 / tps - 1e3 * step,
+               100 * (1 / tps - step) * tps);
+        free(x), free(y), free(rowbuf);
+    }
     free(logits);
     pdb_dec_seq_free(&s);
     pdb_dec_model_close(m);

@@ -2,6 +2,7 @@
 # run_device: the CPU benchmarks on a quiet many-core machine (the GPU box's 16 cores).
 #   bench/run_device.sh stage   # here: build, pack binaries + non-system shared libs into .cache/benchcarry
 #   bench/run_device.sh run     # there (OUT=dir): make the models, run bench_decode and bench_prefill_memory
+#   bench/run_device.sh diag    # there: where decode time goes (bench_decode --classes/--profile/--daz, kernels)
 # Prints only what the programs measured.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,8 +49,33 @@ run() {
   cat "$OUT/machine.txt" "$OUT/decode.txt" "$OUT/prefill_memory.txt"
 }
 
+# the decode model of `run` (made once per machine)
+decode_model() {
+  M=/tmp/pdb-bench
+  mkdir -p $M
+  [ -f $M/v2lite4-mx/model.safetensors ] && return
+  "$B/pdbridge" make-model --preset v2-lite --layers 4 --experts 16 --seed 3 --out $M/v2lite4 >/dev/null
+  "$B/pdbridge" quantize --model $M/v2lite4 --out $M/v2lite4-mx >/dev/null 2>&1
+}
+
+diag() {
+  mkdir -p "$OUT"
+  [ -f "$CARRY/benchcarry.tar.xz" ] && tar xJf "$CARRY/benchcarry.tar.xz" -C /tmp && CARRY=/tmp/benchcarry
+  export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
+  B=$CARRY/bin
+  { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|MHz|L2|L3"; free -g | head -2; } > "$OUT/machine.txt" 2>&1 || true
+  cat "$OUT/machine.txt"
+  decode_model
+  "$B/bench_qmat_kernels" 5 2>&1 | tee "$OUT/kernels.txt"
+  for t in ${PDB_DIAG_THREADS:-16 8 4 1}; do
+    echo "== threads $t --classes --profile"; "$B/bench_decode" $M/v2lite4-mx 64 $t --classes --profile
+    echo "== threads $t --daz"; "$B/bench_decode" $M/v2lite4-mx 64 $t --daz | grep -E "probe|subnormal|decode:"
+  done 2>&1 | tee "$OUT/diag.txt"
+}
+
 case "${1:-}" in
   stage) stage ;;
   run) run ;;
+  diag) diag ;;
   *) echo "usage: $0 stage|run" >&2; exit 2 ;;
 esac
