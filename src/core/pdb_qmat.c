@@ -15,20 +15,26 @@
 
 static float lut_e4m3[256];
 static float lut_e2m1[16];
+/* lut_e2m1_scaled[e] = the 16 e2m1 values times the e8m0 scale e, each one IEEE multiply (what
+ * a vector multiply of the table by the broadcast scale gives): the MXFP4 decode kernel loads its
+ * block's scaled table from here instead of multiplying (16 KB; trained weights use a few rows) */
+static _Alignas(64) float lut_e2m1_scaled[256][16];
 static int lut_ready;
-
-static void lut_init(void) {
-    if (__atomic_load_n(&lut_ready, __ATOMIC_ACQUIRE)) return;
-    for (int i = 0; i < 256; i++) lut_e4m3[i] = pdb_e4m3_to_f32((uint8_t)i);
-    for (int i = 0; i < 16; i++) lut_e2m1[i] = pdb_e2m1_to_f32((uint8_t)i);
-    __atomic_store_n(&lut_ready, 1, __ATOMIC_RELEASE);
-}
 
 static inline float e8m0_f32(uint8_t e) { /* == pdb_e8m0_to_f32, inlined for the kernels */
     uint32_t u = e == 0xFF ? 0x7FC00000u : e == 0 ? 0x00400000u : (uint32_t)e << 23;
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+static void lut_init(void) {
+    if (__atomic_load_n(&lut_ready, __ATOMIC_ACQUIRE)) return;
+    for (int i = 0; i < 256; i++) lut_e4m3[i] = pdb_e4m3_to_f32((uint8_t)i);
+    for (int i = 0; i < 16; i++) lut_e2m1[i] = pdb_e2m1_to_f32((uint8_t)i);
+    for (int e = 0; e < 256; e++)
+        for (int i = 0; i < 16; i++) lut_e2m1_scaled[e][i] = lut_e2m1[i] * e8m0_f32((uint8_t)e);
+    __atomic_store_n(&lut_ready, 1, __ATOMIC_RELEASE);
 }
 
 /* 16 e4m3 codes -> f32 bits holding value * 2^-120: the code s eeee mmm sign-extended to 32 bits
@@ -284,11 +290,14 @@ __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, co
  * form.
  *
  * MXFP4: the 16 e2m1 values times the block scale are looked up directly (a permute of the scaled
- * table): an elementwise product commutes with a permutation, so each weight is the same rounding
- * of the same product as dequantize-then-scale, for every scale. The low nibbles (even elements)
- * and the high ones (odd elements) go to two accumulators against x deinterleaved per block (xd:
- * the 16 even elements, then the 16 odd ones); each lane still takes one fixed k mod 32 in k order,
- * and the lanes are put back in dot_avx512's positions (fold4_mx4) before the fold.
+ * table, lut_e2m1_scaled[scale]): an elementwise product commutes with a permutation, so each
+ * weight is the same rounding of the same product as dequantize-then-scale, for every scale. The
+ * index vectors come from the block's 16 bytes broadcast to the four 128-bit lanes: lane j (dword
+ * d = j % 4 of the block, copy c = j / 4) shifted right by 4c holds nibble c of dword d, element
+ * 8d + c, in bits 3..0 (the permute ignores the bits above), and 16 bits further right nibble
+ * c + 4, element 8d + c + 4: two shifts and two permutes per 32 weights, no widening. x is
+ * rearranged the same way once per block (nib_x); each lane still takes one fixed k mod 32 in k
+ * order, and the lanes are put back in dot_avx512's positions (fold4_nib) before the fold.
  *
  * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead): a group
  * reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
@@ -298,70 +307,99 @@ enum { QM_FAST_MAX_E = 134, QM_CHUNK_BLOCKS = 256 };
 
 typedef struct { __m512 v[2][4][2]; } qm_acc;
 
+/* The kernels' row and token loops are unrolled by request: left as loops, GCC keeps the
+ * accumulator arrays on the stack and every FMA goes through a store and a reload (measured: the
+ * MXFP4 kernel at half speed). */
+#define PDB_QM_UNROLL _Pragma("GCC unroll 8")
+
 __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp8_general(const uint8_t *const *q,
         const uint8_t *const *s, int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int nan, qm_acc *acc) {
     __m512 lo[2][4], hi[2][4];
+    PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) lo[t][i] = acc->v[t][i][0], hi[t][i] = acc->v[t][i][1];
     for (int64_t b = b0; b < b1; b++) {
         __m512 x0[2], x1[2];
+        PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             __m512 sc = _mm512_set1_ps(e8m0_f32(s[i][b]));
             __m512 w0 = _mm512_mul_ps(e4m3x16(q[i] + b * 32, nan), sc), w1 = _mm512_mul_ps(e4m3x16(q[i] + b * 32 + 16, nan), sc);
+            PDB_QM_UNROLL
             for (int t = 0; t < nt; t++) {
                 lo[t][i] = _mm512_fmadd_ps(x0[t], w0, lo[t][i]);
                 hi[t][i] = _mm512_fmadd_ps(x1[t], w1, hi[t][i]);
             }
         }
     }
+    PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) acc->v[t][i][0] = lo[t][i], acc->v[t][i][1] = hi[t][i];
 }
 
 __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp8_fast(const uint8_t *const *q, const float *sct,
         int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     __m512 lo[2][4], hi[2][4];
+    PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) lo[t][i] = acc->v[t][i][0], hi[t][i] = acc->v[t][i][1];
     for (int64_t b = b0; b < b1; b++, sct += 4) {
         __m512 x0[2], x1[2];
+        PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
             __m512 sc = _mm512_set1_ps(sct[i]);
             __m512 w0 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32), sc), w1 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32 + 16), sc);
+            PDB_QM_UNROLL
             for (int t = 0; t < nt; t++) {
                 lo[t][i] = _mm512_fmadd_ps(x0[t], w0, lo[t][i]);
                 hi[t][i] = _mm512_fmadd_ps(x1[t], w1, hi[t][i]);
             }
         }
     }
+    PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) acc->v[t][i][0] = lo[t][i], acc->v[t][i][1] = hi[t][i];
 }
 
+/* sct here holds byte offsets into lut_e2m1_scaled (scale_table's QM_SCT_OFFSET form) */
 __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp4_fast(const uint8_t *const *q, const float *sct,
         int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
-    const __m512 lut = _mm512_loadu_ps(lut_e2m1);
+    const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
     __m512 ev[2][4], od[2][4];
+    PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) ev[t][i] = acc->v[t][i][0], od[t][i] = acc->v[t][i][1];
     for (int64_t b = b0; b < b1; b++, sct += 4) {
         __m512 xe[2], xo[2];
+        PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf && !(b & 1)) _mm_prefetch((const char *)q[i] + b * 16 + pf, _MM_HINT_T0);
-            __m512 ls = _mm512_mul_ps(lut, _mm512_set1_ps(sct[i]));
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q[i] + b * 16)));
-            __m512 we = _mm512_permutexvar_ps(v, ls), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), ls); /* index bits 3..0 */
+            uint32_t off;
+            memcpy(&off, &sct[i], 4);
+            __m512 ls = _mm512_load_ps((const float *)((const char *)lut_e2m1_scaled + off));
+            __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(q[i] + b * 16))), sh);
+            __m512 we = _mm512_permutexvar_ps(v, ls), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), ls); /* index bits 3..0 */
+            PDB_QM_UNROLL
             for (int t = 0; t < nt; t++) {
                 ev[t][i] = _mm512_fmadd_ps(xe[t], we, ev[t][i]);
                 od[t][i] = _mm512_fmadd_ps(xo[t], wo, od[t][i]);
             }
         }
     }
+    PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) acc->v[t][i][0] = ev[t][i], acc->v[t][i][1] = od[t][i];
 }
 
@@ -374,24 +412,31 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void fu
         int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     const __m512i m = _mm512_set1_epi32((int)0x87F00000u);
     __m512 ev[2][4], od[2][4];
+    PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) ev[t][i] = acc->v[t][i][0], od[t][i] = acc->v[t][i][1];
     for (int64_t b = b0; b < b1; b++, sct += 4) {
         __m512 xe[2], xo[2];
+        PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
             __m512 sc = _mm512_set1_ps(sct[i]);
             __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q[i] + b * 32)));
             __m512 we = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), m)), sc);
             __m512 wo = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 4), m)), sc);
+            PDB_QM_UNROLL
             for (int t = 0; t < nt; t++) {
                 ev[t][i] = _mm512_fmadd_ps(xe[t], we, ev[t][i]);
                 od[t][i] = _mm512_fmadd_ps(xo[t], wo, od[t][i]);
             }
         }
     }
+    PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) acc->v[t][i][0] = ev[t][i], acc->v[t][i][1] = od[t][i];
 }
 
@@ -404,16 +449,27 @@ __attribute__((target("avx512f,avx512bw"))) static void k_mx8_evod_t2(const uint
     fused4_mxfp8_evod(q, sc, b0, b1, xd, ldx, 2, pf, acc);
 }
 
-/* the even/odd accumulators (MXFP4, MXFP8 with BW) back in dot_avx512's positions (low, high) */
-__attribute__((target("avx512f"))) static void fold4_mx4(const __m512 *ev_od, float *out) {
-    const __m512i il0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i il1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+/* Accumulator pairs (a, b) of a lane layout back in dot_avx512's positions (low, high), then the
+ * fold: low lane p = lane il0[p] of a:b (>= 16: of b), high lane p = il1[p]. */
+__attribute__((target("avx512f"))) static void fold4_perm(const __m512 *ab, __m512i il0, __m512i il1, float *out) {
     __m512 lo[4], hi[4];
     for (int i = 0; i < 4; i++) {
-        lo[i] = _mm512_permutex2var_ps(ev_od[2 * i], il0, ev_od[2 * i + 1]);
-        hi[i] = _mm512_permutex2var_ps(ev_od[2 * i], il1, ev_od[2 * i + 1]);
+        lo[i] = _mm512_permutex2var_ps(ab[2 * i], il0, ab[2 * i + 1]);
+        hi[i] = _mm512_permutex2var_ps(ab[2 * i], il1, ab[2 * i + 1]);
     }
     fold4_avx512(lo, hi, out);
+}
+
+/* the even/odd accumulators (MXFP8 with BW): element 2p in lane p of a, 2p + 1 in lane p of b */
+__attribute__((target("avx512f"))) static void fold4_evod(const __m512 *ev_od, float *out) {
+    fold4_perm(ev_od, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
+               _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), out);
+}
+
+/* the nibble-layout accumulators (MXFP4): element 8(j % 4) + j / 4 in lane j of a, that + 4 in b */
+__attribute__((target("avx512f"))) static void fold4_nib(const __m512 *ab, float *out) {
+    fold4_perm(ab, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29),
+               _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31), out);
 }
 
 /* the same lanes moved, in the accumulators (a chunk of a long MXFP8 row that needs the general form) */
@@ -444,10 +500,16 @@ PDB_QM_KERNEL(k_mx8_gen_nan_t1, uint8_t *const, fused4_mxfp8_general(q, sc, b0, 
 PDB_QM_KERNEL(k_mx8_gen_nan_t2, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 2, 1, acc))
 #undef PDB_QM_KERNEL
 
-/* xd[b*32 + p] = x[b*32 + 2p], xd[b*32 + 16 + p] = x[b*32 + 2p + 1] (p < 16), for n = 32 * nb. */
-__attribute__((target("avx512f"))) static void deinterleave_x(const float *x, int64_t n, float *xd) {
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+/* x rearranged per 32-block for a lane layout, for n = 32 * nb:
+ * QM_X_EVOD (MXFP8 with BW): xd[b*32 + p] = x[b*32 + 2p], xd[b*32 + 16 + p] = x[b*32 + 2p + 1];
+ * QM_X_NIB (MXFP4): xd[b*32 + j] = x[b*32 + 8(j % 4) + j / 4], xd[b*32 + 16 + j] = that + 4. */
+enum { QM_X_EVOD = 1, QM_X_NIB = 2 };
+
+__attribute__((target("avx512f"))) static void rearrange_x(const float *x, int64_t n, int layout, float *xd) {
+    const __m512i ev = layout == QM_X_NIB ? _mm512_setr_epi32(0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27)
+                                          : _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = layout == QM_X_NIB ? _mm512_setr_epi32(4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31)
+                                          : _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (int64_t k = 0; k + 32 <= n; k += 32) {
         __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
         _mm512_storeu_ps(xd + k, _mm512_permutex2var_ps(a, ev, b));
@@ -455,13 +517,13 @@ __attribute__((target("avx512f"))) static void deinterleave_x(const float *x, in
     }
 }
 
-/* The scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i]: rebias 0 gives the
- * scales themselves (e8m0: 2^(e-127), e == 0 the subnormal 2^-127, 0xFF NaN), rebias 1 gives
+/* The scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i]: rebias 0 gives each
+ * scale's byte offset in lut_e2m1_scaled (64 e, as the bits of the float slot), rebias 1 gives
  * 2^(e-7) for the MXFP8 fold and returns 0 when some e exceeds QM_FAST_MAX_E (the table is then
  * unusable). 16 blocks of a row at a time, then a 4 x 16 transpose into the kernels' order; a
  * scalar loop only for chunks under 16 blocks (rows under 512 wide). */
 __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, int rebias, float *sct) {
-    const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E), zero = _mm512_setzero_si512(), ff = _mm512_set1_epi32(0xFF);
+    const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E);
     const __m512i t01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i t23 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     __mmask16 over = 0;
@@ -474,11 +536,7 @@ __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *
             if (rebias) {
                 over |= _mm512_cmpgt_epi32_mask(e, big);
                 u[i] = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23);
-            } else {
-                u[i] = _mm512_slli_epi32(e, 23);
-                u[i] = _mm512_mask_mov_epi32(u[i], _mm512_cmpeq_epi32_mask(e, zero), _mm512_set1_epi32(0x00400000));
-                u[i] = _mm512_mask_mov_epi32(u[i], _mm512_cmpeq_epi32_mask(e, ff), _mm512_set1_epi32(0x7FC00000));
-            }
+            } else u[i] = _mm512_slli_epi32(e, 6);
         }
         /* rows (0,1) and (2,3) interleaved per block, then the two pairs per block */
         __m512i a01l = _mm512_permutex2var_epi32(u[0], t01, u[1]), a01h = _mm512_permutex2var_epi32(u[0], t23, u[1]);
@@ -497,13 +555,17 @@ __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *
                 uint32_t u = (e + 120u) << 23;
                 tail_over |= e > QM_FAST_MAX_E;
                 memcpy(&sct[(b - b0) * 4 + i], &u, 4);
-            } else sct[(b - b0) * 4 + i] = e8m0_f32((uint8_t)e);
+            } else {
+                uint32_t o = e << 6;
+                memcpy(&sct[(b - b0) * 4 + i], &o, 4);
+            }
         }
     return !over && !tail_over;
 }
 
 /* Four MXFP8 / MXFP4 rows r0.. against T <= 2 tokens: y[t * ldy + r0 + i]. x is the matmul's x
- * and xd its deinterleaved copy (ldx = cols; MXFP4, and MXFP8 when the CPU has AVX512BW, else NULL). */
+ * and xd its rearranged copy (ldx = cols; MXFP4: QM_X_NIB, MXFP8 when the CPU has AVX512BW:
+ * QM_X_EVOD, else NULL). */
 __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, int64_t r0, const float *x, int64_t ldx, const float *xd,
                                                            int64_t T, float *y, int64_t ldy) {
     int64_t C = w->cols, nb = C / 32;
@@ -519,7 +581,7 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
     for (int t = 0; t < 2; t++)
         for (int i = 0; i < 4; i++) acc.v[t][i][0] = acc.v[t][i][1] = _mm512_setzero_ps();
     float sct[4 * QM_CHUNK_BLOCKS];
-    int evod = !mx8, mx8_evod = mx8 && xd && w->nan_free; /* accumulators in even/odd lanes; MXFP8 may use them */
+    int evod = !mx8, mx8_evod = mx8 && xd && w->nan_free; /* accumulators in MXFP4's nibble or MXFP8's even/odd lanes */
     for (int64_t b0 = 0; b0 < nb; b0 += QM_CHUNK_BLOCKS) {
         int64_t b1 = b0 + QM_CHUNK_BLOCKS < nb ? b0 + QM_CHUNK_BLOCKS : nb;
         if (!mx8) {
@@ -541,7 +603,8 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
             __m512 lo[4], hi[4];
             for (int i = 0; i < 4; i++) lo[i] = acc.v[t][i][0], hi[i] = acc.v[t][i][1];
             fold4_avx512(lo, hi, o);
-        } else fold4_mx4(&acc.v[t][0][0], o);
+        } else if (mx8) fold4_evod(&acc.v[t][0][0], o);
+        else fold4_nib(&acc.v[t][0][0], o);
         for (int i = 0; i < 4; i++) y[t * ldy + r0 + i] = o[i];
     }
 }
@@ -646,6 +709,7 @@ typedef struct {
 typedef struct {
     const float *x;
     int64_t ldx, n, cols;
+    int layout;
 } qm_xd;
 
 static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
@@ -664,11 +728,12 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
     int64_t C = w->cols, T = j->n, ldx = j->ldx, ldy = j->ldy;
     float *y = j->y, *row = c->rowbuf + (int64_t)thread * c->stride;
     if (job_fused(j)) {
-        const float *xd = NULL; /* the tokens deinterleaved per 32-block (MXFP4, and MXFP8 with AVX512BW) */
+        const float *xd = NULL; /* the tokens rearranged per 32-block (MXFP4, and MXFP8 with AVX512BW) */
+        int layout = w->fmt == PDB_QF_MXFP4 ? QM_X_NIB : QM_X_EVOD;
         if (w->fmt == PDB_QF_MXFP4 || has_bw()) {
-            if (xs->x != x || xs->ldx != ldx || xs->n != T || xs->cols != C) {
-                for (int64_t t = 0; t < T; t++) deinterleave_x(x + t * ldx, C, row + t * C);
-                *xs = (qm_xd){x, ldx, T, C};
+            if (xs->x != x || xs->ldx != ldx || xs->n != T || xs->cols != C || xs->layout != layout) {
+                for (int64_t t = 0; t < T; t++) rearrange_x(x + t * ldx, C, layout, row + t * C);
+                *xs = (qm_xd){x, ldx, T, C, layout};
             }
             xd = row;
         }
