@@ -29,6 +29,14 @@ int pdb_cli_parse_int(const char *s, long long lo, long long hi, long long *out)
 /* Apply --log-level NAME; 0 when NAME is unknown. */
 int pdb_cli_set_log_level(const char *name);
 
+/* The current error message (pdb_err_msg) past any leading "CMD:" the library already put there
+ * (pdb_make_model_write says "make-model: ...", pdb_quantize "quantize: ..."), so that a line
+ * the CLI prefixes with "pdbridge CMD: " names the subcommand once. */
+const char *pdb_cli_error_text(const char *cmd);
+/* Print "pdbridge CMD: [STATUS: ]MESSAGE" on stderr (the message from pdb_cli_error_text; status
+ * may be NULL). The one printer of a failed library call's message. */
+void pdb_cli_print_error(const char *cmd, const char *status);
+
 /* True when argv holds -h or --help. */
 int pdb_cli_wants_help(int argc, char **argv);
 

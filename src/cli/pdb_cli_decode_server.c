@@ -63,7 +63,7 @@ int pdb_cli_decode_server(int argc, char **argv) {
     pdb_dec_server *srv = NULL;
     pdb_status st = pdb_dec_server_start(&o, &srv);
     if (st != PDB_OK) {
-        fprintf(stderr, "pdbridge decode-server: %s: %s\n", pdb_status_str(st), pdb_err_msg());
+        pdb_cli_print_error("decode-server", pdb_status_str(st));
         return 1;
     }
     printf("listening on http://%s:%d (model %s)\n", o.host ? o.host : "127.0.0.1", pdb_dec_server_port(srv),

@@ -25,7 +25,7 @@ int pdb_cli_front(int argc, char **argv) {
         if (!strcmp(argv[i], "--config")) config = argv[i + 1];
     pdb_front_opts o;
     if (pdb_front_opts_defaults(&o, config)) {
-        fprintf(stderr, "pdbridge front: %s\n", pdb_err_msg());
+        pdb_cli_print_error("front", NULL);
         return 2;
     }
     o.port = -1;
@@ -63,7 +63,7 @@ int pdb_cli_front(int argc, char **argv) {
     pdb_cli_signals_block();
     pdb_front *f = NULL;
     if (pdb_front_start(&o, &f)) {
-        fprintf(stderr, "pdbridge front: %s\n", pdb_err_msg());
+        pdb_cli_print_error("front", NULL);
         return 1;
     }
     printf("listening on http://%s:%d\n", o.host ? o.host : "127.0.0.1", pdb_front_port(f));

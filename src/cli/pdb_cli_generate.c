@@ -110,7 +110,7 @@ int pdb_cli_generate(int argc, char **argv) {
             produced / (t3 - t2 + 1e-9));
     rc = 0;
 done:
-    if (rc) fprintf(stderr, "pdbridge generate: %s\n", pdb_err_msg());
+    if (rc) pdb_cli_print_error("generate", NULL);
     pdb_v2_cache_free(&c);
     free(logits);
     free(ids);

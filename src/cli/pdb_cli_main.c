@@ -74,6 +74,22 @@ int pdb_cli_set_log_level(const char *l) {
     return 1;
 }
 
+const char *pdb_cli_error_text(const char *cmd) {
+    const char *m = pdb_err_msg();
+    size_t n = strlen(cmd);
+    while (!strncmp(m, cmd, n) && (m[n] == ':' || !m[n])) { /* "cmd: ", "cmd: : " (an empty wrap), "cmd" */
+        m += n;
+        while (*m == ':' || *m == ' ') m++;
+    }
+    return m;
+}
+
+void pdb_cli_print_error(const char *cmd, const char *status) {
+    const char *m = pdb_cli_error_text(cmd);
+    if (status && *m) fprintf(stderr, "pdbridge %s: %s: %s\n", cmd, status, m);
+    else fprintf(stderr, "pdbridge %s: %s\n", cmd, *m ? m : status ? status : "failed");
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: pdbridge SUBCOMMAND [options]   (pdbridge SUBCOMMAND --help for each)\n\n");
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

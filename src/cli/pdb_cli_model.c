@@ -16,7 +16,7 @@
 #include "pdb_v4.h"
 
 static int fail(const char *cmd) {
-    fprintf(stderr, "pdbridge %s: %s\n", cmd, pdb_err_msg());
+    pdb_cli_print_error(cmd, NULL);
     return 1;
 }
 

@@ -72,7 +72,7 @@ int pdb_cli_prefill_server(int argc, char **argv) {
     pdb_cli_signals_block();
     pdb_prefill_server *s = NULL;
     if (pdb_prefill_server_start(&o, &s)) {
-        fprintf(stderr, "pdbridge prefill-server: %s\n", pdb_err_msg());
+        pdb_cli_print_error("prefill-server", NULL);
         return 1;
     }
     printf("listening on http://%s:%d (backend %s)\n", o.host ? o.host : "127.0.0.1", pdb_prefill_server_port(s),

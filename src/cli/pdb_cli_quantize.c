@@ -26,7 +26,7 @@ int pdb_cli_quantize(int argc, char **argv) {
     }
     if (!model || !out) { fprintf(stderr, "pdbridge quantize: --model and --out are required\n\n%s", usage); return 2; }
     if (pdb_quantize_model_ex(model, out, scheme, sem, 1)) {
-        fprintf(stderr, "pdbridge quantize: %s\n", pdb_err_msg());
+        pdb_cli_print_error("quantize", NULL);
         return 1;
     }
     printf("wrote %s (scheme %s)\n", out, scheme);

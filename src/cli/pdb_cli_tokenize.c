@@ -116,7 +116,7 @@ int pdb_cli_tokenize(int argc, char **argv) {
     pdb_tokenizer *tok;
     pdb_status st = pdb_tokenizer_load(model, &tok);
     if (st != PDB_OK) {
-        fprintf(stderr, "pdbridge tokenize: %s: %s\n", pdb_status_str(st), pdb_err_msg());
+        pdb_cli_print_error("tokenize", pdb_status_str(st));
         return 1;
     }
     char *in = NULL;
@@ -139,7 +139,7 @@ int pdb_cli_tokenize(int argc, char **argv) {
         st = pdb_tokenizer_decode(tok, ids, n, &out, &out_len);
         free(ids);
         if (st != PDB_OK) {
-            fprintf(stderr, "pdbridge tokenize: %s: %s\n", pdb_status_str(st), pdb_err_msg());
+            pdb_cli_print_error("tokenize", pdb_status_str(st));
             goto done;
         }
         rc = fwrite(out, 1, out_len, stdout) == out_len ? 0 : 1;
@@ -149,7 +149,7 @@ int pdb_cli_tokenize(int argc, char **argv) {
         int64_t n;
         st = pdb_tokenizer_encode(tok, in, in_len, &ids, &n);
         if (st != PDB_OK) {
-            fprintf(stderr, "pdbridge tokenize: %s: %s\n", pdb_status_str(st), pdb_err_msg());
+            pdb_cli_print_error("tokenize", pdb_status_str(st));
             goto done;
         }
         for (int64_t i = 0; i < n; i++) printf(i ? " %" PRId32 : "%" PRId32, ids[i]);

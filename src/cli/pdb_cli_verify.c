@@ -166,9 +166,9 @@ int pdb_cli_verify_blocks(int argc, char **argv) {
         n_same = verify_pair(path[0], path[0], path[1], strict, &total);
     } else {
         name_list la, lb;
-        if (scan_blocks(path[0], &la)) { fprintf(stderr, "pdbridge verify-blocks: %s\n", pdb_err_msg()); return EXIT_CANNOT; }
+        if (scan_blocks(path[0], &la)) { pdb_cli_print_error("verify-blocks", NULL); return EXIT_CANNOT; }
         if (scan_blocks(path[1], &lb)) {
-            fprintf(stderr, "pdbridge verify-blocks: %s\n", pdb_err_msg());
+            pdb_cli_print_error("verify-blocks", NULL);
             names_free(&la);
             return EXIT_CANNOT;
         }
@@ -300,7 +300,7 @@ int pdb_cli_diff_state(int argc, char **argv) {
         return EXIT_CANNOT;
     }
     int64_t bs = 0;
-    if (store_block_size(cdir, &bs)) { fprintf(stderr, "pdbridge diff-state: %s\n", pdb_err_msg()); return EXIT_CANNOT; }
+    if (store_block_size(cdir, &bs)) { pdb_cli_print_error("diff-state", NULL); return EXIT_CANNOT; }
     if (!bs) { /* opening a store would create one here: refuse instead of writing into a stranger's directory */
         fprintf(stderr, "pdbridge diff-state: --cache-dir %s: no store.json: not a prefix-cache directory\n", cdir);
         return EXIT_CANNOT;
@@ -353,7 +353,7 @@ int pdb_cli_diff_state(int argc, char **argv) {
     hashes = malloc((size_t)nb * sizeof *hashes);
     nat = malloc(bbytes);
     mnt = malloc(bbytes);
-    if (!hashes || !nat || !mnt) { pdb_err_set(PDB_NOMEM, "diff-state: %llu bytes per block", (unsigned long long)bbytes); goto fail; }
+    if (!hashes || !nat || !mnt) { pdb_err_set(PDB_NOMEM, "out of memory for %llu bytes per block", (unsigned long long)bbytes); goto fail; }
     if (pdb_store_hash_chain(pdb_dec_model_fingerprint(m), ids, nb * bs, bs, hashes)) goto fail;
     char fp[65];
     pdb_store_hash_hex(pdb_dec_model_fingerprint(m), fp);
@@ -419,7 +419,7 @@ int pdb_cli_diff_state(int argc, char **argv) {
     rc = found > 0 && same == found ? EXIT_PASS : EXIT_DIFF;
     goto out;
 fail:
-    fprintf(stderr, "pdbridge diff-state: %s\n", pdb_err_msg());
+    pdb_cli_print_error("diff-state", NULL);
 out:
     pdb_dec_seq_free(&seq);
     free(nat);
@@ -500,7 +500,7 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
     ids = malloc(sizeof(int32_t) * (size_t)T);
     ref = malloc(bytes * (size_t)nb);
     got.blocks = malloc(bytes * (size_t)nb);
-    if (!ids || !ref || !got.blocks) { pdb_err_set(PDB_NOMEM, "pool-validate: %lld tokens", (long long)T); goto fail; }
+    if (!ids || !ref || !got.blocks) { pdb_err_set(PDB_NOMEM, "out of memory for %lld tokens", (long long)T); goto fail; }
     uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
     for (int64_t i = 0; i < T; i++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
@@ -512,7 +512,7 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
                                    .device = (int)device, .v4_sem = sem};
     pdb_status bs_st = pdb_prefill_backend_create(&bo, backend, &be);
     if (bs_st) {
-        fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_err_msg(),
+        fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_cli_error_text("pool-validate"),
                 pdb_status_str(bs_st));
         goto out;
     }
@@ -552,7 +552,7 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
     rc = pass ? EXIT_PASS : EXIT_DIFF;
     goto out;
 fail:
-    fprintf(stderr, "pdbridge pool-validate: %s\n", pdb_err_msg());
+    pdb_cli_print_error("pool-validate", NULL);
 out:
     if (be) be->destroy(be);
     pdb_st_close(est);
@@ -625,7 +625,7 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     pdb_prefill_backend_opts bo = {.cfg = &cfg, .engine = est, .decoder = dst, .threads = (int)threads, .device = (int)device};
     pdb_status bs = pdb_prefill_backend_create(&bo, backend, &be);
     if (bs) {
-        fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_err_msg(), pdb_status_str(bs));
+        fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_cli_error_text("pool-validate"), pdb_status_str(bs));
         goto out;
     }
     const int64_t L = cfg.num_layers, H = cfg.hidden_size, row = cfg.kv_lora_rank + cfg.qk_rope_head_dim;
@@ -640,7 +640,7 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     rc_rows = malloc(sizeof(*rc_rows) * (size_t)n);
     per = calloc((size_t)(3 * L), sizeof *per);
     if (!xn || !ref || !got || !rowbuf || !kva || !pos || !rc_rows || !per) {
-        pdb_err_set(PDB_NOMEM, "pool-validate: %lld tokens", n);
+        pdb_err_set(PDB_NOMEM, "out of memory for %lld tokens", n);
         goto fail;
     }
     fill_inputs(xn, n * H, (uint64_t)seed);
@@ -686,7 +686,7 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     rc = pass ? EXIT_PASS : EXIT_DIFF;
     goto out;
 fail:
-    fprintf(stderr, "pdbridge pool-validate: %s\n", pdb_err_msg());
+    pdb_cli_print_error("pool-validate", NULL);
 out:
     free(per);
     free(rc_rows);
