@@ -5,13 +5,17 @@
  * selected, lm_head and one embedding row. It also counts the matmul pool dispatches per token
  * (pdb_qmat_pool_runs).
  *
- * Usage: bench_decode DEC_DIR [tokens] [threads] [--classes] [--profile] [--daz]
+ * Usage: bench_decode DEC_DIR [tokens] [threads] [--classes] [--phases] [--profile] [--daz]
  *   --classes  also streams the decode step's matrices alone, grouped into the same dispatches,
  *              and reports GB/s per class (attention projections, dense MLP, shared experts,
  *              routed experts, lm_head) and the time of the step that is not matrix products
  *   --profile  samples the program counter of every running thread (SIGPROF, 1 ms of CPU)
  *              during the decode and prints the hottest functions (dladdr; static functions
  *              as executable offsets: resolve them with addr2line -f -e bench_decode)
+ *   --phases   runs the same steps through the pdb_v2_ops calls of the decoder's forward with a
+ *              clock around each (attention = projections + attention core + o_proj; FFN =
+ *              router, experts, routing and combining): subtract --classes' products to see
+ *              what the rest costs
  *   --daz      a diagnosis only: decode with denormals-are-zero / flush-to-zero on every thread
  *              (changes results where denormals occur; tells what denormal assists cost) */
 #ifndef _GNU_SOURCE
@@ -218,6 +222,46 @@ static void cl_step(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweights *
     cl_run(pool, &(pdb_qmat_job){&w->lm_head, x, H, 1, y, 0}, 1, CL_HEAD, rowbuf, st);
 }
 
+/* ---- --phases: one-token steps through the forward's own calls, timed per call ---- */
+static pdb_status phases(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweights *w, int ntok) {
+    int64_t row = c->kv_lora_rank + c->qk_rope_head_dim, cap = 64 + ntok + 4, L = c->num_layers;
+    float *lat = malloc(sizeof(float) * (size_t)(L * cap * row)), *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    pdb_v2_batch b;
+    if (!lat || !logits || pdb_v2_batch_init(&b, w, pool, 1, cap)) return PDB_NOMEM;
+    enum { P_EMBED, P_NORM, P_ATTN, P_ATTN_MOE, P_FFN_DENSE, P_FFN_MOE, P_LOGITS, P_ARGMAX, P_N };
+    static const char *nm[P_N] = {"embed", "attention norms", "attention (dense layers)", "attention (MoE layers)", "FFN (dense layers)",
+                                  "FFN (MoE layers)", "final norm + lm_head", "argmax"};
+    double t[P_N] = {0}, total = 0;
+    int32_t tok = 1;
+    for (int p = 0; p < 64 + ntok; p++) {
+        int on = p >= 64; /* the first 64 positions fill the context, as the decode's prompt */
+        double t0 = now_s(), t1;
+        b.cache[0] = (pdb_v2_rowcache){lat, cap * row, row, 0};
+        b.pos[0] = p;
+        pdb_v2_ops_embed(&b, 0, tok);
+        t1 = now_s(), t[P_EMBED] += on * (t1 - t0), t0 = t1;
+        for (int64_t l = 0; l < L; l++) {
+            int moe = w->layers[l].is_moe;
+            pdb_v2_ops_attn_norm(&b, l);
+            t1 = now_s(), t[P_NORM] += on * (t1 - t0), t0 = t1;
+            pdb_v2_ops_attention(&b, l);
+            t1 = now_s(), t[moe ? P_ATTN_MOE : P_ATTN] += on * (t1 - t0), t0 = t1;
+            pdb_v2_ops_ffn(&b, l);
+            t1 = now_s(), t[moe ? P_FFN_MOE : P_FFN_DENSE] += on * (t1 - t0), t0 = t1;
+        }
+        pdb_v2_ops_logits(&b, 0, logits);
+        t1 = now_s(), t[P_LOGITS] += on * (t1 - t0), t0 = t1;
+        tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
+        t1 = now_s(), t[P_ARGMAX] += on * (t1 - t0);
+    }
+    for (int k = 0; k < P_N; k++) total += t[k];
+    printf("phases: %d one-token steps through pdb_v2_ops, %.3f ms per step\n", ntok, 1e3 * total / ntok);
+    for (int k = 0; k < P_N; k++) printf("  %-26s %8.3f ms %5.1f%%\n", nm[k], 1e3 * t[k] / ntok, 100 * t[k] / total);
+    pdb_v2_batch_free(&b);
+    free(lat), free(logits);
+    return PDB_OK;
+}
+
 /* Fraction of e4m3 codes with a zero exponent field and nonzero mantissa (f32 denormals in the
  * kernels' first step), over every MXFP8 matrix of the model. */
 static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) {
@@ -243,17 +287,18 @@ static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) 
 }
 
 int main(int argc, char **argv) {
-    int classes = 0, profile = 0, daz = 0, npos = 0;
+    int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--classes")) classes = 1;
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--daz")) daz = 1;
+        else if (!strcmp(argv[i], "--phases")) do_phases = 1;
         else if (argv[i][0] != '-' && npos < 3) pos[npos++] = argv[i];
         else npos = -9;
     }
     if (npos < 1) {
-        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--classes] [--profile] [--daz]\n");
+        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--classes] [--phases] [--profile] [--daz]\n");
         return 2;
     }
     int ntok = pos[1] ? atoi(pos[1]) : 32, threads = pos[2] ? atoi(pos[2]) : 0;
@@ -324,6 +369,7 @@ int main(int argc, char **argv) {
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,
            100 * dc / (dt * pdb_pool_threads(pool)), ntok / dc);
     if (profile) prof_report();
+    if (do_phases && phases(pool, c, w, ntok)) { fprintf(stderr, "bench_decode: out of memory for --phases\n"); return 1; }
     if (classes) {
         float *x = malloc(sizeof(float) << 16), *y = malloc(sizeof(float) << 20), *rowbuf;
         size_t rb = (size_t)pdb_pool_threads(pool) * 4 * (1 << 16) * sizeof(float);

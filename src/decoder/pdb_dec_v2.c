@@ -2,7 +2,11 @@
  * MXFP4 views over the mmap'd checkpoint), sequences as layer-major f32 latent rows
  * [n_layers, cap, kv_lora_rank + rope], one APPEND pool "latent", and the batched forward:
  * embed, then per layer attention norm -> attention (writes the cache rows) -> FFN, then logits.
- * Invariant: a block is the rows of its span for every layer, nothing else (no state pool). */
+ * Invariant: a block is the rows of its span for every layer, nothing else (no state pool).
+ * The forward's scratch (pdb_v2_batch) is kept between calls and grown when a call needs more
+ * rows or a longer context (a decode step allocating and faulting in megabytes of scratch per
+ * token cost more than its attention); a mutex serialises forwards on one model. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +16,9 @@
 typedef struct v2_impl {
     pdb_v2_qweights w;
     pdb_pool *pool;
+    pthread_mutex_t mu;    /* one forward at a time: it guards the scratch (and the pool's single dispatch) */
+    pdb_v2_batch scratch;  /* valid when cap_rows > 0: sized for cap_rows rows and contexts up to cap_len */
+    int64_t cap_rows, cap_len;
 } v2_impl;
 
 static pdb_status v2_layout(const pdb_config *cfg, pdb_dec_layout *out) {
@@ -30,6 +37,8 @@ static pdb_status v2_check_block_size(const pdb_config *cfg, int64_t bs) {
 static void v2_close(void *impl) {
     v2_impl *v = impl;
     if (!v) return;
+    if (v->cap_rows) pdb_v2_batch_free(&v->scratch);
+    pthread_mutex_destroy(&v->mu);
     pdb_v2_qweights_free(&v->w);
     free(v);
 }
@@ -40,6 +49,7 @@ static pdb_status v2_open(const pdb_config *cfg, const pdb_st *st, pdb_pool *poo
     v->pool = pool;
     pdb_status s = pdb_v2_qweights_load(&v->w, cfg, st, 0);
     if (s) { free(v); return s; }
+    pthread_mutex_init(&v->mu, NULL);
     *impl = v;
     return PDB_OK;
 }
@@ -70,6 +80,21 @@ static void v2_put_block(void *impl, pdb_dec_seq *s, int64_t b, int64_t bs, cons
         memcpy(s->lat + (l * s->cap + b * bs) * s->row, in + l * bs * s->row, sizeof(float) * (size_t)(bs * s->row));
 }
 
+/* The scratch for R rows up to context maxlen: the kept one, or a larger one (contexts rounded up
+ * to 1024 positions so that a growing decode re-allocates once per 1024 tokens). */
+static pdb_status v2_scratch(v2_impl *v, int64_t R, int64_t maxlen, pdb_v2_batch **out) {
+    if (R > v->cap_rows || maxlen > v->cap_len) {
+        int64_t rows = R > v->cap_rows ? R : v->cap_rows, len = ((maxlen > v->cap_len ? maxlen : v->cap_len) + 1023) / 1024 * 1024;
+        if (v->cap_rows) pdb_v2_batch_free(&v->scratch);
+        v->cap_rows = v->cap_len = 0;
+        PDB_TRY(pdb_v2_batch_init(&v->scratch, &v->w, v->pool, rows, len));
+        v->cap_rows = rows, v->cap_len = len;
+    }
+    v->scratch.R = R;
+    *out = &v->scratch;
+    return PDB_OK;
+}
+
 static pdb_status v2_forward(void *impl, pdb_dec_seg *segs, int n_segs) {
     v2_impl *v = impl;
     int64_t R = 0, maxlen = 0;
@@ -77,28 +102,33 @@ static pdb_status v2_forward(void *impl, pdb_dec_seg *segs, int n_segs) {
         R += segs[i].n;
         if (segs[i].seq->len + segs[i].n > maxlen) maxlen = segs[i].seq->len + segs[i].n;
     }
-    pdb_v2_batch b;
-    PDB_TRY(pdb_v2_batch_init(&b, &v->w, v->pool, R, maxlen));
+    pthread_mutex_lock(&v->mu);
+    pdb_v2_batch *b;
+    pdb_status st = v2_scratch(v, R, maxlen, &b);
+    if (st) {
+        pthread_mutex_unlock(&v->mu);
+        return st;
+    }
     int64_t r = 0;
     for (int i = 0; i < n_segs; i++) {
         pdb_dec_seq *s = segs[i].seq;
         for (int64_t t = 0; t < segs[i].n; t++, r++) {
-            b.cache[r] = (pdb_v2_rowcache){s->lat, s->cap * s->row, s->row, 0};
-            b.pos[r] = s->len + t;
-            pdb_v2_ops_embed(&b, r, segs[i].ids[t]);
+            b->cache[r] = (pdb_v2_rowcache){s->lat, s->cap * s->row, s->row, 0};
+            b->pos[r] = s->len + t;
+            pdb_v2_ops_embed(b, r, segs[i].ids[t]);
         }
     }
     for (int64_t l = 0; l < v->w.cfg.num_layers; l++) {
-        pdb_v2_ops_attn_norm(&b, l);
-        pdb_v2_ops_attention(&b, l);
-        pdb_v2_ops_ffn(&b, l);
+        pdb_v2_ops_attn_norm(b, l);
+        pdb_v2_ops_attention(b, l);
+        pdb_v2_ops_ffn(b, l);
     }
     r = 0;
     for (int i = 0; i < n_segs; i++) {
         r += segs[i].n;
-        if (segs[i].logits) pdb_v2_ops_logits(&b, r - 1, segs[i].logits);
+        if (segs[i].logits) pdb_v2_ops_logits(b, r - 1, segs[i].logits);
     }
-    pdb_v2_batch_free(&b);
+    pthread_mutex_unlock(&v->mu);
     return PDB_OK;
 }
 
