@@ -32,6 +32,7 @@
 #include <sys/time.h>
 #include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include "pdb_dec_model.h"
 #include "pdb_math.h"
@@ -72,8 +73,8 @@ static void probe_line_task(void *vc, int64_t task, int thread) {
 
 /* Read bandwidth of this machine with the same thread pool (GB/s, best of 5 per form): the
  * stronger of two read loops (one load per half line in one chain; one per line in eight). */
-static double bandwidth_probe(pdb_pool *pool, double *half_line, double *per_line) {
-    size_t n = (size_t)1 << 28; /* 1 GiB of floats */
+static double bandwidth_probe(pdb_pool *pool, size_t bytes, double *half_line, double *per_line) {
+    size_t n = bytes / sizeof(float) / 8192 * 8192; /* 64 tasks of whole 128-float steps */
     float *buf = malloc(n * sizeof(float));
     double sums[64], best = 0;
     for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
@@ -315,7 +316,8 @@ int main(int argc, char **argv) {
     for (int64_t l = 0; l < c->num_layers; l++) {
         const pdb_v2_qlayer *L = &w->layers[l];
         fixed += qbytes(&L->q_proj) + qbytes(&L->q_a) + qbytes(&L->q_b) + qbytes(&L->kv_a) + qbytes(&L->o_proj);
-        fixed += (uint64_t)(c->num_heads * c->kv_lora_rank * (c->qk_nope_head_dim + c->v_head_dim)) * 4; /* f32 W_UK^T, W_UV */
+        /* attention: W_UK^T (bf16 or f32) and the W_UV rows of kv_b */
+        fixed += qbytes(&L->uk_t) + qbytes(&L->kv_b) / (uint64_t)(c->qk_nope_head_dim + c->v_head_dim) * (uint64_t)c->v_head_dim;
         if (L->is_moe) {
             fixed += qbytes(&L->router) + qbytes(&L->sg) + qbytes(&L->su) + qbytes(&L->sd);
             expert += (qbytes(&L->eg[0]) + qbytes(&L->eu[0]) + qbytes(&L->ed[0])) * (uint64_t)c->num_experts_per_tok;
@@ -324,7 +326,10 @@ int main(int argc, char **argv) {
         }
     }
     uint64_t per_tok = fixed + expert;
-    double bw_half = 0, bw_line = 0, bw = bandwidth_probe(pool, &bw_half, &bw_line);
+    /* the probe reads at least 8x the last-level cache (1 GiB at least), so that it measures memory */
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    size_t probe_bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
+    double bw_half = 0, bw_line = 0, bw = bandwidth_probe(pool, probe_bytes, &bw_half, &bw_line);
     pdb_dec_seq s;
     if (pdb_dec_seq_init(&s, m, 64 + ntok + 4)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
@@ -357,13 +362,15 @@ int main(int argc, char **argv) {
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
     printf("threads %d, kernels %s\n", pdb_pool_threads(pool), pdb_qmat_isa_name(pdb_qmat_isa_detect()));
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
-    printf("bandwidth probe: %.2f GB/s (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", bw, bw_half,
-           bw_line);
+    printf("last-level cache: %.0f MB; weights touched per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
+           l3 > 0 ? per_tok / (double)l3 : 0.0);
+    printf("bandwidth probe: %.2f GB/s over %.2f GB (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", bw,
+           probe_bytes / 1e9, bw_half, bw_line);
     printf("e4m3 subnormal codes: %.4f%% of the MXFP8 weights%s\n", 100 * subnormal_fraction(c, w), daz ? "; decode ran with DAZ/FTZ" : "");
     printf("decode: %d tokens in %.2f s = %.2f tok/s -> %.2f GB/s of weights = %.1f%% of the roofline (%.2f tok/s)\n", ntok, dt,
            tps, eff, 100 * eff / bw, bw * 1e9 / per_tok);
     /* matmul dispatches (pool runs started by pdb_qmat); the attention adds one run per layer */
-    printf("dispatches: %.1f matmul pool runs per token (+ %lld attention runs)\n", (double)runs / ntok, (long long)c->num_layers);
+    printf("dispatches: %.1f matmul pool runs per token (+ one attention and one SiLU run per layer)\n", (double)runs / ntok);
     /* on a shared machine wall time includes time the threads were not running; CPU time does not
      * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,

@@ -689,7 +689,8 @@ void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n) {
  * start on long contiguous ranges (the kernels' prefetch runs ahead within a range, and there are
  * few claims) and finish on short ones (balance). Which thread computes a row, and which other
  * jobs share the run, never changes its value: every row goes through qm_rows with its own job's
- * weights, x and T, exactly as a lone matmul would. */
+ * weights, x and T, exactly as a lone matmul would. A run of under QM_MIN_ROWS rows per thread
+ * (a router: 16 to 256 rows) claims four rows at a time, so that it too spreads over threads. */
 
 enum { QM_MIN_ROWS = 16 };
 
@@ -700,6 +701,7 @@ typedef struct {
     float *rowbuf;   /* [threads, stride] */
     int64_t stride;  /* 4 * the widest job's cols */
     int nth;
+    int64_t min_rows; /* the smallest claim: QM_MIN_ROWS, or 4 for a small run */
     _Alignas(64) _Atomic int64_t next; /* first row not yet claimed (its own cache line: claims do not evict the fields above) */
     char pad[56];
 } qm_ctx;
@@ -776,7 +778,7 @@ static void qm_task(void *vc, int64_t task, int thread) {
             if (r0 >= c->total) return;
             for (j = 0, base = 0; r0 >= base + job_rows(&c->jobs[j]); j++) base += job_rows(&c->jobs[j]);
             int64_t len = (c->total - r0) / (2 * c->nth) & ~(int64_t)3, end = base + job_rows(&c->jobs[j]);
-            r1 = r0 + (len > QM_MIN_ROWS ? len : QM_MIN_ROWS);
+            r1 = r0 + (len > c->min_rows ? len : c->min_rows);
             if (r1 > end) r1 = end;
         } while (!atomic_compare_exchange_weak_explicit(&c->next, &r0, r1, memory_order_relaxed, memory_order_relaxed));
         qm_rows(c, &c->jobs[j], r0 - base, r1 - base, thread, &xs);
@@ -806,7 +808,7 @@ int pdb_qmat_use_bw(int on) {
 }
 
 void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, float *rowbuf) {
-    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), 0, {0}};
+    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), QM_MIN_ROWS, 0, {0}};
     int64_t widest = 0;
     for (int i = 0; i < n_jobs; i++) {
         c.total += job_rows(&jobs[i]);
@@ -815,14 +817,15 @@ void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
     if (c.total <= 0) return;
     c.stride = 4 * widest;
     lut_init();
-    if (!pool || c.nth == 1 || c.total <= QM_MIN_ROWS) {
+    if (c.total < (int64_t)QM_MIN_ROWS * c.nth) c.min_rows = 4;
+    if (!pool || c.nth == 1 || c.total <= 4) {
         qm_xd xs = {0};
         for (int i = 0; i < n_jobs; i++)
             if (job_rows(&jobs[i])) qm_rows(&c, &jobs[i], 0, job_rows(&jobs[i]), 0, &xs);
         return;
     }
     /* one task per thread; each claims ranges until none are left (a late thread finds none) */
-    int64_t tasks = (c.total + QM_MIN_ROWS - 1) / QM_MIN_ROWS;
+    int64_t tasks = (c.total + c.min_rows - 1) / c.min_rows;
     atomic_fetch_add_explicit(&qm_runs, 1, memory_order_relaxed);
     pdb_pool_run(pool, tasks < c.nth ? tasks : c.nth, qm_task, &c);
 }

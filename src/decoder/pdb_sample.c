@@ -4,6 +4,8 @@
  * greedy (temperature <= 0) consumes no randomness; at most one rng draw per sampled token. */
 #include "pdb_sample.h"
 
+#include "pdb_math.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,12 +39,7 @@ static uint64_t pdb_sample_next_u64(pdb_sample_rng *r) {
 /* Uniform in [0, 1) with 53 random bits. */
 static double pdb_sample_next_unit(pdb_sample_rng *r) { return (double)(pdb_sample_next_u64(r) >> 11) * 0x1.0p-53; }
 
-static int32_t pdb_sample_argmax(const float *logits, int64_t n) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (logits[i] > logits[best] || (isnan(logits[best]) && !isnan(logits[i]))) best = i;
-    return (int32_t)best;
-}
+static int32_t pdb_sample_argmax(const float *logits, int64_t n) { return (int32_t)pdb_math_argmax(logits, n); }
 
 typedef struct pdb_sample_cand { float v; int32_t id; } pdb_sample_cand;
 

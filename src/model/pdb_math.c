@@ -2,6 +2,7 @@
 #include "pdb_math.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 
 void pdb_math_rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) {
@@ -40,9 +41,49 @@ void pdb_math_gemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float 
                 (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
 }
 
-int64_t pdb_math_argmax(const float *x, int64_t n) {
+/* The first index of the largest non-NaN value (0 when all are NaN): the running maximum of one
+ * scan that moves on a larger value or off a NaN. In two passes with AVX-512 (the maximum, then
+ * its first position: the same index, -0 and +0 included, since a later equal value never
+ * moves the scan). */
+static int64_t argmax_scalar(const float *x, int64_t n) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
+        if (x[i] > x[best] || (isnan(x[best]) && !isnan(x[i]))) best = i;
     return best;
+}
+
+__attribute__((target("avx512f"))) static int64_t argmax_avx512(const float *x, int64_t n) {
+    __m512 m = _mm512_set1_ps(-INFINITY);
+    __mmask16 seen = 0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        seen |= _mm512_cmp_ps_mask(v, v, _CMP_ORD_Q);
+        m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), v);
+    }
+    float best = _mm512_reduce_max_ps(m);
+    int any = seen != 0;
+    for (; i < n; i++)
+        if (!isnan(x[i])) {
+            if (!any || x[i] > best) best = x[i];
+            any = 1;
+        }
+    if (!any) return 0;
+    __m512 b = _mm512_set1_ps(best);
+    for (i = 0; i + 16 <= n; i += 16) {
+        __mmask16 eq = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), b, _CMP_EQ_OQ);
+        if (eq) return i + __builtin_ctz(eq);
+    }
+    for (; i < n; i++)
+        if (x[i] == best) return i;
+    return 0; /* not reached */
+}
+
+int64_t pdb_math_argmax(const float *x, int64_t n) {
+    static int avx512 = -1;
+    if (avx512 < 0) {
+        __builtin_cpu_init();
+        avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    }
+    return avx512 ? argmax_avx512(x, n) : argmax_scalar(x, n);
 }

@@ -27,7 +27,7 @@ void pdb_math_gemm_nt(int64_t M, int64_t N, int64_t K, float alpha, const float 
 /* C[M,N] = alpha * A[M,K] @ B[K,N] + beta*C. */
 void pdb_math_gemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                       const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
-/* index of the max element (lowest index on ties) */
+/* index of the largest non-NaN element (lowest index on ties; 0 when all are NaN) */
 int64_t pdb_math_argmax(const float *x, int64_t n);
 
 #ifdef __cplusplus

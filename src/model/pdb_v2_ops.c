@@ -13,7 +13,7 @@
 
 /* ======================================= loading ============================================ */
 
-static pdb_status own(pdb_v2_qweights *w, float *p) {
+static pdb_status own(pdb_v2_qweights *w, void *p) {
     if (w->n_owned == w->cap_owned) {
         int nc = w->cap_owned ? w->cap_owned * 2 : 64;
         float **n = realloc(w->owned, sizeof(*n) * (size_t)nc);
@@ -98,24 +98,36 @@ static pdb_status load_layer(pdb_v2_qweights *w, const pdb_st *st, int l, int kv
         PDB_TRY(load_qmat(w, st, &L->q_b, nh * qk, c->q_lora_rank, "%s.%d.self_attn.q_b_proj.weight", p, l));
     }
     PDB_TRY(load_qmat(w, st, &L->o_proj, H, nh * vd, "%s.%d.self_attn.o_proj.weight", p, l));
-    pdb_qmat kvb;
-    PDB_TRY(load_qmat(w, st, &kvb, nh * (nope + vd), kvl, "%s.%d.self_attn.kv_b_proj.weight", p, l));
-    float *uk = malloc(sizeof(float) * (size_t)(nh * kvl * nope)), *uv = malloc(sizeof(float) * (size_t)(nh * vd * kvl));
-    float *row = malloc(sizeof(float) * (size_t)kvl);
-    if (!uk || !uv || !row) { free(uk); free(uv); free(row); return pdb_err_set(PDB_NOMEM, "layer %d kv_b", l); }
-    for (int64_t h = 0; h < nh; h++) {
+    /* W_UV is read in place from kv_b (a row view per head); W_UK^T is kv_b's nope rows transposed,
+     * kept in bf16 when that holds every value exactly (e4m3 and bf16 weights always do): the
+     * same values, so the same products, at half the bytes of f32 */
+    PDB_TRY(load_qmat(w, st, &L->kv_b, nh * (nope + vd), kvl, "%s.%d.self_attn.kv_b_proj.weight", p, l));
+    float *uk = malloc(sizeof(float) * (size_t)(nh * kvl * nope)), *row = malloc(sizeof(float) * (size_t)kvl);
+    if (!uk || !row) { free(uk); free(row); return pdb_err_set(PDB_NOMEM, "layer %d kv_b", l); }
+    int bf16 = 1;
+    for (int64_t h = 0; h < nh; h++)
         for (int64_t n = 0; n < nope; n++) {
-            pdb_qmat_row_f32(&kvb, h * (nope + vd) + n, row);
-            for (int64_t k = 0; k < kvl; k++) uk[(h * kvl + k) * nope + n] = row[k];
+            pdb_qmat_row_f32(&L->kv_b, h * (nope + vd) + n, row);
+            for (int64_t k = 0; k < kvl; k++) {
+                uint32_t u;
+                memcpy(&u, &row[k], 4);
+                bf16 &= (u & 0xFFFF) == 0;
+                uk[(h * kvl + k) * nope + n] = row[k];
+            }
         }
-        for (int64_t v = 0; v < vd; v++) pdb_qmat_row_f32(&kvb, h * (nope + vd) + nope + v, uv + (h * vd + v) * kvl);
-    }
     free(row);
-    pdb_status s = own(w, uk);
-    if (s) { free(uv); return s; }
-    PDB_TRY(own(w, uv));
-    L->w_uk_t = uk;
-    L->w_uv = uv;
+    if (bf16) { /* in place: element i's top half moves to u16 slot i (i ascending never overwrites a later float) */
+        uint16_t *b = (uint16_t *)uk;
+        for (int64_t i = 0; i < nh * kvl * nope; i++) {
+            uint32_t u;
+            memcpy(&u, &uk[i], 4);
+            b[i] = (uint16_t)(u >> 16);
+        }
+        float *shrunk = realloc(uk, sizeof(uint16_t) * (size_t)(nh * kvl * nope));
+        if (shrunk) uk = shrunk;
+    }
+    PDB_TRY(own(w, uk));
+    L->uk_t = (pdb_qmat){bf16 ? PDB_QF_BF16 : PDB_QF_F32, nh * kvl, nope, uk, NULL, 0};
     L->is_moe = pdb_config_layer_is_moe(c, l);
     if (!L->is_moe) {
         int64_t I = c->intermediate_size;
@@ -226,7 +238,7 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     if (Is > I) I = Is;
     if (c->moe_intermediate_size > I) I = c->moe_intermediate_size;
     int nth = pdb_pool_threads(pool);
-    b->att_stride = max_len + 2 * row;
+    b->att_stride = max_len + 2 * row + PDB_QMAT_ROWBUF_FLOATS(1, row); /* scores, q_lat, o_lat, the head products' scratch */
 #define BA(p, n) if (!((p) = malloc(sizeof(*(p)) * (size_t)((n) > 0 ? (n) : 1)))) goto nomem
     BA(b->cache, R); BA(b->pos, R); BA(b->h, R * H); BA(b->xn, R * H); BA(b->q, R * nh * qk);
     BA(b->qa, R * (c->q_lora_rank ? c->q_lora_rank : 1)); BA(b->kva, R * row); BA(b->attn, R * nh * c->v_head_dim);
@@ -253,8 +265,20 @@ void pdb_v2_ops_attn_norm(pdb_v2_batch *b, int64_t l) {
     for (int64_t t = 0; t < b->R; t++) pdb_math_rmsnorm(b->xn + t * H, b->h + t * H, b->w->layers[l].attn_norm, H, c->rms_norm_eps);
 }
 
+/* Rows [r0, r0 + n) of q as a matrix of their own (a head's slice of uk_t or kv_b). */
+static pdb_qmat row_view(const pdb_qmat *q, int64_t r0, int64_t n) {
+    pdb_qmat v = *q;
+    int64_t C = q->cols, bytes = q->fmt == PDB_QF_F32 ? 4 * C : q->fmt == PDB_QF_BF16 ? 2 * C : q->fmt == PDB_QF_MXFP8 ? C : C / 2;
+    v.rows = n;
+    v.data = (const uint8_t *)q->data + r0 * bytes;
+    if (q->scales) v.scales = q->scales + r0 * (C / 32);
+    return v;
+}
+
 /* One (row, head) task: q_lat = [W_UK^T q_nope | q_pe]; softmax over rows at positions <= pos;
- * o_lat = sum_j p_j c_j in j order; out = W_UV o_lat. */
+ * o_lat = sum_j p_j c_j in j order; out = W_UV o_lat. The two weight products are one-thread
+ * pdb_qmat_matmul calls on the head's rows: the same values in pdb_qmat_dot's order for every
+ * format (its contract), so bf16 W_UK^T and MXFP8 W_UV give what f32 copies gave. */
 static void attn_task(void *vc, int64_t task, int thread) {
     pdb_v2_batch *b = vc;
     const pdb_config *c = &b->w->cfg;
@@ -265,9 +289,10 @@ static void attn_task(void *vc, int64_t task, int thread) {
     const pdb_v2_rowcache *rc = &b->cache[r];
     PDB_ASSERT(rc->pos_offset == 0, "attention needs every row from position 0");
     const float *lat = rc->base + b->layer * rc->layer_stride;
-    float *sc = b->att_scratch + (int64_t)thread * b->att_stride, *qlat = sc + pos + 1, *olat = qlat + row;
+    float *sc = b->att_scratch + (int64_t)thread * b->att_stride, *qlat = sc + pos + 1, *olat = qlat + row, *mm = olat + kvl;
     const float *qh = b->q + r * nh * qk + h * qk;
-    pdb_qmat_dots(qh, L->w_uk_t + h * kvl * nope, nope, nope, kvl, qlat);
+    pdb_qmat uk = row_view(&L->uk_t, h * kvl, kvl), uv = row_view(&L->kv_b, h * (nope + vd) + nope, vd);
+    pdb_qmat_matmul(NULL, &uk, qh, nope, 1, qlat, kvl, mm);
     memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
     pdb_qmat_dots(qlat, lat, row, rc->pos_stride, pos + 1, sc);
     for (int64_t j = 0; j <= pos; j++) sc[j] = sc[j] * b->w->softmax_scale;
@@ -275,7 +300,7 @@ static void attn_task(void *vc, int64_t task, int thread) {
     memset(olat, 0, sizeof(float) * (size_t)kvl);
     for (int64_t j = 0; j <= pos; j++) pdb_qmat_axpy(olat, sc[j], lat + j * rc->pos_stride, kvl);
     float *out = b->attn + r * nh * vd + h * vd;
-    pdb_qmat_dots(olat, L->w_uv + h * vd * kvl, kvl, kvl, vd, out);
+    pdb_qmat_matmul(NULL, &uv, olat, kvl, 1, out, vd, mm);
 }
 
 void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
@@ -301,13 +326,37 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     for (int64_t i = 0; i < R * H; i++) b->h[i] += b->tmp[i];
 }
 
+/* g = silu(g) * u over the gate/up job pairs jobs[2j], jobs[2j + 1] (j < n_pairs), on the pool in
+ * chunks of SILU_CHUNK elements: elementwise, so the same values for any split (a decode step has
+ * ~45K exponentials; one thread took ~10% of the step). */
+enum { SILU_CHUNK = 512 };
+
+typedef struct { const pdb_qmat_job *jobs; int n_pairs; int64_t chunks[64 + 1]; } silu_ctx;
+
+static void silu_task(void *vc, int64_t task, int thread) {
+    const silu_ctx *c = vc;
+    int j = 0;
+    while (task >= c->chunks[j + 1]) j++;
+    const pdb_qmat_job *g = &c->jobs[2 * j], *u = &c->jobs[2 * j + 1];
+    int64_t n = g->n * g->w->rows, a = (task - c->chunks[j]) * SILU_CHUNK, e = a + SILU_CHUNK < n ? a + SILU_CHUNK : n;
+    pdb_math_silu_mul(g->y + a, g->y + a, u->y + a, e - a);
+}
+
+static void silu_pairs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_pairs) {
+    for (int j0 = 0; j0 < n_pairs; j0 += 64) { /* 64 pairs per run (a decode step has K + 1 <= 64) */
+        silu_ctx c = {jobs + 2 * j0, n_pairs - j0 < 64 ? n_pairs - j0 : 64, {0}};
+        for (int j = 0; j < c.n_pairs; j++) c.chunks[j + 1] = c.chunks[j] + (c.jobs[2 * j].n * c.jobs[2 * j].w->rows + SILU_CHUNK - 1) / SILU_CHUNK;
+        pdb_pool_run(pool, c.chunks[c.n_pairs], silu_task, &c);
+    }
+}
+
 /* out [n, H] = down(silu(x gate^T) * (x up^T)): gate and up in one dispatch */
 static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const pdb_qmat *down, const float *x,
                 int64_t n, float *out) {
     int64_t H = b->w->cfg.hidden_size, I = gate->rows;
     pdb_qmat_job gu[2] = {{gate, x, H, n, b->g, I}, {up, x, H, n, b->u, I}};
     pdb_qmat_matmul_multi(b->pool, gu, 2, b->rowbuf);
-    pdb_math_silu_mul(b->g, b->g, b->u, n * I);
+    silu_pairs(b->pool, gu, 1);
     pdb_qmat_matmul(b->pool, down, b->g, I, n, out, H, b->rowbuf);
 }
 
@@ -348,7 +397,7 @@ static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L) {
         dn[nj++] = (pdb_qmat_job){&L->sd, sg, Is, R, b->tmp, H};
     }
     pdb_qmat_matmul_multi(b->pool, gu, 2 * nj, b->rowbuf);
-    for (int j = 0; j < nj; j++) pdb_math_silu_mul(gu[2 * j].y, gu[2 * j].y, gu[2 * j + 1].y, gu[2 * j].n * gu[2 * j].w->rows);
+    silu_pairs(b->pool, gu, nj);
     pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
     for (int64_t i = 0; i < o; i++) memcpy(b->ybuf + b->erows[i] * H, b->xe + i * H, sizeof(float) * (size_t)H);
     for (int64_t t = 0; t < R; t++) /* combine in top-k order: a fixed order per token */

@@ -25,8 +25,8 @@ extern "C" {
 typedef struct pdb_v2_qlayer {
     float *attn_norm, *ffn_norm, *q_a_norm, *kv_a_norm; /* f32 [H], [H], [qlr], [kvl] */
     pdb_qmat q_proj, q_a, q_b, kv_a, o_proj;
-    float *w_uk_t;               /* [nh, kvl, nope] f32: W_UK transposed per head */
-    float *w_uv;                 /* [nh * vd, kvl] f32 */
+    pdb_qmat uk_t;               /* [nh * kvl, nope]: W_UK transposed per head; bf16 when every value is one, else f32 */
+    pdb_qmat kv_b;               /* [nh * (nope + vd), kvl] as stored: head h's W_UV is rows h * (nope + vd) + nope .. + vd */
     int is_moe;
     pdb_qmat gate, up, down;     /* dense MLP */
     pdb_qmat router;             /* [E, H] */

@@ -1,5 +1,6 @@
 /* test_sample: the sampler: greedy ties go to the lowest index, same seed -> same tokens,
- * top_k / top_p never pick outside their set, temperature shapes the distribution as softmax. */
+ * top_k / top_p never pick outside their set, temperature shapes the distribution as softmax;
+ * pdb_math_argmax (vector form where the CPU has one) equals the one-scan definition. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "pdb_math.h"
 #include "pdb_sample.h"
 
 static void test_greedy(void **state) {
@@ -24,6 +26,34 @@ static void test_greedy(void **state) {
     float one[1] = {3};
     p.temperature = 0.7f;
     assert_int_equal(pdb_sample_next_token(one, 1, &p, &r), 0);
+}
+
+/* the definition: one scan that moves on a larger value or off a NaN */
+static int64_t argmax_ref(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best] || (isnan(x[best]) && !isnan(x[i]))) best = i;
+    return best;
+}
+
+static void test_argmax_matches_scan(void **state) {
+    (void)state;
+    static const float pick[] = {NAN, 0.0f, -0.0f, 1.0f, -1.0f, 3.5f, -INFINITY, INFINITY, 2.0f, 2.0f};
+    float x[300];
+    uint32_t r = 7;
+    int cases = 0;
+    for (int n = 1; n <= 300; n += (n < 40 ? 1 : 13))
+        for (int trial = 0; trial < 40; trial++, cases++) {
+            int mode = trial % 4; /* 0: spread values, 1: few values (ties, zeros, NaN), 2: all NaN, 3: NaN head */
+            for (int i = 0; i < n; i++) {
+                r = r * 1664525u + 1013904223u;
+                x[i] = mode == 0 ? (float)(int)(r >> 8) / 65536.0f - 128.0f : pick[(r >> 24) % (mode == 1 ? 10 : 7)];
+                if (mode == 2) x[i] = NAN;
+                if (mode == 3 && i < n / 2) x[i] = NAN;
+            }
+            assert_int_equal(pdb_math_argmax(x, n), argmax_ref(x, n));
+        }
+    assert_true(cases > 1000);
 }
 
 static void fill(float *l, int n) {
@@ -103,7 +133,7 @@ static void test_temperature_distribution(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy), cmocka_unit_test(test_deterministic), cmocka_unit_test(test_top_k_top_p_sets),
-        cmocka_unit_test(test_temperature_distribution),
+        cmocka_unit_test(test_temperature_distribution), cmocka_unit_test(test_argmax_matches_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
