@@ -681,6 +681,42 @@ void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n) {
     }
 }
 
+__attribute__((target("avx512f"))) static void mix_avx512(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t m,
+                                                          const float *x, int64_t ldx, int64_t n, int64_t k) {
+    int64_t c = 0;
+    for (; c + 16 <= k; c += 16)
+        for (int64_t i0 = 0; i0 < m; i0 += 8) {
+            int64_t g = m - i0 < 8 ? m - i0 : 8;
+            __m512 acc[8];
+            for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < n; j++) {
+                __m512 xv = _mm512_loadu_ps(x + j * ldx + c);
+                PDB_QM_UNROLL
+                for (int i = 0; i < 8; i++)
+                    if (i < g) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[(i0 + i) * ldp + j]), xv, acc[i]);
+            }
+            for (int i = 0; i < g; i++) _mm512_storeu_ps(out + (i0 + i) * ldo + c, acc[i]);
+        }
+    for (; c < k; c++) /* columns past the last 16 */
+        for (int64_t i = 0; i < m; i++) {
+            float a = 0;
+            for (int64_t j = 0; j < n; j++) a = fmaf(p[i * ldp + j], x[j * ldx + c], a);
+            out[i * ldo + c] = a;
+        }
+}
+
+void pdb_qmat_mix(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t m, const float *x, int64_t ldx, int64_t n,
+                  int64_t k) {
+    if (isa_get() == PDB_ISA_AVX512) {
+        mix_avx512(out, ldo, p, ldp, m, x, ldx, n, k);
+        return;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        memset(out + i * ldo, 0, sizeof(float) * (size_t)k);
+        for (int64_t j = 0; j < n; j++) pdb_qmat_axpy(out + i * ldo, p[i * ldp + j], x + j * ldx, k);
+    }
+}
+
 /* ---- matmul: threads claim blocks of output rows ----------------------------------------------
  * One pool run covers the output rows of every job of a pdb_qmat_matmul_multi call (a plain matmul
  * is one job): the rows of jobs 0, 1, ... are numbered one after the other and threads claim

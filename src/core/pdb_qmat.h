@@ -80,6 +80,13 @@ void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
 uint64_t pdb_qmat_pool_runs(void);
 /* y[c] += a * x[c] for c < n with one fused multiply-add per element (same on every ISA). */
 void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n);
+/* Weighted row sums: out[i * ldo + c] for i < m, c < k is, for every i, what zeroing it and then
+ * pdb_qmat_axpy(out_i, p[i * ldp + j], x + j * ldx, k) for j = 0 .. n-1 in order gives, bit for
+ * bit (one chain of fused multiply-adds per element, rows in order). Columns go in registers of
+ * 16 and eight outputs at a time on AVX-512, so each x row is read once per eight outputs
+ * (MLA attention's o_lat of all heads in one pass over the latent rows). */
+void pdb_qmat_mix(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t m, const float *x, int64_t ldx, int64_t n,
+                  int64_t k);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,9 @@
  * Invariant: a block is the rows of its span for every layer, nothing else (no state pool).
  * The forward's scratch (pdb_v2_batch) is kept between calls and grown when a call needs more
  * rows or a longer context (a decode step allocating and faulting in megabytes of scratch per
- * token cost more than its attention); a mutex serialises forwards on one model. */
+ * token cost more than its attention): one for calls of few rows (decode steps: R * heads <=
+ * PDB_V2_WIDE_JOBS, with the head-parallel attention's buffers) and one for the others (prefill
+ * chunks), so that alternating the two never re-allocates; a mutex serialises forwards. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +19,10 @@ typedef struct v2_impl {
     pdb_v2_qweights w;
     pdb_pool *pool;
     pthread_mutex_t mu;    /* one forward at a time: it guards the scratch (and the pool's single dispatch) */
-    pdb_v2_batch scratch;  /* valid when cap_rows > 0: sized for cap_rows rows and contexts up to cap_len */
-    int64_t cap_rows, cap_len;
+    struct v2_scratch {
+        pdb_v2_batch b;    /* valid when cap_rows > 0: sized for cap_rows rows and contexts up to cap_len */
+        int64_t cap_rows, cap_len;
+    } few, many;           /* R * heads <= PDB_V2_WIDE_JOBS, and the rest */
 } v2_impl;
 
 static pdb_status v2_layout(const pdb_config *cfg, pdb_dec_layout *out) {
@@ -37,7 +41,8 @@ static pdb_status v2_check_block_size(const pdb_config *cfg, int64_t bs) {
 static void v2_close(void *impl) {
     v2_impl *v = impl;
     if (!v) return;
-    if (v->cap_rows) pdb_v2_batch_free(&v->scratch);
+    if (v->few.cap_rows) pdb_v2_batch_free(&v->few.b);
+    if (v->many.cap_rows) pdb_v2_batch_free(&v->many.b);
     pthread_mutex_destroy(&v->mu);
     pdb_v2_qweights_free(&v->w);
     free(v);
@@ -80,18 +85,21 @@ static void v2_put_block(void *impl, pdb_dec_seq *s, int64_t b, int64_t bs, cons
         memcpy(s->lat + (l * s->cap + b * bs) * s->row, in + l * bs * s->row, sizeof(float) * (size_t)(bs * s->row));
 }
 
-/* The scratch for R rows up to context maxlen: the kept one, or a larger one (contexts rounded up
- * to 1024 positions so that a growing decode re-allocates once per 1024 tokens). */
+/* The scratch for R rows up to context maxlen: the kept one of its kind, or a larger one
+ * (contexts rounded up to 1024 positions so that a growing decode re-allocates once per 1024
+ * tokens; the few-rows kind always holds PDB_V2_WIDE_JOBS / heads rows). */
 static pdb_status v2_scratch(v2_impl *v, int64_t R, int64_t maxlen, pdb_v2_batch **out) {
-    if (R > v->cap_rows || maxlen > v->cap_len) {
-        int64_t rows = R > v->cap_rows ? R : v->cap_rows, len = ((maxlen > v->cap_len ? maxlen : v->cap_len) + 1023) / 1024 * 1024;
-        if (v->cap_rows) pdb_v2_batch_free(&v->scratch);
-        v->cap_rows = v->cap_len = 0;
-        PDB_TRY(pdb_v2_batch_init(&v->scratch, &v->w, v->pool, rows, len));
-        v->cap_rows = rows, v->cap_len = len;
+    int64_t few_rows = PDB_V2_WIDE_JOBS / v->w.cfg.num_heads;
+    struct v2_scratch *sc = R <= few_rows ? &v->few : &v->many;
+    if (R <= few_rows) R = few_rows;
+    if (R > sc->cap_rows || maxlen > sc->cap_len) {
+        int64_t rows = R > sc->cap_rows ? R : sc->cap_rows, len = ((maxlen > sc->cap_len ? maxlen : sc->cap_len) + 1023) / 1024 * 1024;
+        if (sc->cap_rows) pdb_v2_batch_free(&sc->b);
+        sc->cap_rows = sc->cap_len = 0;
+        PDB_TRY(pdb_v2_batch_init(&sc->b, &v->w, v->pool, rows, len));
+        sc->cap_rows = rows, sc->cap_len = len;
     }
-    v->scratch.R = R;
-    *out = &v->scratch;
+    *out = &sc->b;
     return PDB_OK;
 }
 
@@ -109,6 +117,7 @@ static pdb_status v2_forward(void *impl, pdb_dec_seg *segs, int n_segs) {
         pthread_mutex_unlock(&v->mu);
         return st;
     }
+    b->R = R;
     int64_t r = 0;
     for (int i = 0; i < n_segs; i++) {
         pdb_dec_seq *s = segs[i].seq;

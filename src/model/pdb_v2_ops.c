@@ -222,7 +222,8 @@ void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool,
 
 static void batch_free_ptrs(pdb_v2_batch *b) {
     void *ps[] = {b->cache, b->pos, b->h, b->xn, b->q, b->qa, b->kva, b->attn, b->tmp, b->mlp, b->g, b->u, b->probs,
-                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs};
+                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs,
+                  b->wq, b->wo, b->wsc, b->views, b->ajobs};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
 
@@ -246,6 +247,11 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     BA(b->g, R * (K * c->moe_intermediate_size + I)); BA(b->u, R * (K * c->moe_intermediate_size + I)); /* routed, then shared */
     BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * (K ? K : 1) * H); BA(b->jobs, 3 * (E + 1)); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
     BA(b->erows, R * (K ? K : 1)); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, PDB_QMAT_ROWBUF_FLOATS(nth, w->max_cols));
+    b->max_len = max_len;
+    if (R * nh <= PDB_V2_WIDE_JOBS) {
+        BA(b->wq, R * nh * row); BA(b->wo, R * nh * c->kv_lora_rank); BA(b->wsc, R * nh * max_len);
+        BA(b->views, 2 * nh); BA(b->ajobs, R * nh);
+    }
 #undef BA
     return PDB_OK;
 nomem:
@@ -303,6 +309,80 @@ static void attn_task(void *vc, int64_t task, int thread) {
     pdb_qmat_matmul(NULL, &uv, olat, kvl, 1, out, vd, mm);
 }
 
+/* ---- head-parallel attention (few rows: decode) -----------------------------------------------
+ * The per-(row, head) task above, split into stages that each spread over the pool, so that the
+ * weights stream with the matmul's prefetching row claims and each latent row is read once for
+ * all heads: (1) q_lat = W_UK^T q_nope for every (row, head), one matmul_multi; (2) scores of
+ * blocks of positions against every head; (3) scale and softmax per (row, head); (4) o_lat of
+ * every head per 16-column slice (pdb_qmat_mix); (5) out = W_UV o_lat, one matmul_multi. Every
+ * value is computed as the task computes it (the same dot per score, the same axpy chain per
+ * o_lat element, the same matmul per product): bit-identical. */
+typedef struct {
+    pdb_v2_batch *b;
+    int64_t blk;           /* positions per score task */
+    int64_t first[PDB_V2_WIDE_JOBS + 1]; /* score tasks of rows before r */
+} wide_ctx;
+
+static void wide_scores(void *vc, int64_t task, int thread) {
+    const wide_ctx *w = vc;
+    pdb_v2_batch *b = w->b;
+    const pdb_config *c = &b->w->cfg;
+    int64_t nh = c->num_heads, row = c->kv_lora_rank + c->qk_rope_head_dim, r = 0;
+    while (task >= w->first[r + 1]) r++;
+    const pdb_v2_rowcache *rc = &b->cache[r];
+    int64_t j0 = (task - w->first[r]) * w->blk, n = b->pos[r] + 1 - j0 < w->blk ? b->pos[r] + 1 - j0 : w->blk;
+    const float *lat = rc->base + b->layer * rc->layer_stride + j0 * rc->pos_stride;
+    for (int64_t h = 0; h < nh; h++) pdb_qmat_dots(b->wq + (r * nh + h) * row, lat, row, rc->pos_stride, n, b->wsc + (r * nh + h) * b->max_len + j0);
+}
+
+static void wide_softmax(void *vc, int64_t task, int thread) {
+    pdb_v2_batch *b = vc;
+    int64_t n = b->pos[task / b->w->cfg.num_heads] + 1;
+    float *sc = b->wsc + task * b->max_len;
+    for (int64_t j = 0; j < n; j++) sc[j] = sc[j] * b->w->softmax_scale;
+    pdb_math_softmax(sc, n);
+}
+
+static void wide_mix(void *vc, int64_t task, int thread) {
+    pdb_v2_batch *b = vc;
+    const pdb_config *c = &b->w->cfg;
+    int64_t nh = c->num_heads, kvl = c->kv_lora_rank, slices = (kvl + 15) / 16, r = task / slices, c0 = task % slices * 16;
+    const pdb_v2_rowcache *rc = &b->cache[r];
+    pdb_qmat_mix(b->wo + r * nh * kvl + c0, kvl, b->wsc + r * nh * b->max_len, b->max_len, nh,
+                 rc->base + b->layer * rc->layer_stride + c0, rc->pos_stride, b->pos[r] + 1, kvl - c0 < 16 ? kvl - c0 : 16);
+}
+
+static void attention_wide(pdb_v2_batch *b) {
+    const pdb_config *c = &b->w->cfg;
+    const pdb_v2_qlayer *L = &b->w->layers[b->layer];
+    int64_t R = b->R, nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
+    int64_t kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope, nth = pdb_pool_threads(b->pool);
+    for (int64_t h = 0; h < nh; h++) {
+        b->views[h] = row_view(&L->uk_t, h * kvl, kvl);
+        b->views[nh + h] = row_view(&L->kv_b, h * (nope + vd) + nope, vd);
+    }
+    for (int64_t r = 0; r < R; r++) {
+        PDB_ASSERT(b->cache[r].pos_offset == 0, "attention needs every row from position 0");
+        for (int64_t h = 0; h < nh; h++) {
+            b->ajobs[r * nh + h] = (pdb_qmat_job){&b->views[h], b->q + r * nh * qk + h * qk, nope, 1, b->wq + (r * nh + h) * row, kvl};
+            memcpy(b->wq + (r * nh + h) * row + kvl, b->q + r * nh * qk + h * qk + nope, sizeof(float) * (size_t)rope);
+        }
+    }
+    pdb_qmat_matmul_multi(b->pool, b->ajobs, (int)(R * nh), b->rowbuf);
+    wide_ctx w = {b, 16, {0}};
+    int64_t total = 0;
+    for (int64_t r = 0; r < R; r++) total += b->pos[r] + 1;
+    while (w.blk < 256 && total / w.blk > 4 * nth) w.blk *= 2; /* a few tasks per thread */
+    for (int64_t r = 0; r < R; r++) w.first[r + 1] = w.first[r] + (b->pos[r] + w.blk) / w.blk;
+    pdb_pool_run(b->pool, w.first[R], wide_scores, &w);
+    pdb_pool_run(b->pool, R * nh, wide_softmax, b);
+    pdb_pool_run(b->pool, R * ((kvl + 15) / 16), wide_mix, b);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t h = 0; h < nh; h++)
+            b->ajobs[r * nh + h] = (pdb_qmat_job){&b->views[nh + h], b->wo + (r * nh + h) * kvl, kvl, 1, b->attn + r * nh * vd + h * vd, vd};
+    pdb_qmat_matmul_multi(b->pool, b->ajobs, (int)(R * nh), b->rowbuf);
+}
+
 void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     const pdb_v2_qweights *w = b->w;
     const pdb_config *c = &w->cfg;
@@ -321,7 +401,8 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     for (int64_t t = 0; t < R; t++)
         for (int64_t h = 0; h < nh; h++) pdb_rope_apply(&w->rope, b->q + t * nh * qk + h * qk + nope, b->pos[t]);
     b->layer = l;
-    pdb_pool_run(b->pool, R * nh, attn_task, b);
+    if (b->wq) attention_wide(b); /* allocated when R * nh <= PDB_V2_WIDE_JOBS */
+    else pdb_pool_run(b->pool, R * nh, attn_task, b);
     pdb_qmat_matmul(b->pool, &L->o_proj, b->attn, nh * c->v_head_dim, R, b->tmp, H, b->rowbuf);
     for (int64_t i = 0; i < R * H; i++) b->h[i] += b->tmp[i];
 }

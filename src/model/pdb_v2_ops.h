@@ -77,9 +77,17 @@ typedef struct pdb_v2_batch {
     float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *ybuf, *xe, *topk_w, *att_scratch, *rowbuf;
     int64_t *topk_idx, *erows, att_stride, layer;
     pdb_qmat_job *jobs;          /* [3 * (E + 1)]: the MoE's batched matmuls */
+    /* attention with R * nh <= PDB_V2_WIDE_JOBS (decode) goes head-parallel stage by stage: */
+    float *wq, *wo, *wsc;        /* [R * nh] x q_lat (kvl + rope), o_lat (kvl), scores (max_len) */
+    pdb_qmat *views;             /* [2 * nh]: each head's W_UK^T rows, then its W_UV rows */
+    pdb_qmat_job *ajobs;         /* [R * nh] */
+    int64_t max_len;
 } pdb_v2_batch;
 
-/* max_len: the longest position+1 of any row (attention scratch). */
+enum { PDB_V2_WIDE_JOBS = 256 };
+
+/* max_len: the longest position+1 of any row (attention scratch). With R * nh <= PDB_V2_WIDE_JOBS
+ * the batch also holds the head-parallel attention's buffers (R * nh * max_len scores) and uses it. */
 pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool *pool, int64_t R, int64_t max_len);
 void pdb_v2_batch_free(pdb_v2_batch *b);
 void pdb_v2_ops_embed(pdb_v2_batch *b, int64_t r, int32_t id);

@@ -1,7 +1,8 @@
 /* test_qmat: the quantized kernels are exact and ISA-independent: every row format dequantizes
  * bit-identically on the scalar, AVX2 and AVX-512 paths (all 256 e4m3 codes, all 16 e2m1 codes,
  * every e8m0 scale class incl. subnormal and NaN), and matmul results are bit-identical across
- * ISAs, thread counts and batch sizes; the batched pdb_qmat_matmul_multi equals one matmul per job. */
+ * ISAs, thread counts and batch sizes; the batched pdb_qmat_matmul_multi equals one matmul per job;
+ * pdb_qmat_mix equals zeroing then one pdb_qmat_axpy per row. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -200,6 +201,37 @@ static void test_dots(void **st) {
     pdb_qmat_isa_set(best);
 }
 
+/* pdb_qmat_mix == memset + pdb_qmat_axpy per row in order, on every ISA, for output counts
+ * around the group of eight, widths around the register of 16, and zero rows. */
+static void test_mix(void **st) {
+    enum { NMAX = 45, KMAX = 70, MMAX = 19, LDX = 73, LDP = 47, LDO = 71 };
+    static float x[NMAX * LDX], p[MMAX * LDP], got[MMAX * LDO], ref[MMAX * LDO];
+    for (int i = 0; i < NMAX * LDX; i++) x[i] = (float)((i * 37) % 101) / 13.0f - 3.7f;
+    for (int i = 0; i < MMAX * LDP; i++) p[i] = (float)((i * 19) % 83) / 97.0f;
+    p[5] = -0.0f, x[3] = 1e-30f, x[4] = -1e30f;
+    pdb_qmat_isa best = pdb_qmat_isa_detect();
+    int ms[] = {1, 7, 8, 9, 16, 19}, ns[] = {0, 1, 5, 45}, ks[] = {1, 15, 16, 17, 64, 70};
+    for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
+        pdb_qmat_isa_set((pdb_qmat_isa)isa);
+        for (int a = 0; a < 6; a++)
+            for (int b = 0; b < 4; b++)
+                for (int c = 0; c < 6; c++) {
+                    int m = ms[a], n = ns[b], k = ks[c];
+                    memset(got, 0x7F, sizeof got);
+                    memcpy(ref, got, sizeof ref);
+                    pdb_qmat_mix(got, LDO, p, LDP, m, x, LDX, n, k);
+                    pdb_qmat_isa_set(PDB_ISA_SCALAR);
+                    for (int i = 0; i < m; i++) {
+                        memset(ref + i * LDO, 0, sizeof(float) * (size_t)k);
+                        for (int j = 0; j < n; j++) pdb_qmat_axpy(ref + i * LDO, p[i * LDP + j], x + j * LDX, k);
+                    }
+                    pdb_qmat_isa_set((pdb_qmat_isa)isa);
+                    if (memcmp(got, ref, sizeof got)) fail_msg("%s, m=%d n=%d k=%d: pdb_qmat_mix differs from the axpy chain", pdb_qmat_isa_name((pdb_qmat_isa)isa), m, n, k);
+                }
+    }
+    pdb_qmat_isa_set(best);
+}
+
 /* pdb_qmat_matmul_multi == pdb_qmat_matmul job by job, bit for bit: mixed formats (MXFP4, MXFP8
  * with and without NaN codes, bf16, f32), shapes (tails under four rows, one job under the claim
  * minimum, a skipped n = 0 job), jobs sharing an x and jobs with their own, n = 1..5 rows (the
@@ -306,6 +338,6 @@ static void test_matmul_multi(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_scan_nan), cmocka_unit_test(test_rows_identical_across_isas),
                                        cmocka_unit_test(test_matmul_identical), cmocka_unit_test(test_fused_edges),
-                                       cmocka_unit_test(test_dots), cmocka_unit_test(test_matmul_multi)};
+                                       cmocka_unit_test(test_dots), cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_mix)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
