@@ -13,9 +13,7 @@
  *              during the decode and prints the hottest functions (dladdr; static functions
  *              as executable offsets: resolve them with addr2line -f -e bench_decode)
  *   --phases   runs the same steps through the pdb_v2_ops calls of the decoder's forward with a
- *              clock around each (attention = projections + attention core + o_proj; FFN =
- *              router, experts, routing and combining): subtract --classes' products to see
- *              what the rest costs
+ *              clock around each, and the stages inside attention and FFN (pdb_v2_ops_stage_s)
  *   --daz      a diagnosis only: decode with denormals-are-zero / flush-to-zero on every thread
  *              (changes results where denormals occur; tells what denormal assists cost) */
 #ifndef _GNU_SOURCE
@@ -232,10 +230,11 @@ static pdb_status phases(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweig
     enum { P_EMBED, P_NORM, P_ATTN, P_ATTN_MOE, P_FFN_DENSE, P_FFN_MOE, P_LOGITS, P_ARGMAX, P_N };
     static const char *nm[P_N] = {"embed", "attention norms", "attention (dense layers)", "attention (MoE layers)", "FFN (dense layers)",
                                   "FFN (MoE layers)", "final norm + lm_head", "argmax"};
-    double t[P_N] = {0}, total = 0;
+    double t[P_N] = {0}, total = 0, st[PDB_V2_ST_N] = {0}, warm[PDB_V2_ST_N];
     int32_t tok = 1;
     for (int p = 0; p < 64 + ntok; p++) {
         int on = p >= 64; /* the first 64 positions fill the context, as the decode's prompt */
+        pdb_v2_ops_stage_s = on ? st : warm;
         double t0 = now_s(), t1;
         b.cache[0] = (pdb_v2_rowcache){lat, cap * row, row, 0};
         b.pos[0] = p;
@@ -258,6 +257,9 @@ static pdb_status phases(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweig
     for (int k = 0; k < P_N; k++) total += t[k];
     printf("phases: %d one-token steps through pdb_v2_ops, %.3f ms per step\n", ntok, 1e3 * total / ntok);
     for (int k = 0; k < P_N; k++) printf("  %-26s %8.3f ms %5.1f%%\n", nm[k], 1e3 * t[k] / ntok, 100 * t[k] / total);
+    pdb_v2_ops_stage_s = NULL;
+    printf("stages of attention and FFN, all layers (pdb_v2_ops_stage_s):\n");
+    for (int k = 0; k < PDB_V2_ST_N; k++) printf("  %-26s %8.3f ms %5.1f%%\n", pdb_v2_ops_stage_names[k], 1e3 * st[k] / ntok, 100 * st[k] / total);
     pdb_v2_batch_free(&b);
     free(lat), free(logits);
     return PDB_OK;

@@ -566,9 +566,61 @@ __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *
 /* Four MXFP8 / MXFP4 rows r0.. against T <= 2 tokens: y[t * ldy + r0 + i]. x is the matmul's x
  * and xd its rearranged copy (ldx = cols; MXFP4: QM_X_NIB, MXFP8 when the CPU has AVX512BW:
  * QM_X_EVOD, else NULL). */
+/* BF16: dot_avx512's loop with each weight widened in the register (bf16 -> f32 is exact). */
+__attribute__((target("avx512f"), always_inline)) static inline void fused4_bf16(const uint8_t *const *q, int64_t nb, const float *x,
+        int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
+    __m512 lo[2][4], hi[2][4];
+    PDB_QM_UNROLL
+    for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
+        for (int i = 0; i < 4; i++) lo[t][i] = hi[t][i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 x0[2], x1[2];
+        PDB_QM_UNROLL
+        for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
+        PDB_QM_UNROLL
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *p = q[i] + b * 64;
+            _mm_prefetch((const char *)p + pf, _MM_HINT_T0);
+            __m512 w0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+            __m512 w1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 32))), 16));
+            PDB_QM_UNROLL
+            for (int t = 0; t < nt; t++) {
+                lo[t][i] = _mm512_fmadd_ps(x0[t], w0, lo[t][i]);
+                hi[t][i] = _mm512_fmadd_ps(x1[t], w1, hi[t][i]);
+            }
+        }
+    }
+    PDB_QM_UNROLL
+    for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
+        for (int i = 0; i < 4; i++) acc->v[t][i][0] = lo[t][i], acc->v[t][i][1] = hi[t][i];
+}
+
+__attribute__((target("avx512f"))) static void k_bf16_t1(const uint8_t *const *q, int64_t nb, const float *x, int64_t ldx, int64_t pf, qm_acc *acc) {
+    fused4_bf16(q, nb, x, ldx, 1, pf, acc);
+}
+__attribute__((target("avx512f"))) static void k_bf16_t2(const uint8_t *const *q, int64_t nb, const float *x, int64_t ldx, int64_t pf, qm_acc *acc) {
+    fused4_bf16(q, nb, x, ldx, 2, pf, acc);
+}
+
 __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, int64_t r0, const float *x, int64_t ldx, const float *xd,
                                                            int64_t T, float *y, int64_t ldy) {
     int64_t C = w->cols, nb = C / 32;
+    if (w->fmt == PDB_QF_BF16) {
+        const uint8_t *q[4];
+        for (int i = 0; i < 4; i++) q[i] = (const uint8_t *)w->data + (r0 + i) * C * 2;
+        qm_acc acc;
+        (T == 2 ? k_bf16_t2 : k_bf16_t1)(q, nb, x, ldx, 8 * C, &acc);
+        for (int64_t t = 0; t < T; t++) {
+            float o[4];
+            __m512 lo[4], hi[4];
+            for (int i = 0; i < 4; i++) lo[i] = acc.v[t][i][0], hi[i] = acc.v[t][i][1];
+            fold4_avx512(lo, hi, o);
+            for (int i = 0; i < 4; i++) y[t * ldy + r0 + i] = o[i];
+        }
+        return;
+    }
     int mx8 = w->fmt == PDB_QF_MXFP8;
     const uint8_t *q[4], *s[4];
     for (int i = 0; i < 4; i++) {
@@ -754,7 +806,7 @@ static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows >
 
 static int job_fused(const pdb_qmat_job *j) { /* the decode kernels */
     pdb_qfmt f = j->w->fmt;
-    return isa_get() == PDB_ISA_AVX512 && (f == PDB_QF_MXFP8 || f == PDB_QF_MXFP4) && j->n <= 2 && j->w->cols % 32 == 0;
+    return isa_get() == PDB_ISA_AVX512 && f != PDB_QF_F32 && j->n <= 2 && j->w->cols % 32 == 0;
 }
 
 static int has_bw(void);
@@ -768,7 +820,7 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
     if (job_fused(j)) {
         const float *xd = NULL; /* the tokens rearranged per 32-block (MXFP4, and MXFP8 with AVX512BW) */
         int layout = w->fmt == PDB_QF_MXFP4 ? QM_X_NIB : QM_X_EVOD;
-        if (w->fmt == PDB_QF_MXFP4 || has_bw()) {
+        if (w->fmt == PDB_QF_MXFP4 || (w->fmt == PDB_QF_MXFP8 && has_bw())) {
             if (xs->x != x || xs->ldx != ldx || xs->n != T || xs->cols != C || xs->layout != layout) {
                 for (int64_t t = 0; t < T; t++) rearrange_x(x + t * ldx, C, layout, row + t * C);
                 *xs = (qm_xd){x, ldx, T, C, layout};

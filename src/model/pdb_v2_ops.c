@@ -7,9 +7,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pdb_math.h"
 #include "pdb_v2.h"
+
+double *pdb_v2_ops_stage_s;
+const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N] = {
+    "q/kv projections", "latent rows + rope", "W_UK^T q", "scores", "softmax", "o_lat (mix)", "W_UV o_lat",
+    "o_proj + residual", "FFN norm", "router + routing", "gate/up products", "SiLU", "down products", "combine + residual"};
+
+/* The stage clock: adds the time since *t0 to stage k and restarts it (when the hook is set). */
+static void stage(int k, struct timespec *t0) {
+    if (!pdb_v2_ops_stage_s) return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    if (t0->tv_sec) pdb_v2_ops_stage_s[k] += (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+    *t0 = t;
+}
 
 /* ======================================= loading ============================================ */
 
@@ -352,7 +367,7 @@ static void wide_mix(void *vc, int64_t task, int thread) {
                  rc->base + b->layer * rc->layer_stride + c0, rc->pos_stride, b->pos[r] + 1, kvl - c0 < 16 ? kvl - c0 : 16);
 }
 
-static void attention_wide(pdb_v2_batch *b) {
+static void attention_wide(pdb_v2_batch *b, struct timespec *t0) {
     const pdb_config *c = &b->w->cfg;
     const pdb_v2_qlayer *L = &b->w->layers[b->layer];
     int64_t R = b->R, nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
@@ -369,18 +384,23 @@ static void attention_wide(pdb_v2_batch *b) {
         }
     }
     pdb_qmat_matmul_multi(b->pool, b->ajobs, (int)(R * nh), b->rowbuf);
+    stage(PDB_V2_ST_UK, t0);
     wide_ctx w = {b, 16, {0}};
     int64_t total = 0;
     for (int64_t r = 0; r < R; r++) total += b->pos[r] + 1;
     while (w.blk < 256 && total / w.blk > 4 * nth) w.blk *= 2; /* a few tasks per thread */
     for (int64_t r = 0; r < R; r++) w.first[r + 1] = w.first[r] + (b->pos[r] + w.blk) / w.blk;
     pdb_pool_run(b->pool, w.first[R], wide_scores, &w);
+    stage(PDB_V2_ST_SCORES, t0);
     pdb_pool_run(b->pool, R * nh, wide_softmax, b);
+    stage(PDB_V2_ST_SOFTMAX, t0);
     pdb_pool_run(b->pool, R * ((kvl + 15) / 16), wide_mix, b);
+    stage(PDB_V2_ST_MIX, t0);
     for (int64_t r = 0; r < R; r++)
         for (int64_t h = 0; h < nh; h++)
             b->ajobs[r * nh + h] = (pdb_qmat_job){&b->views[nh + h], b->wo + (r * nh + h) * kvl, kvl, 1, b->attn + r * nh * vd + h * vd, vd};
     pdb_qmat_matmul_multi(b->pool, b->ajobs, (int)(R * nh), b->rowbuf);
+    stage(PDB_V2_ST_UV, t0);
 }
 
 void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
@@ -392,19 +412,27 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     int64_t qr = c->q_lora_rank, row = c->kv_lora_rank + c->qk_rope_head_dim;
     pdb_qmat_job jobs[2] = {{qr ? &L->q_a : &L->q_proj, b->xn, H, R, qr ? b->qa : b->q, qr ? qr : nh * qk},
                             {&L->kv_a, b->xn, H, R, b->kva, row}};
+    struct timespec t0 = {0, 0};
+    stage(PDB_V2_ST_PROJ, &t0); /* (start) */
     pdb_qmat_matmul_multi(b->pool, jobs, 2, b->rowbuf);
     if (qr) {
         for (int64_t t = 0; t < R; t++) pdb_math_rmsnorm(b->qa + t * qr, b->qa + t * qr, L->q_a_norm, qr, c->rms_norm_eps);
         pdb_qmat_matmul(b->pool, &L->q_b, b->qa, qr, R, b->q, nh * qk, b->rowbuf);
     }
+    stage(PDB_V2_ST_PROJ, &t0);
     latent_finish(w, l, R, b->pos, b->cache, b->kva); /* = pdb_v2_ops_latent_rows */
     for (int64_t t = 0; t < R; t++)
         for (int64_t h = 0; h < nh; h++) pdb_rope_apply(&w->rope, b->q + t * nh * qk + h * qk + nope, b->pos[t]);
     b->layer = l;
-    if (b->wq) attention_wide(b); /* allocated when R * nh <= PDB_V2_WIDE_JOBS */
-    else pdb_pool_run(b->pool, R * nh, attn_task, b);
+    stage(PDB_V2_ST_LATENT, &t0);
+    if (b->wq) attention_wide(b, &t0); /* allocated when R * nh <= PDB_V2_WIDE_JOBS */
+    else {
+        pdb_pool_run(b->pool, R * nh, attn_task, b);
+        stage(PDB_V2_ST_SCORES, &t0); /* the per-(row, head) tasks: all of the attention core */
+    }
     pdb_qmat_matmul(b->pool, &L->o_proj, b->attn, nh * c->v_head_dim, R, b->tmp, H, b->rowbuf);
     for (int64_t i = 0; i < R * H; i++) b->h[i] += b->tmp[i];
+    stage(PDB_V2_ST_OPROJ, &t0);
 }
 
 /* g = silu(g) * u over the gate/up job pairs jobs[2j], jobs[2j + 1] (j < n_pairs), on the pool in
@@ -433,19 +461,22 @@ static void silu_pairs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_pairs) {
 
 /* out [n, H] = down(silu(x gate^T) * (x up^T)): gate and up in one dispatch */
 static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const pdb_qmat *down, const float *x,
-                int64_t n, float *out) {
+                int64_t n, float *out, struct timespec *t0) {
     int64_t H = b->w->cfg.hidden_size, I = gate->rows;
     pdb_qmat_job gu[2] = {{gate, x, H, n, b->g, I}, {up, x, H, n, b->u, I}};
     pdb_qmat_matmul_multi(b->pool, gu, 2, b->rowbuf);
+    stage(PDB_V2_ST_GU, t0);
     silu_pairs(b->pool, gu, 1);
+    stage(PDB_V2_ST_SILU, t0);
     pdb_qmat_matmul(b->pool, down, b->g, I, n, out, H, b->rowbuf);
+    stage(PDB_V2_ST_DOWN, t0);
 }
 
 /* Routed and shared experts in two dispatches: every gate and up projection, then every down
  * projection (each job is the matmul the expert's own mlp() would run, on the same rows). Routed
  * expert e takes its rows in slot order at row offset o_e of the expert-major lists (erows, xe,
  * g/u at o_e * Im); the shared experts' g/u follow at R * K * Im. */
-static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L) {
+static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, struct timespec *t0) {
     const pdb_config *c = &b->w->cfg;
     int64_t R = b->R, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
     pdb_qmat_matmul(b->pool, &L->router, b->xn, H, R, b->probs, E, b->rowbuf);
@@ -477,9 +508,13 @@ static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L) {
         gu[2 * nj + 1] = (pdb_qmat_job){&L->su, b->xn, H, R, su, Is};
         dn[nj++] = (pdb_qmat_job){&L->sd, sg, Is, R, b->tmp, H};
     }
+    stage(PDB_V2_ST_ROUTER, t0);
     pdb_qmat_matmul_multi(b->pool, gu, 2 * nj, b->rowbuf);
+    stage(PDB_V2_ST_GU, t0);
     silu_pairs(b->pool, gu, nj);
+    stage(PDB_V2_ST_SILU, t0);
     pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
+    stage(PDB_V2_ST_DOWN, t0);
     for (int64_t i = 0; i < o; i++) memcpy(b->ybuf + b->erows[i] * H, b->xe + i * H, sizeof(float) * (size_t)H);
     for (int64_t t = 0; t < R; t++) /* combine in top-k order: a fixed order per token */
         for (int64_t j = 0; j < H; j++) {
@@ -495,10 +530,14 @@ void pdb_v2_ops_ffn(pdb_v2_batch *b, int64_t l) {
     const pdb_config *c = &b->w->cfg;
     const pdb_v2_qlayer *L = &b->w->layers[l];
     int64_t H = c->hidden_size;
+    struct timespec t0 = {0, 0};
+    stage(PDB_V2_ST_NORM, &t0); /* (start) */
     for (int64_t t = 0; t < b->R; t++) pdb_math_rmsnorm(b->xn + t * H, b->h + t * H, L->ffn_norm, H, c->rms_norm_eps);
-    if (L->is_moe) moe(b, L);
-    else mlp(b, &L->gate, &L->up, &L->down, b->xn, b->R, b->mlp);
+    stage(PDB_V2_ST_NORM, &t0);
+    if (L->is_moe) moe(b, L, &t0);
+    else mlp(b, &L->gate, &L->up, &L->down, b->xn, b->R, b->mlp, &t0);
     for (int64_t i = 0; i < b->R * H; i++) b->h[i] += b->mlp[i];
+    stage(PDB_V2_ST_COMBINE, &t0);
 }
 
 void pdb_v2_ops_logits(pdb_v2_batch *b, int64_t r, float *logits) {

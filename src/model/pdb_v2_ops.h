@@ -86,6 +86,15 @@ typedef struct pdb_v2_batch {
 
 enum { PDB_V2_WIDE_JOBS = 256 };
 
+/* Diagnostics for bench_decode --stages: while pdb_v2_ops_stage_s is set, attention and FFN add
+ * the wall seconds of each stage to pdb_v2_ops_stage_s[PDB_V2_ST_*] (unset, the default, costs a
+ * branch per stage). Process-wide: set it only while one forward runs. */
+enum { PDB_V2_ST_PROJ, PDB_V2_ST_LATENT, PDB_V2_ST_UK, PDB_V2_ST_SCORES, PDB_V2_ST_SOFTMAX, PDB_V2_ST_MIX, PDB_V2_ST_UV,
+       PDB_V2_ST_OPROJ, PDB_V2_ST_NORM, PDB_V2_ST_ROUTER, PDB_V2_ST_GU, PDB_V2_ST_SILU, PDB_V2_ST_DOWN, PDB_V2_ST_COMBINE,
+       PDB_V2_ST_N };
+extern double *pdb_v2_ops_stage_s;
+extern const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N];
+
 /* max_len: the longest position+1 of any row (attention scratch). With R * nh <= PDB_V2_WIDE_JOBS
  * the batch also holds the head-parallel attention's buffers (R * nh * max_len scores) and uses it. */
 pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool *pool, int64_t R, int64_t max_len);
