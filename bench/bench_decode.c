@@ -372,7 +372,7 @@ int main(int argc, char **argv) {
     printf("decode: %d tokens in %.2f s = %.2f tok/s -> %.2f GB/s of weights = %.1f%% of the roofline (%.2f tok/s)\n", ntok, dt,
            tps, eff, 100 * eff / bw, bw * 1e9 / per_tok);
     /* matmul dispatches (pool runs started by pdb_qmat); the attention adds one run per layer */
-    printf("dispatches: %.1f matmul pool runs per token (+ one attention and one SiLU run per layer)\n", (double)runs / ntok);
+    printf("dispatches: %.1f matmul pool runs per token (+ per layer one SiLU run and three attention runs)\n", (double)runs / ntok);
     /* on a shared machine wall time includes time the threads were not running; CPU time does not
      * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,

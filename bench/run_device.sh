@@ -32,10 +32,7 @@ run() {
   export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
   B=$CARRY/bin
   { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket"; free -g | head -2; } > "$OUT/machine.txt" 2>&1 || true
-  M=/tmp/pdb-bench
-  mkdir -p $M
-  "$B/pdbridge" make-model --preset v2-lite --layers 4 --experts 16 --seed 3 --out $M/v2lite4 >/dev/null
-  "$B/pdbridge" quantize --model $M/v2lite4 --out $M/v2lite4-mx >/dev/null 2>&1
+  decode_model 4
   for t in 1 4 8 16; do
     echo "== threads $t" ; "$B/bench_decode" $M/v2lite4-mx 32 $t
   done > "$OUT/decode.txt" 2>&1
@@ -49,13 +46,17 @@ run() {
   cat "$OUT/machine.txt" "$OUT/decode.txt" "$OUT/prefill_memory.txt"
 }
 
-# the decode model of `run` (made once per machine)
+# the decode models: `run`'s 4-layer one (503.7 MB per token: under 2x a 300 MB L3) and a 16-layer
+# one (1.2 GB per token), made once per machine
 decode_model() {
   M=/tmp/pdb-bench
   mkdir -p $M
-  [ -f $M/v2lite4-mx/model.safetensors ] && return
-  "$B/pdbridge" make-model --preset v2-lite --layers 4 --experts 16 --seed 3 --out $M/v2lite4 >/dev/null
-  "$B/pdbridge" quantize --model $M/v2lite4 --out $M/v2lite4-mx >/dev/null 2>&1
+  for n in ${1:-4}; do
+    [ -f $M/v2lite$n-mx/model.safetensors ] && continue
+    "$B/pdbridge" make-model --preset v2-lite --layers $n --experts 16 --seed 3 --out $M/v2lite$n >/dev/null
+    "$B/pdbridge" quantize --model $M/v2lite$n --out $M/v2lite$n-mx >/dev/null 2>&1
+    rm -rf $M/v2lite$n
+  done
 }
 
 diag() {
@@ -65,11 +66,12 @@ diag() {
   B=$CARRY/bin
   { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|MHz|L2|L3"; free -g | head -2; } > "$OUT/machine.txt" 2>&1 || true
   cat "$OUT/machine.txt"
-  decode_model
+  decode_model "4 16"
   "$B/bench_qmat_kernels" 5 2>&1 | tee "$OUT/kernels.txt"
-  for t in ${PDB_DIAG_THREADS:-16 8 4 1}; do
-    echo "== threads $t --classes --profile"; "$B/bench_decode" $M/v2lite4-mx 64 $t --classes --profile
-    echo "== threads $t --daz"; "$B/bench_decode" $M/v2lite4-mx 64 $t --daz | grep -E "probe|subnormal|decode:"
+  for n in 16 4; do
+    for t in ${PDB_DIAG_THREADS:-16 8 4 1}; do
+      echo "== v2lite$n threads $t"; "$B/bench_decode" $M/v2lite$n-mx 128 $t --classes --phases ${PDB_DIAG_FLAGS:-}
+    done
   done 2>&1 | tee "$OUT/diag.txt"
 }
 

@@ -3,11 +3,11 @@
  * [n_layers, cap, kv_lora_rank + rope], one APPEND pool "latent", and the batched forward:
  * embed, then per layer attention norm -> attention (writes the cache rows) -> FFN, then logits.
  * Invariant: a block is the rows of its span for every layer, nothing else (no state pool).
- * The forward's scratch (pdb_v2_batch) is kept between calls and grown when a call needs more
- * rows or a longer context (a decode step allocating and faulting in megabytes of scratch per
- * token cost more than its attention): one for calls of few rows (decode steps: R * heads <=
- * PDB_V2_WIDE_JOBS, with the head-parallel attention's buffers) and one for the others (prefill
- * chunks), so that alternating the two never re-allocates; a mutex serialises forwards. */
+ * The forward's scratch (pdb_v2_batch, megabytes at many threads) is kept between calls, not
+ * allocated per token, and grown when a call needs more rows or a longer context: one for calls
+ * of few rows (decode steps: R * heads <= PDB_V2_WIDE_JOBS, with the head-parallel attention's
+ * buffers) and one for the others (prefill chunks), so that alternating the two never
+ * re-allocates; a mutex serialises forwards. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
