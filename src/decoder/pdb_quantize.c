@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "pdb_config.h"
 #include "pdb_dec_model.h"
@@ -48,6 +50,45 @@ static qkind choose(const pdb_tensor_view *v, const char *scheme, int v4) {
     return QK_KEEP;
 }
 
+/* What quantize writes into its output directory: all it ever removes when it replaces one. */
+static const char *const out_files[] = {"model.safetensors", "pdbridge_decoder.json", "config.json", "tokenizer.json",
+                                        "tokenizer_config.json"};
+
+/* dir may be replaced: it does not exist, or it is a directory holding nothing but files quantize
+ * writes (an earlier output, a temp dir left by a crash, an empty directory). Anything else (a
+ * file, someone's directory) is refused before any work: no --out typo ever deletes data. */
+static pdb_status check_replaceable(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb)) return errno == ENOENT ? PDB_OK : pdb_err_set(PDB_IO, "quantize: %s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return pdb_err_set(PDB_INVALID, "quantize: %s exists and is not a directory; refusing to replace it", dir);
+    DIR *d = opendir(dir);
+    if (!d) return pdb_err_set(PDB_IO, "quantize: %s: %s", dir, strerror(errno));
+    struct dirent *e;
+    pdb_status st = PDB_OK;
+    while (!st && (e = readdir(d))) {
+        int ours = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+        for (size_t i = 0; i < sizeof out_files / sizeof *out_files; i++) ours |= !strcmp(e->d_name, out_files[i]);
+        if (!ours)
+            st = pdb_err_set(PDB_INVALID, "quantize: %s holds %s, which quantize does not write (not a decoder checkpoint); refusing "
+                             "to replace it", dir, e->d_name);
+    }
+    closedir(d);
+    return st;
+}
+
+/* Removes a directory quantize wrote: its own files, then the directory (which must then be
+ * empty). A missing directory is fine. */
+static pdb_status remove_output(const char *dir) {
+    char p[4200];
+    for (size_t i = 0; i < sizeof out_files / sizeof *out_files; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, out_files[i]);
+        if (unlink(p) && errno != ENOENT && errno != ENOTDIR) return pdb_err_set(PDB_IO, "quantize: cannot remove %s: %s", p, strerror(errno));
+    }
+    if (rmdir(dir) && errno != ENOENT)
+        return pdb_err_set(PDB_IO, "quantize: cannot replace %s: %s (it holds files quantize did not write)", dir, strerror(errno));
+    return PDB_OK;
+}
+
 pdb_status pdb_quantize_model(const char *src, const char *out_dir, const char *scheme, int verbose) {
     return pdb_quantize_model_ex(src, out_dir, scheme, NULL, verbose);
 }
@@ -68,13 +109,13 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
         return pdb_err_set(PDB_INVALID, "quantize: --v4-semantics applies to deepseek_v4 models only");
     }
     const char *semantics = pdb_dec_cache_semantics(&cfg, (int)sem);
-    pdb_st *st = NULL;
-    PDB_TRY(pdb_st_open(src, &st));
     char tmpdir[4096], path[4200], spath[4200];
     snprintf(tmpdir, sizeof tmpdir, "%s.tmp", out_dir);
-    char cmd[8500];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (system(cmd)) { /* best effort: a stale temp dir from a crash */ }
+    PDB_TRY(check_replaceable(out_dir));
+    PDB_TRY(check_replaceable(tmpdir));
+    PDB_TRY(remove_output(tmpdir)); /* a stale temp dir from a crash */
+    pdb_st *st = NULL;
+    PDB_TRY(pdb_st_open(src, &st));
     pdb_status s = PDB_OK;
     pdb_st_writer *w = NULL;
     void **bufs = NULL;
@@ -155,16 +196,13 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
         if (cs && cs != PDB_NOT_FOUND) { s = pdb_err_wrap(cs, "quantize"); goto done; }
         if (cs == PDB_NOT_FOUND && i == 0) { s = pdb_err_set(PDB_IO, "quantize: cannot read %s", spath); goto done; }
     }
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out_dir);
-    if (system(cmd) || rename(tmpdir, out_dir)) s = pdb_err_set(PDB_IO, "quantize: cannot publish %s: %s", out_dir, strerror(errno));
+    if (!(s = remove_output(out_dir)) && rename(tmpdir, out_dir))
+        s = pdb_err_set(PDB_IO, "quantize: cannot publish %s: %s", out_dir, strerror(errno));
 done:
     pdb_st_writer_free(w);
     for (int i = 0; i < nb; i++) free(bufs[i]);
     free(bufs);
     pdb_st_close(st);
-    if (s) {
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-        if (system(cmd)) { /* leave it; the next run removes it */ }
-    }
+    if (s) (void)remove_output(tmpdir); /* best effort: the next run removes what is left */
     return s;
 }

@@ -49,6 +49,13 @@ expect_once "make-model cannot create config.json" make-model "$T/cfgdir/config.
 expect_once "quantize missing --model dir" quantize "$T/nodir/config.json" -- "$BIN" quantize --model "$T/nodir" --out "$T/d"
 expect_once "quantize bad scheme" quantize "'zz'" -- "$BIN" quantize --model "$T/m" --out "$T/d" --scheme zz
 expect_once "quantize --out under a file" quantize "$T/file" -- "$BIN" quantize --model "$T/m" --out "$T/file/d"
+# quantize replaces only its own outputs: a file or someone's directory as --out is refused, intact
+echo keep >"$T/keep.txt"; mkdir -p "$T/mine"; echo notes >"$T/mine/notes.txt"
+expect_once "quantize --out is a file" quantize "$T/keep.txt" "not a directory" -- "$BIN" quantize --model "$T/m" --out "$T/keep.txt"
+expect_once "quantize --out is a foreign directory" quantize "notes.txt" -- "$BIN" quantize --model "$T/m" --out "$T/mine"
+[ "$(cat "$T/keep.txt")" = keep ] && [ "$(cat "$T/mine/notes.txt")" = notes ] && ok "refused --out left intact" || bad "refused --out was modified"
+"$BIN" quantize --model "$T/m" --out "$T/q" >/dev/null 2>&1 && "$BIN" quantize --model "$T/m" --out "$T/q" >/dev/null 2>&1 \
+  && [ -f "$T/q/pdbridge_decoder.json" ] && ok "quantize replaces its own earlier output" || bad "quantize over its own output"
 # forward: the V2 forward's messages begin with "forward:"
 expect_once "forward id outside vocabulary" forward "5000" -- \
   "$BIN" forward --model "$T/m" --ids-file "$T/badids.safetensors" --decode 1 --out "$T/o"
