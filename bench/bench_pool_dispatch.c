@@ -1,7 +1,7 @@
 /* bench_pool_dispatch: what one pdb_pool_run costs beyond its work, per thread count: runs of
- * `threads` empty tasks back to back (best of 5 rounds). A V2-Lite decode step makes ~26 runs per
- * MoE layer (q_proj, kv_a, attention, o_proj, router, 6 x 3 routed-expert and 3 shared-expert
- * matmuls) plus lm_head; multiply to get the per-token dispatch cost.
+ * `threads` empty tasks back to back (best of 5 rounds). A decode step of the 16-layer bench
+ * model makes 176 runs (bench_decode prints the matmul ones); multiply to get the per-token
+ * dispatch cost.
  * Usage: bench_pool_dispatch [max_threads] [runs] (defaults: online CPUs, 20000). */
 #include <stdio.h>
 #include <stdlib.h>

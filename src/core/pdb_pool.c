@@ -10,21 +10,26 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 enum { PDB_POOL_SPIN = 4000 }; /* ~10-100 us of _mm_pause: bridges the gaps inside a step, not idle time */
 
+/* The three counters every run writes sit on cache lines of their own: the workers spin reading
+ * gen, and claims (next) and departures (active) would otherwise invalidate that line for all of
+ * them once per worker and run. */
 struct pdb_pool {
     int n;                /* threads including the caller */
     pthread_t *th;
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    atomic_uint_fast64_t gen;
-    atomic_int stop, active;
-    pdb_pool_fn fn;
+    atomic_int stop;
+    pdb_pool_fn fn;       /* fn, ctx, n_tasks: written before gen is bumped, read-only during a run */
     void *ctx;
     int64_t n_tasks;
-    atomic_int_fast64_t next;
+    _Alignas(64) atomic_uint_fast64_t gen;
+    _Alignas(64) atomic_int_fast64_t next;
+    _Alignas(64) atomic_int active;
 };
 
 typedef struct { pdb_pool *p; int id; } pool_arg;
@@ -69,8 +74,9 @@ pdb_status pdb_pool_create(int n, pdb_pool **out) {
     if (n <= 0) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n <= 0) n = 1;
     if (n > 256) n = 256;
-    pdb_pool *p = calloc(1, sizeof *p);
+    pdb_pool *p = aligned_alloc(64, (sizeof *p + 63) / 64 * 64);
     if (!p) return pdb_err_set(PDB_NOMEM, "thread pool");
+    memset(p, 0, sizeof *p);
     p->n = n;
     p->th = calloc((size_t)n, sizeof *p->th);
     if (!p->th) { free(p); return pdb_err_set(PDB_NOMEM, "thread pool"); }
