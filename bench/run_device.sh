@@ -2,7 +2,7 @@
 # run_device: the CPU benchmarks on a quiet many-core machine (the GPU box's 16 cores).
 #   bench/run_device.sh stage   # here: build, pack binaries + non-system shared libs into .cache/benchcarry
 #   bench/run_device.sh run     # there (OUT=dir): make the models, run bench_decode and bench_prefill_memory
-#   bench/run_device.sh diag    # there: where decode time goes (bench_decode --classes/--profile/--daz, kernels)
+#   bench/run_device.sh diag    # there: where decode time goes (bench_decode --classes --phases, kernels)
 # Prints only what the programs measured.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,16 +26,41 @@ stage() {
   du -sh "$CARRY"
 }
 
-run() {
+# unpack the staged binaries (there), note the machine
+unpack() {
   mkdir -p "$OUT"
   [ -f "$CARRY/benchcarry.tar.xz" ] && tar xJf "$CARRY/benchcarry.tar.xz" -C /tmp && CARRY=/tmp/benchcarry
   export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
   B=$CARRY/bin
-  { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket"; free -g | head -2; } > "$OUT/machine.txt" 2>&1 || true
-  decode_model 4
-  for t in 1 4 8 16; do
-    echo "== threads $t" ; "$B/bench_decode" $M/v2lite4-mx 32 $t
-  done > "$OUT/decode.txt" 2>&1
+  { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|L3"; free -g | head -2; } > "$OUT/machine.txt" 2>&1 || true
+}
+
+# the decode models, made once per machine: 16 layers (1.21 GB of weights per token, 3.9x a 300 MB
+# L3: the roofline model) and the 4 layers of sessions 1-2 (483 MB, 1.5x: partly cache-resident)
+decode_model() {
+  M=/tmp/pdb-bench
+  mkdir -p $M
+  for n in 16 4; do
+    [ -f $M/v2lite$n-mx/model.safetensors ] && continue
+    "$B/pdbridge" make-model --preset v2-lite --layers $n --experts 16 --seed 3 --out $M/v2lite$n >/dev/null
+    "$B/pdbridge" quantize --model $M/v2lite$n --out $M/v2lite$n-mx >/dev/null 2>&1
+    rm -rf $M/v2lite$n
+  done
+}
+
+# decode FLAGS...: bench_decode on both models at 16, 8, 4 and 1 threads
+decode() {
+  for n in 16 4; do
+    for t in 16 8 4 1; do
+      echo "== v2lite$n threads $t"; "$B/bench_decode" $M/v2lite$n-mx $([ $t = 1 ] && echo 48 || echo 128) $t "$@"
+    done
+  done
+}
+
+run() {
+  unpack
+  decode_model
+  decode > "$OUT/decode.txt" 2>&1
   { echo "== bench_qmat_kernels 7"; "$B/bench_qmat_kernels" 7; echo "== bench_pool_dispatch 16"; "$B/bench_pool_dispatch" 16; } \
     > "$OUT/kernels.txt" 2>&1 || true
   cat "$OUT/kernels.txt"
@@ -46,33 +71,12 @@ run() {
   cat "$OUT/machine.txt" "$OUT/decode.txt" "$OUT/prefill_memory.txt"
 }
 
-# the decode models: `run`'s 4-layer one (503.7 MB per token: under 2x a 300 MB L3) and a 16-layer
-# one (1.2 GB per token), made once per machine
-decode_model() {
-  M=/tmp/pdb-bench
-  mkdir -p $M
-  for n in ${1:-4}; do
-    [ -f $M/v2lite$n-mx/model.safetensors ] && continue
-    "$B/pdbridge" make-model --preset v2-lite --layers $n --experts 16 --seed 3 --out $M/v2lite$n >/dev/null
-    "$B/pdbridge" quantize --model $M/v2lite$n --out $M/v2lite$n-mx >/dev/null 2>&1
-    rm -rf $M/v2lite$n
-  done
-}
-
 diag() {
-  mkdir -p "$OUT"
-  [ -f "$CARRY/benchcarry.tar.xz" ] && tar xJf "$CARRY/benchcarry.tar.xz" -C /tmp && CARRY=/tmp/benchcarry
-  export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
-  B=$CARRY/bin
-  { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|MHz|L2|L3"; free -g | head -2; } > "$OUT/machine.txt" 2>&1 || true
+  unpack
   cat "$OUT/machine.txt"
-  decode_model "4 16"
+  decode_model
   "$B/bench_qmat_kernels" 5 2>&1 | tee "$OUT/kernels.txt"
-  for n in 16 4; do
-    for t in ${PDB_DIAG_THREADS:-16 8 4 1}; do
-      echo "== v2lite$n threads $t"; "$B/bench_decode" $M/v2lite$n-mx 128 $t --classes --phases ${PDB_DIAG_FLAGS:-}
-    done
-  done 2>&1 | tee "$OUT/diag.txt"
+  decode --classes --phases 2>&1 | tee "$OUT/diag.txt"
 }
 
 case "${1:-}" in

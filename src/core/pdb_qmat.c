@@ -403,7 +403,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         for (int i = 0; i < 4; i++) acc->v[t][i][0] = ev[t][i], acc->v[t][i][1] = od[t][i];
 }
 
-/* MXFP8 with AVX512BW, against x deinterleaved like MXFP4's: one block's 32 codes sign-extended
+/* MXFP8 with AVX512BW, against x rearranged per block (QM_X_EVOD: even elements, then odd): one block's 32 codes sign-extended
  * to 16 bits in one instruction; a 32-bit lane then holds element 2d in its low half and 2d + 1 in
  * its high half, and shifting the lane left by 20 (even) or 4 (odd) leaves eeee mmm at bits 26..20
  * and copies of s at 31..27: under e4m3x16_raw's mask these are its raw bits, for one conversion
@@ -794,8 +794,8 @@ typedef struct {
     char pad[56];
 } qm_ctx;
 
-/* A thread's deinterleaved x (the head of its rowbuf slice) and the job input it was made from:
- * jobs that share an x (gate and up of one token) deinterleave it once per thread. */
+/* A thread's rearranged x (the head of its rowbuf slice), the job input and layout it was made from:
+ * jobs that share an x (gate and up of one token) rearrange it once per thread. */
 typedef struct {
     const float *x;
     int64_t ldx, n, cols;
