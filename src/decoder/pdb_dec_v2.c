@@ -7,7 +7,8 @@
  * allocated per token, and grown when a call needs more rows or a longer context: one for calls
  * of few rows (decode steps: R * heads <= PDB_V2_WIDE_JOBS, with the head-parallel attention's
  * buffers) and one for the others (prefill chunks), so that alternating the two never
- * re-allocates; a mutex serialises forwards. */
+ * re-allocates (a longer context re-allocates once per 1024 positions); a mutex serialises
+ * forwards. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,11 +88,9 @@ static void v2_put_block(void *impl, pdb_dec_seq *s, int64_t b, int64_t bs, cons
 
 /* The scratch for R rows up to context maxlen: the kept one of its kind, or a larger one
  * (contexts rounded up to 1024 positions so that a growing decode re-allocates once per 1024
- * tokens; the few-rows kind always holds PDB_V2_WIDE_JOBS / heads rows). */
+ * tokens). */
 static pdb_status v2_scratch(v2_impl *v, int64_t R, int64_t maxlen, pdb_v2_batch **out) {
-    int64_t few_rows = PDB_V2_WIDE_JOBS / v->w.cfg.num_heads;
-    struct v2_scratch *sc = R <= few_rows ? &v->few : &v->many;
-    if (R <= few_rows) R = few_rows;
+    struct v2_scratch *sc = R * v->w.cfg.num_heads <= PDB_V2_WIDE_JOBS ? &v->few : &v->many;
     if (R > sc->cap_rows || maxlen > sc->cap_len) {
         int64_t rows = R > sc->cap_rows ? R : sc->cap_rows, len = ((maxlen > sc->cap_len ? maxlen : sc->cap_len) + 1023) / 1024 * 1024;
         if (sc->cap_rows) pdb_v2_batch_free(&sc->b);

@@ -263,7 +263,7 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * (K ? K : 1) * H); BA(b->jobs, 3 * (E + 1)); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
     BA(b->erows, R * (K ? K : 1)); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, PDB_QMAT_ROWBUF_FLOATS(nth, w->max_cols));
     b->max_len = max_len;
-    if (R * nh <= PDB_V2_WIDE_JOBS) {
+    if (R * nh <= PDB_V2_WIDE_JOBS && R * nh * max_len <= PDB_V2_WIDE_SCORES) {
         BA(b->wq, R * nh * row); BA(b->wo, R * nh * c->kv_lora_rank); BA(b->wsc, R * nh * max_len);
         BA(b->views, 2 * nh); BA(b->ajobs, R * nh);
     }
@@ -425,7 +425,7 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
         for (int64_t h = 0; h < nh; h++) pdb_rope_apply(&w->rope, b->q + t * nh * qk + h * qk + nope, b->pos[t]);
     b->layer = l;
     stage(PDB_V2_ST_LATENT, &t0);
-    if (b->wq) attention_wide(b, &t0); /* allocated when R * nh <= PDB_V2_WIDE_JOBS */
+    if (b->wq) attention_wide(b, &t0); /* allocated for few rows (pdb_v2_batch_init) */
     else {
         pdb_pool_run(b->pool, R * nh, attn_task, b);
         stage(PDB_V2_ST_SCORES, &t0); /* the per-(row, head) tasks: all of the attention core */

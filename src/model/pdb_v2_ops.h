@@ -77,14 +77,14 @@ typedef struct pdb_v2_batch {
     float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *ybuf, *xe, *topk_w, *att_scratch, *rowbuf;
     int64_t *topk_idx, *erows, att_stride, layer;
     pdb_qmat_job *jobs;          /* [3 * (E + 1)]: the MoE's batched matmuls */
-    /* attention with R * nh <= PDB_V2_WIDE_JOBS (decode) goes head-parallel stage by stage: */
+    /* attention of few rows (decode; see pdb_v2_batch_init) goes head-parallel stage by stage: */
     float *wq, *wo, *wsc;        /* [R * nh] x q_lat (kvl + rope), o_lat (kvl), scores (max_len) */
     pdb_qmat *views;             /* [2 * nh]: each head's W_UK^T rows, then its W_UV rows */
     pdb_qmat_job *ajobs;         /* [R * nh] */
     int64_t max_len;
 } pdb_v2_batch;
 
-enum { PDB_V2_WIDE_JOBS = 256 };
+enum { PDB_V2_WIDE_JOBS = 256, PDB_V2_WIDE_SCORES = 16 << 20 };
 
 /* Diagnostics for bench_decode --stages: while pdb_v2_ops_stage_s is set, attention and FFN add
  * the wall seconds of each stage to pdb_v2_ops_stage_s[PDB_V2_ST_*] (unset, the default, costs a
@@ -96,7 +96,8 @@ extern double *pdb_v2_ops_stage_s;
 extern const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N];
 
 /* max_len: the longest position+1 of any row (attention scratch). With R * nh <= PDB_V2_WIDE_JOBS
- * the batch also holds the head-parallel attention's buffers (R * nh * max_len scores) and uses it. */
+ * and R * nh * max_len <= PDB_V2_WIDE_SCORES the batch also holds the head-parallel attention's
+ * buffers (R * nh * max_len scores: 64 MB at most) and uses it. */
 pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool *pool, int64_t R, int64_t max_len);
 void pdb_v2_batch_free(pdb_v2_batch *b);
 void pdb_v2_ops_embed(pdb_v2_batch *b, int64_t r, int32_t id);
