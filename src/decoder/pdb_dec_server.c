@@ -646,7 +646,7 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
     pdb_status st = PDB_OK;
     if (stat(tpath, &sb) == 0) {
         st = pdb_tokenizer_load(tpath, &s->tok);
-        if (st != PDB_OK) { pdb_err_wrap(st, "decode-server: "); goto fail; }
+        if (st != PDB_OK) { pdb_err_wrap(st, "decode-server: tokenizer"); goto fail; }
     } else {
         PDB_INFO("decode-server: %s has no tokenizer.json: token-id mode (text prompts are refused)", o->svc.model_dir);
     }
