@@ -14,7 +14,9 @@ int pdb_cli_quantize(int argc, char **argv) {
         "the weights digest and the model fingerprint the prefix-cache store keys on. deepseek_v4: mx makes\n"
         "routed experts MXFP4 and the attention/compressor/indexer/shared-expert projections and the head\n"
         "MXFP8 (router, hash tables, sinks, hc mixing, norms unchanged); --v4-semantics (default official)\n"
-        "fixes the decoder's cache math and is part of the fingerprint (docs/v4.md).\n";
+        "fixes the decoder's cache math and is part of the fingerprint (docs/v4.md).\n"
+        "DEC_DIR is written as DEC_DIR.tmp and renamed when complete; an existing DEC_DIR is replaced only\n"
+        "if it holds nothing but files quantize writes (an earlier output), otherwise nothing is touched.\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     const char *model = NULL, *out = NULL, *scheme = "mx", *sem = NULL;
     for (int i = 1; i < argc; i++) {
