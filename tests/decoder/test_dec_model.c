@@ -125,6 +125,31 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     PDB_TEST_OK(pdb_dec_forward(m, segs, 2));
     if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
         fail_msg("batched with another sequence is not bit-identical");
+    /* decode steps of two sequences at different positions in one forward (the decoder's
+     * head-parallel attention with two rows) equal each sequence's step alone */
+    {
+        pdb_dec_seq a[2], b[2];
+        float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *ka = malloc(sizeof(float) * V),
+              *kb = malloc(sizeof(float) * V);
+        for (int k = 0; k < 2; k++) {
+            PDB_TEST_OK(pdb_dec_seq_init(&a[k], m, 40));
+            PDB_TEST_OK(pdb_dec_seq_init(&b[k], m, 40));
+            run_chunked(m, ids, 30, 30, &a[k], la);
+            run_chunked(m, other, 17, 17, &b[k], lb);
+        }
+        pdb_dec_seg one_a = {&a[0], ids + 30, 1, la}, one_b = {&b[0], other + 17, 1, lb};
+        PDB_TEST_OK(pdb_dec_forward(m, &one_a, 1));
+        PDB_TEST_OK(pdb_dec_forward(m, &one_b, 1));
+        pdb_dec_seg both[2] = {{&a[1], ids + 30, 1, ka}, {&b[1], other + 17, 1, kb}};
+        PDB_TEST_OK(pdb_dec_forward(m, both, 2));
+        int same = !memcmp(la, ka, sizeof(float) * V) && !memcmp(lb, kb, sizeof(float) * V);
+        for (int64_t l = 0; l < a[0].n_layers; l++) /* the rows written (positions 0 .. len-1 of each layer) */
+            same &= !memcmp(a[0].lat + l * 40 * a[0].row, a[1].lat + l * 40 * a[0].row, sizeof(float) * (size_t)(a[0].len * a[0].row)) &&
+                    !memcmp(b[0].lat + l * 40 * b[0].row, b[1].lat + l * 40 * b[0].row, sizeof(float) * (size_t)(b[0].len * b[0].row));
+        if (!same) fail_msg("two decode steps in one forward are not bit-identical to each alone");
+        for (int k = 0; k < 2; k++) pdb_dec_seq_free(&a[k]), pdb_dec_seq_free(&b[k]);
+        free(la), free(lb), free(ka), free(kb);
+    }
     /* single thread */
     pdb_dec_model *m1;
     PDB_TEST_OK(pdb_dec_model_open(dq, NULL, &m1));
@@ -132,7 +157,7 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     run_chunked(m1, ids, T, 50, &s1, got);
     if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
         fail_msg("one thread is not bit-identical to two");
-    printf("  bit-identical: chunks 1/7/64/128, ISAs up to %s, batched, 1 vs 2 threads\n", pdb_qmat_isa_name(best));
+    printf("  bit-identical: chunks 1/7/64/128, ISAs up to %s, batched, two decode steps at once, 1 vs 2 threads\n", pdb_qmat_isa_name(best));
     pdb_dec_model_close(m1);
     pdb_dec_seq_free(&s0);
     pdb_dec_seq_free(&s1);
