@@ -312,13 +312,26 @@ typedef struct { __m512 v[2][4][2]; } qm_acc;
  * MXFP4 kernel at half speed). */
 #define PDB_QM_UNROLL _Pragma("GCC unroll 8")
 
-__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp8_general(const uint8_t *const *q,
-        const uint8_t *const *s, int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int nan, qm_acc *acc) {
-    __m512 lo[2][4], hi[2][4];
+/* A kernel's accumulators in and out of the carried qm_acc ([t][i][0] -> a, [t][i][1] -> b): the
+ * kernels work on local arrays, which (unrolled) stay in registers across the block loop. */
+__attribute__((target("avx512f"), always_inline)) static inline void acc_get(const qm_acc *acc, int nt, __m512 a[2][4], __m512 b[2][4]) {
     PDB_QM_UNROLL
     for (int t = 0; t < nt; t++)
         PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) lo[t][i] = acc->v[t][i][0], hi[t][i] = acc->v[t][i][1];
+        for (int i = 0; i < 4; i++) a[t][i] = acc->v[t][i][0], b[t][i] = acc->v[t][i][1];
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void acc_put(qm_acc *acc, int nt, __m512 a[2][4], __m512 b[2][4]) {
+    PDB_QM_UNROLL
+    for (int t = 0; t < nt; t++)
+        PDB_QM_UNROLL
+        for (int i = 0; i < 4; i++) acc->v[t][i][0] = a[t][i], acc->v[t][i][1] = b[t][i];
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp8_general(const uint8_t *const *q,
+        const uint8_t *const *s, int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int nan, qm_acc *acc) {
+    __m512 lo[2][4], hi[2][4];
+    acc_get(acc, nt, lo, hi);
     for (int64_t b = b0; b < b1; b++) {
         __m512 x0[2], x1[2];
         PDB_QM_UNROLL
@@ -334,19 +347,13 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
             }
         }
     }
-    PDB_QM_UNROLL
-    for (int t = 0; t < nt; t++)
-        PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) acc->v[t][i][0] = lo[t][i], acc->v[t][i][1] = hi[t][i];
+    acc_put(acc, nt, lo, hi);
 }
 
 __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp8_fast(const uint8_t *const *q, const float *sct,
         int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     __m512 lo[2][4], hi[2][4];
-    PDB_QM_UNROLL
-    for (int t = 0; t < nt; t++)
-        PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) lo[t][i] = acc->v[t][i][0], hi[t][i] = acc->v[t][i][1];
+    acc_get(acc, nt, lo, hi);
     for (int64_t b = b0; b < b1; b++, sct += 4) {
         __m512 x0[2], x1[2];
         PDB_QM_UNROLL
@@ -363,10 +370,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
             }
         }
     }
-    PDB_QM_UNROLL
-    for (int t = 0; t < nt; t++)
-        PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) acc->v[t][i][0] = lo[t][i], acc->v[t][i][1] = hi[t][i];
+    acc_put(acc, nt, lo, hi);
 }
 
 /* sct here holds byte offsets into lut_e2m1_scaled (scale_table's QM_SCT_OFFSET form) */
@@ -374,10 +378,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
     __m512 ev[2][4], od[2][4];
-    PDB_QM_UNROLL
-    for (int t = 0; t < nt; t++)
-        PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) ev[t][i] = acc->v[t][i][0], od[t][i] = acc->v[t][i][1];
+    acc_get(acc, nt, ev, od);
     for (int64_t b = b0; b < b1; b++, sct += 4) {
         __m512 xe[2], xo[2];
         PDB_QM_UNROLL
@@ -397,10 +398,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
             }
         }
     }
-    PDB_QM_UNROLL
-    for (int t = 0; t < nt; t++)
-        PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) acc->v[t][i][0] = ev[t][i], acc->v[t][i][1] = od[t][i];
+    acc_put(acc, nt, ev, od);
 }
 
 /* MXFP8 with AVX512BW, against x rearranged per block (QM_X_EVOD: even elements, then odd): one block's 32 codes sign-extended
@@ -412,10 +410,7 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void fu
         int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     const __m512i m = _mm512_set1_epi32((int)0x87F00000u);
     __m512 ev[2][4], od[2][4];
-    PDB_QM_UNROLL
-    for (int t = 0; t < nt; t++)
-        PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) ev[t][i] = acc->v[t][i][0], od[t][i] = acc->v[t][i][1];
+    acc_get(acc, nt, ev, od);
     for (int64_t b = b0; b < b1; b++, sct += 4) {
         __m512 xe[2], xo[2];
         PDB_QM_UNROLL
@@ -434,10 +429,7 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void fu
             }
         }
     }
-    PDB_QM_UNROLL
-    for (int t = 0; t < nt; t++)
-        PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) acc->v[t][i][0] = ev[t][i], acc->v[t][i][1] = od[t][i];
+    acc_put(acc, nt, ev, od);
 }
 
 __attribute__((target("avx512f,avx512bw"))) static void k_mx8_evod_t1(const uint8_t *const *q, const float *sc, int64_t b0, int64_t b1,
@@ -591,10 +583,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_bf16
             }
         }
     }
-    PDB_QM_UNROLL
-    for (int t = 0; t < nt; t++)
-        PDB_QM_UNROLL
-        for (int i = 0; i < 4; i++) acc->v[t][i][0] = lo[t][i], acc->v[t][i][1] = hi[t][i];
+    acc_put(acc, nt, lo, hi);
 }
 
 __attribute__((target("avx512f"))) static void k_bf16_t1(const uint8_t *const *q, int64_t nb, const float *x, int64_t ldx, int64_t pf, qm_acc *acc) {
