@@ -469,6 +469,21 @@ static pdb_status pv_run(pdb_prefill_backend *be, const pv_mode *md, int64_t l, 
 
 typedef struct { char *blocks; } pv_sink;
 
+/* pool-validate's bar for one mode's comparison: a CPU backend matches every element, a CUDA one
+ * >= 99.95% of them with the worst <= 1 bf16 ulp. *frac: the identical fraction. */
+static int pv_ok(const pdb_block_cmp_stats *s, int cuda, double *frac) {
+    const double min_frac = cuda ? 0.9995 : 1.0, max_ulp = cuda ? 1.0 : 0.0;
+    *frac = (double)(s->n - s->n_diff) / (double)s->n;
+    return *frac >= min_frac && s->worst_bf16_ulps <= max_ulp;
+}
+
+/* The last line and the exit code. */
+static int pv_verdict(int pass, const pdb_prefill_backend *be, int cuda) {
+    printf("%s (threshold %s: %s)\n", pass ? "PASS" : "FAIL", be->name,
+           cuda ? ">= 99.95% identical and worst <= 1 bf16 ulp" : "every element identical");
+    return pass ? EXIT_PASS : EXIT_DIFF;
+}
+
 static pdb_status pv_on_segment(void *u, int64_t b, const float *data, uint64_t bytes) {
     memcpy(((pv_sink *)u)->blocks + (uint64_t)b * bytes, data, bytes);
     return PDB_OK;
@@ -520,7 +535,6 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
            be->name, dec, lay->n_pools, (long long)T, (long long)nb, bs, seed);
     const int64_t chunks[3] = {T, 64, 7};
     const char *names[3] = {"whole", "chunked", "odd-chunked"};
-    const double min_frac = cuda ? 0.9995 : 1.0, max_ulp = cuda ? 1.0 : 0.0;
     int pass = 1;
     for (int md = 0; md < 3; md++) {
         memset(got.blocks, 0x5a, bytes * (size_t)nb);
@@ -541,15 +555,13 @@ static int pv_v4(const char *dec, const char *engine, const char *backend, const
                    (long long)(st.n - st.n_diff), (long long)st.n, 100.0 * (double)(st.n - st.n_diff) / (double)st.n,
                    st.worst_bf16_ulps);
         }
-        double frac = (double)(all.n - all.n_diff) / (double)all.n;
-        int ok = frac >= min_frac && all.worst_bf16_ulps <= max_ulp;
+        double frac;
+        int ok = pv_ok(&all, cuda, &frac);
         pass &= ok;
         printf("overall %-11s all pools: %lld/%lld identical (%.6f%%), worst %.6g bf16 ulps: %s\n", names[md],
                (long long)(all.n - all.n_diff), (long long)all.n, 100.0 * frac, all.worst_bf16_ulps, ok ? "pass" : "FAIL");
     }
-    printf("%s (threshold %s: %s)\n", pass ? "PASS" : "FAIL", be->name,
-           cuda ? ">= 99.95% identical and worst <= 1 bf16 ulp" : "every element identical");
-    rc = pass ? EXIT_PASS : EXIT_DIFF;
+    rc = pv_verdict(pass, be, cuda);
     goto out;
 fail:
     pdb_cli_print_error("pool-validate", NULL);
@@ -659,7 +671,6 @@ int pdb_cli_pool_validate(int argc, char **argv) {
             if (pv_run(be, &modes[md], l, xn, pos, n, H, row, got)) goto fail;
             pdb_block_compare_values(PDB_DT_F32, ref + l * n * row, got, n * row, &per[l * 3 + md]);
         }
-    const double min_frac = cuda ? 0.9995 : 1.0, max_ulp = cuda ? 1.0 : 0.0;
     int pass = 1;
     pdb_block_cmp_stats all[3] = {{0}};
     for (int64_t l = 0; l < L; l++) {
@@ -674,16 +685,14 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     }
     for (int md = 0; md < 3; md++) {
         const pdb_block_cmp_stats *s = &all[md];
-        double frac = (double)(s->n - s->n_diff) / (double)s->n;
-        int ok = frac >= min_frac && s->worst_bf16_ulps <= max_ulp;
+        double frac;
+        int ok = pv_ok(s, cuda, &frac);
         pass &= ok;
         printf("overall %-11s pool latent: %lld/%lld identical (%.6f%%), worst %.6g bf16 ulps (%.6g f32 ulps), worst |d| %.6g: %s\n",
                modes[md].name, (long long)(s->n - s->n_diff), (long long)s->n, 100.0 * frac, s->worst_bf16_ulps, s->worst_ulps,
                s->worst_abs, ok ? "pass" : "FAIL");
     }
-    printf("%s (threshold %s: %s)\n", pass ? "PASS" : "FAIL", be->name,
-           cuda ? ">= 99.95% identical and worst <= 1 bf16 ulp" : "every element identical");
-    rc = pass ? EXIT_PASS : EXIT_DIFF;
+    rc = pv_verdict(pass, be, cuda);
     goto out;
 fail:
     pdb_cli_print_error("pool-validate", NULL);
