@@ -113,6 +113,15 @@ __attribute__((target("avx512f"))) static int row_avx512(const pdb_qmat *w, int6
 
 static pdb_qmat_isa isa_get(void);
 
+pdb_qmat pdb_qmat_view_rows(const pdb_qmat *q, int64_t r0, int64_t n) {
+    pdb_qmat v = *q;
+    int64_t C = q->cols, bytes = q->fmt == PDB_QF_F32 ? 4 * C : q->fmt == PDB_QF_BF16 ? 2 * C : q->fmt == PDB_QF_MXFP8 ? C : C / 2;
+    v.rows = n;
+    v.data = (const uint8_t *)q->data + r0 * bytes;
+    if (q->scales) v.scales = q->scales + r0 * (C / 32);
+    return v;
+}
+
 void pdb_qmat_scan_nan(pdb_qmat *w) {
     w->nan_free = 0;
     if (w->fmt != PDB_QF_MXFP8) return;

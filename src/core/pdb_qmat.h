@@ -47,6 +47,8 @@ int pdb_qmat_use_bw(int on);
  * then skips the NaN fix-up. Results are the same either way; this only saves work. */
 void pdb_qmat_scan_nan(pdb_qmat *w);
 
+/* Rows [r0, r0 + n) of q as a matrix of their own (its data and scales in place). */
+pdb_qmat pdb_qmat_view_rows(const pdb_qmat *q, int64_t r0, int64_t n);
 /* Exact dequantization of row r into out [cols]. */
 void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out);
 /* Deterministic dot product of n floats (the order above). */

@@ -286,14 +286,10 @@ void pdb_v2_ops_attn_norm(pdb_v2_batch *b, int64_t l) {
     for (int64_t t = 0; t < b->R; t++) pdb_math_rmsnorm(b->xn + t * H, b->h + t * H, b->w->layers[l].attn_norm, H, c->rms_norm_eps);
 }
 
-/* Rows [r0, r0 + n) of q as a matrix of their own (a head's slice of uk_t or kv_b). */
-static pdb_qmat row_view(const pdb_qmat *q, int64_t r0, int64_t n) {
-    pdb_qmat v = *q;
-    int64_t C = q->cols, bytes = q->fmt == PDB_QF_F32 ? 4 * C : q->fmt == PDB_QF_BF16 ? 2 * C : q->fmt == PDB_QF_MXFP8 ? C : C / 2;
-    v.rows = n;
-    v.data = (const uint8_t *)q->data + r0 * bytes;
-    if (q->scales) v.scales = q->scales + r0 * (C / 32);
-    return v;
+/* A row's attention probabilities from its raw scores: scaled, then softmax (both attention paths). */
+static void scores_to_probs(const pdb_v2_batch *b, float *sc, int64_t n) {
+    for (int64_t j = 0; j < n; j++) sc[j] = sc[j] * b->w->softmax_scale;
+    pdb_math_softmax(sc, n);
 }
 
 /* One (row, head) task: q_lat = [W_UK^T q_nope | q_pe]; softmax over rows at positions <= pos;
@@ -312,12 +308,11 @@ static void attn_task(void *vc, int64_t task, int thread) {
     const float *lat = rc->base + b->layer * rc->layer_stride;
     float *sc = b->att_scratch + (int64_t)thread * b->att_stride, *qlat = sc + pos + 1, *olat = qlat + row, *mm = olat + kvl;
     const float *qh = b->q + r * nh * qk + h * qk;
-    pdb_qmat uk = row_view(&L->uk_t, h * kvl, kvl), uv = row_view(&L->kv_b, h * (nope + vd) + nope, vd);
+    pdb_qmat uk = pdb_qmat_view_rows(&L->uk_t, h * kvl, kvl), uv = pdb_qmat_view_rows(&L->kv_b, h * (nope + vd) + nope, vd);
     pdb_qmat_matmul(NULL, &uk, qh, nope, 1, qlat, kvl, mm);
     memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
     pdb_qmat_dots(qlat, lat, row, rc->pos_stride, pos + 1, sc);
-    for (int64_t j = 0; j <= pos; j++) sc[j] = sc[j] * b->w->softmax_scale;
-    pdb_math_softmax(sc, pos + 1);
+    scores_to_probs(b, sc, pos + 1);
     memset(olat, 0, sizeof(float) * (size_t)kvl);
     for (int64_t j = 0; j <= pos; j++) pdb_qmat_axpy(olat, sc[j], lat + j * rc->pos_stride, kvl);
     float *out = b->attn + r * nh * vd + h * vd;
@@ -353,9 +348,7 @@ static void wide_scores(void *vc, int64_t task, int thread) {
 static void wide_softmax(void *vc, int64_t task, int thread) {
     pdb_v2_batch *b = vc;
     int64_t n = b->pos[task / b->w->cfg.num_heads] + 1;
-    float *sc = b->wsc + task * b->max_len;
-    for (int64_t j = 0; j < n; j++) sc[j] = sc[j] * b->w->softmax_scale;
-    pdb_math_softmax(sc, n);
+    scores_to_probs(b, b->wsc + task * b->max_len, n);
 }
 
 static void wide_mix(void *vc, int64_t task, int thread) {
@@ -373,8 +366,8 @@ static void attention_wide(pdb_v2_batch *b, struct timespec *t0) {
     int64_t R = b->R, nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
     int64_t kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope, nth = pdb_pool_threads(b->pool);
     for (int64_t h = 0; h < nh; h++) {
-        b->views[h] = row_view(&L->uk_t, h * kvl, kvl);
-        b->views[nh + h] = row_view(&L->kv_b, h * (nope + vd) + nope, vd);
+        b->views[h] = pdb_qmat_view_rows(&L->uk_t, h * kvl, kvl);
+        b->views[nh + h] = pdb_qmat_view_rows(&L->kv_b, h * (nope + vd) + nope, vd);
     }
     for (int64_t r = 0; r < R; r++) {
         PDB_ASSERT(b->cache[r].pos_offset == 0, "attention needs every row from position 0");

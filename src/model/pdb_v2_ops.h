@@ -86,7 +86,7 @@ typedef struct pdb_v2_batch {
 
 enum { PDB_V2_WIDE_JOBS = 256, PDB_V2_WIDE_SCORES = 16 << 20 };
 
-/* Diagnostics for bench_decode --stages: while pdb_v2_ops_stage_s is set, attention and FFN add
+/* Diagnostics for bench_decode --phases: while pdb_v2_ops_stage_s is set, attention and FFN add
  * the wall seconds of each stage to pdb_v2_ops_stage_s[PDB_V2_ST_*] (unset, the default, costs a
  * branch per stage). Process-wide: set it only while one forward runs. */
 enum { PDB_V2_ST_PROJ, PDB_V2_ST_LATENT, PDB_V2_ST_UK, PDB_V2_ST_SCORES, PDB_V2_ST_SOFTMAX, PDB_V2_ST_MIX, PDB_V2_ST_UV,
