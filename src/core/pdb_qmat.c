@@ -382,7 +382,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
     acc_put(acc, nt, lo, hi);
 }
 
-/* sct here holds byte offsets into lut_e2m1_scaled (scale_table's QM_SCT_OFFSET form) */
+/* sct here holds byte offsets into lut_e2m1_scaled (scale_table's MXFP4 form) */
 __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp4_fast(const uint8_t *const *q, const float *sct,
         int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
@@ -518,12 +518,12 @@ __attribute__((target("avx512f"))) static void rearrange_x(const float *x, int64
     }
 }
 
-/* The scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i]: rebias 0 gives each
- * scale's byte offset in lut_e2m1_scaled (64 e, as the bits of the float slot), rebias 1 gives
- * 2^(e-7) for the MXFP8 fold and returns 0 when some e exceeds QM_FAST_MAX_E (the table is then
- * unusable). 16 blocks of a row at a time, then a 4 x 16 transpose into the kernels' order; a
+/* The scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i]: for MXFP4 (mx8 0) each
+ * scale's byte offset in lut_e2m1_scaled (64 e, as the bits of the float slot); for MXFP8 (mx8 1)
+ * 2^(e-7) for the rebias fold, and it returns 0 when some e exceeds QM_FAST_MAX_E (the table is
+ * then unusable). 16 blocks of a row at a time, then a 4 x 16 transpose into the kernels' order; a
  * scalar loop only for chunks under 16 blocks (rows under 512 wide). */
-__attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, int rebias, float *sct) {
+__attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, int mx8, float *sct) {
     const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E);
     const __m512i t01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i t23 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -534,7 +534,7 @@ __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *
         __m512i u[4];
         for (int i = 0; i < 4; i++) {
             __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s[i] + b)));
-            if (rebias) {
+            if (mx8) {
                 over |= _mm512_cmpgt_epi32_mask(e, big);
                 u[i] = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23);
             } else u[i] = _mm512_slli_epi32(e, 6);
@@ -552,7 +552,7 @@ __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *
     for (; b < b1; b++)
         for (int i = 0; i < 4; i++) {
             uint32_t e = s[i][b];
-            if (rebias) {
+            if (mx8) {
                 uint32_t u = (e + 120u) << 23;
                 tail_over |= e > QM_FAST_MAX_E;
                 memcpy(&sct[(b - b0) * 4 + i], &u, 4);
