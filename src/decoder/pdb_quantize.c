@@ -50,9 +50,12 @@ static qkind choose(const pdb_tensor_view *v, const char *scheme, int v4) {
     return QK_KEEP;
 }
 
-/* What quantize writes into its output directory: all it ever removes when it replaces one. */
-static const char *const out_files[] = {"model.safetensors", "pdbridge_decoder.json", "config.json", "tokenizer.json",
-                                        "tokenizer_config.json"};
+/* What quantize writes into its output directory, all it ever removes when it replaces one: the
+ * checkpoint and its record, then the files copied from the source (OUT_COPIED on; config.json
+ * first, the only one that must exist). */
+enum { OUT_COPIED = 2, OUT_FILES = 5 };
+static const char *const out_files[OUT_FILES] = {"model.safetensors", "pdbridge_decoder.json", "config.json", "tokenizer.json",
+                                                 "tokenizer_config.json"};
 
 /* dir may be replaced: it does not exist, or it is a directory holding nothing but files quantize
  * writes (an earlier output, a temp dir left by a crash, an empty directory). Anything else (a
@@ -67,7 +70,7 @@ static pdb_status check_replaceable(const char *dir) {
     pdb_status st = PDB_OK;
     while (!st && (e = readdir(d))) {
         int ours = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-        for (size_t i = 0; i < sizeof out_files / sizeof *out_files; i++) ours |= !strcmp(e->d_name, out_files[i]);
+        for (int i = 0; i < OUT_FILES; i++) ours |= !strcmp(e->d_name, out_files[i]);
         if (!ours)
             st = pdb_err_set(PDB_INVALID, "quantize: %s holds %s, which quantize does not write (not a decoder checkpoint); refusing "
                              "to replace it", dir, e->d_name);
@@ -80,7 +83,7 @@ static pdb_status check_replaceable(const char *dir) {
  * empty). A missing directory is fine. */
 static pdb_status remove_output(const char *dir) {
     char p[4200];
-    for (size_t i = 0; i < sizeof out_files / sizeof *out_files; i++) {
+    for (int i = 0; i < OUT_FILES; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, out_files[i]);
         if (unlink(p) && errno != ENOENT && errno != ENOTDIR) return pdb_err_set(PDB_IO, "quantize: cannot remove %s: %s", p, strerror(errno));
     }
@@ -188,8 +191,8 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
         json_decref(id);
         if (bad) { s = pdb_err_set(PDB_IO, "quantize: writing %s failed", path); goto done; }
     }
-    const char *copies[] = {"config.json", "tokenizer.json", "tokenizer_config.json"};
-    for (int i = 0; i < 3; i++) {
+    const char *const *copies = out_files + OUT_COPIED;
+    for (int i = 0; i < OUT_FILES - OUT_COPIED; i++) {
         snprintf(spath, sizeof spath, "%s/%s", src, copies[i]);
         snprintf(path, sizeof path, "%s/%s", tmpdir, copies[i]);
         pdb_status cs = pdb_file_copy(spath, path); /* tokenizer files are optional, config.json is not */
