@@ -80,10 +80,6 @@ __attribute__((target("avx512f"))) static int64_t argmax_avx512(const float *x, 
 }
 
 int64_t pdb_math_argmax(const float *x, int64_t n) {
-    static int avx512 = -1;
-    if (avx512 < 0) {
-        __builtin_cpu_init();
-        avx512 = __builtin_cpu_supports("avx512f") ? 1 : 0;
-    }
-    return avx512 ? argmax_avx512(x, n) : argmax_scalar(x, n);
+    __builtin_cpu_init(); /* idempotent, and no cached flag shared between threads */
+    return __builtin_cpu_supports("avx512f") ? argmax_avx512(x, n) : argmax_scalar(x, n);
 }
