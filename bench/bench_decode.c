@@ -2,10 +2,13 @@
  * roofline, side by side in one run. The roofline is (bytes of weights touched per token) /
  * (bandwidth measured by a read probe in the same process); touched bytes count every matrix a
  * decode step reads: attention projections, router, shared experts, the routed experts actually
- * selected, lm_head and one embedding row. It also counts the matmul pool dispatches per token
- * (pdb_qmat_pool_runs).
+ * selected, lm_head and one embedding row. It also counts the pool dispatches per token
+ * (pdb_pool_runs).
  *
- * Usage: bench_decode DEC_DIR [tokens] [threads] [--classes] [--phases] [--profile] [--daz]
+ * Usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--attn tasks|stages] [--classes] [--phases]
+ *                     [--profile] [--daz]
+ *   --context  prefill N tokens (default 64) before the timed decode steps
+ *   --attn     force one of the two attention forms (default: by context length, pdb_v2_ops.h)
  *   --classes  also streams the decode step's matrices alone, grouped into the same dispatches,
  *              and reports GB/s per class (attention projections, dense MLP, shared experts,
  *              routed experts, lm_head) and the time of the step that is not matrix products
@@ -290,18 +293,27 @@ static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) 
 }
 
 int main(int argc, char **argv) {
-    int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0;
+    int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--classes")) classes = 1;
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--daz")) daz = 1;
         else if (!strcmp(argv[i], "--phases")) do_phases = 1;
+        else if (!strcmp(argv[i], "--context") && i + 1 < argc) context = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
+            const char *a = argv[++i];
+            pdb_v2_ops_attn_path = !strcmp(a, "tasks") ? PDB_V2_ATTN_TASKS : !strcmp(a, "stages") ? PDB_V2_ATTN_STAGES : -1;
+            if (pdb_v2_ops_attn_path < 0) npos = -9;
+        }
         else if (argv[i][0] != '-' && npos < 3) pos[npos++] = argv[i];
         else npos = -9;
     }
-    if (npos < 1) {
-        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--classes] [--phases] [--profile] [--daz]\n");
+    if (npos < 1 || context < 1) {
+        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--attn tasks|stages] [--classes] [--phases]"
+                        " [--profile] [--daz]\n"
+                        "  --context N: prefill N tokens before the timed steps (default 64)\n"
+                        "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n");
         return 2;
     }
     int ntok = pos[1] ? atoi(pos[1]) : 32, threads = pos[2] ? atoi(pos[2]) : 0;
@@ -333,11 +345,12 @@ int main(int argc, char **argv) {
     size_t probe_bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
     double bw_half = 0, bw_line = 0, bw = bandwidth_probe(pool, probe_bytes, &bw_half, &bw_line);
     pdb_dec_seq s;
-    if (pdb_dec_seq_init(&s, m, 64 + ntok + 4)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
+    if (pdb_dec_seq_init(&s, m, context + ntok + 4)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
-    int32_t ids[64];
-    for (int i = 0; i < 64; i++) ids[i] = (int32_t)((i * 7919) % c->vocab_size);
-    pdb_dec_seg sg = {&s, ids, 64, logits};
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)context);
+    if (!logits || !ids) { fprintf(stderr, "bench_decode: out of memory\n"); return 1; }
+    for (int i = 0; i < context; i++) ids[i] = (int32_t)(((int64_t)i * 7919) % c->vocab_size);
+    pdb_dec_seg sg = {&s, ids, context, logits};
     pdb_dec_forward(m, &sg, 1);
     int32_t tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
     for (int i = 0; i < 2; i++) { /* warm-up */
@@ -350,19 +363,21 @@ int main(int argc, char **argv) {
         pdb_pool_run(pool, dc.n, daz_task, &dc);
     }
     if (profile) prof_set(1);
-    uint64_t runs0 = pdb_qmat_pool_runs();
+    uint64_t runs0 = pdb_pool_runs(pool);
     double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < ntok; i++) {
         sg = (pdb_dec_seg){&s, &tok, 1, logits};
         if (pdb_dec_forward(m, &sg, 1)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
         tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
     }
-    uint64_t runs = pdb_qmat_pool_runs() - runs0;
+    uint64_t runs = pdb_pool_runs(pool) - runs0;
     double dt = now_s() - t0, dc = cpu_s() - c0, tps = ntok / dt, eff = per_tok * tps / 1e9;
     if (profile) prof_set(0);
     printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", pos[0], pdb_dec_model_scheme(m),
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
-    printf("threads %d, kernels %s\n", pdb_pool_threads(pool), pdb_qmat_isa_name(pdb_qmat_isa_detect()));
+    printf("threads %d, kernels %s, context %d + %d steps, attention %s\n", pdb_pool_threads(pool),
+           pdb_qmat_isa_name(pdb_qmat_isa_detect()), context, ntok,
+           pdb_v2_ops_attn_path == PDB_V2_ATTN_TASKS ? "tasks (forced)" : pdb_v2_ops_attn_path == PDB_V2_ATTN_STAGES ? "stages (forced)" : "auto");
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
     printf("last-level cache: %.0f MB; weights touched per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
            l3 > 0 ? per_tok / (double)l3 : 0.0);
@@ -371,8 +386,7 @@ int main(int argc, char **argv) {
     printf("e4m3 subnormal codes: %.4f%% of the MXFP8 weights%s\n", 100 * subnormal_fraction(c, w), daz ? "; decode ran with DAZ/FTZ" : "");
     printf("decode: %d tokens in %.2f s = %.2f tok/s -> %.2f GB/s of weights = %.1f%% of the roofline (%.2f tok/s)\n", ntok, dt,
            tps, eff, 100 * eff / bw, bw * 1e9 / per_tok);
-    /* matmul dispatches (pool runs started by pdb_qmat); the attention adds one run per layer */
-    printf("dispatches: %.1f matmul pool runs per token (+ per layer one SiLU run and three attention runs)\n", (double)runs / ntok);
+    printf("dispatches: %.1f pool runs per token\n", (double)runs / ntok);
     /* on a shared machine wall time includes time the threads were not running; CPU time does not
      * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,
@@ -404,6 +418,7 @@ int main(int argc, char **argv) {
         free(x), free(y), free(rowbuf);
     }
     free(logits);
+    free(ids);
     pdb_dec_seq_free(&s);
     pdb_dec_model_close(m);
     pdb_pool_destroy(pool);

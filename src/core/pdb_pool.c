@@ -27,6 +27,7 @@ struct pdb_pool {
     pdb_pool_fn fn;       /* fn, ctx, n_tasks: written before gen is bumped, read-only during a run */
     void *ctx;
     int64_t n_tasks;
+    uint64_t runs;        /* runs dispatched (written by the caller only, between runs) */
     _Alignas(64) atomic_uint_fast64_t gen;
     _Alignas(64) atomic_int_fast64_t next;
     _Alignas(64) atomic_int active;
@@ -112,6 +113,8 @@ void pdb_pool_destroy(pdb_pool *p) {
 
 int pdb_pool_threads(const pdb_pool *p) { return p ? p->n : 1; }
 
+uint64_t pdb_pool_runs(const pdb_pool *p) { return p ? p->runs : 0; }
+
 void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
     if (n_tasks <= 0) return;
     if (!p || p->n == 1 || n_tasks == 1) {
@@ -121,6 +124,7 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
+    p->runs++;
     atomic_store(&p->next, 0);
     atomic_store(&p->active, p->n - 1);
     pthread_mutex_lock(&p->mu);

@@ -24,6 +24,10 @@ int pdb_pool_threads(const pdb_pool *p);
  * one run at a time per pool (callers serialise). p NULL: every task on the calling thread
  * (thread 0), in order. */
 void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx);
+/* Runs that went to the workers so far (a run of one task, or on a pool of one thread, runs on
+ * the caller alone and is not counted): benchmarks count dispatches per decode step. Read it
+ * between runs. */
+uint64_t pdb_pool_runs(const pdb_pool *p);
 
 #ifdef __cplusplus
 }

@@ -787,6 +787,8 @@ typedef struct {
     float *rowbuf;   /* [threads, stride] */
     int64_t stride;  /* 4 * the widest job's cols */
     int nth;
+    int gang;             /* jobs per unit (a gang; 1: each job alone) */
+    pdb_qmat_post_fn post;
     int64_t min_rows; /* the smallest claim: QM_MIN_ROWS, or 4 for a small run */
     _Alignas(64) _Atomic int64_t next; /* first row not yet claimed (its own cache line: claims do not evict the fields above) */
     char pad[56];
@@ -801,6 +803,7 @@ typedef struct {
 } qm_xd;
 
 static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
+
 
 static int job_fused(const pdb_qmat_job *j) { /* the decode kernels */
     pdb_qfmt f = j->w->fmt;
@@ -854,6 +857,19 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
     }
 }
 
+static int64_t unit_rows(const qm_ctx *c, const pdb_qmat_job *j) { /* a gang's rows: 0 when every member is skipped */
+    for (int m = 0; m < c->gang; m++)
+        if (job_rows(&j[m])) return j->w->rows;
+    return 0;
+}
+
+/* Rows [r0, r1) of the gang whose first job is j: every member's, then the post. */
+static void qm_unit(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t r1, int thread, qm_xd *xs) {
+    for (int m = 0; m < c->gang; m++)
+        if (job_rows(&j[m])) qm_rows(c, &j[m], r0, r1, thread, xs);
+    if (c->post) c->post(j, r0, r1);
+}
+
 static void qm_task(void *vc, int64_t task, int thread) {
     qm_ctx *c = vc;
     qm_xd xs = {0};
@@ -862,17 +878,15 @@ static void qm_task(void *vc, int64_t task, int thread) {
     for (;;) {
         do {
             if (r0 >= c->total) return;
-            for (j = 0, base = 0; r0 >= base + job_rows(&c->jobs[j]); j++) base += job_rows(&c->jobs[j]);
-            int64_t len = (c->total - r0) / (2 * c->nth) & ~(int64_t)3, end = base + job_rows(&c->jobs[j]);
+            for (j = 0, base = 0; r0 >= base + unit_rows(c, &c->jobs[j]); j += c->gang) base += unit_rows(c, &c->jobs[j]);
+            int64_t len = (c->total - r0) / (2 * c->nth) & ~(int64_t)3, end = base + unit_rows(c, &c->jobs[j]);
             r1 = r0 + (len > c->min_rows ? len : c->min_rows);
             if (r1 > end) r1 = end;
         } while (!atomic_compare_exchange_weak_explicit(&c->next, &r0, r1, memory_order_relaxed, memory_order_relaxed));
-        qm_rows(c, &c->jobs[j], r0 - base, r1 - base, thread, &xs);
+        qm_unit(c, &c->jobs[j], r0 - base, r1 - base, thread, &xs);
         r0 = atomic_load_explicit(&c->next, memory_order_relaxed);
     }
 }
-
-static _Atomic uint64_t qm_runs; /* pool runs started (pdb_qmat_pool_runs) */
 
 static int qm_bw = -1; /* AVX512BW in use (the MXFP8 even/odd kernel); -1 = not checked yet */
 
@@ -893,27 +907,33 @@ int pdb_qmat_use_bw(int on) {
     return old;
 }
 
-void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, float *rowbuf) {
-    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), QM_MIN_ROWS, 0, {0}};
+void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, int gang, pdb_qmat_post_fn post,
+                           float *rowbuf) {
+    PDB_ASSERT(gang >= 1 && n_jobs % gang == 0, "matmul_gangs: jobs not a whole number of gangs");
+    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), gang, post, QM_MIN_ROWS, 0, {0}};
     int64_t widest = 0;
     for (int i = 0; i < n_jobs; i++) {
-        c.total += job_rows(&jobs[i]);
+        PDB_ASSERT(jobs[i].w->rows == jobs[i - i % gang].w->rows, "matmul_gangs: a gang's members differ in rows");
         if (jobs[i].w->cols > widest) widest = jobs[i].w->cols;
     }
+    for (int i = 0; i < n_jobs; i += gang) c.total += unit_rows(&c, &jobs[i]);
     if (c.total <= 0) return;
     c.stride = 4 * widest;
     lut_init();
     if (c.total < (int64_t)QM_MIN_ROWS * c.nth) c.min_rows = 4;
     if (!pool || c.nth == 1 || c.total <= 4) {
         qm_xd xs = {0};
-        for (int i = 0; i < n_jobs; i++)
-            if (job_rows(&jobs[i])) qm_rows(&c, &jobs[i], 0, job_rows(&jobs[i]), 0, &xs);
+        for (int i = 0; i < n_jobs; i += gang)
+            if (unit_rows(&c, &jobs[i])) qm_unit(&c, &jobs[i], 0, unit_rows(&c, &jobs[i]), 0, &xs);
         return;
     }
     /* one task per thread; each claims ranges until none are left (a late thread finds none) */
     int64_t tasks = (c.total + c.min_rows - 1) / c.min_rows;
-    atomic_fetch_add_explicit(&qm_runs, 1, memory_order_relaxed);
     pdb_pool_run(pool, tasks < c.nth ? tasks : c.nth, qm_task, &c);
+}
+
+void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, float *rowbuf) {
+    pdb_qmat_matmul_gangs(pool, jobs, n_jobs, 1, NULL, rowbuf);
 }
 
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
@@ -921,5 +941,3 @@ void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t 
     pdb_qmat_job j = {w, x, ldx, T, y, ldy};
     pdb_qmat_matmul_multi(pool, &j, 1, rowbuf);
 }
-
-uint64_t pdb_qmat_pool_runs(void) { return atomic_load_explicit(&qm_runs, memory_order_relaxed); }

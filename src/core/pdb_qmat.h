@@ -76,10 +76,15 @@ typedef struct pdb_qmat_job {
  * only); no job's y may overlap any job's x or another job's y. rowbuf: scratch of
  * PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(pool), widest cols of any job) floats. pool may be NULL. */
 void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, float *rowbuf);
-/* Pool runs started by pdb_qmat_matmul / _multi so far, process-wide (a relaxed counter for
- * benchmarks: dispatches per decode step). A matmul small enough to run on the caller's thread
- * (<= 16 output rows in all, or one thread) starts none. */
-uint64_t pdb_qmat_pool_runs(void);
+/* pdb_qmat_matmul_multi in gangs: jobs [g * gang, (g + 1) * gang) have the same w->rows and are
+ * claimed together: a claim of rows [r0, r1) computes those rows of every member (members with
+ * n <= 0 skipped; a gang whose members all are is skipped), then the same thread calls
+ * post(first member, r0, r1). An elementwise step over the rows just computed (SiLU of gate and
+ * up) so runs inside the dispatch instead of in a pool run of its own. Every y element is what
+ * pdb_qmat_matmul_multi computes; post sees each row of each gang exactly once. */
+typedef void (*pdb_qmat_post_fn)(const pdb_qmat_job *gang, int64_t r0, int64_t r1);
+void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, int gang, pdb_qmat_post_fn post,
+                           float *rowbuf);
 /* y[c] += a * x[c] for c < n with one fused multiply-add per element (same on every ISA). */
 void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n);
 /* Weighted row sums: out[i * ldo + c] for i < m, c < k is, for every i, what zeroing it and then

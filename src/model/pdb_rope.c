@@ -57,12 +57,28 @@ void pdb_rope_free(pdb_rope *r) {
     r->inv_freq = NULL;
 }
 
+/* The rotation of one pair by (c, s): the one formula every rope path uses. */
+static inline void rope_rotate(float *x, float c, float s) {
+    float a = x[0], b = x[1];
+    x[0] = a * c - b * s;
+    x[1] = a * s + b * c;
+}
+
 void pdb_rope_apply(const pdb_rope *r, float *x, int64_t pos) {
     for (int64_t i = 0; i < r->dim / 2; i++) {
         float ang = r->inv_freq[i] * (float)pos;
-        float c = cosf(ang) * r->attn_factor, s = sinf(ang) * r->attn_factor;
-        float a = x[2 * i], b = x[2 * i + 1];
-        x[2 * i] = a * c - b * s;
-        x[2 * i + 1] = a * s + b * c;
+        rope_rotate(x + 2 * i, cosf(ang) * r->attn_factor, sinf(ang) * r->attn_factor);
     }
+}
+
+void pdb_rope_angles(const pdb_rope *r, int64_t pos, float *cs) {
+    for (int64_t i = 0; i < r->dim / 2; i++) {
+        float ang = r->inv_freq[i] * (float)pos;
+        cs[2 * i] = cosf(ang) * r->attn_factor;
+        cs[2 * i + 1] = sinf(ang) * r->attn_factor;
+    }
+}
+
+void pdb_rope_apply_cs(const pdb_rope *r, const float *cs, float *x) {
+    for (int64_t i = 0; i < r->dim / 2; i++) rope_rotate(x + 2 * i, cs[2 * i], cs[2 * i + 1]);
 }

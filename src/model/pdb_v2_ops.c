@@ -15,7 +15,7 @@
 double *pdb_v2_ops_stage_s;
 const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N] = {
     "q/kv projections", "latent rows + rope", "W_UK^T q", "scores", "softmax", "o_lat (mix)", "W_UV o_lat",
-    "o_proj + residual", "FFN norm", "router + routing", "gate/up products", "SiLU", "down products", "combine + residual"};
+    "o_proj + residual", "FFN norm", "router + routing", "gate/up products + SiLU", "down products", "combine + residual"};
 
 /* The stage clock: adds the time since *t0 to stage k and restarts it (when the hook is set). */
 static void stage(int k, struct timespec *t0) {
@@ -216,7 +216,7 @@ void pdb_v2_qweights_free(pdb_v2_qweights *w) {
 
 /* The cache rows from kva = xn kv_a^T [R, kvl + rope]: RMSNorm of the latent, RoPE of k_pe. */
 static void latent_finish(const pdb_v2_qweights *w, int64_t l, int64_t R, const int64_t *pos, const pdb_v2_rowcache *cache,
-                          const float *kva) {
+                          const float *kva, const float *cs) { /* cs: each row's rope factors, or NULL */
     const pdb_config *c = &w->cfg;
     const pdb_v2_qlayer *L = &w->layers[l];
     int64_t kvl = c->kv_lora_rank, rope = c->qk_rope_head_dim, row = kvl + rope;
@@ -224,7 +224,8 @@ static void latent_finish(const pdb_v2_qweights *w, int64_t l, int64_t R, const 
         float *dst = cache[t].base + l * cache[t].layer_stride + (pos[t] - cache[t].pos_offset) * cache[t].pos_stride;
         pdb_math_rmsnorm(dst, kva + t * row, L->kv_a_norm, kvl, c->rms_norm_eps);
         memcpy(dst + kvl, kva + t * row + kvl, sizeof(float) * (size_t)rope);
-        pdb_rope_apply(&w->rope, dst + kvl, pos[t]);
+        if (cs) pdb_rope_apply_cs(&w->rope, cs + t * rope, dst + kvl);
+        else pdb_rope_apply(&w->rope, dst + kvl, pos[t]);
     }
 }
 
@@ -232,12 +233,12 @@ void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool,
                             int64_t R, const int64_t *pos, const pdb_v2_rowcache *cache, float *kva) {
     const pdb_config *c = &w->cfg;
     pdb_qmat_matmul(pool, &w->layers[l].kv_a, xn, c->hidden_size, R, kva, c->kv_lora_rank + c->qk_rope_head_dim, rowbuf);
-    latent_finish(w, l, R, pos, cache, kva);
+    latent_finish(w, l, R, pos, cache, kva, NULL);
 }
 
 static void batch_free_ptrs(pdb_v2_batch *b) {
     void *ps[] = {b->cache, b->pos, b->h, b->xn, b->q, b->qa, b->kva, b->attn, b->tmp, b->mlp, b->g, b->u, b->probs,
-                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs,
+                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs, b->cs,
                   b->wq, b->wo, b->wsc, b->views, b->ajobs};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
@@ -261,7 +262,7 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     BA(b->tmp, R * H); BA(b->mlp, R * H); BA(b->probs, R * (E ? E : 1));
     BA(b->g, R * (K * c->moe_intermediate_size + I)); BA(b->u, R * (K * c->moe_intermediate_size + I)); /* routed, then shared */
     BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * (K ? K : 1) * H); BA(b->jobs, 3 * (E + 1)); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
-    BA(b->erows, R * (K ? K : 1)); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, PDB_QMAT_ROWBUF_FLOATS(nth, w->max_cols));
+    BA(b->erows, R * (K ? K : 1)); BA(b->cs, R * c->qk_rope_head_dim); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, PDB_QMAT_ROWBUF_FLOATS(nth, w->max_cols));
     b->max_len = max_len;
     if (R * nh <= PDB_V2_WIDE_JOBS && R * nh * max_len <= PDB_V2_WIDE_SCORES) {
         BA(b->wq, R * nh * row); BA(b->wo, R * nh * c->kv_lora_rank); BA(b->wsc, R * nh * max_len);
@@ -396,6 +397,19 @@ static void attention_wide(pdb_v2_batch *b, struct timespec *t0) {
     stage(PDB_V2_ST_UV, t0);
 }
 
+int pdb_v2_ops_attn_path;
+
+/* Stages or tasks: the stages need their buffers (few rows, pdb_v2_batch_init); with them, they
+ * win once the context is long (each latent row read once for all heads instead of once per head),
+ * the tasks win on short contexts (one pool run per layer instead of five). */
+static int use_wide(const pdb_v2_batch *b) {
+    if (!b->wq || pdb_v2_ops_attn_path == PDB_V2_ATTN_TASKS) return 0;
+    if (pdb_v2_ops_attn_path == PDB_V2_ATTN_STAGES) return 1;
+    int64_t longest = 0;
+    for (int64_t r = 0; r < b->R; r++) longest = b->pos[r] + 1 > longest ? b->pos[r] + 1 : longest;
+    return longest > PDB_V2_TASK_MAX_POS;
+}
+
 void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     const pdb_v2_qweights *w = b->w;
     const pdb_config *c = &w->cfg;
@@ -413,12 +427,14 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
         pdb_qmat_matmul(b->pool, &L->q_b, b->qa, qr, R, b->q, nh * qk, b->rowbuf);
     }
     stage(PDB_V2_ST_PROJ, &t0);
-    latent_finish(w, l, R, b->pos, b->cache, b->kva); /* = pdb_v2_ops_latent_rows */
+    int64_t rope = c->qk_rope_head_dim;
+    for (int64_t t = 0; t < R; t++) pdb_rope_angles(&w->rope, b->pos[t], b->cs + t * rope); /* once per row, not per head */
+    latent_finish(w, l, R, b->pos, b->cache, b->kva, b->cs); /* = pdb_v2_ops_latent_rows */
     for (int64_t t = 0; t < R; t++)
-        for (int64_t h = 0; h < nh; h++) pdb_rope_apply(&w->rope, b->q + t * nh * qk + h * qk + nope, b->pos[t]);
+        for (int64_t h = 0; h < nh; h++) pdb_rope_apply_cs(&w->rope, b->cs + t * rope, b->q + t * nh * qk + h * qk + nope);
     b->layer = l;
     stage(PDB_V2_ST_LATENT, &t0);
-    if (b->wq) attention_wide(b, &t0); /* allocated for few rows (pdb_v2_batch_init) */
+    if (use_wide(b)) attention_wide(b, &t0);
     else {
         pdb_pool_run(b->pool, R * nh, attn_task, b);
         stage(PDB_V2_ST_SCORES, &t0); /* the per-(row, head) tasks: all of the attention core */
@@ -428,44 +444,27 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     stage(PDB_V2_ST_OPROJ, &t0);
 }
 
-/* g = silu(g) * u over the gate/up job pairs jobs[2j], jobs[2j + 1] (j < n_pairs), on the pool in
- * chunks of SILU_CHUNK elements: elementwise, so the same values for any split (a decode step has
- * ~45K exponentials; one thread took ~10% of the step). */
-enum { SILU_CHUNK = 512 };
-
-typedef struct { const pdb_qmat_job *jobs; int n_pairs; int64_t chunks[64 + 1]; } silu_ctx;
-
-static void silu_task(void *vc, int64_t task, int thread) {
-    const silu_ctx *c = vc;
-    int j = 0;
-    while (task >= c->chunks[j + 1]) j++;
-    const pdb_qmat_job *g = &c->jobs[2 * j], *u = &c->jobs[2 * j + 1];
-    int64_t n = g->n * g->w->rows, a = (task - c->chunks[j]) * SILU_CHUNK, e = a + SILU_CHUNK < n ? a + SILU_CHUNK : n;
-    pdb_math_silu_mul(g->y + a, g->y + a, u->y + a, e - a);
-}
-
-static void silu_pairs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_pairs) {
-    for (int j0 = 0; j0 < n_pairs; j0 += 64) { /* 64 pairs per run (a decode step has K + 1 <= 64) */
-        silu_ctx c = {jobs + 2 * j0, n_pairs - j0 < 64 ? n_pairs - j0 : 64, {0}};
-        for (int j = 0; j < c.n_pairs; j++) c.chunks[j + 1] = c.chunks[j] + (c.jobs[2 * j].n * c.jobs[2 * j].w->rows + SILU_CHUNK - 1) / SILU_CHUNK;
-        pdb_pool_run(pool, c.chunks[c.n_pairs], silu_task, &c);
+/* The post of a gate/up gang (gang[0] gate, gang[1] up; pdb_qmat_matmul_gangs): g = silu(g) * u on the rows its claim
+ * computed, elementwise, so the same values as one pass over all of g after the dispatch. */
+static void silu_post(const pdb_qmat_job *gang, int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < gang[0].n; t++) {
+        float *g = gang[0].y + t * gang[0].ldy + r0;
+        pdb_math_silu_mul(g, g, gang[1].y + t * gang[1].ldy + r0, r1 - r0);
     }
 }
 
-/* out [n, H] = down(silu(x gate^T) * (x up^T)): gate and up in one dispatch */
+/* out [n, H] = down(silu(x gate^T) * (x up^T)): gate and up in one dispatch, SiLU in it */
 static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const pdb_qmat *down, const float *x,
                 int64_t n, float *out, struct timespec *t0) {
     int64_t H = b->w->cfg.hidden_size, I = gate->rows;
     pdb_qmat_job gu[2] = {{gate, x, H, n, b->g, I}, {up, x, H, n, b->u, I}};
-    pdb_qmat_matmul_multi(b->pool, gu, 2, b->rowbuf);
+    pdb_qmat_matmul_gangs(b->pool, gu, 2, 2, silu_post, b->rowbuf);
     stage(PDB_V2_ST_GU, t0);
-    silu_pairs(b->pool, gu, 1);
-    stage(PDB_V2_ST_SILU, t0);
     pdb_qmat_matmul(b->pool, down, b->g, I, n, out, H, b->rowbuf);
     stage(PDB_V2_ST_DOWN, t0);
 }
 
-/* Routed and shared experts in two dispatches: every gate and up projection, then every down
+/* Routed and shared experts in two dispatches: every gate and up projection (SiLU in its claims), then every down
  * projection (each job is the matmul the expert's own mlp() would run, on the same rows). Routed
  * expert e takes its rows in slot order at row offset o_e of the expert-major lists (erows, xe,
  * g/u at o_e * Im); the shared experts' g/u follow at R * K * Im. */
@@ -502,10 +501,8 @@ static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, struct timespec *t0) {
         dn[nj++] = (pdb_qmat_job){&L->sd, sg, Is, R, b->tmp, H};
     }
     stage(PDB_V2_ST_ROUTER, t0);
-    pdb_qmat_matmul_multi(b->pool, gu, 2 * nj, b->rowbuf);
+    pdb_qmat_matmul_gangs(b->pool, gu, 2 * nj, 2, silu_post, b->rowbuf);
     stage(PDB_V2_ST_GU, t0);
-    silu_pairs(b->pool, gu, nj);
-    stage(PDB_V2_ST_SILU, t0);
     pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
     stage(PDB_V2_ST_DOWN, t0);
     for (int64_t i = 0; i < o; i++) memcpy(b->ybuf + b->erows[i] * H, b->xe + i * H, sizeof(float) * (size_t)H);

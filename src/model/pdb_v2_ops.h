@@ -75,6 +75,7 @@ typedef struct pdb_v2_batch {
     float *xn;                   /* [R, H] the last normed input (attention input after attn_norm) */
     /* scratch */
     float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *ybuf, *xe, *topk_w, *att_scratch, *rowbuf;
+    float *cs;                   /* [R, rope]: each row's rope factors (pdb_rope_angles) */
     int64_t *topk_idx, *erows, att_stride, layer;
     pdb_qmat_job *jobs;          /* [3 * (E + 1)]: the MoE's batched matmuls */
     /* attention of few rows (decode; see pdb_v2_batch_init) goes head-parallel stage by stage: */
@@ -84,13 +85,20 @@ typedef struct pdb_v2_batch {
     int64_t max_len;
 } pdb_v2_batch;
 
-enum { PDB_V2_WIDE_JOBS = 256, PDB_V2_WIDE_SCORES = 16 << 20 };
+enum { PDB_V2_WIDE_JOBS = 256, PDB_V2_WIDE_SCORES = 16 << 20, PDB_V2_TASK_MAX_POS = 1024 };
+
+/* Which attention form runs (both give the same bits; tests and bench_decode --attn choose):
+ * PDB_V2_ATTN_AUTO (the default) takes the head-parallel stages when the batch has their buffers
+ * and some row attends to more than PDB_V2_TASK_MAX_POS positions, else the per-(row, head)
+ * tasks. Process-wide: set it only while no forward runs. */
+enum { PDB_V2_ATTN_AUTO = 0, PDB_V2_ATTN_TASKS, PDB_V2_ATTN_STAGES };
+extern int pdb_v2_ops_attn_path;
 
 /* Diagnostics for bench_decode --phases: while pdb_v2_ops_stage_s is set, attention and FFN add
  * the wall seconds of each stage to pdb_v2_ops_stage_s[PDB_V2_ST_*] (unset, the default, costs a
  * branch per stage). Process-wide: set it only while one forward runs. */
 enum { PDB_V2_ST_PROJ, PDB_V2_ST_LATENT, PDB_V2_ST_UK, PDB_V2_ST_SCORES, PDB_V2_ST_SOFTMAX, PDB_V2_ST_MIX, PDB_V2_ST_UV,
-       PDB_V2_ST_OPROJ, PDB_V2_ST_NORM, PDB_V2_ST_ROUTER, PDB_V2_ST_GU, PDB_V2_ST_SILU, PDB_V2_ST_DOWN, PDB_V2_ST_COMBINE,
+       PDB_V2_ST_OPROJ, PDB_V2_ST_NORM, PDB_V2_ST_ROUTER, PDB_V2_ST_GU, PDB_V2_ST_DOWN, PDB_V2_ST_COMBINE,
        PDB_V2_ST_N };
 extern double *pdb_v2_ops_stage_s;
 extern const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N];

@@ -1,11 +1,12 @@
 /* test_qmat: the quantized kernels are exact and ISA-independent: every row format dequantizes
  * bit-identically on the scalar, AVX2 and AVX-512 paths (all 256 e4m3 codes, all 16 e2m1 codes,
  * every e8m0 scale class incl. subnormal and NaN), and matmul results are bit-identical across
- * ISAs, thread counts and batch sizes; the batched pdb_qmat_matmul_multi equals one matmul per job;
- * pdb_qmat_mix equals zeroing then one pdb_qmat_axpy per row. */
+ * ISAs, thread counts and batch sizes; the batched pdb_qmat_matmul_multi equals one matmul per job,
+ * and its gangs add their post exactly once per row; pdb_qmat_mix equals zeroing then one pdb_qmat_axpy per row. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -335,9 +336,80 @@ static void test_matmul_multi(void **st) {
     free(buf);
 }
 
+/* pdb_qmat_matmul_gangs == one matmul per job, then the post over every row: gangs of three
+ * mixed-format members (one member skipped in the second gang, all in the third), n = 1..3, pools
+ * of 1-3 threads and none; the post runs after its members' rows (it reads them) and sees each row
+ * of each live gang exactly once, the dead gang never. */
+enum { GJ = 9 };
+static float *gang_first[3];
+static _Atomic int gang_hits[3][R];
+
+static void gang_post(const pdb_qmat_job *g, int64_t r0, int64_t r1) {
+    int id = g[0].y == gang_first[0] ? 0 : g[0].y == gang_first[1] ? 1 : 2;
+    for (int64_t r = r0; r < r1; r++) gang_hits[id][r]++;
+    for (int64_t t = 0; t < g[0].n; t++)
+        for (int64_t r = r0; r < r1; r++) g[0].y[t * g[0].ldy + r] = g[0].y[t * g[0].ldy + r] * 2.0f + g[2].y[t * g[2].ldy + r];
+}
+
+static void test_matmul_gangs(void **st) {
+    static const pdb_qfmt fmt[GJ] = {PDB_QF_MXFP4, PDB_QF_MXFP8, PDB_QF_BF16, PDB_QF_MXFP8, PDB_QF_MXFP4,
+                                     PDB_QF_BF16,  PDB_QF_MXFP4, PDB_QF_MXFP8, PDB_QF_BF16};
+    pdb_qmat w[GJ];
+    uint8_t *q[GJ], *sc[GJ];
+    uint16_t *bf[GJ];
+    float *x = malloc(sizeof(float) * 3 * (C + 3)), *yref[GJ], *ygot[GJ];
+    for (int i = 0; i < 3 * (C + 3); i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    for (int j = 0; j < GJ; j++) {
+        q[j] = malloc(R * C), sc[j] = malloc(R * C / 32), bf[j] = malloc(sizeof(uint16_t) * R * C);
+        fill(&w[j], fmt[j], q[j], sc[j], bf[j]);
+        for (int i = 0; i < R * C / 32; i++) sc[j][i] = (uint8_t)(110 + (i * 7 + j) % 20); /* finite results */
+        yref[j] = malloc(sizeof(float) * 3 * (R + 2));
+        ygot[j] = malloc(sizeof(float) * 3 * (R + 2));
+    }
+    pdb_pool *pools[4] = {NULL};
+    for (int p = 1; p <= 3; p++) assert_int_equal(pdb_pool_create(p, &pools[p]), PDB_OK);
+    float *buf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(3, C));
+    for (int64_t n = 1; n <= 3; n++) {
+        pdb_qmat_job jobs[GJ];
+        for (int j = 0; j < GJ; j++) {
+            int64_t nj = j == 4 || j >= 6 ? 0 : n; /* gang 1 skips a member, gang 2 all */
+            jobs[j] = (pdb_qmat_job){&w[j], x, C + 3, nj, yref[j], R + 2};
+            for (int i = 0; i < 3 * (R + 2); i++) yref[j][i] = -7.0f;
+            pdb_qmat_matmul(NULL, &w[j], x, C + 3, nj, yref[j], R + 2, buf);
+        }
+        for (int g = 0; g < 2; g++)
+            for (int64_t t = 0; t < n; t++)
+                for (int r = 0; r < R; r++) yref[3 * g][t * (R + 2) + r] = yref[3 * g][t * (R + 2) + r] * 2.0f + yref[3 * g + 2][t * (R + 2) + r];
+        for (int p = 0; p < 4; p++) {
+            for (int j = 0; j < GJ; j++) {
+                jobs[j].y = ygot[j];
+                for (int i = 0; i < 3 * (R + 2); i++) ygot[j][i] = -7.0f;
+            }
+            for (int g = 0; g < 3; g++) {
+                gang_first[g] = ygot[3 * g];
+                for (int r = 0; r < R; r++) gang_hits[g][r] = 0;
+            }
+            pdb_qmat_matmul_gangs(pools[p], jobs, GJ, 3, gang_post, buf);
+            for (int j = 0; j < GJ; j++)
+                if (!same_floats(yref[j], ygot[j], 3 * (R + 2)))
+                    fail_msg("n=%lld, %d threads: job %d of the gangs differs from matmul + post", (long long)n,
+                             p ? pdb_pool_threads(pools[p]) : 0, j);
+            for (int g = 0; g < 3; g++)
+                for (int r = 0; r < R; r++)
+                    if (gang_hits[g][r] != (g < 2))
+                        fail_msg("n=%lld, %d threads: gang %d row %d posted %d times", (long long)n, p ? pdb_pool_threads(pools[p]) : 0,
+                                 g, r, (int)gang_hits[g][r]);
+        }
+    }
+    for (int p = 1; p <= 3; p++) pdb_pool_destroy(pools[p]);
+    for (int j = 0; j < GJ; j++) free(q[j]), free(sc[j]), free(bf[j]), free(yref[j]), free(ygot[j]);
+    free(x), free(buf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_scan_nan), cmocka_unit_test(test_rows_identical_across_isas),
                                        cmocka_unit_test(test_matmul_identical), cmocka_unit_test(test_fused_edges),
-                                       cmocka_unit_test(test_dots), cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_mix)};
+                                       cmocka_unit_test(test_dots), cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_mix),
+                                       cmocka_unit_test(test_matmul_gangs)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,7 @@
 #include "pdb_quantize.h"
 #include "pdb_test_util.h"
 #include "pdb_v2.h"
+#include "pdb_v2_ops.h"
 
 static char *root, hf[512], dn[512], dq[512];
 static pdb_pool *pool;
@@ -105,6 +106,19 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
         if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
             fail_msg("chunk %lld is not bit-identical to one-shot", (long long)chunks[k]);
     }
+    /* both attention forms (head-parallel stages, per-(row, head) tasks), forced, on calls of one
+     * and of seven rows */
+    for (int path = PDB_V2_ATTN_TASKS; path <= PDB_V2_ATTN_STAGES; path++) {
+        pdb_v2_ops_attn_path = path;
+        for (int64_t chunk = 1; chunk <= 7; chunk += 6) {
+            s1.len = 0;
+            run_chunked(m, ids, T, chunk, &s1, got);
+            if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
+                fail_msg("attention %s, chunk %lld: not bit-identical to one-shot", path == PDB_V2_ATTN_TASKS ? "tasks" : "stages",
+                         (long long)chunk);
+        }
+    }
+    pdb_v2_ops_attn_path = PDB_V2_ATTN_AUTO;
     pdb_qmat_isa best = pdb_qmat_isa_detect();
     for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
         pdb_qmat_isa_set((pdb_qmat_isa)isa);
@@ -125,9 +139,10 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     PDB_TEST_OK(pdb_dec_forward(m, segs, 2));
     if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
         fail_msg("batched with another sequence is not bit-identical");
-    /* decode steps of two sequences at different positions in one forward (the decoder's
-     * head-parallel attention with two rows) equal each sequence's step alone */
-    {
+    /* decode steps of two sequences at different positions in one forward equal each sequence's
+     * step alone, in both attention forms */
+    for (int path = PDB_V2_ATTN_TASKS; path <= PDB_V2_ATTN_STAGES; path++) {
+        pdb_v2_ops_attn_path = path;
         pdb_dec_seq a[2], b[2];
         float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *ka = malloc(sizeof(float) * V),
               *kb = malloc(sizeof(float) * V);
@@ -146,10 +161,12 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
         for (int64_t l = 0; l < a[0].n_layers; l++) /* the rows written (positions 0 .. len-1 of each layer) */
             same &= !memcmp(a[0].lat + l * 40 * a[0].row, a[1].lat + l * 40 * a[0].row, sizeof(float) * (size_t)(a[0].len * a[0].row)) &&
                     !memcmp(b[0].lat + l * 40 * b[0].row, b[1].lat + l * 40 * b[0].row, sizeof(float) * (size_t)(b[0].len * b[0].row));
-        if (!same) fail_msg("two decode steps in one forward are not bit-identical to each alone");
+        if (!same) fail_msg("attention %s: two decode steps in one forward are not bit-identical to each alone",
+                            path == PDB_V2_ATTN_TASKS ? "tasks" : "stages");
         for (int k = 0; k < 2; k++) pdb_dec_seq_free(&a[k]), pdb_dec_seq_free(&b[k]);
         free(la), free(lb), free(ka), free(kb);
     }
+    pdb_v2_ops_attn_path = PDB_V2_ATTN_AUTO;
     /* single thread */
     pdb_dec_model *m1;
     PDB_TEST_OK(pdb_dec_model_open(dq, NULL, &m1));
@@ -157,7 +174,8 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     run_chunked(m1, ids, T, 50, &s1, got);
     if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
         fail_msg("one thread is not bit-identical to two");
-    printf("  bit-identical: chunks 1/7/64/128, ISAs up to %s, batched, two decode steps at once, 1 vs 2 threads\n", pdb_qmat_isa_name(best));
+    printf("  bit-identical: chunks 1/7/64/128, both attention forms, ISAs up to %s, batched, two decode steps at once, 1 vs 2 "
+           "threads\n", pdb_qmat_isa_name(best));
     pdb_dec_model_close(m1);
     pdb_dec_seq_free(&s0);
     pdb_dec_seq_free(&s1);

@@ -6,11 +6,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "pdb_make_model.h"
 #include "pdb_math.h"
 #include "pdb_test_util.h"
+#include "pdb_rope.h"
 #include "pdb_v2.h"
 
 static char *dir;
@@ -125,10 +127,31 @@ static void test_make_model_deterministic(void **st) {
     free(d2);
 }
 
+/* pdb_rope_apply_cs with pdb_rope_angles' factors rotates exactly as pdb_rope_apply (default and
+ * YaRN tables, positions up to 2^20) */
+static void test_rope_factors_equal_apply(void **st) {
+    for (int yarn = 0; yarn < 2; yarn++) {
+        pdb_rope_params p = {.type = yarn ? PDB_ROPE_YARN : PDB_ROPE_DEFAULT, .theta = 10000, .factor = 40, .original_max_pos = 4096,
+                             .beta_fast = 32, .beta_slow = 1, .mscale = 1, .mscale_all_dim = 1, .attention_factor = -1, .truncate = 1};
+        pdb_rope r;
+        PDB_TEST_OK(pdb_rope_init(&r, &p, 64));
+        float a[64], b[64], cs[64];
+        for (int64_t pos = 0; pos < (1 << 20); pos = pos * 3 + 1) {
+            for (int i = 0; i < 64; i++) a[i] = b[i] = (float)((i * 29 + pos) % 37) / 9.0f - 2.0f;
+            pdb_rope_apply(&r, a, pos);
+            pdb_rope_angles(&r, pos, cs);
+            pdb_rope_apply_cs(&r, cs, b);
+            if (memcmp(a, b, sizeof a)) fail_msg("%s rope at position %lld: factors differ from apply", yarn ? "yarn" : "default", (long long)pos);
+        }
+        pdb_rope_free(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chunked_equals_one_shot), cmocka_unit_test(test_decode_equals_full_forward),
         cmocka_unit_test(test_bad_token_and_capacity), cmocka_unit_test(test_make_model_deterministic),
+        cmocka_unit_test(test_rope_factors_equal_apply),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
