@@ -3,6 +3,9 @@
 #   bench/run_device.sh stage   # here: build, pack binaries + non-system shared libs into .cache/benchcarry
 #   bench/run_device.sh run     # there (OUT=dir): make the models, run bench_decode and bench_prefill_memory
 #   bench/run_device.sh diag    # there: where decode time goes (bench_decode --classes --phases, kernels)
+#   bench/run_device.sh each 'ARGS' ...  # there: bench_decode on the 16-layer model once per ARGS
+#                                         # (tokens threads [flags]), e.g. '128 16 --attn stages' '128 16 --context 2048';
+#                                         # 'before ARGS' runs the carried bench_decode.before (stage with BEFORE=path)
 # Prints only what the programs measured.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,6 +16,8 @@ stage() {
   cmake --build "$ROOT/build" --target pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
   for b in pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch; do cp "$ROOT/build/$b" "$CARRY/bin/"; done
+  # BEFORE=path: another build's bench_decode, carried as bench_decode.before (old/new side by side)
+  if [ -n "${BEFORE:-}" ]; then cp "$BEFORE" "$CARRY/bin/bench_decode.before"; fi
   for b in "$CARRY"/bin/*; do
     ldd "$b" | awk '/=> \//{print $3}' | while read -r so; do
       case "$(basename "$so")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*) ;;
@@ -40,7 +45,7 @@ unpack() {
 decode_model() {
   M=/tmp/pdb-bench
   mkdir -p $M
-  for n in 16 4; do
+  for n in ${MODELS:-16 4}; do
     [ -f $M/v2lite$n-mx/model.safetensors ] && continue
     "$B/pdbridge" make-model --preset v2-lite --layers $n --experts 16 --seed 3 --out $M/v2lite$n >/dev/null
     "$B/pdbridge" quantize --model $M/v2lite$n --out $M/v2lite$n-mx >/dev/null 2>&1
@@ -79,9 +84,23 @@ diag() {
   decode --classes --phases 2>&1 | tee "$OUT/diag.txt"
 }
 
+# each ARGS...: the 16-layer model only, one bench_decode per argument (appended to OUT/each.txt)
+each() {
+  unpack
+  MODELS=16 decode_model
+  for a in "$@"; do
+    echo "== v2lite16 $a"
+    bin=$B/bench_decode
+    case "$a" in before\ *) bin=$B/bench_decode.before; a=${a#before } ;; esac
+    # shellcheck disable=SC2086
+    "$bin" $M/v2lite16-mx $a
+  done 2>&1 | tee -a "$OUT/each.txt" | grep -E "^==|^threads|^decode|^dispatches|^bandwidth|ms +[0-9.]+%"
+}
+
 case "${1:-}" in
   stage) stage ;;
   run) run ;;
   diag) diag ;;
-  *) echo "usage: $0 stage|run" >&2; exit 2 ;;
+  each) shift; each "$@" ;;
+  *) echo "usage: $0 stage|run|diag|each ARGS..." >&2; exit 2 ;;
 esac
