@@ -5,7 +5,7 @@
 #   bench/run_device.sh diag    # there: where decode time goes (bench_decode --classes --phases, kernels)
 #   bench/run_device.sh each 'ARGS' ...  # there: bench_decode on the 16-layer model once per ARGS
 #                                         # (tokens threads [flags]), e.g. '128 16 --attn stages' '128 16 --context 2048';
-#                                         # 'before ARGS' runs the carried bench_decode.before (stage with BEFORE=path)
+#                                         # 'NAME: ARGS' runs the carried bench_decode.NAME (stage with VARIANTS)
 # Prints only what the programs measured.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,8 +16,8 @@ stage() {
   cmake --build "$ROOT/build" --target pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
   for b in pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch; do cp "$ROOT/build/$b" "$CARRY/bin/"; done
-  # BEFORE=path: another build's bench_decode, carried as bench_decode.before (old/new side by side)
-  if [ -n "${BEFORE:-}" ]; then cp "$BEFORE" "$CARRY/bin/bench_decode.before"; fi
+  # VARIANTS='name=path ...': other builds of bench_decode, carried as bench_decode.NAME (side by side)
+  for v in ${VARIANTS:-}; do cp "${v#*=}" "$CARRY/bin/bench_decode.${v%%=*}"; done
   for b in "$CARRY"/bin/*; do
     ldd "$b" | awk '/=> \//{print $3}' | while read -r so; do
       case "$(basename "$so")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*) ;;
@@ -91,7 +91,7 @@ each() {
   for a in "$@"; do
     echo "== v2lite16 $a"
     bin=$B/bench_decode
-    case "$a" in before\ *) bin=$B/bench_decode.before; a=${a#before } ;; esac
+    case "$a" in *:\ *) bin=$B/bench_decode.${a%%:*}; a=${a#*: } ;; esac
     # shellcheck disable=SC2086
     "$bin" $M/v2lite16-mx $a
   done 2>&1 | tee -a "$OUT/each.txt" | grep -E "^==|^threads|^decode|^dispatches|^bandwidth|ms +[0-9.]+%"

@@ -308,8 +308,7 @@ __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, co
  * rearranged the same way once per block (nib_x); each lane still takes one fixed k mod 32 in k
  * order, and the lanes are put back in dot_avx512's positions (fold4_nib) before the fold.
  *
- * The fast kernels also prefetch the same bytes of a later group of four rows (pf bytes ahead,
- * pf_distance): a group
+ * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead): a group
  * reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
  * prefetchers pick up too late; on a streamed lm_head this alone took one thread from ~9 to ~21
  * GB/s (bench/results/decode_kernels_session2.md). Prefetches change no value. */
@@ -603,13 +602,6 @@ __attribute__((target("avx512f"))) static void k_bf16_t2(const uint8_t *const *q
     fused4_bf16(q, nb, x, ldx, 2, pf, acc);
 }
 
-/* The kernels' prefetch distance for groups of `group` bytes (four rows): the same place in a
- * later group, at least QM_PF_BYTES ahead. One group ahead is ample for long rows, but a group of
- * short rows (W_UK^T's 256-byte bf16 rows, one head's 128 in a decode attention task) is done
- * long before memory answers a prefetch issued one group earlier. */
-enum { QM_PF_BYTES = 4096 };
-static int64_t pf_distance(int64_t group) { return group * ((QM_PF_BYTES + group - 1) / group); }
-
 __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, int64_t r0, const float *x, int64_t ldx, const float *xd,
                                                            int64_t T, float *y, int64_t ldy) {
     int64_t C = w->cols, nb = C / 32;
@@ -617,7 +609,7 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
         const uint8_t *q[4];
         for (int i = 0; i < 4; i++) q[i] = (const uint8_t *)w->data + (r0 + i) * C * 2;
         qm_acc acc;
-        (T == 2 ? k_bf16_t2 : k_bf16_t1)(q, nb, x, ldx, pf_distance(8 * C), &acc);
+        (T == 2 ? k_bf16_t2 : k_bf16_t1)(q, nb, x, ldx, 8 * C, &acc);
         for (int64_t t = 0; t < T; t++) {
             float o[4];
             __m512 lo[4], hi[4];
@@ -633,7 +625,7 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
         q[i] = (const uint8_t *)w->data + (r0 + i) * (mx8 ? C : C / 2);
         s[i] = w->scales + (r0 + i) * nb;
     }
-    int64_t pf = pf_distance(4 * (mx8 ? C : C / 2));
+    int64_t pf = 4 * (mx8 ? C : C / 2); /* prefetch distance: the same place in the next four rows */
     for (int64_t off = 0; off < 4 * nb; off += 64) _mm_prefetch((const char *)s[0] + 4 * nb + off, _MM_HINT_T0); /* their scales */
     qm_acc acc;
     for (int t = 0; t < 2; t++)
@@ -797,7 +789,6 @@ typedef struct {
     int nth;
     int gang;             /* jobs per unit (a gang; 1: each job alone) */
     pdb_qmat_post_fn post;
-    void *post_ctx;
     int64_t min_rows; /* the smallest claim: QM_MIN_ROWS, or 4 for a small run */
     _Alignas(64) _Atomic int64_t next; /* first row not yet claimed (its own cache line: claims do not evict the fields above) */
     char pad[56];
@@ -876,7 +867,7 @@ static int64_t unit_rows(const qm_ctx *c, const pdb_qmat_job *j) { /* a gang's r
 static void qm_unit(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t r1, int thread, qm_xd *xs) {
     for (int m = 0; m < c->gang; m++)
         if (job_rows(&j[m])) qm_rows(c, &j[m], r0, r1, thread, xs);
-    if (c->post) c->post(c->post_ctx, j, r0, r1);
+    if (c->post) c->post(j, r0, r1);
 }
 
 static void qm_task(void *vc, int64_t task, int thread) {
@@ -917,9 +908,9 @@ int pdb_qmat_use_bw(int on) {
 }
 
 void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, int gang, pdb_qmat_post_fn post,
-                           void *ctx, float *rowbuf) {
+                           float *rowbuf) {
     PDB_ASSERT(gang >= 1 && n_jobs % gang == 0, "matmul_gangs: jobs not a whole number of gangs");
-    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), gang, post, ctx, QM_MIN_ROWS, 0, {0}};
+    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), gang, post, QM_MIN_ROWS, 0, {0}};
     int64_t widest = 0;
     for (int i = 0; i < n_jobs; i++) {
         PDB_ASSERT(jobs[i].w->rows == jobs[i - i % gang].w->rows, "matmul_gangs: a gang's members differ in rows");
@@ -929,8 +920,6 @@ void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
     if (c.total <= 0) return;
     c.stride = 4 * widest;
     lut_init();
-    /* the smallest claim: QM_MIN_ROWS rows of work (a gang's row is `gang` rows), four for a small run */
-    if (gang > 1) c.min_rows = QM_MIN_ROWS / gang > 4 ? QM_MIN_ROWS / gang & ~(int64_t)3 : 4;
     if (c.total < (int64_t)QM_MIN_ROWS * c.nth) c.min_rows = 4;
     if (!pool || c.nth == 1 || c.total <= 4) {
         qm_xd xs = {0};
@@ -944,7 +933,7 @@ void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
 }
 
 void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, float *rowbuf) {
-    pdb_qmat_matmul_gangs(pool, jobs, n_jobs, 1, NULL, NULL, rowbuf);
+    pdb_qmat_matmul_gangs(pool, jobs, n_jobs, 1, NULL, rowbuf);
 }
 
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,

@@ -79,13 +79,12 @@ void pdb_qmat_matmul_multi(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
 /* pdb_qmat_matmul_multi in gangs: jobs [g * gang, (g + 1) * gang) have the same w->rows and are
  * claimed together: a claim of rows [r0, r1) computes those rows of every member (members with
  * n <= 0 skipped; a gang whose members all are is skipped), then the same thread calls
- * post(ctx, first member, r0, r1). A step per output row over the rows just computed (SiLU of
- * gate and up, the MoE's weighted sum of its experts) so runs inside the dispatch, on data still
- * in that core's cache, instead of in a pool run or on one thread of its own. Every y element is
- * what pdb_qmat_matmul_multi computes; post sees each row of each gang exactly once. */
-typedef void (*pdb_qmat_post_fn)(void *ctx, const pdb_qmat_job *gang, int64_t r0, int64_t r1);
+ * post(first member, r0, r1). An elementwise step over the rows just computed (SiLU of gate and
+ * up) so runs inside the dispatch instead of in a pool run of its own. Every y element is what
+ * pdb_qmat_matmul_multi computes; post sees each row of each gang exactly once. */
+typedef void (*pdb_qmat_post_fn)(const pdb_qmat_job *gang, int64_t r0, int64_t r1);
 void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, int gang, pdb_qmat_post_fn post,
-                           void *ctx, float *rowbuf);
+                           float *rowbuf);
 /* y[c] += a * x[c] for c < n with one fused multiply-add per element (same on every ISA). */
 void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n);
 /* Weighted row sums: out[i * ldo + c] for i < m, c < k is, for every i, what zeroing it and then

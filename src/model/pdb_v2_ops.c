@@ -15,7 +15,7 @@
 double *pdb_v2_ops_stage_s;
 const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N] = {
     "q/kv projections", "latent rows + rope", "W_UK^T q", "scores", "softmax", "o_lat (mix)", "W_UV o_lat",
-    "o_proj + residual", "FFN norm", "router + routing", "gate/up products + SiLU", "down products + combine", "residual"};
+    "o_proj + residual", "FFN norm", "router + routing", "gate/up products + SiLU", "down products", "combine + residual"};
 
 /* The stage clock: adds the time since *t0 to stage k and restarts it (when the hook is set). */
 static void stage(int k, struct timespec *t0) {
@@ -238,7 +238,7 @@ void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool,
 
 static void batch_free_ptrs(pdb_v2_batch *b) {
     void *ps[] = {b->cache, b->pos, b->h, b->xn, b->q, b->qa, b->kva, b->attn, b->tmp, b->mlp, b->g, b->u, b->probs,
-                  b->slot_row, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs, b->cs,
+                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs, b->cs,
                   b->wq, b->wo, b->wsc, b->views, b->ajobs};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
@@ -261,7 +261,7 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     BA(b->qa, R * (c->q_lora_rank ? c->q_lora_rank : 1)); BA(b->kva, R * row); BA(b->attn, R * nh * c->v_head_dim);
     BA(b->tmp, R * H); BA(b->mlp, R * H); BA(b->probs, R * (E ? E : 1));
     BA(b->g, R * (K * c->moe_intermediate_size + I)); BA(b->u, R * (K * c->moe_intermediate_size + I)); /* routed, then shared */
-    BA(b->slot_row, R * (K ? K : 1)); BA(b->xe, R * (K ? K : 1) * H); BA(b->jobs, 3 * (E + 1)); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
+    BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * (K ? K : 1) * H); BA(b->jobs, 3 * (E + 1)); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
     BA(b->erows, R * (K ? K : 1)); BA(b->cs, R * c->qk_rope_head_dim); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, PDB_QMAT_ROWBUF_FLOATS(nth, w->max_cols));
     b->max_len = max_len;
     if (R * nh <= PDB_V2_WIDE_JOBS && R * nh * max_len <= PDB_V2_WIDE_SCORES) {
@@ -446,7 +446,7 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
 
 /* The post of a gate/up gang (gang[0] gate, gang[1] up; pdb_qmat_matmul_gangs): g = silu(g) * u on the rows its claim
  * computed, elementwise, so the same values as one pass over all of g after the dispatch. */
-static void silu_post(void *ctx, const pdb_qmat_job *gang, int64_t r0, int64_t r1) {
+static void silu_post(const pdb_qmat_job *gang, int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < gang[0].n; t++) {
         float *g = gang[0].y + t * gang[0].ldy + r0;
         pdb_math_silu_mul(g, g, gang[1].y + t * gang[1].ldy + r0, r1 - r0);
@@ -458,29 +458,10 @@ static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const
                 int64_t n, float *out, struct timespec *t0) {
     int64_t H = b->w->cfg.hidden_size, I = gate->rows;
     pdb_qmat_job gu[2] = {{gate, x, H, n, b->g, I}, {up, x, H, n, b->u, I}};
-    pdb_qmat_matmul_gangs(b->pool, gu, 2, 2, silu_post, NULL, b->rowbuf);
+    pdb_qmat_matmul_gangs(b->pool, gu, 2, 2, silu_post, b->rowbuf);
     stage(PDB_V2_ST_GU, t0);
     pdb_qmat_matmul(b->pool, down, b->g, I, n, out, H, b->rowbuf);
     stage(PDB_V2_ST_DOWN, t0);
-}
-
-/* The MoE output of rows [j0, j1) of every token: its experts' down outputs weighted in top-k order
- * (expert slot s of token t is row slot_row[s] of xe), plus the shared experts' (tmp): one fixed
- * order per element, whichever thread runs it (the down gang's post, or one call for all rows). */
-static void combine_post(void *ctx, const pdb_qmat_job *gang, int64_t j0, int64_t j1) {
-    pdb_v2_batch *b = ctx;
-    const pdb_config *c = &b->w->cfg;
-    int64_t H = c->hidden_size, K = c->num_experts_per_tok;
-    for (int64_t t = 0; t < b->R; t++) {
-        float *out = b->mlp + t * H;
-        for (int64_t j = j0; j < j1; j++) out[j] = 0;
-        for (int64_t k = 0; k < K; k++) {
-            const float *y = b->xe + b->slot_row[t * K + k] * H, wk = b->topk_w[t * K + k];
-            for (int64_t j = j0; j < j1; j++) out[j] = out[j] + y[j] * wk;
-        }
-        if (c->n_shared_experts > 0)
-            for (int64_t j = j0; j < j1; j++) out[j] = out[j] + b->tmp[t * H + j];
-    }
 }
 
 /* Routed and shared experts in two dispatches: every gate and up projection (SiLU in its claims), then every down
@@ -520,16 +501,19 @@ static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, struct timespec *t0) {
         dn[nj++] = (pdb_qmat_job){&L->sd, sg, Is, R, b->tmp, H};
     }
     stage(PDB_V2_ST_ROUTER, t0);
-    pdb_qmat_matmul_gangs(b->pool, gu, 2 * nj, 2, silu_post, NULL, b->rowbuf);
+    pdb_qmat_matmul_gangs(b->pool, gu, 2 * nj, 2, silu_post, b->rowbuf);
     stage(PDB_V2_ST_GU, t0);
-    for (int64_t i = 0; i < o; i++) b->slot_row[b->erows[i]] = i;
-    if (R <= 2) /* decode: every down product in one gang, each claim's rows combined by its thread */
-        pdb_qmat_matmul_gangs(b->pool, dn, nj, nj, combine_post, b, b->rowbuf);
-    else { /* prefill chunks: a gang of every expert would end on claims of many tokens' work */
-        pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
-        combine_post(b, dn, 0, H);
-    }
+    pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
     stage(PDB_V2_ST_DOWN, t0);
+    for (int64_t i = 0; i < o; i++) memcpy(b->ybuf + b->erows[i] * H, b->xe + i * H, sizeof(float) * (size_t)H);
+    for (int64_t t = 0; t < R; t++) /* combine in top-k order: a fixed order per token */
+        for (int64_t j = 0; j < H; j++) {
+            float acc = 0;
+            for (int64_t k = 0; k < K; k++) acc = acc + b->ybuf[(t * K + k) * H + j] * b->topk_w[t * K + k];
+            b->mlp[t * H + j] = acc;
+        }
+    if (shared)
+        for (int64_t i = 0; i < R * H; i++) b->mlp[i] = b->mlp[i] + b->tmp[i];
 }
 
 void pdb_v2_ops_ffn(pdb_v2_batch *b, int64_t l) {

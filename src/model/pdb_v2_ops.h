@@ -74,9 +74,9 @@ typedef struct pdb_v2_batch {
     float *h;                    /* [R, H] residual stream */
     float *xn;                   /* [R, H] the last normed input (attention input after attn_norm) */
     /* scratch */
-    float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *xe, *topk_w, *att_scratch, *rowbuf;
+    float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *ybuf, *xe, *topk_w, *att_scratch, *rowbuf;
     float *cs;                   /* [R, rope]: each row's rope factors (pdb_rope_angles) */
-    int64_t *topk_idx, *erows, *slot_row, att_stride, layer; /* slot_row[t * K + k]: row of xe holding that expert's output */
+    int64_t *topk_idx, *erows, att_stride, layer;
     pdb_qmat_job *jobs;          /* [3 * (E + 1)]: the MoE's batched matmuls */
     /* attention of few rows (decode; see pdb_v2_batch_init) goes head-parallel stage by stage: */
     float *wq, *wo, *wsc;        /* [R * nh] x q_lat (kvl + rope), o_lat (kvl), scores (max_len) */
@@ -85,7 +85,7 @@ typedef struct pdb_v2_batch {
     int64_t max_len;
 } pdb_v2_batch;
 
-enum { PDB_V2_WIDE_JOBS = 256, PDB_V2_WIDE_SCORES = 16 << 20, PDB_V2_TASK_MAX_POS = 1024 };
+enum { PDB_V2_WIDE_JOBS = 256, PDB_V2_WIDE_SCORES = 16 << 20, PDB_V2_TASK_MAX_POS = 768 };
 
 /* Which attention form runs (both give the same bits; tests and bench_decode --attn choose):
  * PDB_V2_ATTN_AUTO (the default) takes the head-parallel stages when the batch has their buffers

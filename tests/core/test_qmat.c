@@ -344,8 +344,7 @@ enum { GJ = 9 };
 static float *gang_first[3];
 static _Atomic int gang_hits[3][R];
 
-static void gang_post(void *ctx, const pdb_qmat_job *g, int64_t r0, int64_t r1) {
-    assert_ptr_equal(ctx, gang_first);
+static void gang_post(const pdb_qmat_job *g, int64_t r0, int64_t r1) {
     int id = g[0].y == gang_first[0] ? 0 : g[0].y == gang_first[1] ? 1 : 2;
     for (int64_t r = r0; r < r1; r++) gang_hits[id][r]++;
     for (int64_t t = 0; t < g[0].n; t++)
@@ -390,7 +389,7 @@ static void test_matmul_gangs(void **st) {
                 gang_first[g] = ygot[3 * g];
                 for (int r = 0; r < R; r++) gang_hits[g][r] = 0;
             }
-            pdb_qmat_matmul_gangs(pools[p], jobs, GJ, 3, gang_post, gang_first, buf);
+            pdb_qmat_matmul_gangs(pools[p], jobs, GJ, 3, gang_post, buf);
             for (int j = 0; j < GJ; j++)
                 if (!same_floats(yref[j], ygot[j], 3 * (R + 2)))
                     fail_msg("n=%lld, %d threads: job %d of the gangs differs from matmul + post", (long long)n,
