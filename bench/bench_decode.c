@@ -5,9 +5,14 @@
  * selected, lm_head and one embedding row. It also counts the pool dispatches per token
  * (pdb_pool_runs).
  *
- * Usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--attn tasks|stages] [--classes] [--phases]
- *                     [--profile] [--daz]
+ * The decode runs in rounds, each after a probe: the median over rounds of (decode rate / the
+ * probe just before it) is the paired figure; all steps over the best probe of the run is the
+ * conservative one. Both are printed.
+ *
+ * Usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--attn tasks|stages] [--classes]
+ *                     [--phases] [--profile] [--daz]
  *   --context  prefill N tokens (default 64) before the timed decode steps
+ *   --rounds   probes and shares of the steps, alternated (default 8)
  *   --attn     force one of the two attention forms (default: by context length, pdb_v2_ops.h)
  *   --classes  also streams the decode step's matrices alone, grouped into the same dispatches,
  *              and reports GB/s per class (attention projections, dense MLP, shared experts,
@@ -74,15 +79,13 @@ static void probe_line_task(void *vc, int64_t task, int thread) {
 
 /* Read bandwidth of this machine with the same thread pool (GB/s, best of 5 per form): the
  * stronger of two read loops (one load per half line in one chain; one per line in eight). */
-static double bandwidth_probe(pdb_pool *pool, size_t bytes, double *half_line, double *per_line) {
-    size_t n = bytes / sizeof(float) / 8192 * 8192; /* 64 tasks of whole 128-float steps */
-    float *buf = malloc(n * sizeof(float));
+/* The read probe over buf [n floats]: best of `reps` passes of each loop form. */
+static double bandwidth_probe(pdb_pool *pool, float *buf, size_t n, int reps, double *half_line, double *per_line) {
     double sums[64], best = 0;
-    for (size_t i = 0; i < n; i++) buf[i] = (float)(i & 7);
     probe_ctx c = {buf, n, sums};
     for (int form = 0; form < 2; form++) {
         double b = 0;
-        for (int r = 0; r < 5; r++) {
+        for (int r = 0; r < reps; r++) {
             double t0 = now_s();
             pdb_pool_run(pool, 64, form ? probe_line_task : probe_task, &c);
             double gbs = n * sizeof(float) / (now_s() - t0) / 1e9;
@@ -91,8 +94,19 @@ static double bandwidth_probe(pdb_pool *pool, size_t bytes, double *half_line, d
         *(form ? per_line : half_line) = b;
         if (b > best) best = b;
     }
-    free(buf);
     return best;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    double s[64];
+    memcpy(s, v, sizeof(double) * (size_t)n);
+    qsort(s, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
 static uint64_t qbytes(const pdb_qmat *q) {
@@ -293,7 +307,7 @@ static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) 
 }
 
 int main(int argc, char **argv) {
-    int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64;
+    int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--classes")) classes = 1;
@@ -301,6 +315,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--daz")) daz = 1;
         else if (!strcmp(argv[i], "--phases")) do_phases = 1;
         else if (!strcmp(argv[i], "--context") && i + 1 < argc) context = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
             const char *a = argv[++i];
             pdb_v2_ops_attn_path = !strcmp(a, "tasks") ? PDB_V2_ATTN_TASKS : !strcmp(a, "stages") ? PDB_V2_ATTN_STAGES : -1;
@@ -309,10 +324,11 @@ int main(int argc, char **argv) {
         else if (argv[i][0] != '-' && npos < 3) pos[npos++] = argv[i];
         else npos = -9;
     }
-    if (npos < 1 || context < 1) {
-        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--attn tasks|stages] [--classes] [--phases]"
-                        " [--profile] [--daz]\n"
+    if (npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
+        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--attn tasks|stages] [--classes]"
+                        " [--phases] [--profile] [--daz]\n"
                         "  --context N: prefill N tokens before the timed steps (default 64)\n"
+                        "  --rounds N: alternate N probes and N shares of the decode steps (default 8, at most 64)\n"
                         "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n");
         return 2;
     }
@@ -343,7 +359,11 @@ int main(int argc, char **argv) {
     /* the probe reads at least 8x the last-level cache (1 GiB at least), so that it measures memory */
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     size_t probe_bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
-    double bw_half = 0, bw_line = 0, bw = bandwidth_probe(pool, probe_bytes, &bw_half, &bw_line);
+    size_t probe_n = probe_bytes / sizeof(float) / 8192 * 8192; /* 64 tasks of whole 128-float steps */
+    float *probe_buf = malloc(probe_n * sizeof(float));
+    if (!probe_buf) { fprintf(stderr, "bench_decode: out of memory for the probe\n"); return 1; }
+    for (size_t i = 0; i < probe_n; i++) probe_buf[i] = (float)(i & 7);
+    double bw_half = 0, bw_line = 0, bw = 0;
     pdb_dec_seq s;
     if (pdb_dec_seq_init(&s, m, context + ntok + 4)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
@@ -362,17 +382,31 @@ int main(int argc, char **argv) {
         daz_ctx dc = {0, pdb_pool_threads(pool)};
         pdb_pool_run(pool, dc.n, daz_task, &dc);
     }
-    if (profile) prof_set(1);
-    uint64_t runs0 = pdb_pool_runs(pool);
-    double t0 = now_s(), c0 = cpu_s();
-    for (int i = 0; i < ntok; i++) {
-        sg = (pdb_dec_seg){&s, &tok, 1, logits};
-        if (pdb_dec_forward(m, &sg, 1)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
-        tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
+    /* rounds: a probe, then a share of the steps; the fraction of each round pairs a decode rate with
+     * the bandwidth measured just before it (a shared machine's bandwidth moves by tens of percent
+     * within seconds); the totals pair all steps with the best probe of the run (conservative) */
+    if (rounds > ntok) rounds = ntok;
+    double dt = 0, dc = 0, r_frac[64], r_probe[64], r_tps[64];
+    uint64_t runs = 0;
+    for (int r = 0, done = 0; r < rounds; r++) {
+        double h = 0, l = 0, p = bandwidth_probe(pool, probe_buf, probe_n, r ? 3 : 5, &h, &l);
+        bw = p > bw ? p : bw, bw_half = h > bw_half ? h : bw_half, bw_line = l > bw_line ? l : bw_line;
+        int n = (int)((int64_t)ntok * (r + 1) / rounds) - done;
+        if (profile) prof_set(1);
+        uint64_t runs0 = pdb_pool_runs(pool);
+        double t0 = now_s(), c0 = cpu_s();
+        for (int i = 0; i < n; i++) {
+            sg = (pdb_dec_seg){&s, &tok, 1, logits};
+            if (pdb_dec_forward(m, &sg, 1)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
+            tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
+        }
+        double d = now_s() - t0;
+        if (profile) prof_set(0);
+        dt += d, dc += cpu_s() - c0, runs += pdb_pool_runs(pool) - runs0, done += n;
+        r_probe[r] = p, r_tps[r] = n / d, r_frac[r] = per_tok * r_tps[r] / 1e9 / p;
     }
-    uint64_t runs = pdb_pool_runs(pool) - runs0;
-    double dt = now_s() - t0, dc = cpu_s() - c0, tps = ntok / dt, eff = per_tok * tps / 1e9;
-    if (profile) prof_set(0);
+    free(probe_buf);
+    double tps = ntok / dt, eff = per_tok * tps / 1e9;
     printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", pos[0], pdb_dec_model_scheme(m),
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
     printf("threads %d, kernels %s, context %d + %d steps, attention %s\n", pdb_pool_threads(pool),
@@ -381,11 +415,16 @@ int main(int argc, char **argv) {
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
     printf("last-level cache: %.0f MB; weights touched per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
            l3 > 0 ? per_tok / (double)l3 : 0.0);
-    printf("bandwidth probe: %.2f GB/s over %.2f GB (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", bw,
+    printf("bandwidth probe: best %.2f GB/s over %.2f GB (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", bw,
            probe_bytes / 1e9, bw_half, bw_line);
     printf("e4m3 subnormal codes: %.4f%% of the MXFP8 weights%s\n", 100 * subnormal_fraction(c, w), daz ? "; decode ran with DAZ/FTZ" : "");
     printf("decode: %d tokens in %.2f s = %.2f tok/s -> %.2f GB/s of weights = %.1f%% of the roofline (%.2f tok/s)\n", ntok, dt,
            tps, eff, 100 * eff / bw, bw * 1e9 / per_tok);
+    double fmin = r_frac[0], fmax = r_frac[0];
+    for (int r = 1; r < rounds; r++) fmin = r_frac[r] < fmin ? r_frac[r] : fmin, fmax = r_frac[r] > fmax ? r_frac[r] : fmax;
+    printf("paired rounds: %d x (probe, %d steps): fraction of the roofline per round median %.1f%% (min %.1f%%, max %.1f%%);"
+           " probe median %.2f GB/s, decode median %.2f tok/s\n", rounds, ntok / rounds, 100 * median(r_frac, rounds), 100 * fmin,
+           100 * fmax, median(r_probe, rounds), median(r_tps, rounds));
     printf("dispatches: %.1f pool runs per token\n", (double)runs / ntok);
     /* on a shared machine wall time includes time the threads were not running; CPU time does not
      * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */
