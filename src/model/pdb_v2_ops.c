@@ -238,7 +238,7 @@ void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool,
 
 static void batch_free_ptrs(pdb_v2_batch *b) {
     void *ps[] = {b->cache, b->pos, b->h, b->xn, b->q, b->qa, b->kva, b->attn, b->tmp, b->mlp, b->g, b->u, b->probs,
-                  b->ybuf, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs, b->cs,
+                  b->slot_row, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs, b->cs,
                   b->wq, b->wo, b->wsc, b->views, b->ajobs};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
@@ -261,7 +261,7 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     BA(b->qa, R * (c->q_lora_rank ? c->q_lora_rank : 1)); BA(b->kva, R * row); BA(b->attn, R * nh * c->v_head_dim);
     BA(b->tmp, R * H); BA(b->mlp, R * H); BA(b->probs, R * (E ? E : 1));
     BA(b->g, R * (K * c->moe_intermediate_size + I)); BA(b->u, R * (K * c->moe_intermediate_size + I)); /* routed, then shared */
-    BA(b->ybuf, R * (K ? K : 1) * H); BA(b->xe, R * (K ? K : 1) * H); BA(b->jobs, 3 * (E + 1)); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
+    BA(b->slot_row, R * (K ? K : 1)); BA(b->xe, R * (K ? K : 1) * H); BA(b->jobs, 3 * (E + 1)); BA(b->topk_idx, R * (K ? K : 1)); BA(b->topk_w, R * (K ? K : 1));
     BA(b->erows, R * (K ? K : 1)); BA(b->cs, R * c->qk_rope_head_dim); BA(b->att_scratch, nth * b->att_stride); BA(b->rowbuf, PDB_QMAT_ROWBUF_FLOATS(nth, w->max_cols));
     b->max_len = max_len;
     if (R * nh <= PDB_V2_WIDE_JOBS && R * nh * max_len <= PDB_V2_WIDE_SCORES) {
@@ -505,13 +505,15 @@ static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, struct timespec *t0) {
     stage(PDB_V2_ST_GU, t0);
     pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
     stage(PDB_V2_ST_DOWN, t0);
-    for (int64_t i = 0; i < o; i++) memcpy(b->ybuf + b->erows[i] * H, b->xe + i * H, sizeof(float) * (size_t)H);
-    for (int64_t t = 0; t < R; t++) /* combine in top-k order: a fixed order per token */
-        for (int64_t j = 0; j < H; j++) {
-            float acc = 0;
-            for (int64_t k = 0; k < K; k++) acc = acc + b->ybuf[(t * K + k) * H + j] * b->topk_w[t * K + k];
-            b->mlp[t * H + j] = acc;
+    for (int64_t i = 0; i < o; i++) b->slot_row[b->erows[i]] = i;
+    for (int64_t t = 0; t < R; t++) { /* combine in top-k order: a fixed order per element, vectorised over it */
+        float *out = b->mlp + t * H;
+        for (int64_t j = 0; j < H; j++) out[j] = 0;
+        for (int64_t k = 0; k < K; k++) {
+            const float *y = b->xe + b->slot_row[t * K + k] * H, wk = b->topk_w[t * K + k];
+            for (int64_t j = 0; j < H; j++) out[j] = out[j] + y[j] * wk;
         }
+    }
     if (shared)
         for (int64_t i = 0; i < R * H; i++) b->mlp[i] = b->mlp[i] + b->tmp[i];
 }

@@ -74,9 +74,9 @@ typedef struct pdb_v2_batch {
     float *h;                    /* [R, H] residual stream */
     float *xn;                   /* [R, H] the last normed input (attention input after attn_norm) */
     /* scratch */
-    float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *ybuf, *xe, *topk_w, *att_scratch, *rowbuf;
+    float *q, *qa, *kva, *attn, *tmp, *mlp, *g, *u, *probs, *xe, *topk_w, *att_scratch, *rowbuf;
     float *cs;                   /* [R, rope]: each row's rope factors (pdb_rope_angles) */
-    int64_t *topk_idx, *erows, att_stride, layer;
+    int64_t *topk_idx, *erows, *slot_row, att_stride, layer; /* slot_row[t * K + k]: the row of xe holding that expert's output */
     pdb_qmat_job *jobs;          /* [3 * (E + 1)]: the MoE's batched matmuls */
     /* attention of few rows (decode; see pdb_v2_batch_init) goes head-parallel stage by stage: */
     float *wq, *wo, *wsc;        /* [R * nh] x q_lat (kvl + rope), o_lat (kvl), scores (max_len) */
