@@ -6,7 +6,7 @@
  * The forward's scratch (pdb_v2_batch, megabytes at many threads) is kept between calls, not
  * allocated per token, and grown when a call needs more rows or a longer context: one for calls
  * of few rows (decode steps: R * heads <= PDB_V2_WIDE_JOBS, with the head-parallel attention's
- * buffers) and one for the others (prefill chunks), so that alternating the two never
+ * buffers for contexts past PDB_V2_TASK_MAX_POS) and one for the others (prefill chunks), so that alternating the two never
  * re-allocates (a longer context re-allocates once per 1024 positions); a mutex serialises
  * forwards. */
 #include <pthread.h>
