@@ -15,6 +15,7 @@
 #include "pdb_dec_model.h"
 #include "pdb_dtype.h"
 #include "pdb_file.h"
+#include "pdb_pool.h"
 #include "pdb_safetensors.h"
 #include "pdb_v4.h"
 
@@ -92,6 +93,20 @@ static pdb_status remove_output(const char *dir) {
     return PDB_OK;
 }
 
+/* One tensor's rows quantized on the pool, Q_ROWS rows per task: each row alone, so the same
+ * bytes on any number of threads. */
+enum { Q_ROWS = 64 };
+typedef struct { const float *f; uint8_t *q, *sc; int64_t R, C; qkind k; } q_rows;
+
+static void q_rows_task(void *vc, int64_t task, int thread) {
+    const q_rows *t = vc;
+    int64_t C = t->C, r1 = (task + 1) * Q_ROWS < t->R ? (task + 1) * Q_ROWS : t->R;
+    for (int64_t r = task * Q_ROWS; r < r1; r++) {
+        if (t->k == QK_MXFP4) pdb_quant_mxfp4_row(t->f + r * C, C, t->q + r * C / 2, t->sc + r * C / 32);
+        else pdb_quant_mxfp8_row(t->f + r * C, C, t->q + r * C, t->sc + r * C / 32);
+    }
+}
+
 pdb_status pdb_quantize_model(const char *src, const char *out_dir, const char *scheme, int verbose) {
     return pdb_quantize_model_ex(src, out_dir, scheme, NULL, verbose);
 }
@@ -119,12 +134,13 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
     PDB_TRY(remove_output(tmpdir)); /* a stale temp dir from a crash */
     pdb_st *st = NULL;
     PDB_TRY(pdb_st_open(src, &st));
-    pdb_status s = PDB_OK;
+    pdb_pool *pool = NULL;
+    pdb_status s = pdb_pool_create(0, &pool);
     pdb_st_writer *w = NULL;
     void **bufs = NULL;
     int nb = 0;
     int64_t n = pdb_st_count(st);
-    if ((s = pdb_file_mkdirs(tmpdir))) { pdb_st_close(st); return pdb_err_wrap(s, "quantize"); }
+    if (s || (s = pdb_file_mkdirs(tmpdir))) { pdb_pool_destroy(pool); pdb_st_close(st); return pdb_err_wrap(s, "quantize"); }
     bufs = calloc((size_t)(2 * n + 1), sizeof(void *));
     if (!bufs || (s = pdb_st_writer_init(&w))) { if (!s) s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
     pdb_st_writer_meta(w, "format", "pt");
@@ -155,10 +171,8 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
         int64_t R = v->shape[0], C = v->shape[1];
         uint8_t *q = malloc((size_t)(k == QK_MXFP4 ? R * C / 2 : R * C)), *sc = malloc((size_t)(R * C / 32));
         if (!q || !sc) { free(q); free(sc); free(f); s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
-        for (int64_t r = 0; r < R; r++) {
-            if (k == QK_MXFP4) pdb_quant_mxfp4_row(f + r * C, C, q + r * C / 2, sc + r * C / 32);
-            else pdb_quant_mxfp8_row(f + r * C, C, q + r * C, sc + r * C / 32);
-        }
+        q_rows qr = {f, q, sc, R, C, k};
+        pdb_pool_run(pool, (R + Q_ROWS - 1) / Q_ROWS, q_rows_task, &qr);
         free(f);
         bufs[nb++] = q;
         bufs[nb++] = sc;
@@ -202,6 +216,7 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
     if (!(s = remove_output(out_dir)) && rename(tmpdir, out_dir))
         s = pdb_err_set(PDB_IO, "quantize: cannot publish %s: %s", out_dir, strerror(errno));
 done:
+    pdb_pool_destroy(pool);
     pdb_st_writer_free(w);
     for (int i = 0; i < nb; i++) free(bufs[i]);
     free(bufs);

@@ -11,6 +11,7 @@
 
 #include "pdb_dtype.h"
 #include "pdb_file.h"
+#include "pdb_pool.h"
 #include "pdb_safetensors.h"
 
 /* DeepSeek-V4 presets. "v4-flash" is V4-Flash's architecture exactly (attention, indexer,
@@ -125,8 +126,9 @@ pdb_status pdb_make_model_preset(const char *arch, const char *preset, pdb_confi
 /* ---- deterministic normal stream per tensor (splitmix64 + Box-Muller) ---------------------- */
 
 typedef struct { uint64_t s; } mm_rng;
+static const uint64_t MM_STEP = 0x9E3779B97F4A7C15ull; /* splitmix64's state increment per draw */
 static uint64_t mm_next(mm_rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (r->s += MM_STEP);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -138,7 +140,25 @@ static uint64_t mm_hash(const char *s, uint64_t seed) {
     return h;
 }
 
-typedef struct { pdb_st_writer *w; uint16_t **bufs; int n, cap; uint64_t seed, bytes, next_report; } mm_ctx;
+typedef struct { pdb_st_writer *w; uint16_t **bufs; int n, cap; uint64_t seed, bytes, next_report; pdb_pool *pool; } mm_ctx;
+
+/* A tensor's values in chunks on the pool: element pair p takes draws 2p + 1 and 2p + 2 of its
+ * tensor's splitmix64 stream, whose state after k draws is seed + k * increment, so a chunk
+ * starting at an even element i0 starts from state seed + i0 * increment and every chunking
+ * writes the same bits as one pass. */
+enum { MM_CHUNK = 1 << 14 };
+typedef struct { uint16_t *b; int64_t n; uint64_t s0; double mean, std; } mm_fill;
+
+static void mm_fill_task(void *vc, int64_t task, int thread) {
+    const mm_fill *f = vc;
+    int64_t i0 = task * MM_CHUNK, i1 = i0 + MM_CHUNK < f->n ? i0 + MM_CHUNK : f->n;
+    mm_rng r = {f->s0 + (uint64_t)i0 * MM_STEP};
+    for (int64_t i = i0; i < i1; i += 2) {
+        double u1 = mm_uniform(&r), u2 = mm_uniform(&r), rad = sqrt(-2 * log(u1));
+        f->b[i] = pdb_f32_to_bf16((float)(f->mean + f->std * rad * cos(2 * M_PI * u2)));
+        if (i + 1 < f->n) f->b[i + 1] = pdb_f32_to_bf16((float)(f->mean + f->std * rad * sin(2 * M_PI * u2)));
+    }
+}
 
 static pdb_status mm_add(mm_ctx *x, const char *name, int64_t d0, int64_t d1, double mean, double std) {
     int64_t n = d0 * (d1 ? d1 : 1);
@@ -152,12 +172,8 @@ static pdb_status mm_add(mm_ctx *x, const char *name, int64_t d0, int64_t d1, do
         x->cap = nc;
     }
     x->bufs[x->n++] = b;
-    mm_rng r = {mm_hash(name, x->seed)};
-    for (int64_t i = 0; i < n; i += 2) {
-        double u1 = mm_uniform(&r), u2 = mm_uniform(&r), rad = sqrt(-2 * log(u1));
-        b[i] = pdb_f32_to_bf16((float)(mean + std * rad * cos(2 * M_PI * u2)));
-        if (i + 1 < n) b[i + 1] = pdb_f32_to_bf16((float)(mean + std * rad * sin(2 * M_PI * u2)));
-    }
+    mm_fill f = {b, n, mm_hash(name, x->seed), mean, std};
+    pdb_pool_run(x->pool, (n + MM_CHUNK - 1) / MM_CHUNK, mm_fill_task, &f);
     x->bytes += (uint64_t)n * 2;
     if (x->bytes >= x->next_report) { /* progress for the big presets (v2-lite, v4-flash) */
         if (x->next_report) PDB_INFO("make-model: %.1f GB of weights generated", x->bytes / 1e9);
@@ -356,7 +372,8 @@ pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
 
     mm_ctx x = {0};
     x.seed = o->seed;
-    if ((s = pdb_st_writer_init(&x.w))) return s;
+    if ((s = pdb_pool_create(0, &x.pool))) return s; /* the values are the same on any number of threads */
+    if ((s = pdb_st_writer_init(&x.w))) { pdb_pool_destroy(x.pool); return s; }
     char seedbuf[32];
     snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)o->seed);
     if (!(s = pdb_st_writer_meta(x.w, "format", "pt")) && !(s = pdb_st_writer_meta(x.w, "pdbridge_seed", seedbuf)) &&
@@ -366,6 +383,7 @@ pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
         s = pdb_st_writer_finish(x.w, path);
     }
     pdb_st_writer_free(x.w);
+    pdb_pool_destroy(x.pool);
     for (int i = 0; i < x.n; i++) free(x.bufs[i]);
     free(x.bufs);
     if (s) return s;

@@ -11,6 +11,8 @@
 
 #include "pdb_make_model.h"
 #include "pdb_math.h"
+#include "pdb_safetensors.h"
+#include "pdb_dtype.h"
 #include "pdb_test_util.h"
 #include "pdb_rope.h"
 #include "pdb_v2.h"
@@ -120,6 +122,28 @@ static void test_make_model_deterministic(void **st) {
     snprintf(b, sizeof b, "%s/model.safetensors", d2);
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
     assert_int_equal(system(cmd), 0);
+    /* the embedding (64000 values: several of make-model's parallel chunks) is the sequential
+     * definition: splitmix64 seeded with FNV-1a(name) ^ seed, Box-Muller pairs, bf16 */
+    pdb_st *sf;
+    PDB_TEST_OK(pdb_st_open(b, &sf));
+    const pdb_tensor_view *v = pdb_st_find(sf, "model.embed_tokens.weight");
+    assert_non_null(v);
+    uint64_t h = 1469598103934665603ull ^ 7, z, s0;
+    for (const char *c = "model.embed_tokens.weight"; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    s0 = h;
+    double u[2];
+    for (int64_t i = 0; i < v->numel; i += 2) {
+        for (int k = 0; k < 2; k++) {
+            z = (s0 += 0x9E3779B97F4A7C15ull);
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            u[k] = ((double)((z ^ (z >> 31)) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+        }
+        double rad = sqrt(-2 * log(u[0]));
+        uint16_t want[2] = {pdb_f32_to_bf16((float)(rad * cos(2 * M_PI * u[1]))), pdb_f32_to_bf16((float)(rad * sin(2 * M_PI * u[1])))};
+        if (memcmp((const uint16_t *)v->data + i, want, sizeof want)) fail_msg("make-model: embedding value %lld differs from the sequential stream", (long long)i);
+    }
+    pdb_st_close(sf);
     o.seed = 8;
     PDB_TEST_OK(pdb_make_model_write(&o));
     assert_int_not_equal(system(cmd), 0);
