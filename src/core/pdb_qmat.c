@@ -804,7 +804,6 @@ typedef struct {
 
 static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
 
-
 static int job_fused(const pdb_qmat_job *j) { /* the decode kernels */
     pdb_qfmt f = j->w->fmt;
     return isa_get() == PDB_ISA_AVX512 && f != PDB_QF_F32 && j->n <= 2 && j->w->cols % 32 == 0;

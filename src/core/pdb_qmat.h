@@ -6,7 +6,8 @@
  * 32->16->8->4->2->1 (lane i with lane i + half). The scalar, AVX2 and AVX-512 paths implement
  * this same order, so results are bit-identical across ISAs, thread counts, batch sizes and
  * chunkings. pdb_qmat_matmul_multi runs several matrices in one pool dispatch under the same
- * contract (each element as a lone pdb_qmat_matmul computes it). */
+ * contract (each element as a lone pdb_qmat_matmul computes it), pdb_qmat_matmul_gangs also a
+ * step per output row after them. */
 #ifndef PDB_QMAT_H
 #define PDB_QMAT_H
 

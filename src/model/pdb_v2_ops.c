@@ -444,8 +444,8 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     stage(PDB_V2_ST_OPROJ, &t0);
 }
 
-/* The post of a gate/up gang (gang[0] gate, gang[1] up; pdb_qmat_matmul_gangs): g = silu(g) * u on the rows its claim
- * computed, elementwise, so the same values as one pass over all of g after the dispatch. */
+/* The post of a gate/up gang (gang[0] gate, gang[1] up; pdb_qmat_matmul_gangs): g = silu(g) * u
+ * on the rows its claim computed; elementwise, so the same values as one pass after the dispatch. */
 static void silu_post(const pdb_qmat_job *gang, int64_t r0, int64_t r1) {
     for (int64_t t = 0; t < gang[0].n; t++) {
         float *g = gang[0].y + t * gang[0].ldy + r0;
@@ -464,8 +464,8 @@ static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const
     stage(PDB_V2_ST_DOWN, t0);
 }
 
-/* Routed and shared experts in two dispatches: every gate and up projection (SiLU in its claims), then every down
- * projection (each job is the matmul the expert's own mlp() would run, on the same rows). Routed
+/* Routed and shared experts in two dispatches: every gate and up projection (SiLU in its claims),
+ * then every down projection (each job is the matmul the expert's own mlp() would run, on the same rows). Routed
  * expert e takes its rows in slot order at row offset o_e of the expert-major lists (erows, xe,
  * g/u at o_e * Im); the shared experts' g/u follow at R * K * Im. */
 static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, struct timespec *t0) {
@@ -506,7 +506,7 @@ static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, struct timespec *t0) {
     pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
     stage(PDB_V2_ST_DOWN, t0);
     for (int64_t i = 0; i < o; i++) b->slot_row[b->erows[i]] = i;
-    for (int64_t t = 0; t < R; t++) { /* combine in top-k order: a fixed order per element, vectorised over it */
+    for (int64_t t = 0; t < R; t++) { /* combine in top-k order (a fixed order per element), element loops innermost */
         float *out = b->mlp + t * H;
         for (int64_t j = 0; j < H; j++) out[j] = 0;
         for (int64_t k = 0; k < K; k++) {

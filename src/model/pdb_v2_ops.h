@@ -78,7 +78,8 @@ typedef struct pdb_v2_batch {
     float *cs;                   /* [R, rope]: each row's rope factors (pdb_rope_angles) */
     int64_t *topk_idx, *erows, *slot_row, att_stride, layer; /* slot_row[t * K + k]: the row of xe holding that expert's output */
     pdb_qmat_job *jobs;          /* [3 * (E + 1)]: the MoE's batched matmuls */
-    /* attention of few rows (decode; see pdb_v2_batch_init) goes head-parallel stage by stage: */
+    /* attention of few rows (decode; see pdb_v2_batch_init) past PDB_V2_TASK_MAX_POS positions goes
+     * head-parallel stage by stage: */
     float *wq, *wo, *wsc;        /* [R * nh] x q_lat (kvl + rope), o_lat (kvl), scores (max_len) */
     pdb_qmat *views;             /* [2 * nh]: each head's W_UK^T rows, then its W_UV rows */
     pdb_qmat_job *ajobs;         /* [R * nh] */
