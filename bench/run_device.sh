@@ -47,8 +47,11 @@ decode_model() {
   mkdir -p $M
   for n in ${MODELS:-16 4}; do
     [ -f $M/v2lite$n-mx/model.safetensors ] && continue
+    local t0=$SECONDS
     "$B/pdbridge" make-model --preset v2-lite --layers $n --experts 16 --seed 3 --out $M/v2lite$n >/dev/null
+    local t1=$SECONDS
     "$B/pdbridge" quantize --model $M/v2lite$n --out $M/v2lite$n-mx >/dev/null 2>&1
+    echo "model v2lite$n: make-model $((t1 - t0)) s, quantize $((SECONDS - t1)) s" | tee -a "$OUT/machine.txt"
     rm -rf $M/v2lite$n
   done
 }
