@@ -13,6 +13,7 @@
  *                     [--phases] [--profile] [--daz]
  *   --context  prefill N tokens (default 64) before the timed decode steps
  *   --rounds   probes and shares of the steps, alternated (default 8)
+ *   --probe-mb a smaller probe (smoke tests; the figure is then no memory roofline)
  *   --attn     force one of the two attention forms (default: by context length, pdb_v2_ops.h)
  *   --classes  also streams the decode step's matrices alone, grouped into the same dispatches,
  *              and reports GB/s per class (attention projections, dense MLP, shared experts,
@@ -308,6 +309,7 @@ static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) 
 
 int main(int argc, char **argv) {
     int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
+    long probe_mb = 0;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--classes")) classes = 1;
@@ -316,6 +318,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--phases")) do_phases = 1;
         else if (!strcmp(argv[i], "--context") && i + 1 < argc) context = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--probe-mb") && i + 1 < argc) {
+            probe_mb = atol(argv[++i]);
+            if (probe_mb < 1) npos = -9;
+        }
         else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
             const char *a = argv[++i];
             pdb_v2_ops_attn_path = !strcmp(a, "tasks") ? PDB_V2_ATTN_TASKS : !strcmp(a, "stages") ? PDB_V2_ATTN_STAGES : -1;
@@ -325,10 +331,11 @@ int main(int argc, char **argv) {
         else npos = -9;
     }
     if (npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
-        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--attn tasks|stages] [--classes]"
+        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages] [--classes]"
                         " [--phases] [--profile] [--daz]\n"
                         "  --context N: prefill N tokens before the timed steps (default 64)\n"
                         "  --rounds N: alternate N probes and N shares of the decode steps (default 8, at most 64)\n"
+                        "  --probe-mb N: probe N MB instead of 8x the last-level cache (smoke tests; not a memory roofline)\n"
                         "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n");
         return 2;
     }
@@ -359,6 +366,10 @@ int main(int argc, char **argv) {
     /* the probe reads at least 8x the last-level cache (1 GiB at least), so that it measures memory */
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     size_t probe_bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
+    if (probe_mb) {
+        probe_bytes = (size_t)probe_mb << 20 < (size_t)1 << 19 ? (size_t)1 << 19 : (size_t)probe_mb << 20;
+        printf("probe size set to %ld MB: with less than 8x the last-level cache it is no memory roofline\n", probe_mb);
+    }
     size_t probe_n = probe_bytes / sizeof(float) / 8192 * 8192; /* 64 tasks of whole 128-float steps */
     float *probe_buf = malloc(probe_n * sizeof(float));
     if (!probe_buf) { fprintf(stderr, "bench_decode: out of memory for the probe\n"); return 1; }
