@@ -240,18 +240,22 @@ static void cl_step(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweights *
 }
 
 /* ---- --phases: one-token steps through the forward's own calls, timed per call ---- */
-static pdb_status phases(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweights *w, int ntok) {
-    int64_t row = c->kv_lora_rank + c->qk_rope_head_dim, cap = 64 + ntok + 4, L = c->num_layers;
+/* The steps start after the decode's prompt: its first `context` cache rows (computed by the
+ * decoder's prefill in `s`) are copied in, so the stage times are at the decode's context length. */
+static pdb_status phases(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweights *w, int ntok, const pdb_dec_seq *s,
+                         int context) {
+    int64_t row = c->kv_lora_rank + c->qk_rope_head_dim, cap = context + ntok + 4, L = c->num_layers;
     float *lat = malloc(sizeof(float) * (size_t)(L * cap * row)), *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     pdb_v2_batch b;
     if (!lat || !logits || pdb_v2_batch_init(&b, w, pool, 1, cap)) return PDB_NOMEM;
+    for (int64_t l = 0; l < L; l++) memcpy(lat + l * cap * row, s->lat + l * s->cap * row, sizeof(float) * (size_t)(context * row));
     enum { P_EMBED, P_NORM, P_ATTN, P_ATTN_MOE, P_FFN_DENSE, P_FFN_MOE, P_LOGITS, P_ARGMAX, P_N };
     static const char *nm[P_N] = {"embed", "attention norms", "attention (dense layers)", "attention (MoE layers)", "FFN (dense layers)",
                                   "FFN (MoE layers)", "final norm + lm_head", "argmax"};
     double t[P_N] = {0}, total = 0, st[PDB_V2_ST_N] = {0}, warm[PDB_V2_ST_N];
     int32_t tok = 1;
-    for (int p = 0; p < 64 + ntok; p++) {
-        int on = p >= 64; /* the first 64 positions fill the context, as the decode's prompt */
+    for (int p = context - 1; p < context + ntok; p++) { /* a warm-up step at the prompt's last position, then ntok */
+        int on = p >= context;
         pdb_v2_ops_stage_s = on ? st : warm;
         double t0 = now_s(), t1;
         b.cache[0] = (pdb_v2_rowcache){lat, cap * row, row, 0};
@@ -442,7 +446,7 @@ int main(int argc, char **argv) {
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,
            100 * dc / (dt * pdb_pool_threads(pool)), ntok / dc);
     if (profile) prof_report();
-    if (do_phases && phases(pool, c, w, ntok)) { fprintf(stderr, "bench_decode: out of memory for --phases\n"); return 1; }
+    if (do_phases && phases(pool, c, w, ntok, &s, context)) { fprintf(stderr, "bench_decode: out of memory for --phases\n"); return 1; }
     if (classes) {
         float *x = malloc(sizeof(float) << 16), *y = malloc(sizeof(float) << 20), *rowbuf;
         size_t rb = (size_t)pdb_pool_threads(pool) * 4 * (1 << 16) * sizeof(float);
