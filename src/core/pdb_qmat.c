@@ -706,6 +706,46 @@ void pdb_qmat_dots(const float *x, const float *w, int64_t n, int64_t ldw, int64
     for (; k < m; k++) out[k] = pdb_qmat_dot(x, w + k * ldw, n);
 }
 
+/* Two rows against four x per 32-element step (12 loads for 16 FMAs; dot4_avx512 needs 10 for 8):
+ * each (x, row) pair keeps dot_avx512's lanes and fold. */
+__attribute__((target("avx512f"))) static void dots2x4_avx512(const float *const *x, const float *w0, const float *w1, int64_t n,
+                                                              float *o0, float *o1) {
+    __m512 lo[2][4], hi[2][4];
+    PDB_QM_UNROLL
+    for (int i = 0; i < 4; i++) lo[0][i] = hi[0][i] = lo[1][i] = hi[1][i] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < n; k += 32) {
+        __m512 a0 = _mm512_loadu_ps(w0 + k), a1 = _mm512_loadu_ps(w0 + k + 16), b0 = _mm512_loadu_ps(w1 + k),
+               b1 = _mm512_loadu_ps(w1 + k + 16);
+        PDB_QM_UNROLL
+        for (int i = 0; i < 4; i++) {
+            __m512 x0 = _mm512_loadu_ps(x[i] + k), x1 = _mm512_loadu_ps(x[i] + k + 16);
+            lo[0][i] = _mm512_fmadd_ps(x0, a0, lo[0][i]);
+            hi[0][i] = _mm512_fmadd_ps(x1, a1, hi[0][i]);
+            lo[1][i] = _mm512_fmadd_ps(x0, b0, lo[1][i]);
+            hi[1][i] = _mm512_fmadd_ps(x1, b1, hi[1][i]);
+        }
+    }
+    fold4_avx512(lo[0], hi[0], o0);
+    fold4_avx512(lo[1], hi[1], o1);
+}
+
+void pdb_qmat_dots_xs(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t m, int64_t n, float *out,
+                      int64_t ldo) {
+    int64_t r = 0, i0 = 0;
+    if (isa_get() == PDB_ISA_AVX512 && n % 32 == 0) {
+        for (; i0 + 4 <= nx; i0 += 4) { /* row pairs of this group of four x, then its odd last row below */
+            const float *xs[4] = {x + i0 * ldx, x + (i0 + 1) * ldx, x + (i0 + 2) * ldx, x + (i0 + 3) * ldx};
+            for (r = 0; r + 2 <= m; r += 2) {
+                float o0[4], o1[4];
+                dots2x4_avx512(xs, w + r * ldw, w + (r + 1) * ldw, n, o0, o1);
+                for (int i = 0; i < 4; i++) out[(i0 + i) * ldo + r] = o0[i], out[(i0 + i) * ldo + r + 1] = o1[i];
+            }
+            for (int i = 0; r < m && i < 4; i++) out[(i0 + i) * ldo + r] = pdb_qmat_dot(xs[i], w + r * ldw, n);
+        }
+    }
+    for (; i0 < nx; i0++) pdb_qmat_dots(x + i0 * ldx, w, n, ldw, m, out + i0 * ldo);
+}
+
 __attribute__((target("avx512f"))) static void axpy_avx512(float *y, float a, const float *x, int64_t n) {
     __m512 va = _mm512_set1_ps(a);
     int64_t c = 0;
@@ -734,6 +774,26 @@ void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n) {
 __attribute__((target("avx512f"))) static void mix_avx512(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t m,
                                                           const float *x, int64_t ldx, int64_t n, int64_t k) {
     int64_t c = 0;
+    for (; c + 32 <= k; c += 32) /* 32 columns: each broadcast p feeds two FMAs (loads, not FMAs, bound this loop) */
+        for (int64_t i0 = 0; i0 < m; i0 += 8) {
+            int64_t g = m - i0 < 8 ? m - i0 : 8;
+            __m512 lo[8], hi[8];
+            for (int i = 0; i < 8; i++) lo[i] = hi[i] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < n; j++) {
+                __m512 x0 = _mm512_loadu_ps(x + j * ldx + c), x1 = _mm512_loadu_ps(x + j * ldx + c + 16);
+                PDB_QM_UNROLL
+                for (int i = 0; i < 8; i++)
+                    if (i < g) {
+                        __m512 pv = _mm512_set1_ps(p[(i0 + i) * ldp + j]);
+                        lo[i] = _mm512_fmadd_ps(pv, x0, lo[i]);
+                        hi[i] = _mm512_fmadd_ps(pv, x1, hi[i]);
+                    }
+            }
+            for (int i = 0; i < g; i++) {
+                _mm512_storeu_ps(out + (i0 + i) * ldo + c, lo[i]);
+                _mm512_storeu_ps(out + (i0 + i) * ldo + c + 16, hi[i]);
+            }
+        }
     for (; c + 16 <= k; c += 16)
         for (int64_t i0 = 0; i0 < m; i0 += 8) {
             int64_t g = m - i0 < 8 ? m - i0 : 8;

@@ -57,6 +57,11 @@ float pdb_qmat_dot(const float *a, const float *b, int64_t n);
 /* out[k] = pdb_qmat_dot(x, w + k * ldw, n) for k < m, bit for bit, four rows at a time on AVX-512
  * (independent chains: faster than m separate calls). */
 void pdb_qmat_dots(const float *x, const float *w, int64_t n, int64_t ldw, int64_t m, float *out);
+/* out[i * ldo + k] = pdb_qmat_dot(x + i * ldx, w + k * ldw, n) for i < nx, k < m, bit for bit; on
+ * AVX-512 with n a multiple of 32, two rows against four x at a time (each row loaded once per four
+ * x: MLA decode scores of every head against a block of latent rows). */
+void pdb_qmat_dots_xs(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t m, int64_t n, float *out,
+                      int64_t ldo);
 /* y[t*ldy + o] = dot(x[t*ldx ...], row o) for t < T, o < rows. pool may be NULL (one thread).
  * rowbuf: scratch of PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(pool), cols) floats (the caller owns it). */
 void pdb_qmat_matmul(pdb_pool *pool, const pdb_qmat *w, const float *x, int64_t ldx, int64_t T, float *y,
@@ -91,8 +96,9 @@ void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n);
 /* Weighted row sums: out[i * ldo + c] for i < m, c < k is, for every i, what zeroing it and then
  * pdb_qmat_axpy(out_i, p[i * ldp + j], x + j * ldx, k) for j = 0 .. n-1 in order gives, bit for
  * bit (one chain of fused multiply-adds per element, rows in order). Columns go in registers of
- * 16 and eight outputs at a time on AVX-512, so each x row is read once per eight outputs
- * (MLA attention's o_lat of all heads in one pass over the latent rows). */
+ * 32 (then 16) and eight outputs at a time on AVX-512, so each x row is read once per eight
+ * outputs and each weight once per 32 columns (MLA attention's o_lat of all heads in one pass
+ * over the latent rows). */
 void pdb_qmat_mix(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t m, const float *x, int64_t ldx, int64_t n,
                   int64_t k);
 

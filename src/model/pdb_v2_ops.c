@@ -325,7 +325,7 @@ static void attn_task(void *vc, int64_t task, int thread) {
  * weights stream with the matmul's prefetching row claims and each latent row is read once for
  * all heads: (1) q_lat = W_UK^T q_nope for every (row, head), one matmul_multi; (2) scores of
  * blocks of positions against every head; (3) scale and softmax per (row, head); (4) o_lat of
- * every head per 16-column slice (pdb_qmat_mix); (5) out = W_UV o_lat, one matmul_multi. Every
+ * every head per 32-column slice (pdb_qmat_mix); (5) out = W_UV o_lat, one matmul_multi. Every
  * value is computed as the task computes it (the same dot per score, the same axpy chain per
  * o_lat element, the same matmul per product): bit-identical. */
 typedef struct {
@@ -343,7 +343,7 @@ static void wide_scores(void *vc, int64_t task, int thread) {
     const pdb_v2_rowcache *rc = &b->cache[r];
     int64_t j0 = (task - w->first[r]) * w->blk, n = b->pos[r] + 1 - j0 < w->blk ? b->pos[r] + 1 - j0 : w->blk;
     const float *lat = rc->base + b->layer * rc->layer_stride + j0 * rc->pos_stride;
-    for (int64_t h = 0; h < nh; h++) pdb_qmat_dots(b->wq + (r * nh + h) * row, lat, row, rc->pos_stride, n, b->wsc + (r * nh + h) * b->max_len + j0);
+    pdb_qmat_dots_xs(b->wq + r * nh * row, row, nh, lat, rc->pos_stride, n, row, b->wsc + r * nh * b->max_len + j0, b->max_len);
 }
 
 static void wide_softmax(void *vc, int64_t task, int thread) {
@@ -352,13 +352,16 @@ static void wide_softmax(void *vc, int64_t task, int thread) {
     scores_to_probs(b, b->wsc + task * b->max_len, n);
 }
 
+enum { MIX_COLS = 32 }; /* o_lat columns per mix task: pdb_qmat_mix's widest register tile */
+
 static void wide_mix(void *vc, int64_t task, int thread) {
     pdb_v2_batch *b = vc;
     const pdb_config *c = &b->w->cfg;
-    int64_t nh = c->num_heads, kvl = c->kv_lora_rank, slices = (kvl + 15) / 16, r = task / slices, c0 = task % slices * 16;
+    int64_t nh = c->num_heads, kvl = c->kv_lora_rank, slices = (kvl + MIX_COLS - 1) / MIX_COLS, r = task / slices;
+    int64_t c0 = task % slices * MIX_COLS;
     const pdb_v2_rowcache *rc = &b->cache[r];
     pdb_qmat_mix(b->wo + r * nh * kvl + c0, kvl, b->wsc + r * nh * b->max_len, b->max_len, nh,
-                 rc->base + b->layer * rc->layer_stride + c0, rc->pos_stride, b->pos[r] + 1, kvl - c0 < 16 ? kvl - c0 : 16);
+                 rc->base + b->layer * rc->layer_stride + c0, rc->pos_stride, b->pos[r] + 1, kvl - c0 < MIX_COLS ? kvl - c0 : MIX_COLS);
 }
 
 static void attention_wide(pdb_v2_batch *b, struct timespec *t0) {
@@ -388,7 +391,7 @@ static void attention_wide(pdb_v2_batch *b, struct timespec *t0) {
     stage(PDB_V2_ST_SCORES, t0);
     pdb_pool_run(b->pool, R * nh, wide_softmax, b);
     stage(PDB_V2_ST_SOFTMAX, t0);
-    pdb_pool_run(b->pool, R * ((kvl + 15) / 16), wide_mix, b);
+    pdb_pool_run(b->pool, R * ((kvl + MIX_COLS - 1) / MIX_COLS), wide_mix, b);
     stage(PDB_V2_ST_MIX, t0);
     for (int64_t r = 0; r < R; r++)
         for (int64_t h = 0; h < nh; h++)

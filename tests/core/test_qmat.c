@@ -185,10 +185,10 @@ static void test_dots(void **st) {
     for (int i = 0; i < N; i++) x[i] = (float)((i * 53) % 97) / 31.0f - 1.5f;
     for (int i = 0; i < M * LD; i++) w[i] = (float)((i * 29) % 89) / 17.0f - 2.5f;
     pdb_qmat_isa best = pdb_qmat_isa_detect();
-    int widths[] = {1, 31, 32, 64, 128, 160, 200};
+    int widths[] = {1, 31, 32, 64, 128, 160, 192, 200};
     for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
         pdb_qmat_isa_set((pdb_qmat_isa)isa);
-        for (int wi = 0; wi < 7; wi++) {
+        for (int wi = 0; wi < (int)(sizeof widths / sizeof widths[0]); wi++) {
             float got[M], ref[M];
             pdb_qmat_dots(x, w, widths[wi], LD, M, got);
             for (int k = 0; k < M; k++) ref[k] = pdb_qmat_dot(x, w + k * LD, widths[wi]);
@@ -197,13 +197,28 @@ static void test_dots(void **st) {
             for (int k = 0; k < M; k++) ref[k] = pdb_qmat_dot(x, w + k * LD, widths[wi]);
             pdb_qmat_isa_set((pdb_qmat_isa)isa);
             if (memcmp(got, ref, sizeof got)) fail_msg("%s, n=%d: pdb_qmat_dots differs from the scalar dot", pdb_qmat_isa_name((pdb_qmat_isa)isa), widths[wi]);
+            /* several x against the rows: every x count around the group of four, every row count around the pair */
+            enum { NX = 9, LDX = 201, LDO = 13 };
+            static float xs[NX * LDX], o[NX * LDO], r2[NX * LDO];
+            for (int i = 0; i < NX * LDX; i++) xs[i] = (float)((i * 41) % 103) / 23.0f - 2.2f;
+            for (int nx = 1; nx <= NX; nx++)
+                for (int m = 0; m <= M; m++) {
+                    memset(o, 0x7F, sizeof o);
+                    memcpy(r2, o, sizeof r2);
+                    pdb_qmat_dots_xs(xs, LDX, nx, w, LD, m, widths[wi], o, LDO);
+                    for (int i = 0; i < nx; i++)
+                        for (int k = 0; k < m; k++) r2[i * LDO + k] = pdb_qmat_dot(xs + i * LDX, w + k * LD, widths[wi]);
+                    if (memcmp(o, r2, sizeof o))
+                        fail_msg("%s, n=%d, %d x, %d rows: pdb_qmat_dots_xs differs from pdb_qmat_dot", pdb_qmat_isa_name((pdb_qmat_isa)isa),
+                                 widths[wi], nx, m);
+                }
         }
     }
     pdb_qmat_isa_set(best);
 }
 
 /* pdb_qmat_mix == memset + pdb_qmat_axpy per row in order, on every ISA, for output counts
- * around the group of eight, widths around the register of 16, and zero rows. */
+ * around the group of eight, widths around the registers of 16 and 32, and zero rows. */
 static void test_mix(void **st) {
     enum { NMAX = 45, KMAX = 70, MMAX = 19, LDX = 73, LDP = 47, LDO = 71 };
     static float x[NMAX * LDX], p[MMAX * LDP], got[MMAX * LDO], ref[MMAX * LDO];
@@ -211,12 +226,12 @@ static void test_mix(void **st) {
     for (int i = 0; i < MMAX * LDP; i++) p[i] = (float)((i * 19) % 83) / 97.0f;
     p[5] = -0.0f, x[3] = 1e-30f, x[4] = -1e30f;
     pdb_qmat_isa best = pdb_qmat_isa_detect();
-    int ms[] = {1, 7, 8, 9, 16, 19}, ns[] = {0, 1, 5, 45}, ks[] = {1, 15, 16, 17, 64, 70};
+    int ms[] = {1, 7, 8, 9, 16, 19}, ns[] = {0, 1, 5, 45}, ks[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 70};
     for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
         pdb_qmat_isa_set((pdb_qmat_isa)isa);
         for (int a = 0; a < 6; a++)
             for (int b = 0; b < 4; b++)
-                for (int c = 0; c < 6; c++) {
+                for (int c = 0; c < (int)(sizeof ks / sizeof ks[0]); c++) {
                     int m = ms[a], n = ns[b], k = ks[c];
                     memset(got, 0x7F, sizeof got);
                     memcpy(ref, got, sizeof ref);
