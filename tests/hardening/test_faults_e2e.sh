@@ -28,17 +28,20 @@ ok() { echo "ok   $*"; }
 NOT_RUN=0
 
 URL=""; PID=""
-start() { # start NAME CMD...: wait for "listening on URL"
+try_start() { # try_start NAME CMD...: wait for "listening on URL"; 1 if the process exits first
     local name="$1"; shift
     "$@" >>"$T/$name.log" 2>&1 &
     PID=$!; PIDS+=("$PID")
     for _ in $(seq 1 900); do
         URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$T/$name.log" | tail -1)
         [ -n "$URL" ] && return 0
-        kill -0 "$PID" 2>/dev/null || fail "$name exited: $(tail -5 "$T/$name.log")"
+        kill -0 "$PID" 2>/dev/null || return 1
         sleep 0.1
     done
     fail "$name did not start"
+}
+start() { # start NAME CMD...: try_start or fail
+    try_start "$@" || fail "$1 exited: $(tail -5 "$T/$1.log")"
 }
 start_at() { # start_at NAME PORT CMD...: like start, for a fixed port (restarts); clears the old URL line
     local name="$1" port="$2"; shift 2
@@ -50,13 +53,27 @@ start_at() { # start_at NAME PORT CMD...: like start, for a fixed port (restarts
 "$BIN" make-model --arch deepseek_v2 --preset tiny --seed 43 --out "$T/hf" >/dev/null
 "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
 BS=128
-PDEC=$(python3 "$H" free_port); PPRE=$(python3 "$H" free_port)
 start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size $BS --threads 1
 NATIVE=$URL
-DEC_CMD=("$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port "$PDEC" --block-size $BS --threads 1)
-PRE_CMD=("$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port "$PPRE" --backend cpu --parallel 2 --threads 1 --chunk 64)
-start_at dec "$PDEC" "${DEC_CMD[@]}"; DEC=$URL; DEC_PID=$PID
-start_at pre "$PPRE" "${PRE_CMD[@]}"; PRE_PID=$PID
+# The decoder and the prefill server restart on their ports later, so they get fixed ones: a free
+# port is picked, then bound by the server; another test may bind it in between (ctest -j), so a
+# server that exits at its first start gets another port (up to five tries).
+for try in 1 2 3 4 5; do
+    PDEC=$(python3 "$H" free_port); : >"$T/dec.log"
+    DEC_CMD=("$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port "$PDEC" --block-size $BS --threads 1)
+    try_start dec "${DEC_CMD[@]}" && break
+    [ "$try" = 5 ] && fail "dec exited at five ports: $(tail -5 "$T/dec.log")"
+done
+[ "$URL" = "http://127.0.0.1:$PDEC" ] || fail "dec listens on $URL, wanted port $PDEC"
+DEC=$URL; DEC_PID=$PID
+for try in 1 2 3 4 5; do
+    PPRE=$(python3 "$H" free_port); : >"$T/pre.log"
+    PRE_CMD=("$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port "$PPRE" --backend cpu --parallel 2 --threads 1 --chunk 64)
+    try_start pre "${PRE_CMD[@]}" && break
+    [ "$try" = 5 ] && fail "pre exited at five ports: $(tail -5 "$T/pre.log")"
+done
+[ "$URL" = "http://127.0.0.1:$PPRE" ] || fail "pre listens on $URL, wanted port $PPRE"
+PRE_PID=$PID
 FRONT_ARGS=(--decoder-model "$T/dec" --port 0 --block-size $BS --min-bridge-tokens 256 --min-tail 128)
 start front "$BIN" front --decoder "$DEC" --prefill "http://127.0.0.1:$PPRE" --cache-dir "$T/cache" "${FRONT_ARGS[@]}"
 FRONT=$URL
