@@ -334,14 +334,17 @@ int main(int argc, char **argv) {
         else if (argv[i][0] != '-' && npos < 3) pos[npos++] = argv[i];
         else npos = -9;
     }
-    if (npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
-        fprintf(stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages] [--classes]"
+    int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+    if (help || npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
+        fprintf(help ? stdout : stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages] [--classes]"
                         " [--phases] [--profile] [--daz]\n"
                         "  --context N: prefill N tokens before the timed steps (default 64)\n"
                         "  --rounds N: alternate N probes and N shares of the decode steps (default 8, at most 64)\n"
                         "  --probe-mb N: probe N MB instead of 8x the last-level cache (smoke tests; not a memory roofline)\n"
-                        "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n");
-        return 2;
+                        "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n"
+                        "  --classes: the step's matrix products alone, per class; --phases: a stage clock;\n"
+                        "  --profile: sample the program counter of every thread; --daz: decode with denormals flushed\n");
+        return help ? 0 : 2;
     }
     int ntok = pos[1] ? atoi(pos[1]) : 32, threads = pos[2] ? atoi(pos[2]) : 0;
     pdb_pool *pool;

@@ -54,5 +54,7 @@ for args in "--rounds 0" "--attn sideways" "--probe-mb 0" "--context 0"; do
   else bad "bad option '$args': exit $rc, $(head -c 200 "$T/u.err")"; fi
 done
 
+"$BENCH" --help >"$T/h.out" 2>&1 && grep -q "^usage: bench_decode" "$T/h.out" && ok "--help: usage, exit 0" || bad "--help"
+
 [ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all bench_decode checks passed"
