@@ -4,13 +4,9 @@
 # asked for, fewer pool runs per token with the per-(row, head) tasks than with the stages, the
 # stage clock; bad options get the usage and exit 2. (A smoke test: the numbers are not judged.)
 set -u
-BIN=${PDB_BIN:-build/pdbridge}
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init bench
 BENCH=${PDB_BUILD:-build}/bench_decode
-T=$(mktemp -d /tmp/pdbtest-bench-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-ok()  { echo "ok   $1"; }
-bad() { echo "FAIL $1"; fails=$((fails+1)); }
 
 "$BIN" make-model --preset tiny --seed 4 --out "$T/hf" >/dev/null 2>&1 &&
   "$BIN" quantize --model "$T/hf" --out "$T/mx" >/dev/null 2>&1 || { echo "FAIL setup: make-model/quantize"; exit 1; }
@@ -20,41 +16,40 @@ run() {
   local name=$1; shift
   "$BENCH" "$T/mx" 8 2 --probe-mb 4 "$@" >"$T/$name.out" 2>"$T/$name.err"
   local rc=$?
-  [ $rc -eq 0 ] || { bad "$name: exit $rc: $(cat "$T/$name.err")"; return 1; }
+  [ $rc -eq 0 ] || { pdb_e2e_bad "$name: exit $rc: $(cat "$T/$name.err")"; return 1; }
 }
 # pool runs per token from a run's output
 runs_of() { sed -n 's/^dispatches: \([0-9.]*\) pool runs per token$/\1/p' "$T/$1.out"; }
 
 if run tasks --attn tasks --rounds 2; then
-  grep -q "attention tasks (forced)" "$T/tasks.out" && ok "tasks: the form is named" || bad "tasks: no 'attention tasks (forced)'"
-  grep -Eq "^decode: 8 tokens in .* tok/s .* of the roofline" "$T/tasks.out" && ok "tasks: conservative figure" || bad "tasks: no decode line"
+  grep -q "attention tasks (forced)" "$T/tasks.out" && pdb_e2e_ok "tasks: the form is named" || pdb_e2e_bad "tasks: no 'attention tasks (forced)'"
+  grep -Eq "^decode: 8 tokens in .* tok/s .* of the roofline" "$T/tasks.out" && pdb_e2e_ok "tasks: conservative figure" || pdb_e2e_bad "tasks: no decode line"
   grep -Eq "^paired rounds: 2 x \(probe, 4 steps\): fraction of the roofline per round median [0-9.]+%" "$T/tasks.out" &&
-    ok "tasks: paired figure over 2 rounds" || bad "tasks: no paired rounds line: $(grep paired "$T/tasks.out")"
-  grep -q "no memory roofline" "$T/tasks.out" && ok "tasks: a small probe is flagged" || bad "tasks: the small probe is not flagged"
+    pdb_e2e_ok "tasks: paired figure over 2 rounds" || pdb_e2e_bad "tasks: no paired rounds line: $(grep paired "$T/tasks.out")"
+  grep -q "no memory roofline" "$T/tasks.out" && pdb_e2e_ok "tasks: a small probe is flagged" || pdb_e2e_bad "tasks: the small probe is not flagged"
 fi
 if run stages --attn stages; then
-  grep -q "attention stages (forced)" "$T/stages.out" && ok "stages: the form is named" || bad "stages: no 'attention stages (forced)'"
+  grep -q "attention stages (forced)" "$T/stages.out" && pdb_e2e_ok "stages: the form is named" || pdb_e2e_bad "stages: no 'attention stages (forced)'"
   a=$(runs_of tasks); b=$(runs_of stages)
   if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { exit !(a + 0 < b + 0) }'; then
-    ok "pool runs per token: tasks $a < stages $b"
+    pdb_e2e_ok "pool runs per token: tasks $a < stages $b"
   else
-    bad "pool runs per token: tasks '$a', stages '$b'"
+    pdb_e2e_bad "pool runs per token: tasks '$a', stages '$b'"
   fi
 fi
 if run phases --context 20 --phases; then
-  grep -q "context 20 + 8 steps" "$T/phases.out" && ok "phases: the context is used" || bad "phases: context not reported"
-  grep -Eq "gate/up products \+ SiLU +[0-9.]+ ms" "$T/phases.out" && ok "phases: stage clock printed" || bad "phases: no stage clock"
+  grep -q "context 20 + 8 steps" "$T/phases.out" && pdb_e2e_ok "phases: the context is used" || pdb_e2e_bad "phases: context not reported"
+  grep -Eq "gate/up products \+ SiLU +[0-9.]+ ms" "$T/phases.out" && pdb_e2e_ok "phases: stage clock printed" || pdb_e2e_bad "phases: no stage clock"
 fi
 
 for args in "--rounds 0" "--attn sideways" "--probe-mb 0" "--context 0"; do
   # shellcheck disable=SC2086
   "$BENCH" "$T/mx" 4 1 $args >"$T/u.out" 2>"$T/u.err"
   rc=$?
-  if [ $rc -eq 2 ] && grep -q "^usage: bench_decode" "$T/u.err"; then ok "bad option '$args': usage, exit 2"
-  else bad "bad option '$args': exit $rc, $(head -c 200 "$T/u.err")"; fi
+  if [ $rc -eq 2 ] && grep -q "^usage: bench_decode" "$T/u.err"; then pdb_e2e_ok "bad option '$args': usage, exit 2"
+  else pdb_e2e_bad "bad option '$args': exit $rc, $(head -c 200 "$T/u.err")"; fi
 done
 
-"$BENCH" --help >"$T/h.out" 2>&1 && grep -q "^usage: bench_decode" "$T/h.out" && ok "--help: usage, exit 0" || bad "--help"
+"$BENCH" --help >"$T/h.out" 2>&1 && grep -q "^usage: bench_decode" "$T/h.out" && pdb_e2e_ok "--help: usage, exit 0" || pdb_e2e_bad "--help"
 
-[ $fails -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
-echo "all bench_decode checks passed"
+pdb_e2e_finish

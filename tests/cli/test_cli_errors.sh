@@ -3,12 +3,8 @@
 # subcommand exactly once ("pdbridge make-model: ...", never "pdbridge make-model: make-model: ...")
 # and still names the file/field at fault; exit status 1, never a crash.
 set -u
-BIN=${PDB_BIN:-build/pdbridge}
-T=$(mktemp -d /tmp/pdbtest-clierr-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-ok()   { echo "ok   $1"; }
-bad()  { echo "FAIL $1"; fails=$((fails+1)); }
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init clierr
 
 # expect_once NAME SUB NEEDLE... -- CMD: exit 1; exactly one stderr line starting "pdbridge SUB: "
 # (log lines carry a timestamp first); "SUB:" occurs once in it; it contains each needle.
@@ -16,22 +12,22 @@ expect_once() {
   local name=$1 sub=$2; shift 2; local needles=()
   while [ "$1" != "--" ]; do needles+=("$1"); shift; done; shift
   "$@" >"$T/out" 2>"$T/err" </dev/null; local rc=$?
-  if [ $rc -ne 1 ]; then bad "$name: exit $rc (want 1): $(cat "$T/err")"; return; fi
+  if [ $rc -ne 1 ]; then pdb_e2e_bad "$name: exit $rc (want 1): $(cat "$T/err")"; return; fi
   local lines; lines=$(grep -c "^pdbridge $sub: " "$T/err")
-  if [ "$lines" -ne 1 ]; then bad "$name: $lines lines start 'pdbridge $sub: ' (want 1): $(cat "$T/err")"; return; fi
+  if [ "$lines" -ne 1 ]; then pdb_e2e_bad "$name: $lines lines start 'pdbridge $sub: ' (want 1): $(cat "$T/err")"; return; fi
   local line; line=$(grep "^pdbridge $sub: " "$T/err")
   local n; n=$(grep -oF -- "$sub:" <<<"$line" | wc -l)
-  if [ "$n" -ne 1 ]; then bad "$name: '$sub:' appears $n times: $line"; return; fi
+  if [ "$n" -ne 1 ]; then pdb_e2e_bad "$name: '$sub:' appears $n times: $line"; return; fi
   for nd in "${needles[@]}"; do
-    grep -qF -- "$nd" <<<"$line" || { bad "$name: line lacks '$nd': $line"; return; }
+    grep -qF -- "$nd" <<<"$line" || { pdb_e2e_bad "$name: line lacks '$nd': $line"; return; }
   done
-  ok "$name: $line"
+  pdb_e2e_ok "$name: $line"
 }
 
 touch "$T/file"
 mkdir -p "$T/cfgdir/config.json" "$T/badtok"
 echo '{bad' >"$T/badtok/tokenizer.json"
-"$BIN" make-model --arch deepseek_v2 --preset tiny --seed 1 --out "$T/m" >/dev/null 2>&1 || bad "make-model tiny"
+"$BIN" make-model --arch deepseek_v2 --preset tiny --seed 1 --out "$T/m" >/dev/null 2>&1 || pdb_e2e_bad "make-model tiny"
 python3 - "$T/badids.safetensors" <<'PY'
 import json, struct, sys
 hdr = json.dumps({"input_ids": {"dtype": "I32", "shape": [2], "data_offsets": [0, 8]}}).encode(); hdr += b" " * (-len(hdr) % 8)
@@ -53,9 +49,9 @@ expect_once "quantize --out under a file" quantize "$T/file" -- "$BIN" quantize 
 echo keep >"$T/keep.txt"; mkdir -p "$T/mine"; echo notes >"$T/mine/notes.txt"
 expect_once "quantize --out is a file" quantize "$T/keep.txt" "not a directory" -- "$BIN" quantize --model "$T/m" --out "$T/keep.txt"
 expect_once "quantize --out is a foreign directory" quantize "notes.txt" -- "$BIN" quantize --model "$T/m" --out "$T/mine"
-[ "$(cat "$T/keep.txt")" = keep ] && [ "$(cat "$T/mine/notes.txt")" = notes ] && ok "refused --out left intact" || bad "refused --out was modified"
+[ "$(cat "$T/keep.txt")" = keep ] && [ "$(cat "$T/mine/notes.txt")" = notes ] && pdb_e2e_ok "refused --out left intact" || pdb_e2e_bad "refused --out was modified"
 "$BIN" quantize --model "$T/m" --out "$T/q" >/dev/null 2>&1 && "$BIN" quantize --model "$T/m" --out "$T/q" >/dev/null 2>&1 \
-  && [ -f "$T/q/pdbridge_decoder.json" ] && ok "quantize replaces its own earlier output" || bad "quantize over its own output"
+  && [ -f "$T/q/pdbridge_decoder.json" ] && pdb_e2e_ok "quantize replaces its own earlier output" || pdb_e2e_bad "quantize over its own output"
 # forward: the V2 forward's messages begin with "forward:"
 expect_once "forward id outside vocabulary" forward "5000" -- \
   "$BIN" forward --model "$T/m" --ids-file "$T/badids.safetensors" --decode 1 --out "$T/o"
@@ -72,5 +68,4 @@ expect_once "front missing decoder model" front "$T/nodir" -- \
   "$BIN" front --decoder http://127.0.0.1:9 --prefill http://127.0.0.1:9 --decoder-model "$T/nodir" --cache-dir "$T/c" --port 0
 expect_once "tokenize missing model" tokenize "$T/nodir" -- "$BIN" tokenize --model "$T/nodir"
 
-echo "$fails failure(s)"
-[ $fails -eq 0 ]
+pdb_e2e_finish

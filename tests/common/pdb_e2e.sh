@@ -5,7 +5,17 @@
 #   source tests/common/pdb_e2e.sh; pdb_e2e_init TAG      -> $T (temp dir), $BIN
 #   pdb_e2e_start NAME CMD...                              -> $URL, $PID (log in $T/NAME.log)
 #   pdb_e2e_fail MESSAGE                                   -> prints the logs' tails, exits 1
+# Counted checks, for tests that report every check and fail at the end:
+#   pdb_e2e_ok MESSAGE, pdb_e2e_bad MESSAGE (counts a failure), pdb_e2e_finish (exit 1 if any)
 PDB_E2E_PIDS=()
+PDB_E2E_FAILS=0
+
+pdb_e2e_ok() { echo "ok   $1"; }
+pdb_e2e_bad() { echo "FAIL $1"; PDB_E2E_FAILS=$((PDB_E2E_FAILS + 1)); }
+pdb_e2e_finish() {
+    echo "$PDB_E2E_FAILS failure(s)"
+    [ "$PDB_E2E_FAILS" -eq 0 ] || exit 1
+}
 
 pdb_e2e_cleanup() {
     for p in "${PDB_E2E_PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done

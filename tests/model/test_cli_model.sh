@@ -2,30 +2,26 @@
 # test_cli_model: `pdbridge make-model` + `pdbridge forward` end to end, and every kind of bad
 # model input answered with exit 1 and a message naming the file and tensor/field, never a crash.
 set -u
-BIN=${PDB_BIN:-build/pdbridge}
-T=$(mktemp -d /tmp/pdbtest-cli-XXXXXX)
-trap 'rm -rf "$T"' EXIT
-fails=0
-ok()   { echo "ok   $1"; }
-bad()  { echo "FAIL $1"; fails=$((fails+1)); }
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init cli
 
 # expect_fail NAME NEEDLE... -- CMD: exit status 1 (not a crash) and stderr containing each needle
 expect_fail() {
   local name=$1; shift; local needles=()
   while [ "$1" != "--" ]; do needles+=("$1"); shift; done; shift
   "$@" >"$T/out" 2>"$T/err"; local rc=$?
-  if [ $rc -ne 1 ]; then bad "$name: exit $rc (want 1): $(cat "$T/err")"; return; fi
+  if [ $rc -ne 1 ]; then pdb_e2e_bad "$name: exit $rc (want 1): $(cat "$T/err")"; return; fi
   for n in "${needles[@]}"; do
-    grep -qF -- "$n" "$T/err" || { bad "$name: message lacks '$n': $(cat "$T/err")"; return; }
+    grep -qF -- "$n" "$T/err" || { pdb_e2e_bad "$name: message lacks '$n': $(cat "$T/err")"; return; }
   done
-  ok "$name"
+  pdb_e2e_ok "$name"
 }
 
 for sub in tokenize make-model forward generate info; do
-  "$BIN" $sub --help >/dev/null 2>&1 && ok "$sub --help" || bad "$sub --help"
+  "$BIN" $sub --help >/dev/null 2>&1 && pdb_e2e_ok "$sub --help" || pdb_e2e_bad "$sub --help"
 done
 
-"$BIN" make-model --arch deepseek_v2 --preset tiny --seed 3 --out "$T/m" >/dev/null || bad "make-model"
+"$BIN" make-model --arch deepseek_v2 --preset tiny --seed 3 --out "$T/m" >/dev/null || pdb_e2e_bad "make-model"
 python3 - "$T/ids.safetensors" <<'PY'
 import json, struct, sys
 ids = [(i * 37 + 11) % 1000 for i in range(50)]
@@ -34,18 +30,18 @@ hdr += b" " * (-len(hdr) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(hdr)) + hdr + struct.pack("<%di" % len(ids), *ids))
 PY
 if "$BIN" forward --model "$T/m" --ids-file "$T/ids.safetensors" --decode 4 --out "$T/out.safetensors" 2>"$T/err"; then
-  python3 - "$T/out.safetensors" <<'PY' && ok "forward output shapes" || bad "forward output shapes"
+  python3 - "$T/out.safetensors" <<'PY' && pdb_e2e_ok "forward output shapes" || pdb_e2e_bad "forward output shapes"
 import json, struct, sys
 b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
 assert h["prefill_logits"]["shape"] == [50, 1000] and h["prefill_logits"]["dtype"] == "F32"
 assert h["decode_tokens"]["shape"] == [4] and h["decode_tokens"]["dtype"] == "I32"
 assert h["decode_logits"]["shape"] == [4, 1000]
 PY
-else bad "forward: $(cat "$T/err")"; fi
+else pdb_e2e_bad "forward: $(cat "$T/err")"; fi
 
 # chunked prefill gives the same greedy continuation
 "$BIN" forward --model "$T/m" --ids-file "$T/ids.safetensors" --decode 4 --chunk 7 --out "$T/out7.safetensors" 2>/dev/null
-python3 - "$T/out.safetensors" "$T/out7.safetensors" <<'PY' && ok "forward --chunk 7 same tokens" || bad "forward --chunk 7"
+python3 - "$T/out.safetensors" "$T/out7.safetensors" <<'PY' && pdb_e2e_ok "forward --chunk 7 same tokens" || pdb_e2e_bad "forward --chunk 7"
 import json, struct, sys
 def toks(p):
     b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])["decode_tokens"]
@@ -94,5 +90,4 @@ PY
 expect_fail "token id outside vocabulary" "5000" -- "$BIN" forward --model "$T/m" --ids-file "$T/badids.safetensors" --decode 1 --out "$T/x"
 expect_fail "missing ids file" "nope.safetensors" -- "$BIN" forward --model "$T/m" --ids-file "$T/nope.safetensors" --decode 1 --out "$T/x"
 
-echo "$fails failure(s)"
-[ $fails -eq 0 ]
+pdb_e2e_finish
