@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
@@ -50,6 +51,39 @@ static double cpu_s(void) { /* user + system CPU time of the process, all thread
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Bytes of the mappings overlapping [p, p + n) and how many of them sit in transparent huge pages
+ * (/proc/self/smaps: Size and AnonHugePages, kB); -1 when smaps cannot be read. */
+static double huge_share(const void *p, size_t n, double *mapped) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    int in = 0;
+    double huge = 0;
+    *mapped = 0;
+    uintptr_t a = (uintptr_t)p, b = a + n;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, kb;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) in = lo < b && hi > a;
+        else if (in && sscanf(line, "Size: %lu kB", &kb) == 1) *mapped += kb * 1024.0;
+        else if (in && sscanf(line, "AnonHugePages: %lu kB", &kb) == 1) huge += kb * 1024.0;
+    }
+    fclose(f);
+    return huge;
+}
+
+/* n bytes of anonymous memory aligned to 2 MB, advised for transparent huge pages when huge */
+static void *alloc_pages(size_t n, int huge) {
+    size_t a = (size_t)2 << 20, len = (n + a - 1) / a * a;
+    char *raw = mmap(NULL, len + a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)raw + a - 1) / a * a);
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    if (p + len < raw + len + a) munmap(p + len, (size_t)(raw + len + a - (p + len)));
+    if (huge) (void)madvise(p, len, MADV_HUGEPAGE);
+    else (void)madvise(p, len, MADV_NOHUGEPAGE);
+    return p;
 }
 
 static double now_s(void) {
@@ -313,6 +347,7 @@ static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) 
 
 int main(int argc, char **argv) {
     int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
+    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1;
     long probe_mb = 0;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
@@ -326,6 +361,16 @@ int main(int argc, char **argv) {
             probe_mb = atol(argv[++i]);
             if (probe_mb < 1) npos = -9;
         }
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc) {
+            const char *a = argv[++i];
+            st_flags = !strcmp(a, "resident") ? PDB_ST_RESIDENT : !strcmp(a, "mmap") ? 0 : -1;
+            if (st_flags < 0) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--probe-pages") && i + 1 < argc) {
+            const char *a = argv[++i];
+            probe_huge = !strcmp(a, "huge") ? 1 : !strcmp(a, "small") ? 0 : -1;
+            if (probe_huge < 0) npos = -9;
+        }
         else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
             const char *a = argv[++i];
             pdb_v2_ops_attn_path = !strcmp(a, "tasks") ? PDB_V2_ATTN_TASKS : !strcmp(a, "stages") ? PDB_V2_ATTN_STAGES : -1;
@@ -337,11 +382,13 @@ int main(int argc, char **argv) {
     int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     if (help || npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
         fprintf(help ? stdout : stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages] [--classes]"
-                        " [--phases] [--profile] [--daz]\n"
+                        " [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small]\n"
                         "  --context N: prefill N tokens before the timed steps (default 64)\n"
                         "  --rounds N: alternate N probes and N shares of the decode steps (default 8, at most 64)\n"
                         "  --probe-mb N: probe N MB instead of 8x the last-level cache (smoke tests; not a memory roofline)\n"
                         "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n"
+                        "  --weights: mmap the checkpoint, or read it into huge-page memory (default: the decoder's)\n"
+                        "  --probe-pages: the probe buffer in transparent huge pages (default) or in 4 KB pages\n"
                         "  --classes: the step's matrix products alone, per class; --phases: a stage clock;\n"
                         "  --profile: sample the program counter of every thread; --daz: decode with denormals flushed\n");
         return help ? 0 : 2;
@@ -349,7 +396,7 @@ int main(int argc, char **argv) {
     int ntok = pos[1] ? atoi(pos[1]) : 32, threads = pos[2] ? atoi(pos[2]) : 0;
     pdb_pool *pool;
     pdb_dec_model *m;
-    if (pdb_pool_create(threads, &pool) || pdb_dec_model_open(pos[0], pool, &m)) {
+    if (pdb_pool_create(threads, &pool) || pdb_dec_model_open_flags(pos[0], pool, st_flags, &m)) {
         fprintf(stderr, "bench_decode: %s\n", pdb_err_msg());
         return 1;
     }
@@ -378,7 +425,7 @@ int main(int argc, char **argv) {
         printf("probe size set to %ld MB: with less than 8x the last-level cache it is no memory roofline\n", probe_mb);
     }
     size_t probe_n = probe_bytes / sizeof(float) / 8192 * 8192; /* 64 tasks of whole 128-float steps */
-    float *probe_buf = malloc(probe_n * sizeof(float));
+    float *probe_buf = alloc_pages(probe_n * sizeof(float), probe_huge);
     if (!probe_buf) { fprintf(stderr, "bench_decode: out of memory for the probe\n"); return 1; }
     for (size_t i = 0; i < probe_n; i++) probe_buf[i] = (float)(i & 7);
     double bw_half = 0, bw_line = 0, bw = 0;
@@ -423,7 +470,9 @@ int main(int argc, char **argv) {
         dt += d, dc += cpu_s() - c0, runs += pdb_pool_runs(pool) - runs0, done += n;
         r_probe[r] = p, r_tps[r] = n / d, r_frac[r] = per_tok * r_tps[r] / 1e9 / p;
     }
-    free(probe_buf);
+    double probe_map = 0, probe_hp = huge_share(probe_buf, probe_n * sizeof(float), &probe_map);
+    double w_map = 0, w_hp = huge_share(w->lm_head.data, 1, &w_map);
+    munmap(probe_buf, (probe_n * sizeof(float) + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20));
     double tps = ntok / dt, eff = per_tok * tps / 1e9;
     printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", pos[0], pdb_dec_model_scheme(m),
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
@@ -435,6 +484,9 @@ int main(int argc, char **argv) {
            l3 > 0 ? per_tok / (double)l3 : 0.0);
     printf("bandwidth probe: best %.2f GB/s over %.2f GB (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", bw,
            probe_bytes / 1e9, bw_half, bw_line);
+    printf("pages: weights %s, %.0f of %.0f MB in huge pages; probe %.0f of %.0f MB in huge pages (asked: %s)\n",
+           st_flags & PDB_ST_RESIDENT ? "resident" : "mmap'd", w_hp / 1e6, w_map / 1e6, probe_hp / 1e6, probe_map / 1e6,
+           probe_huge ? "huge" : "small");
     printf("e4m3 subnormal codes: %.4f%% of the MXFP8 weights%s\n", 100 * subnormal_fraction(c, w), daz ? "; decode ran with DAZ/FTZ" : "");
     printf("decode: %d tokens in %.2f s = %.2f tok/s -> %.2f GB/s of weights = %.1f%% of the roofline (%.2f tok/s)\n", ntok, dt,
            tps, eff, 100 * eff / bw, bw * 1e9 / per_tok);

@@ -382,22 +382,21 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
     acc_put(acc, nt, lo, hi);
 }
 
-/* sct here holds byte offsets into lut_e2m1_scaled (scale_table's MXFP4 form) */
-__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp4_fast(const uint8_t *const *q, const float *sct,
+/* s: the four rows' e8m0 scales; each block's scaled table is lut_e2m1_scaled[s[i][b]] (the
+ * index arithmetic runs on the scalar ports, which the vector loop leaves idle) */
+__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp4_fast(const uint8_t *const *q, const uint8_t *const *s,
         int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
     __m512 ev[2][4], od[2][4];
     acc_get(acc, nt, ev, od);
-    for (int64_t b = b0; b < b1; b++, sct += 4) {
+    for (int64_t b = b0; b < b1; b++) {
         __m512 xe[2], xo[2];
         PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf && !(b & 1)) _mm_prefetch((const char *)q[i] + b * 16 + pf, _MM_HINT_T0);
-            uint32_t off;
-            memcpy(&off, &sct[i], 4);
-            __m512 ls = _mm512_load_ps((const float *)((const char *)lut_e2m1_scaled + off));
+            __m512 ls = _mm512_load_ps(lut_e2m1_scaled[s[i][b]]);
             __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(q[i] + b * 16))), sh);
             __m512 we = _mm512_permutexvar_ps(v, ls), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), ls); /* index bits 3..0 */
             PDB_QM_UNROLL
@@ -493,8 +492,8 @@ __attribute__((target("avx512f"))) static void evod_to_lohi(qm_acc *acc) {
     }
 PDB_QM_KERNEL(k_mx8_fast_t1, float, fused4_mxfp8_fast(q, sc, b0, b1, x, ldx, 1, pf, acc))
 PDB_QM_KERNEL(k_mx8_fast_t2, float, fused4_mxfp8_fast(q, sc, b0, b1, x, ldx, 2, pf, acc))
-PDB_QM_KERNEL(k_mx4_fast_t1, float, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 1, pf, acc))
-PDB_QM_KERNEL(k_mx4_fast_t2, float, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 2, pf, acc))
+PDB_QM_KERNEL(k_mx4_fast_t1, uint8_t *const, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 1, pf, acc))
+PDB_QM_KERNEL(k_mx4_fast_t2, uint8_t *const, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 2, pf, acc))
 PDB_QM_KERNEL(k_mx8_gen_t1, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 1, 0, acc))
 PDB_QM_KERNEL(k_mx8_gen_t2, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 2, 0, acc))
 PDB_QM_KERNEL(k_mx8_gen_nan_t1, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 1, 1, acc))
@@ -635,8 +634,7 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
     for (int64_t b0 = 0; b0 < nb; b0 += QM_CHUNK_BLOCKS) {
         int64_t b1 = b0 + QM_CHUNK_BLOCKS < nb ? b0 + QM_CHUNK_BLOCKS : nb;
         if (!mx8) {
-            scale_table(s, b0, b1, 0, sct);
-            (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, sct, b0, b1, xd, C, pf, &acc);
+            (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, s, b0, b1, xd, C, pf, &acc);
         } else if (w->nan_free && scale_table(s, b0, b1, 1, sct)) {
             if (mx8_evod) (T == 2 ? k_mx8_evod_t2 : k_mx8_evod_t1)(q, sct, b0, b1, xd, C, pf, &acc), evod = 1;
             else (T == 2 ? k_mx8_fast_t2 : k_mx8_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);

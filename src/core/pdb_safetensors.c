@@ -123,6 +123,7 @@ typedef struct st_file {
 
 struct pdb_st {
     char *root; /* the path given to pdb_st_open */
+    int flags;  /* PDB_ST_* */
     st_file *files;
     int nfiles, files_cap;
     pdb_tensor_view *tensors;
@@ -234,6 +235,37 @@ static pdb_status st_parse_meta(const st_file *f, json_t *meta) {
     return PDB_OK;
 }
 
+/* PDB_ST_RESIDENT: the whole file read into anonymous memory aligned to 2 MB and advised for
+ * transparent huge pages (madvise is a hint: where THP is off it stays in 4 KB pages), then made
+ * read-only. f->map/map_len then describe that region (munmap'd by pdb_st_close as a mapping is). */
+enum { ST_HUGE = 2 << 20, ST_READ_CHUNK = 64 << 20 };
+
+static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
+    size_t len = ((size_t)size + ST_HUGE - 1) / ST_HUGE * ST_HUGE;
+    uint8_t *raw = mmap(NULL, len + ST_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
+        return pdb_err_set(PDB_NOMEM, "%s: cannot allocate %zu bytes to hold the file in memory: %s", f->path, len,
+                           strerror(errno));
+    uint8_t *a = (uint8_t *)(((uintptr_t)raw + ST_HUGE - 1) / ST_HUGE * ST_HUGE);
+    if (a > raw) munmap(raw, (size_t)(a - raw));
+    if (a + len < raw + len + ST_HUGE) munmap(a + len, (size_t)(raw + len + ST_HUGE - (a + len)));
+    f->map = a; /* from here pdb_st_close unmaps it */
+    f->map_len = len;
+    (void)madvise(a, len, MADV_HUGEPAGE);
+    for (uint64_t off = 0; off < size;) {
+        size_t want = size - off < ST_READ_CHUNK ? (size_t)(size - off) : ST_READ_CHUNK;
+        ssize_t got = pread(fd, a + off, want, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0)
+            return pdb_err_set(PDB_IO, "%s: read at byte %" PRIu64 " of %" PRIu64 ": %s", f->path, off, size,
+                               got < 0 ? strerror(errno) : "unexpected end of file");
+        off += (uint64_t)got;
+    }
+    if (mprotect(a, len, PROT_READ) != 0)
+        return pdb_err_set(PDB_IO, "%s: mprotect of the in-memory copy: %s", f->path, strerror(errno));
+    return PDB_OK;
+}
+
 /* Map `path`, validate its header, append its tensors. */
 static pdb_status st_add_file(pdb_st *st, const char *path) {
     if (st->nfiles == st->files_cap) {
@@ -270,12 +302,18 @@ static pdb_status st_add_file(pdb_st *st, const char *path) {
         return pdb_err_set(PDB_CORRUPT, "%s: file is %" PRIu64 " bytes, too short for the 8-byte header length "
                            "(truncated?)", path, size);
     }
-    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    close(fd);
-    if (m == MAP_FAILED) return pdb_err_set(PDB_IO, "%s: mmap of %" PRIu64 " bytes: %s", path, size, strerror(err));
-    f->map = m;
-    f->map_len = (size_t)size;
+    if (st->flags & PDB_ST_RESIDENT) {
+        pdb_status rs = st_read_resident(f, fd, size);
+        close(fd);
+        if (rs) return rs;
+    } else {
+        void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+        int err = errno;
+        close(fd);
+        if (m == MAP_FAILED) return pdb_err_set(PDB_IO, "%s: mmap of %" PRIu64 " bytes: %s", path, size, strerror(err));
+        f->map = m;
+        f->map_len = (size_t)size;
+    }
 
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->map[i];
@@ -487,7 +525,9 @@ static pdb_status st_open_dir(pdb_st *st, const char *dir) {
     return rc == PDB_OK ? st_build_index(st) : rc;
 }
 
-pdb_status pdb_st_open(const char *path, pdb_st **out) {
+pdb_status pdb_st_open(const char *path, pdb_st **out) { return pdb_st_open_flags(path, 0, out); }
+
+pdb_status pdb_st_open_flags(const char *path, int flags, pdb_st **out) {
     PDB_ASSERT(path && out, "pdb_st_open: NULL argument");
     *out = NULL;
     struct stat sb;
@@ -498,6 +538,7 @@ pdb_status pdb_st_open(const char *path, pdb_st **out) {
     pdb_st *st = calloc(1, sizeof *st);
     if (!st) return pdb_err_set(PDB_NOMEM, "%s: out of memory", path);
     st->root = str_dup(path);
+    st->flags = flags;
     pdb_status rc;
     if (!st->root)
         rc = pdb_err_set(PDB_NOMEM, "%s: out of memory", path);

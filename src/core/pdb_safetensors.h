@@ -37,6 +37,11 @@ typedef struct pdb_st pdb_st; /* a set of one or more mapped files */
 /* path: a .safetensors file, or a directory holding model.safetensors or
  * model.safetensors.index.json (+ shards). */
 pdb_status pdb_st_open(const char *path, pdb_st **out);
+/* flags: PDB_ST_RESIDENT reads every file into anonymous memory advised for transparent huge
+ * pages instead of mapping it (the decoder's weights: no page-cache faults, and a 2 MB page
+ * spans 512 of a streamed matrix's 4 KB TLB entries); the views' bytes are the same. */
+enum { PDB_ST_RESIDENT = 1 };
+pdb_status pdb_st_open_flags(const char *path, int flags, pdb_st **out);
 void pdb_st_close(pdb_st *st);
 
 int64_t pdb_st_count(const pdb_st *st);

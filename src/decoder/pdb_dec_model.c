@@ -155,6 +155,10 @@ void pdb_dec_block_pools(const pdb_store_layout *layout, int64_t bs, const void 
 }
 
 pdb_status pdb_dec_model_open(const char *dir, pdb_pool *pool, pdb_dec_model **out) {
+    return pdb_dec_model_open_flags(dir, pool, PDB_DEC_WEIGHTS_DEFAULT, out);
+}
+
+pdb_status pdb_dec_model_open_flags(const char *dir, pdb_pool *pool, int st_flags, pdb_dec_model **out) {
     pdb_dec_model *m = calloc(1, sizeof *m);
     if (!m) return pdb_err_set(PDB_NOMEM, "decoder model");
     m->pool = pool;
@@ -163,7 +167,7 @@ pdb_status pdb_dec_model_open(const char *dir, pdb_pool *pool, pdb_dec_model **o
     if (!s && !(m->arch = arch_of(&m->cfg)))
         s = pdb_err_set(PDB_UNSUPPORTED, "%s: decoder supports deepseek_v2 and deepseek_v4", dir);
     if (!s && m->cfg.arch == PDB_ARCH_DEEPSEEK_V4) s = pdb_dec_model_v4_semantics(dir, &sem);
-    if (!s) s = pdb_st_open(dir, &m->st);
+    if (!s) s = pdb_st_open_flags(dir, st_flags, &m->st);
     if (!s) s = m->arch->open(&m->cfg, m->st, pool, sem, &m->impl);
     if (!s) s = pdb_dec_model_identity(dir, &m->cfg, m->st, m->scheme, m->fingerprint);
     if (!s) s = m->arch->layout(&m->cfg, &m->layout);

@@ -52,6 +52,10 @@ typedef struct pdb_dec_seg {
 } pdb_dec_seg;
 
 pdb_status pdb_dec_model_open(const char *dir, pdb_pool *pool, pdb_dec_model **out);
+/* st_flags: pdb_st_open_flags' (PDB_ST_RESIDENT: weights read into huge-page memory, 0: mmap'd);
+ * pdb_dec_model_open passes PDB_DEC_WEIGHTS_DEFAULT. */
+#define PDB_DEC_WEIGHTS_DEFAULT 0
+pdb_status pdb_dec_model_open_flags(const char *dir, pdb_pool *pool, int st_flags, pdb_dec_model **out);
 void pdb_dec_model_close(pdb_dec_model *m);
 const pdb_config *pdb_dec_model_config(const pdb_dec_model *m);
 const uint8_t *pdb_dec_model_fingerprint(const pdb_dec_model *m); /* [32] */
