@@ -37,7 +37,8 @@ unpack() {
   [ -f "$CARRY/benchcarry.tar.xz" ] && tar xJf "$CARRY/benchcarry.tar.xz" -C /tmp && CARRY=/tmp/benchcarry
   export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
   B=$CARRY/bin
-  { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|L3"; free -g | head -2; } > "$OUT/machine.txt" 2>&1 || true
+  { lscpu | grep -E "Model name|^CPU\(s\)|Thread|Socket|L3"; free -g | head -2
+    echo "transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled) defrag $(cat /sys/kernel/mm/transparent_hugepage/defrag)"; } > "$OUT/machine.txt" 2>&1 || true
 }
 
 # the decode models, made once per machine: 16 layers (1.21 GB of weights per token, 3.9x a 300 MB
@@ -97,7 +98,7 @@ each() {
     case "$a" in *:\ *) bin=$B/bench_decode.${a%%:*}; a=${a#*: } ;; esac
     # shellcheck disable=SC2086
     "$bin" $M/v2lite16-mx $a
-  done 2>&1 | tee -a "$OUT/each.txt" | grep -E "^==|^threads|^decode|^dispatches|^bandwidth|ms +[0-9.]+%"
+  done 2>&1 | tee -a "$OUT/each.txt" | grep -E "^==|^threads|^decode|^paired|^pages|^dispatches|^bandwidth|ms +[0-9.]+%|of the probe"
 }
 
 case "${1:-}" in

@@ -369,7 +369,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
-            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
+            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T1);
             __m512 sc = _mm512_set1_ps(sct[i]);
             __m512 w0 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32), sc), w1 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32 + 16), sc);
             PDB_QM_UNROLL
@@ -395,7 +395,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
-            if (pf && !(b & 1)) _mm_prefetch((const char *)q[i] + b * 16 + pf, _MM_HINT_T0);
+            if (pf && !(b & 1)) _mm_prefetch((const char *)q[i] + b * 16 + pf, _MM_HINT_T1);
             __m512 ls = _mm512_load_ps(lut_e2m1_scaled[s[i][b]]);
             __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(q[i] + b * 16))), sh);
             __m512 we = _mm512_permutexvar_ps(v, ls), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), ls); /* index bits 3..0 */
@@ -425,7 +425,7 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void fu
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
-            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
+            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T1);
             __m512 sc = _mm512_set1_ps(sct[i]);
             __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q[i] + b * 32)));
             __m512 we = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), m)), sc);
@@ -517,12 +517,12 @@ __attribute__((target("avx512f"))) static void rearrange_x(const float *x, int64
     }
 }
 
-/* The scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i]: for MXFP4 (mx8 0) each
- * scale's byte offset in lut_e2m1_scaled (64 e, as the bits of the float slot); for MXFP8 (mx8 1)
- * 2^(e-7) for the rebias fold, and it returns 0 when some e exceeds QM_FAST_MAX_E (the table is
- * then unusable). 16 blocks of a row at a time, then a 4 x 16 transpose into the kernels' order; a
- * scalar loop only for chunks under 16 blocks (rows under 512 wide). */
-__attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, int mx8, float *sct) {
+/* The MXFP8 scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i] = 2^(e-7) (the
+ * rebias fold); it returns 0 when some e exceeds QM_FAST_MAX_E (the table is then unusable). 16
+ * blocks of a row at a time, then a 4 x 16 transpose into the kernels' order; a scalar loop only
+ * for chunks under 16 blocks (rows under 512 wide). (MXFP4 needs no table: its kernel indexes
+ * lut_e2m1_scaled with the scale bytes.) */
+__attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, float *sct) {
     const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E);
     const __m512i t01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i t23 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
@@ -533,10 +533,8 @@ __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *
         __m512i u[4];
         for (int i = 0; i < 4; i++) {
             __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s[i] + b)));
-            if (mx8) {
-                over |= _mm512_cmpgt_epi32_mask(e, big);
-                u[i] = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23);
-            } else u[i] = _mm512_slli_epi32(e, 6);
+            over |= _mm512_cmpgt_epi32_mask(e, big);
+            u[i] = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23);
         }
         /* rows (0,1) and (2,3) interleaved per block, then the two pairs per block */
         __m512i a01l = _mm512_permutex2var_epi32(u[0], t01, u[1]), a01h = _mm512_permutex2var_epi32(u[0], t23, u[1]);
@@ -550,15 +548,9 @@ __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *
     int tail_over = 0;
     for (; b < b1; b++)
         for (int i = 0; i < 4; i++) {
-            uint32_t e = s[i][b];
-            if (mx8) {
-                uint32_t u = (e + 120u) << 23;
-                tail_over |= e > QM_FAST_MAX_E;
-                memcpy(&sct[(b - b0) * 4 + i], &u, 4);
-            } else {
-                uint32_t o = e << 6;
-                memcpy(&sct[(b - b0) * 4 + i], &o, 4);
-            }
+            uint32_t e = s[i][b], u = (e + 120u) << 23;
+            tail_over |= e > QM_FAST_MAX_E;
+            memcpy(&sct[(b - b0) * 4 + i], &u, 4);
         }
     return !over && !tail_over;
 }
@@ -635,7 +627,7 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
         int64_t b1 = b0 + QM_CHUNK_BLOCKS < nb ? b0 + QM_CHUNK_BLOCKS : nb;
         if (!mx8) {
             (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, s, b0, b1, xd, C, pf, &acc);
-        } else if (w->nan_free && scale_table(s, b0, b1, 1, sct)) {
+        } else if (w->nan_free && scale_table(s, b0, b1, sct)) {
             if (mx8_evod) (T == 2 ? k_mx8_evod_t2 : k_mx8_evod_t1)(q, sct, b0, b1, xd, C, pf, &acc), evod = 1;
             else (T == 2 ? k_mx8_fast_t2 : k_mx8_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);
         } else {
