@@ -426,6 +426,10 @@ int main(int argc, char **argv) {
     }
     size_t probe_n = probe_bytes / sizeof(float) / 8192 * 8192; /* 64 tasks of whole 128-float steps */
     float *probe_buf = alloc_pages(probe_n * sizeof(float), probe_huge);
+    /* the probe measures the machine: every online CPU, whatever the decode's thread count */
+    pdb_pool *probe_pool = pool;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu > pdb_pool_threads(pool) && pdb_pool_create((int)ncpu, &probe_pool)) probe_pool = pool;
     if (!probe_buf) { fprintf(stderr, "bench_decode: out of memory for the probe\n"); return 1; }
     for (size_t i = 0; i < probe_n; i++) probe_buf[i] = (float)(i & 7);
     double bw_half = 0, bw_line = 0, bw = 0;
@@ -454,7 +458,7 @@ int main(int argc, char **argv) {
     double dt = 0, dc = 0, r_frac[64], r_probe[64], r_tps[64];
     uint64_t runs = 0;
     for (int r = 0, done = 0; r < rounds; r++) {
-        double h = 0, l = 0, p = bandwidth_probe(pool, probe_buf, probe_n, r ? 3 : 5, &h, &l);
+        double h = 0, l = 0, p = bandwidth_probe(probe_pool, probe_buf, probe_n, r ? 3 : 5, &h, &l);
         bw = p > bw ? p : bw, bw_half = h > bw_half ? h : bw_half, bw_line = l > bw_line ? l : bw_line;
         int n = (int)((int64_t)ntok * (r + 1) / rounds) - done;
         if (profile) prof_set(1);
@@ -470,6 +474,7 @@ int main(int argc, char **argv) {
         dt += d, dc += cpu_s() - c0, runs += pdb_pool_runs(pool) - runs0, done += n;
         r_probe[r] = p, r_tps[r] = n / d, r_frac[r] = per_tok * r_tps[r] / 1e9 / p;
     }
+    if (probe_pool != pool) pdb_pool_destroy(probe_pool);
     double probe_map = 0, probe_hp = huge_share(probe_buf, probe_n * sizeof(float), &probe_map);
     double w_map = 0, w_hp = huge_share(w->lm_head.data, 1, &w_map);
     munmap(probe_buf, (probe_n * sizeof(float) + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20));
@@ -482,7 +487,7 @@ int main(int argc, char **argv) {
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
     printf("last-level cache: %.0f MB; weights touched per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
            l3 > 0 ? per_tok / (double)l3 : 0.0);
-    printf("bandwidth probe: best %.2f GB/s over %.2f GB (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", bw,
+    printf("bandwidth probe (%ld threads): best %.2f GB/s over %.2f GB (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", ncpu > pdb_pool_threads(pool) ? ncpu : (long)pdb_pool_threads(pool), bw,
            probe_bytes / 1e9, bw_half, bw_line);
     printf("pages: weights %s, %.0f of %.0f MB in huge pages; probe %.0f of %.0f MB in huge pages (asked: %s)\n",
            st_flags & PDB_ST_RESIDENT ? "resident" : "mmap'd", w_hp / 1e6, w_map / 1e6, probe_hp / 1e6, probe_map / 1e6,
