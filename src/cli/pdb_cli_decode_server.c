@@ -16,7 +16,8 @@ int pdb_cli_decode_server(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge decode-server --model DEC_DIR --cache-dir DIR --port P [--host 127.0.0.1]\n"
         "         [--threads N] [--block-size N] [--max-batch N] [--max-body BYTES] [--max-context N]\n"
-        "         [--cache-max-bytes N] [--api-key KEY] [--log-level debug|info|warn|error]\n\n"
+        "         [--cache-max-bytes N] [--api-key KEY] [--weights resident|mmap]\n"
+        "         [--log-level debug|info|warn|error]\n\n"
         "The decode engine as an OpenAI-compatible server: POST /v1/completions, POST /v1/chat/completions\n"
         "(stream via SSE or not), GET /v1/models, GET /health, GET /metrics (Prometheus text).\n"
         "DEC_DIR is a `pdbridge quantize` output (or an HF directory); without tokenizer.json it is\n"
@@ -24,7 +25,9 @@ int pdb_cli_decode_server(int argc, char **argv) {
         "the bound address is printed as \"listening on http://HOST:PORT\". --block-size (multiple of\n"
         "128, default 2048) must match the store in --cache-dir. --api-key KEY requires\n"
         "\"Authorization: Bearer KEY\" on every endpoint except /health. --max-body (default 32 MiB)\n"
-        "answers larger request bodies 413. See docs/api.md.\n";
+        "answers larger request bodies 413. --weights resident (default) reads the checkpoint into memory\n"
+        "(transparent huge pages where the kernel allows); mmap maps it and pages it in on first use.\n"
+        "See docs/api.md.\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     pdb_dec_server_opts o;
     memset(&o, 0, sizeof o);
@@ -47,6 +50,11 @@ int pdb_cli_decode_server(int argc, char **argv) {
         else if (!strcmp(a, "--max-context") && val && (ok = pdb_cli_parse_int(argv[++i], 1, (long long)1 << 40, &v))) o.svc.max_context = v;
         else if (!strcmp(a, "--cache-max-bytes") && val && (ok = pdb_cli_parse_int(argv[++i], 0, LLONG_MAX, &v)))
             o.svc.cache_max_bytes = (uint64_t)v;
+        else if (!strcmp(a, "--weights") && val) {
+            const char *w = argv[++i];
+            ok = !strcmp(w, "resident") || !strcmp(w, "mmap");
+            o.svc.weights_mmap = !strcmp(w, "mmap");
+        }
         else if (!strcmp(a, "--log-level") && val) ok = pdb_cli_set_log_level(argv[++i]);
         else ok = 0;
         if (!ok) {

@@ -52,9 +52,11 @@ typedef struct pdb_dec_seg {
 } pdb_dec_seg;
 
 pdb_status pdb_dec_model_open(const char *dir, pdb_pool *pool, pdb_dec_model **out);
-/* st_flags: pdb_st_open_flags' (PDB_ST_RESIDENT: weights read into huge-page memory, 0: mmap'd);
- * pdb_dec_model_open passes PDB_DEC_WEIGHTS_DEFAULT. */
-#define PDB_DEC_WEIGHTS_DEFAULT 0
+/* st_flags: pdb_st_open_flags' (PDB_ST_RESIDENT: the checkpoint read into huge-page memory, 0:
+ * mmap'd); pdb_dec_model_open passes PDB_DEC_WEIGHTS_DEFAULT, resident: no page faults on a
+ * weight's first touch (a cold page cache costs a decode step milliseconds), fewer TLB misses
+ * (bench/results/cpu_bench_h200_host_session5.md; decisions D18). */
+#define PDB_DEC_WEIGHTS_DEFAULT PDB_ST_RESIDENT
 pdb_status pdb_dec_model_open_flags(const char *dir, pdb_pool *pool, int st_flags, pdb_dec_model **out);
 void pdb_dec_model_close(pdb_dec_model *m);
 const pdb_config *pdb_dec_model_config(const pdb_dec_model *m);

@@ -24,6 +24,7 @@ typedef struct pdb_dec_service_opts {
     int threads;             /* 0 = all cores */
     int max_batch;           /* max concurrently running sequences (default 16) */
     int64_t max_context;     /* 0 = config max_position_embeddings */
+    int weights_mmap;        /* 1: map the checkpoint; 0 (default): read it into huge-page memory */
 } pdb_dec_service_opts;
 
 typedef enum pdb_finish {

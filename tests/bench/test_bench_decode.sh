@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test_bench_decode: the decode benchmark runs end to end on a tiny checkpoint and reports what it
 # claims to: both figures of the roofline (conservative and paired rounds), the attention form
-# asked for, fewer pool runs per token with the per-(row, head) tasks than with the stages, the
+# asked for, the weights' residency, fewer pool runs per token with the per-(row, head) tasks than with the stages, the
 # stage clock; bad options get the usage and exit 2. (A smoke test: the numbers are not judged.)
 set -u
 source "$(dirname "$0")/../common/pdb_e2e.sh"
@@ -37,12 +37,19 @@ if run stages --attn stages; then
     pdb_e2e_bad "pool runs per token: tasks '$a', stages '$b'"
   fi
 fi
+for wm in resident mmap; do
+  if run "w_$wm" --weights $wm --rounds 1; then
+    what=$([ $wm = mmap ] && echo "mmap'd" || echo resident)
+    grep -Eq "^pages: weights $what, [0-9]+ of [0-9]+ MB in huge pages; probe" "$T/w_$wm.out" &&
+      pdb_e2e_ok "--weights $wm: reported" || pdb_e2e_bad "--weights $wm: no pages line: $(grep pages "$T/w_$wm.out")"
+  fi
+done
 if run phases --context 20 --phases; then
   grep -q "context 20 + 8 steps" "$T/phases.out" && pdb_e2e_ok "phases: the context is used" || pdb_e2e_bad "phases: context not reported"
   grep -Eq "gate/up products \+ SiLU +[0-9.]+ ms" "$T/phases.out" && pdb_e2e_ok "phases: stage clock printed" || pdb_e2e_bad "phases: no stage clock"
 fi
 
-for args in "--rounds 0" "--attn sideways" "--probe-mb 0" "--context 0"; do
+for args in "--rounds 0" "--attn sideways" "--probe-mb 0" "--context 0" "--weights disk" "--probe-pages tiny"; do
   # shellcheck disable=SC2086
   "$BENCH" "$T/mx" 4 1 $args >"$T/u.out" 2>"$T/u.err"
   rc=$?

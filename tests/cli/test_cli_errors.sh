@@ -62,6 +62,9 @@ expect_once "decode-server bad tokenizer.json" decode-server "$T/badtok/tokenize
   "$BIN" decode-server --model "$T/badtok" --cache-dir "$T/c" --port 0
 expect_once "decode-server missing model" decode-server "$T/nodir" -- \
   "$BIN" decode-server --model "$T/nodir" --cache-dir "$T/c" --port 0
+"$BIN" decode-server --model "$T/m" --cache-dir "$T/c" --port 0 --weights disk >"$T/out" 2>"$T/err" </dev/null
+rc=$?; [ $rc -eq 2 ] && grep -q "option '--weights' disk" "$T/err" && grep -q "^usage: pdbridge decode-server" "$T/err" &&
+  pdb_e2e_ok "decode-server --weights disk: named, usage, exit 2" || pdb_e2e_bad "decode-server --weights disk: exit $rc: $(head -c 300 "$T/err")"
 expect_once "prefill-server missing model" prefill-server "$T/nodir/config.json" -- \
   "$BIN" prefill-server --model "$T/nodir" --decoder-model "$T/nodir" --port 0
 expect_once "front missing decoder model" front "$T/nodir" -- \

@@ -81,15 +81,19 @@ static void write_text(const char *path, const char *text) {
     assert_int_equal(fclose(f), 0);
 }
 
-/* Open must fail with `want`; the message must contain each of the given substrings. */
+/* Open must fail with `want`, mapped and resident alike; the message must contain each of the
+ * given substrings. */
 static void expect_open_fail(const char *path, pdb_status want, const char *s1, const char *s2) {
-    pdb_st *st = NULL;
-    pdb_err_clear();
-    pdb_status rc = pdb_st_open(path, &st);
-    if (rc != want) fail_msg("open %s: want %s got %s (%s)", path, pdb_status_str(want), pdb_status_str(rc), pdb_err_msg());
-    assert_null(st);
-    if (s1 && !strstr(pdb_err_msg(), s1)) fail_msg("message '%s' lacks '%s'", pdb_err_msg(), s1);
-    if (s2 && !strstr(pdb_err_msg(), s2)) fail_msg("message '%s' lacks '%s'", pdb_err_msg(), s2);
+    for (int flags = 0; flags <= PDB_ST_RESIDENT; flags += PDB_ST_RESIDENT) {
+        pdb_st *st = NULL;
+        pdb_err_clear();
+        pdb_status rc = pdb_st_open_flags(path, flags, &st);
+        if (rc != want)
+            fail_msg("open %s (flags %d): want %s got %s (%s)", path, flags, pdb_status_str(want), pdb_status_str(rc), pdb_err_msg());
+        assert_null(st);
+        if (s1 && !strstr(pdb_err_msg(), s1)) fail_msg("message '%s' lacks '%s'", pdb_err_msg(), s1);
+        if (s2 && !strstr(pdb_err_msg(), s2)) fail_msg("message '%s' lacks '%s'", pdb_err_msg(), s2);
+    }
 }
 
 static int count_dir_entries(void **state) {
@@ -369,6 +373,33 @@ static void test_sharded_directory(void **state) {
     }
 }
 
+/* PDB_ST_RESIDENT: the same tensors with the same bytes as the mapped reader, held in a copy */
+static void test_resident_matches_mmap(void **state) {
+    fixture *fx = *state;
+    write_shard(fx_path(state, "model-00001-of-00002.safetensors"), "embed.weight", "layers.0.w", 1, "first");
+    write_shard(fx_path(state, "model-00002-of-00002.safetensors"), "head.weight", NULL, 10, "second");
+    write_text(fx_path(state, "model.safetensors.index.json"),
+               "{\"weight_map\": {\"embed.weight\": \"model-00001-of-00002.safetensors\",\n"
+               "  \"head.weight\": \"model-00002-of-00002.safetensors\",\n"
+               "  \"layers.0.w\": \"model-00001-of-00002.safetensors\"}}\n");
+    pdb_st *m, *r;
+    assert_int_equal(pdb_st_open(fx->dir, &m), PDB_OK);
+    assert_int_equal(pdb_st_open_flags(fx->dir, PDB_ST_RESIDENT, &r), PDB_OK);
+    assert_int_equal(pdb_st_count(r), pdb_st_count(m));
+    for (int64_t i = 0; i < pdb_st_count(m); i++) {
+        const pdb_tensor_view *a = pdb_st_at(m, i), *b = pdb_st_find(r, a->name);
+        assert_non_null(b);
+        assert_int_equal(b->nbytes, a->nbytes);
+        assert_int_equal(b->dtype, a->dtype);
+        assert_true(b->data != a->data);
+        assert_memory_equal(b->data, a->data, a->nbytes);
+        assert_string_equal(b->file, a->file);
+    }
+    assert_string_equal(pdb_st_meta(r, "format"), "first");
+    pdb_st_close(m);
+    pdb_st_close(r);
+}
+
 static void test_single_unnamed_file_in_dir(void **state) {
     fixture *fx = *state;
     pdb_st *st;
@@ -575,6 +606,7 @@ int main(void) {
         T(test_fp8_companions),
         T(test_deepseek_fp4_experts),
         T(test_sharded_directory),
+        T(test_resident_matches_mmap),
         T(test_single_unnamed_file_in_dir),
         T(test_many_tensors_lookup),
         T(test_truncated_file),
