@@ -347,14 +347,13 @@ static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) 
 
 int main(int argc, char **argv) {
     int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
-    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1, pin = 0;
+    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1;
     long probe_mb = 0;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--classes")) classes = 1;
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--daz")) daz = 1;
-        else if (!strcmp(argv[i], "--pin")) pin = 1;
         else if (!strcmp(argv[i], "--phases")) do_phases = 1;
         else if (!strcmp(argv[i], "--context") && i + 1 < argc) context = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
@@ -383,14 +382,13 @@ int main(int argc, char **argv) {
     int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     if (help || npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
         fprintf(help ? stdout : stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages] [--classes]"
-                        " [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small] [--pin]\n"
+                        " [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small]\n"
                         "  --context N: prefill N tokens before the timed steps (default 64)\n"
                         "  --rounds N: alternate N probes and N shares of the decode steps (default 8, at most 64)\n"
                         "  --probe-mb N: probe N MB instead of 8x the last-level cache (smoke tests; not a memory roofline)\n"
                         "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n"
                         "  --weights: mmap the checkpoint, or read it into huge-page memory (default: the decoder's)\n"
                         "  --probe-pages: the probe buffer in transparent huge pages (default) or in 4 KB pages\n"
-                        "  --pin: pin the pool's threads to one CPU each\n"
                         "  --classes: the step's matrix products alone, per class; --phases: a stage clock;\n"
                         "  --profile: sample the program counter of every thread; --daz: decode with denormals flushed\n");
         return help ? 0 : 2;
@@ -402,7 +400,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_decode: %s\n", pdb_err_msg());
         return 1;
     }
-    if (pin && pdb_pool_pin(pool)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
     const pdb_config *c = pdb_dec_model_config(m);
     const pdb_v2_qweights *w = pdb_dec_model_weights(m);
     /* bytes touched per decode token */
@@ -484,7 +481,7 @@ int main(int argc, char **argv) {
     double tps = ntok / dt, eff = per_tok * tps / 1e9;
     printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", pos[0], pdb_dec_model_scheme(m),
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
-    printf("threads %d%s, kernels %s, context %d + %d steps, attention %s\n", pdb_pool_threads(pool), pin ? " (pinned)" : "",
+    printf("threads %d, kernels %s, context %d + %d steps, attention %s\n", pdb_pool_threads(pool),
            pdb_qmat_isa_name(pdb_qmat_isa_detect()), context, ntok,
            pdb_v2_ops_attn_path == PDB_V2_ATTN_TASKS ? "tasks (forced)" : pdb_v2_ops_attn_path == PDB_V2_ATTN_STAGES ? "stages (forced)" : "auto");
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);

@@ -4,14 +4,10 @@
  * spin briefly (PDB_POOL_SPIN polls) before sleeping on a condition variable: a decode step runs
  * ~100 short parallel-fors, and waking sleeping threads for each would cost more than the work.
  * State: gen, active and stop are atomics; mu/cv/done only guard the sleeping paths. */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE
-#endif
 #include "pdb_pool.h"
 
 #include <immintrin.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,23 +114,6 @@ void pdb_pool_destroy(pdb_pool *p) {
 int pdb_pool_threads(const pdb_pool *p) { return p ? p->n : 1; }
 
 uint64_t pdb_pool_runs(const pdb_pool *p) { return p ? p->runs : 0; }
-
-pdb_status pdb_pool_pin(pdb_pool *p) {
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return pdb_err_set(PDB_IO, "thread pool: sched_getaffinity failed");
-    int n = p ? p->n : 1, cpus[256], k = 0;
-    for (int c = 0; c < CPU_SETSIZE && k < n; c++)
-        if (CPU_ISSET(c, &allowed)) cpus[k++] = c;
-    if (k < n) return pdb_err_set(PDB_UNSUPPORTED, "thread pool: %d threads but %d CPUs allowed: not pinned", n, k);
-    for (int i = 0; i < n; i++) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpus[i], &one);
-        if (pthread_setaffinity_np(i ? p->th[i] : pthread_self(), sizeof one, &one) != 0)
-            return pdb_err_set(PDB_IO, "thread pool: cannot pin thread %d to CPU %d", i, cpus[i]);
-    }
-    return PDB_OK;
-}
 
 void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
     if (n_tasks <= 0) return;

@@ -28,10 +28,6 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx);
  * the caller alone and is not counted): benchmarks count dispatches per decode step. Read it
  * between runs. */
 uint64_t pdb_pool_runs(const pdb_pool *p);
-/* Pins thread i of the pool to the i-th CPU this process may run on (sched_getaffinity): the
- * calling thread, which must be the one that calls pdb_pool_run, to the first, worker i to the
- * i-th. PDB_UNSUPPORTED when there are fewer allowed CPUs than threads; nothing is pinned then. */
-pdb_status pdb_pool_pin(pdb_pool *p);
 
 #ifdef __cplusplus
 }

@@ -138,13 +138,6 @@ void pdb_qmat_scan_nan(pdb_qmat *w) {
     w->nan_free = hit == 0;
 }
 
-void pdb_qmat_prefetch_part(const pdb_qmat *w, int64_t part, int64_t parts, int64_t piece, int64_t pieces) {
-    int64_t n = w->rows * w->cols, data = w->fmt == PDB_QF_F32 ? 4 * n : w->fmt == PDB_QF_BF16 ? 2 * n : w->fmt == PDB_QF_MXFP8 ? n : n / 2;
-    int64_t sc = w->scales ? n / 32 : 0, total = data + sc, all = parts * pieces, k = part * pieces + piece;
-    for (int64_t off = total * k / all / 64 * 64, end = total * (k + 1) / all; off < end; off += 64)
-        _mm_prefetch(off < data ? (const char *)w->data + off : (const char *)w->scales + (off - data), _MM_HINT_T1);
-}
-
 void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out) {
     int64_t C = w->cols;
     if (w->fmt != PDB_QF_F32 && isa_get() == PDB_ISA_AVX512) {

@@ -50,10 +50,6 @@ void pdb_qmat_scan_nan(pdb_qmat *w);
 
 /* Rows [r0, r0 + n) of q as a matrix of their own (its data and scales in place). */
 pdb_qmat pdb_qmat_view_rows(const pdb_qmat *q, int64_t r0, int64_t n);
-/* Prefetches (into L2) piece `piece` of `pieces` of part `part` of `parts` of w's bytes (data,
- * then scales): a thread that waits on other memory can warm the next product's weights. Changes
- * no value. */
-void pdb_qmat_prefetch_part(const pdb_qmat *w, int64_t part, int64_t parts, int64_t piece, int64_t pieces);
 /* Exact dequantization of row r into out [cols]. */
 void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out);
 /* Deterministic dot product of n floats (the order above). */

@@ -312,25 +312,10 @@ static void attn_task(void *vc, int64_t task, int thread) {
     pdb_qmat uk = pdb_qmat_view_rows(&L->uk_t, h * kvl, kvl), uv = pdb_qmat_view_rows(&L->kv_b, h * (nope + vd) + nope, vd);
     pdb_qmat_matmul(NULL, &uk, qh, nope, 1, qlat, kvl, mm);
     memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
-#ifdef PDB_V2_ATTN_PF /* EXPERIMENT: this task's share of o_proj into L2 in pieces between chunks of its latent work */
-    int64_t nch = (pos + 1 + 15) / 16, pieces = 2 * nch;
-    for (int64_t c = 0; c < nch; c++) {
-        int64_t j0 = c * 16, n = pos + 1 - j0 < 16 ? pos + 1 - j0 : 16;
-        pdb_qmat_dots(qlat, lat + j0 * rc->pos_stride, row, rc->pos_stride, n, sc + j0);
-        pdb_qmat_prefetch_part(&L->o_proj, task, b->R * nh, c, pieces);
-    }
-    scores_to_probs(b, sc, pos + 1);
-    memset(olat, 0, sizeof(float) * (size_t)kvl);
-    for (int64_t j = 0; j <= pos; j++) {
-        pdb_qmat_axpy(olat, sc[j], lat + j * rc->pos_stride, kvl);
-        if (j % 16 == 15 || j == pos) pdb_qmat_prefetch_part(&L->o_proj, task, b->R * nh, nch + j / 16, pieces);
-    }
-#else
     pdb_qmat_dots(qlat, lat, row, rc->pos_stride, pos + 1, sc);
     scores_to_probs(b, sc, pos + 1);
     memset(olat, 0, sizeof(float) * (size_t)kvl);
     for (int64_t j = 0; j <= pos; j++) pdb_qmat_axpy(olat, sc[j], lat + j * rc->pos_stride, kvl);
-#endif
     float *out = b->attn + r * nh * vd + h * vd;
     pdb_qmat_matmul(NULL, &uv, olat, kvl, 1, out, vd, mm);
 }
