@@ -10,7 +10,10 @@
  * conservative one. Both are printed.
  *
  * Usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--attn tasks|stages] [--classes]
- *                     [--phases] [--profile] [--daz]
+ *                     [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small]
+ * The probe runs on every online CPU (the machine's bandwidth) even when the decode uses fewer,
+ * over a buffer in transparent huge pages by default; the output says how much of the probe
+ * buffer and of the weights sit in huge pages.
  *   --context  prefill N tokens (default 64) before the timed decode steps
  *   --rounds   probes and shares of the steps, alternated (default 8)
  *   --probe-mb a smaller probe (smoke tests; the figure is then no memory roofline)
@@ -23,6 +26,8 @@
  *              as executable offsets: resolve them with addr2line -f -e bench_decode)
  *   --phases   runs the same steps through the pdb_v2_ops calls of the decoder's forward with a
  *              clock around each, and the stages inside attention and FFN (pdb_v2_ops_stage_s)
+ *   --weights  the checkpoint mapped, or read into huge-page memory (the decoder's default, D18)
+ *   --probe-pages  the probe buffer in 4 KB pages instead (to compare)
  *   --daz      a diagnosis only: decode with denormals-are-zero / flush-to-zero on every thread
  *              (changes results where denormals occur; tells what denormal assists cost) */
 #ifndef _GNU_SOURCE

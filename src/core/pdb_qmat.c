@@ -308,10 +308,13 @@ __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, co
  * rearranged the same way once per block (nib_x); each lane still takes one fixed k mod 32 in k
  * order, and the lanes are put back in dot_avx512's positions (fold4_nib) before the fold.
  *
- * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead): a group
- * reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
+ * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead) into L2: a
+ * group reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
  * prefetchers pick up too late; on a streamed lm_head this alone took one thread from ~9 to ~21
- * GB/s (bench/results/decode_kernels_session2.md). Prefetches change no value. */
+ * GB/s (bench/results/decode_kernels_session2.md), and without it the 16-thread host streams the
+ * decode's products at 35-43% of its read probe. Into L2 rather than L1: the products ran 7-11%
+ * faster in 4 of 6 side-by-side rounds on the host, 0.6% slower in one, one disturbed (session 5;
+ * the whole decode did not move measurably). Prefetches change no value. */
 enum { QM_FAST_MAX_E = 134, QM_CHUNK_BLOCKS = 256 };
 
 typedef struct { __m512 v[2][4][2]; } qm_acc;

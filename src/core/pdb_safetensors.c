@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ST_MAX_HEADER (100ull * 1000 * 1000) /* a header larger than this is refused */
@@ -239,6 +240,7 @@ static pdb_status st_parse_meta(const st_file *f, json_t *meta) {
  * transparent huge pages (madvise is a hint: where THP is off it stays in 4 KB pages), then made
  * read-only. f->map/map_len then describe that region (munmap'd by pdb_st_close as a mapping is). */
 enum { ST_HUGE = 2 << 20, ST_READ_CHUNK = 64 << 20 };
+#define ST_PROGRESS (8ull << 30) /* a progress line per 8 GiB read; the final line from 256 MiB */
 
 static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
     size_t len = ((size_t)size + ST_HUGE - 1) / ST_HUGE * ST_HUGE;
@@ -252,7 +254,13 @@ static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
     f->map = a; /* from here pdb_st_close unmaps it */
     f->map_len = len;
     (void)madvise(a, len, MADV_HUGEPAGE);
-    for (uint64_t off = 0; off < size;) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint64_t off = 0, shown = 0; off < size;) {
+        if (off - shown >= ST_PROGRESS) { /* a large checkpoint takes a while: say how far */
+            PDB_INFO("safetensors: %s: %.1f of %.1f GB read into memory", f->path, off / 1e9, size / 1e9);
+            shown = off;
+        }
         size_t want = size - off < ST_READ_CHUNK ? (size_t)(size - off) : ST_READ_CHUNK;
         ssize_t got = pread(fd, a + off, want, (off_t)off);
         if (got < 0 && errno == EINTR) continue;
@@ -263,6 +271,10 @@ static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
     }
     if (mprotect(a, len, PROT_READ) != 0)
         return pdb_err_set(PDB_IO, "%s: mprotect of the in-memory copy: %s", f->path, strerror(errno));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (size >= ST_PROGRESS / 32)
+        PDB_INFO("safetensors: %s: %.2f GB read into memory in %.1f s", f->path, size / 1e9,
+                 (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
     return PDB_OK;
 }
 
