@@ -28,6 +28,8 @@
  *              clock around each, and the stages inside attention and FFN (pdb_v2_ops_stage_s)
  *   --weights  the checkpoint mapped, or read into huge-page memory (the decoder's default, D18)
  *   --probe-pages  the probe buffer in 4 KB pages instead (to compare)
+ *   --trace    times every thread in the last round's pool runs: how much of the threads' time in
+ *              dispatches is work, waiting for the run to reach them, and waiting for the others
  *   --daz      a diagnosis only: decode with denormals-are-zero / flush-to-zero on every thread
  *              (changes results where denormals occur; tells what denormal assists cost) */
 #ifndef _GNU_SOURCE
@@ -147,6 +149,33 @@ static double median(const double *v, int n) {
     memcpy(s, v, sizeof(double) * (size_t)n);
     qsort(s, (size_t)n, sizeof(double), cmp_double);
     return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+/* --trace: where the threads' time goes in the traced runs (pdb_pool_trace records) */
+static void trace_report(const double *rec, int64_t nrec, int n, int steps) {
+    enum { NB = 3 };
+    static const char *bname[NB] = {"under 20 us", "20-100 us", "over 100 us"};
+    double wall[NB] = {0}, busy[NB] = {0}, start[NB] = {0}, end[NB] = {0}, cnt[NB] = {0}, last_start[NB] = {0}, spread[NB] = {0};
+    for (int64_t k = 0; k < nrec; k++) {
+        const double *r = rec + k * (2 + 2 * (int64_t)n);
+        double d = r[1] - r[0], first_leave = r[1], last_leave = r[0], ls = 0;
+        int b = d < 20e-6 ? 0 : d < 100e-6 ? 1 : 2;
+        for (int i = 0; i < n; i++) {
+            double en = r[2 + 2 * i], lv = r[3 + 2 * i];
+            busy[b] += lv - en, start[b] += en - r[0], end[b] += r[1] - lv;
+            ls = en - r[0] > ls ? en - r[0] : ls;
+            first_leave = lv < first_leave ? lv : first_leave, last_leave = lv > last_leave ? lv : last_leave;
+        }
+        wall[b] += d, cnt[b]++, last_start[b] += ls, spread[b] += last_leave - first_leave;
+    }
+    printf("trace: %lld dispatches over %d steps; per step, by dispatch length (thread time = threads x wall):\n", (long long)nrec, steps);
+    for (int b = 0; b < NB; b++) {
+        if (!cnt[b]) continue;
+        double tt = wall[b] * n;
+        printf("  %-12s %6.1f runs %7.3f ms wall: threads busy %5.1f%%, waiting to start %5.1f%%, done and waiting %5.1f%%;"
+               " mean last start %.1f us, mean finish spread %.1f us\n", bname[b], cnt[b] / steps, 1e3 * wall[b] / steps,
+               100 * busy[b] / tt, 100 * start[b] / tt, 100 * end[b] / tt, 1e6 * last_start[b] / cnt[b], 1e6 * spread[b] / cnt[b]);
+    }
 }
 
 static uint64_t qbytes(const pdb_qmat *q) {
@@ -352,13 +381,14 @@ static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) 
 
 int main(int argc, char **argv) {
     int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
-    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1;
+    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1, trace = 0;
     long probe_mb = 0;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--classes")) classes = 1;
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--daz")) daz = 1;
+        else if (!strcmp(argv[i], "--trace")) trace = 1;
         else if (!strcmp(argv[i], "--phases")) do_phases = 1;
         else if (!strcmp(argv[i], "--context") && i + 1 < argc) context = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
@@ -387,13 +417,14 @@ int main(int argc, char **argv) {
     int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     if (help || npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
         fprintf(help ? stdout : stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages] [--classes]"
-                        " [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small]\n"
+                        " [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small] [--trace]\n"
                         "  --context N: prefill N tokens before the timed steps (default 64)\n"
                         "  --rounds N: alternate N probes and N shares of the decode steps (default 8, at most 64)\n"
                         "  --probe-mb N: probe N MB instead of 8x the last-level cache (smoke tests; not a memory roofline)\n"
                         "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n"
                         "  --weights: mmap the checkpoint, or read it into huge-page memory (default: the decoder's)\n"
                         "  --probe-pages: the probe buffer in transparent huge pages (default) or in 4 KB pages\n"
+                        "  --trace: time every thread in the last round's dispatches (start, work, end)\n"
                         "  --classes: the step's matrix products alone, per class; --phases: a stage clock;\n"
                         "  --profile: sample the program counter of every thread; --daz: decode with denormals flushed\n");
         return help ? 0 : 2;
@@ -460,13 +491,20 @@ int main(int argc, char **argv) {
      * the bandwidth measured just before it (a shared machine's bandwidth moves by tens of percent
      * within seconds); the totals pair all steps with the best probe of the run (conservative) */
     if (rounds > ntok) rounds = ntok;
-    double dt = 0, dc = 0, r_frac[64], r_probe[64], r_tps[64];
+    double dt = 0, dc = 0, r_frac[64], r_probe[64], r_tps[64], *trace_buf = NULL;
+    int64_t trace_cap = 0, trace_n = 0;
+    int trace_steps = 0;
     uint64_t runs = 0;
     for (int r = 0, done = 0; r < rounds; r++) {
         double h = 0, l = 0, p = bandwidth_probe(probe_pool, probe_buf, probe_n, r ? 3 : 5, &h, &l);
         bw = p > bw ? p : bw, bw_half = h > bw_half ? h : bw_half, bw_line = l > bw_line ? l : bw_line;
         int n = (int)((int64_t)ntok * (r + 1) / rounds) - done;
         if (profile) prof_set(1);
+        if (trace && r == rounds - 1) {
+            trace_cap = (int64_t)n * 4096;
+            trace_buf = malloc(sizeof(double) * (size_t)(trace_cap * (2 + 2 * pdb_pool_threads(pool))));
+            if (trace_buf) pdb_pool_trace(pool, trace_buf, trace_cap, &trace_n), trace_steps = n;
+        }
         uint64_t runs0 = pdb_pool_runs(pool);
         double t0 = now_s(), c0 = cpu_s();
         for (int i = 0; i < n; i++) {
@@ -476,6 +514,7 @@ int main(int argc, char **argv) {
         }
         double d = now_s() - t0;
         if (profile) prof_set(0);
+        pdb_pool_trace(pool, NULL, 0, NULL);
         dt += d, dc += cpu_s() - c0, runs += pdb_pool_runs(pool) - runs0, done += n;
         r_probe[r] = p, r_tps[r] = n / d, r_frac[r] = per_tok * r_tps[r] / 1e9 / p;
     }
@@ -511,6 +550,8 @@ int main(int argc, char **argv) {
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,
            100 * dc / (dt * pdb_pool_threads(pool)), ntok / dc);
     if (profile) prof_report();
+    if (trace_buf) trace_report(trace_buf, trace_n < trace_cap ? trace_n : trace_cap, pdb_pool_threads(pool), trace_steps);
+    free(trace_buf);
     if (do_phases && phases(pool, c, w, ntok, &s, context)) { fprintf(stderr, "bench_decode: out of memory for --phases\n"); return 1; }
     if (classes) {
         float *x = malloc(sizeof(float) << 16), *y = malloc(sizeof(float) << 20), *rowbuf;

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { PDB_POOL_SPIN = 4000 }; /* ~10-100 us of _mm_pause: bridges the gaps inside a step, not idle time */
@@ -28,12 +29,24 @@ struct pdb_pool {
     void *ctx;
     int64_t n_tasks;
     uint64_t runs;        /* runs dispatched (written by the caller only, between runs) */
+    double *trace;        /* pdb_pool_trace: the current run's record, or NULL (set by the caller before gen is bumped) */
+    double *trace_buf;
+    int64_t trace_cap, *trace_count;
     _Alignas(64) atomic_uint_fast64_t gen;
     _Alignas(64) atomic_int_fast64_t next;
     _Alignas(64) atomic_int active;
 };
 
 typedef struct { pdb_pool *p; int id; } pool_arg;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* pool_work with thread id's trace entries (when the run is traced) */
+static void pool_work_traced(pdb_pool *p, int id);
 
 static void pool_work(pdb_pool *p, int id) {
     for (;;) {
@@ -61,7 +74,7 @@ static void *pool_main(void *arg) {
         }
         if (atomic_load(&p->stop)) break;
         seen = atomic_load(&p->gen);
-        pool_work(p, a.id);
+        pool_work_traced(p, a.id);
         if (atomic_fetch_sub(&p->active, 1) == 1) { /* the last worker out wakes a sleeping caller */
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
@@ -69,6 +82,18 @@ static void *pool_main(void *arg) {
         }
     }
     return NULL;
+}
+
+static void pool_work_traced(pdb_pool *p, int id) {
+    double *t = p->trace;
+    if (t) t[2 + 2 * id] = now_s();
+    pool_work(p, id);
+    if (t) t[3 + 2 * id] = now_s();
+}
+
+void pdb_pool_trace(pdb_pool *p, double *buf, int64_t cap, int64_t *count) {
+    if (!p) return;
+    p->trace_buf = buf, p->trace_cap = cap, p->trace_count = count;
 }
 
 pdb_status pdb_pool_create(int n, pdb_pool **out) {
@@ -125,13 +150,22 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     p->runs++;
+    p->trace = NULL;
+    if (p->trace_buf) {
+        int64_t k = (*p->trace_count)++;
+        if (k < p->trace_cap) {
+            p->trace = p->trace_buf + k * (2 + 2 * (int64_t)p->n);
+            memset(p->trace, 0, sizeof(double) * (size_t)(2 + 2 * p->n));
+            p->trace[0] = now_s();
+        }
+    }
     atomic_store(&p->next, 0);
     atomic_store(&p->active, p->n - 1);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->gen, 1); /* publishes fn/ctx/n_tasks (seq_cst) */
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    pool_work(p, 0);
+    pool_work_traced(p, 0);
     int spins = 0;
     while (atomic_load(&p->active) > 0 && spins < PDB_POOL_SPIN) {
         _mm_pause();
@@ -142,4 +176,5 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
         while (atomic_load(&p->active) > 0) pthread_cond_wait(&p->done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
+    if (p->trace) p->trace[1] = now_s();
 }

@@ -824,14 +824,14 @@ void pdb_qmat_mix(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t 
  * One pool run covers the output rows of every job of a pdb_qmat_matmul_multi call (a plain matmul
  * is one job): the rows of jobs 0, 1, ... are numbered one after the other and threads claim
  * ranges of that numbering, never across a job's end. Guided self-scheduling: each claim takes
- * 1/(2 * threads) of the rows still left (a multiple of four, at least QM_MIN_ROWS), so threads
- * start on long contiguous ranges (the kernels' prefetch runs ahead within a range, and there are
- * few claims) and finish on short ones (balance). Which thread computes a row, and which other
- * jobs share the run, never changes its value: every row goes through qm_rows with its own job's
- * weights, x and T, exactly as a lone matmul would. A run of under QM_MIN_ROWS rows per thread
- * (a router: 16 to 256 rows) claims four rows at a time, so that it too spreads over threads. */
-
-enum { QM_MIN_ROWS = 16 };
+ * 1/(2 * threads) of the rows still left (a multiple of four, at least four), so threads start on
+ * long contiguous ranges (the kernels' prefetch runs ahead within a range, and there are few
+ * claims) and finish on short ones (balance). Which thread computes a row, and which other jobs
+ * share the run, never changes its value: every row goes through qm_rows with its own job's
+ * weights, x and T, exactly as a lone matmul would. The last claims are one four-row group: with
+ * 16 rows (sessions 1-4) the 16-thread host's threads spent 5.7% of their time in runs over 100
+ * us waiting for the last claim, with 4 rows 4.1% (bench_decode --trace, three rounds each,
+ * session 5). */
 
 typedef struct {
     const pdb_qmat_job *jobs;
@@ -842,7 +842,6 @@ typedef struct {
     int nth;
     int gang;             /* jobs per unit (a gang; 1: each job alone) */
     pdb_qmat_post_fn post;
-    int64_t min_rows; /* the smallest claim: QM_MIN_ROWS, or 4 for a small run */
     _Alignas(64) _Atomic int64_t next; /* first row not yet claimed (its own cache line: claims do not evict the fields above) */
     char pad[56];
 } qm_ctx;
@@ -932,7 +931,7 @@ static void qm_task(void *vc, int64_t task, int thread) {
             if (r0 >= c->total) return;
             for (j = 0, base = 0; r0 >= base + unit_rows(c, &c->jobs[j]); j += c->gang) base += unit_rows(c, &c->jobs[j]);
             int64_t len = (c->total - r0) / (2 * c->nth) & ~(int64_t)3, end = base + unit_rows(c, &c->jobs[j]);
-            r1 = r0 + (len > c->min_rows ? len : c->min_rows);
+            r1 = r0 + (len > 4 ? len : 4);
             if (r1 > end) r1 = end;
         } while (!atomic_compare_exchange_weak_explicit(&c->next, &r0, r1, memory_order_relaxed, memory_order_relaxed));
         qm_unit(c, &c->jobs[j], r0 - base, r1 - base, thread, &xs);
@@ -962,7 +961,7 @@ int pdb_qmat_use_bw(int on) {
 void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs, int gang, pdb_qmat_post_fn post,
                            float *rowbuf) {
     PDB_ASSERT(gang >= 1 && n_jobs % gang == 0, "matmul_gangs: jobs not a whole number of gangs");
-    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), gang, post, QM_MIN_ROWS, 0, {0}};
+    qm_ctx c = {jobs, n_jobs, 0, rowbuf, 0, pdb_pool_threads(pool), gang, post, 0, {0}};
     int64_t widest = 0;
     for (int i = 0; i < n_jobs; i++) {
         PDB_ASSERT(jobs[i].w->rows == jobs[i - i % gang].w->rows, "matmul_gangs: a gang's members differ in rows");
@@ -972,7 +971,6 @@ void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
     if (c.total <= 0) return;
     c.stride = 4 * widest;
     lut_init();
-    if (c.total < (int64_t)QM_MIN_ROWS * c.nth) c.min_rows = 4;
     if (!pool || c.nth == 1 || c.total <= 4) {
         qm_xd xs = {0};
         for (int i = 0; i < n_jobs; i += gang)
@@ -980,7 +978,7 @@ void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
         return;
     }
     /* one task per thread; each claims ranges until none are left (a late thread finds none) */
-    int64_t tasks = (c.total + c.min_rows - 1) / c.min_rows;
+    int64_t tasks = (c.total + 3) / 4;
     pdb_pool_run(pool, tasks < c.nth ? tasks : c.nth, qm_task, &c);
 }
 

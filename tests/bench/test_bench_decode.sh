@@ -44,6 +44,10 @@ for wm in resident mmap; do
       pdb_e2e_ok "--weights $wm: reported" || pdb_e2e_bad "--weights $wm: no pages line: $(grep pages "$T/w_$wm.out")"
   fi
 done
+if run trace --trace --rounds 2; then
+  grep -Eq "^trace: [0-9]+ dispatches over 4 steps" "$T/trace.out" && grep -Eq "threads busy +[0-9.]+%, waiting to start +[0-9.]+%, done and waiting +[0-9.]+%" "$T/trace.out" &&
+    pdb_e2e_ok "--trace: dispatch time split reported" || pdb_e2e_bad "--trace: no report: $(grep -A3 '^trace' "$T/trace.out")"
+fi
 if run phases --context 20 --phases; then
   grep -q "context 20 + 8 steps" "$T/phases.out" && pdb_e2e_ok "phases: the context is used" || pdb_e2e_bad "phases: context not reported"
   grep -Eq "gate/up products \+ SiLU +[0-9.]+ ms" "$T/phases.out" && pdb_e2e_ok "phases: stage clock printed" || pdb_e2e_bad "phases: no stage clock"
