@@ -13,9 +13,9 @@ CARRY=$ROOT/.cache/benchcarry
 OUT=${OUT:-$ROOT/.cache/bench-out}
 
 stage() {
-  cmake --build "$ROOT/build" --target pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch
+  cmake --build "$ROOT/build" --target pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch bench_read_patterns
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
-  for b in pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch; do cp "$ROOT/build/$b" "$CARRY/bin/"; done
+  for b in pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch bench_read_patterns; do cp "$ROOT/build/$b" "$CARRY/bin/"; done
   # VARIANTS='name=path ...': other builds of bench_decode, carried as bench_decode.NAME (side by side)
   for v in ${VARIANTS:-}; do cp "${v#*=}" "$CARRY/bin/bench_decode.${v%%=*}"; done
   for b in "$CARRY"/bin/*; do
