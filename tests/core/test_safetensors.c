@@ -344,8 +344,9 @@ static void write_shard(const char *path, const char *name1, const char *name2, 
     pdb_st_writer_free(w);
 }
 
-static void test_sharded_directory(void **state) {
-    fixture *fx = *state;
+/* Two shards and their index in the fixture's directory: embed.weight and layers.0.w (format
+ * "first") in the first, head.weight (values from 10) in the second. */
+static void write_two_shards(void **state) {
     write_shard(fx_path(state, "model-00001-of-00002.safetensors"), "embed.weight", "layers.0.w", 1, "first");
     write_shard(fx_path(state, "model-00002-of-00002.safetensors"), "head.weight", NULL, 10, "second");
     write_text(fx_path(state, "model.safetensors.index.json"),
@@ -353,6 +354,11 @@ static void test_sharded_directory(void **state) {
                "  \"embed.weight\": \"model-00001-of-00002.safetensors\",\n"
                "  \"head.weight\": \"model-00002-of-00002.safetensors\",\n"
                "  \"layers.0.w\": \"model-00001-of-00002.safetensors\"}}\n");
+}
+
+static void test_sharded_directory(void **state) {
+    fixture *fx = *state;
+    write_two_shards(state);
     for (int k = 0; k < 2; k++) {
         pdb_st *st;
         const char *p = k == 0 ? fx->dir : fx_path(state, "model.safetensors.index.json");
@@ -376,12 +382,7 @@ static void test_sharded_directory(void **state) {
 /* PDB_ST_RESIDENT: the same tensors with the same bytes as the mapped reader, held in a copy */
 static void test_resident_matches_mmap(void **state) {
     fixture *fx = *state;
-    write_shard(fx_path(state, "model-00001-of-00002.safetensors"), "embed.weight", "layers.0.w", 1, "first");
-    write_shard(fx_path(state, "model-00002-of-00002.safetensors"), "head.weight", NULL, 10, "second");
-    write_text(fx_path(state, "model.safetensors.index.json"),
-               "{\"weight_map\": {\"embed.weight\": \"model-00001-of-00002.safetensors\",\n"
-               "  \"head.weight\": \"model-00002-of-00002.safetensors\",\n"
-               "  \"layers.0.w\": \"model-00001-of-00002.safetensors\"}}\n");
+    write_two_shards(state);
     pdb_st *m, *r;
     assert_int_equal(pdb_st_open(fx->dir, &m), PDB_OK);
     assert_int_equal(pdb_st_open_flags(fx->dir, PDB_ST_RESIDENT, &r), PDB_OK);
