@@ -3,7 +3,9 @@
  * none are left; the caller returns when every worker has left the run. Workers and the caller
  * spin briefly (PDB_POOL_SPIN polls) before sleeping on a condition variable: a decode step runs
  * ~100 short parallel-fors, and waking sleeping threads for each would cost more than the work.
- * State: gen, active and stop are atomics; mu/cv/done only guard the sleeping paths. */
+ * State: gen, active and stop are atomics; mu/cv/done only guard the sleeping paths. A traced run
+ * (pdb_pool_trace) has its record chosen by the caller before gen is bumped; each thread writes
+ * only its own two entries, and the caller stamps its return after every worker has left. */
 #include "pdb_pool.h"
 
 #include <immintrin.h>
@@ -45,15 +47,20 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* pool_work with thread id's trace entries (when the run is traced) */
-static void pool_work_traced(pdb_pool *p, int id);
-
 static void pool_work(pdb_pool *p, int id) {
     for (;;) {
         int64_t i = atomic_fetch_add(&p->next, 1);
         if (i >= p->n_tasks) break;
         p->fn(p->ctx, i, id);
     }
+}
+
+/* pool_work with thread id's entries in the run's trace record (when the run is traced) */
+static void pool_work_traced(pdb_pool *p, int id) {
+    double *t = p->trace;
+    if (t) t[2 + 2 * id] = now_s();
+    pool_work(p, id);
+    if (t) t[3 + 2 * id] = now_s();
 }
 
 static void *pool_main(void *arg) {
@@ -82,13 +89,6 @@ static void *pool_main(void *arg) {
         }
     }
     return NULL;
-}
-
-static void pool_work_traced(pdb_pool *p, int id) {
-    double *t = p->trace;
-    if (t) t[2 + 2 * id] = now_s();
-    pool_work(p, id);
-    if (t) t[3 + 2 * id] = now_s();
 }
 
 void pdb_pool_trace(pdb_pool *p, double *buf, int64_t cap, int64_t *count) {

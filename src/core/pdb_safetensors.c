@@ -1,5 +1,5 @@
-/* pdb_safetensors: validating mmap reader (one file, a directory, or shards through
- * model.safetensors.index.json) and atomic writer. Format byte by byte: docs/formats/safetensors.md.
+/* pdb_safetensors: validating reader, mapped or resident in memory (one file, a directory, or
+ * shards through model.safetensors.index.json) and atomic writer. Format byte by byte: docs/formats/safetensors.md.
  * Invariants: pdb_st_open either fails with a message naming the file (and tensor) at fault
  * or returns a reader in which every view lies inside its mapping with nbytes ==
  * numel * dtype size; tensor names are unique across all files and found through an

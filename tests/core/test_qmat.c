@@ -2,7 +2,8 @@
  * bit-identically on the scalar, AVX2 and AVX-512 paths (all 256 e4m3 codes, all 16 e2m1 codes,
  * every e8m0 scale class incl. subnormal and NaN), and matmul results are bit-identical across
  * ISAs, thread counts and batch sizes; the batched pdb_qmat_matmul_multi equals one matmul per job,
- * and its gangs add their post exactly once per row; pdb_qmat_mix equals zeroing then one pdb_qmat_axpy per row. */
+ * and its gangs add their post exactly once per row; pdb_qmat_mix equals zeroing then one pdb_qmat_axpy per row;
+ * the thread pool's trace (its diagnosis of the matmul's dispatches) records each run once. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -421,10 +422,46 @@ static void test_matmul_gangs(void **st) {
     free(x), free(buf);
 }
 
+/* pdb_pool_trace: one record per run that reaches the workers (past the buffer's capacity only
+ * counted), each thread's start and end inside its run's publish and return, every task once;
+ * a one-task run (the caller alone) and runs after tracing stops leave no record. */
+static void count_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    __atomic_add_fetch(&((int *)ctx)[task], 1, __ATOMIC_RELAXED);
+}
+
+static void test_pool_trace(void **state) {
+    (void)state;
+    pdb_pool *pool;
+    assert_int_equal(pdb_pool_create(3, &pool), PDB_OK);
+    enum { CAP = 4, N = 3, W = 2 + 2 * N };
+    double rec[CAP * W];
+    int64_t count = 0;
+    int hits[64] = {0};
+    pdb_pool_trace(pool, rec, CAP, &count);
+    for (int r = 0; r < 5; r++) pdb_pool_run(pool, 64, count_task, hits);
+    pdb_pool_run(pool, 1, count_task, hits);
+    assert_int_equal(count, 5);
+    for (int k = 0; k < CAP; k++) {
+        const double *t = rec + k * W;
+        assert_true(t[0] > 0 && t[1] >= t[0]);
+        for (int i = 0; i < N; i++) {
+            assert_true(t[2 + 2 * i] >= t[0] && t[3 + 2 * i] >= t[2 + 2 * i]);
+            assert_true(t[3 + 2 * i] <= t[1]);
+        }
+    }
+    pdb_pool_trace(pool, NULL, 0, NULL);
+    pdb_pool_run(pool, 64, count_task, hits);
+    assert_int_equal(count, 5);
+    for (int i = 0; i < 64; i++) assert_int_equal(hits[i], i == 0 ? 7 : 6);
+    pdb_pool_destroy(pool);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_scan_nan), cmocka_unit_test(test_rows_identical_across_isas),
                                        cmocka_unit_test(test_matmul_identical), cmocka_unit_test(test_fused_edges),
                                        cmocka_unit_test(test_dots), cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_mix),
-                                       cmocka_unit_test(test_matmul_gangs)};
+                                       cmocka_unit_test(test_matmul_gangs),
+                                       cmocka_unit_test(test_pool_trace)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
