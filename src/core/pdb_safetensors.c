@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -242,6 +243,24 @@ static pdb_status st_parse_meta(const st_file *f, json_t *meta) {
 enum { ST_HUGE = 2 << 20, ST_READ_CHUNK = 64 << 20 };
 #define ST_PROGRESS (8ull << 30) /* a progress line per 8 GiB read; the final line from 256 MiB */
 
+int pdb_st_resident_fits(uint64_t file_bytes, uint64_t available_bytes) {
+    if (!available_bytes) return 1;
+    uint64_t keep = available_bytes / 8 + ((uint64_t)1 << 30);
+    return available_bytes > keep && file_bytes <= available_bytes - keep;
+}
+
+/* MemAvailable of /proc/meminfo in bytes, 0 when it cannot be read */
+static uint64_t st_mem_available(void) {
+    FILE *m = fopen("/proc/meminfo", "r");
+    if (!m) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, m))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(m);
+    return (uint64_t)kb * 1024;
+}
+
 static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
     size_t len = ((size_t)size + ST_HUGE - 1) / ST_HUGE * ST_HUGE;
     uint8_t *raw = mmap(NULL, len + ST_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -314,7 +333,16 @@ static pdb_status st_add_file(pdb_st *st, const char *path) {
         return pdb_err_set(PDB_CORRUPT, "%s: file is %" PRIu64 " bytes, too short for the 8-byte header length "
                            "(truncated?)", path, size);
     }
-    if (st->flags & PDB_ST_RESIDENT) {
+    int resident = (st->flags & PDB_ST_RESIDENT) != 0;
+    if (resident) {
+        uint64_t avail = st_mem_available();
+        if (!pdb_st_resident_fits(size, avail)) {
+            PDB_WARN("safetensors: %s: %.1f GB does not fit in the %.1f GB of available memory with room to spare: "
+                     "mapped instead of read into memory", path, size / 1e9, avail / 1e9);
+            resident = 0;
+        }
+    }
+    if (resident) {
         pdb_status rs = st_read_resident(f, fd, size);
         close(fd);
         if (rs) return rs;

@@ -42,6 +42,11 @@ pdb_status pdb_st_open(const char *path, pdb_st **out);
  * spans 512 of a streamed matrix's 4 KB TLB entries); the views' bytes are the same. */
 enum { PDB_ST_RESIDENT = 1 };
 pdb_status pdb_st_open_flags(const char *path, int flags, pdb_st **out);
+/* Whether a file of file_bytes is read resident when available_bytes of memory are free
+ * (MemAvailable): it must leave an eighth of them and 1 GiB besides; a file that does not fit is
+ * mapped instead, with a warning naming it (a resident copy would be killed for memory, where a
+ * mapping pages). available_bytes 0: unknown, read resident. */
+int pdb_st_resident_fits(uint64_t file_bytes, uint64_t available_bytes);
 void pdb_st_close(pdb_st *st);
 
 int64_t pdb_st_count(const pdb_st *st);

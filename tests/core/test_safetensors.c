@@ -401,6 +401,19 @@ static void test_resident_matches_mmap(void **state) {
     pdb_st_close(r);
 }
 
+/* the resident read leaves an eighth of the available memory and 1 GiB; unknown memory reads */
+static void test_resident_fits(void **state) {
+    (void)state;
+    const uint64_t G = (uint64_t)1 << 30;
+    assert_true(pdb_st_resident_fits(100 * G, 0));
+    assert_true(pdb_st_resident_fits(10 * G, 16 * G));
+    assert_true(pdb_st_resident_fits(13 * G, 16 * G));
+    assert_false(pdb_st_resident_fits(13 * G + 1, 16 * G));
+    assert_false(pdb_st_resident_fits(200 * G, 128 * G));
+    assert_false(pdb_st_resident_fits(1, G));
+    assert_true(pdb_st_resident_fits(1 << 20, 2 * G));
+}
+
 static void test_single_unnamed_file_in_dir(void **state) {
     fixture *fx = *state;
     pdb_st *st;
@@ -608,6 +621,7 @@ int main(void) {
         T(test_deepseek_fp4_experts),
         T(test_sharded_directory),
         T(test_resident_matches_mmap),
+        T(test_resident_fits),
         T(test_single_unnamed_file_in_dir),
         T(test_many_tensors_lookup),
         T(test_truncated_file),
