@@ -308,13 +308,14 @@ __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, co
  * rearranged the same way once per block (nib_x); each lane still takes one fixed k mod 32 in k
  * order, and the lanes are put back in dot_avx512's positions (fold4_nib) before the fold.
  *
- * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead) into L2: a
+ * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead) into L1: a
  * group reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
  * prefetchers pick up too late; on a streamed lm_head this alone took one thread from ~9 to ~21
  * GB/s (bench/results/decode_kernels_session2.md), and without it the 16-thread host streams the
- * decode's products at 35-43% of its read probe. Into L2 rather than L1: the products ran 7-11%
- * faster in 4 of 6 side-by-side rounds on the host, 0.6% slower in one, one disturbed (session 5;
- * the whole decode did not move measurably). Prefetches change no value. */
+ * decode's products at 35-43% of its read probe. Into L1 (T0), not L2 (T1): on the 16-core Xeon host
+ * T1 ran the products alone 7-11% faster in 4 of 6 rounds but not the decode; on the AMD development
+ * VM it cost the streamed MXFP8 kernel 30% on one thread and the decode 4-6% at two (session 5,
+ * D18). Prefetches change no value. */
 enum { QM_FAST_MAX_E = 134, QM_CHUNK_BLOCKS = 256 };
 
 typedef struct { __m512 v[2][4][2]; } qm_acc;
@@ -372,7 +373,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
-            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T1);
+            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
             __m512 sc = _mm512_set1_ps(sct[i]);
             __m512 w0 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32), sc), w1 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32 + 16), sc);
             PDB_QM_UNROLL
@@ -398,7 +399,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
-            if (pf && !(b & 1)) _mm_prefetch((const char *)q[i] + b * 16 + pf, _MM_HINT_T1);
+            if (pf && !(b & 1)) _mm_prefetch((const char *)q[i] + b * 16 + pf, _MM_HINT_T0);
             __m512 ls = _mm512_load_ps(lut_e2m1_scaled[s[i][b]]);
             __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(q[i] + b * 16))), sh);
             __m512 we = _mm512_permutexvar_ps(v, ls), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), ls); /* index bits 3..0 */
@@ -428,7 +429,7 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void fu
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
-            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T1);
+            if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
             __m512 sc = _mm512_set1_ps(sct[i]);
             __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q[i] + b * 32)));
             __m512 we = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), m)), sc);
