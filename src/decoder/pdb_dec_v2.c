@@ -1,5 +1,5 @@
 /* pdb_dec_v2: the decode engine's DeepSeek-V2 ops: weights through pdb_v2_ops (bf16/f32/MXFP8/
- * MXFP4 views over the mmap'd checkpoint), sequences as layer-major f32 latent rows
+ * MXFP4 views over the checkpoint, resident or mapped), sequences as layer-major f32 latent rows
  * [n_layers, cap, kv_lora_rank + rope], one APPEND pool "latent", and the batched forward:
  * embed, then per layer attention norm -> attention (writes the cache rows) -> FFN, then logits.
  * Invariant: a block is the rows of its span for every layer, nothing else (no state pool).
