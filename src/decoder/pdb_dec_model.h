@@ -1,8 +1,8 @@
 /* pdb_dec_model: the decode engine's model: its own checkpoint (pdbridge quantize output:
  * MXFP4 experts, MXFP8 projections, or --scheme none), resident in memory or mapped, and its
- * forward pass over a batch of sequence segments with the architecture's cache. The architecture-specific part is
- * a table of function pointers (pdb_dec_arch.h: DeepSeek-V2 and DeepSeek-V4); this API and the
- * service above it are the same for every architecture.
+ * forward pass over a batch of sequence segments with the architecture's cache. The
+ * architecture-specific part is a table of function pointers (pdb_dec_arch.h: DeepSeek-V2 and
+ * DeepSeek-V4); this API and the service above it are the same for every architecture.
  * Invariants: (1) the decoder's cache is described by a store layout of per-layer pools
  * (DESIGN §4): V2 one APPEND pool "latent" [RMSNorm(c_kv) | RoPE(k_pe)] f32; V4 the window,
  * compressed entries, indexer keys and overlap halves (docs/v4.md); (2) every output of the forward is a pure
