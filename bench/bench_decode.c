@@ -42,7 +42,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
@@ -51,6 +50,7 @@
 
 #include "pdb_dec_model.h"
 #include "pdb_math.h"
+#include "pdb_mem.h"
 #include "pdb_pool.h"
 #include "pdb_v2_ops.h"
 
@@ -78,19 +78,6 @@ static double huge_share(const void *p, size_t n, double *mapped) {
     }
     fclose(f);
     return huge;
-}
-
-/* n bytes of anonymous memory aligned to 2 MB, advised for transparent huge pages when huge */
-static void *alloc_pages(size_t n, int huge) {
-    size_t a = (size_t)2 << 20, len = (n + a - 1) / a * a;
-    char *raw = mmap(NULL, len + a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED) return NULL;
-    char *p = (char *)(((uintptr_t)raw + a - 1) / a * a);
-    if (p > raw) munmap(raw, (size_t)(p - raw));
-    if (p + len < raw + len + a) munmap(p + len, (size_t)(raw + len + a - (p + len)));
-    if (huge) (void)madvise(p, len, MADV_HUGEPAGE);
-    else (void)madvise(p, len, MADV_NOHUGEPAGE);
-    return p;
 }
 
 static double now_s(void) {
@@ -461,7 +448,7 @@ int main(int argc, char **argv) {
         printf("probe size set to %ld MB: with less than 8x the last-level cache it is no memory roofline\n", probe_mb);
     }
     size_t probe_n = probe_bytes / sizeof(float) / 8192 * 8192; /* 64 tasks of whole 128-float steps */
-    float *probe_buf = alloc_pages(probe_n * sizeof(float), probe_huge);
+    float *probe_buf = pdb_mem_map(probe_n * sizeof(float), probe_huge);
     /* the probe measures the machine: every online CPU, whatever the decode's thread count */
     pdb_pool *probe_pool = pool;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -521,7 +508,7 @@ int main(int argc, char **argv) {
     if (probe_pool != pool) pdb_pool_destroy(probe_pool);
     double probe_map = 0, probe_hp = huge_share(probe_buf, probe_n * sizeof(float), &probe_map);
     double w_map = 0, w_hp = huge_share(w->lm_head.data, 1, &w_map);
-    munmap(probe_buf, (probe_n * sizeof(float) + ((size_t)2 << 20) - 1) / ((size_t)2 << 20) * ((size_t)2 << 20));
+    pdb_mem_unmap(probe_buf, probe_n * sizeof(float));
     double tps = ntok / dt, eff = per_tok * tps / 1e9;
     printf("model %s (scheme %s): %lld layers, hidden %lld, %lld experts (top %lld)\n", pos[0], pdb_dec_model_scheme(m),
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);

@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "pdb_mem.h"
 #include "pdb_pool.h"
 
 static double now_s(void) {
@@ -67,9 +67,8 @@ int main(int argc, char **argv) {
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     size_t bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
     bytes = bytes / (64 << 14) * (64 << 14); /* 64 chunks of whole 16 KB */
-    char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) { fprintf(stderr, "bench_read_patterns: out of memory\n"); return 1; }
-    (void)madvise(buf, bytes, MADV_HUGEPAGE);
+    char *buf = pdb_mem_map(bytes, 1);
+    if (!buf) { fprintf(stderr, "bench_read_patterns: out of memory\n"); return 1; }
     memset(buf, 1, bytes);
     static const struct { size_t row; int pf; const char *name; } forms[] = {
         {0, 0, "sequential (the probe's pattern)"},
@@ -94,7 +93,7 @@ int main(int argc, char **argv) {
             }
             printf("round %d  %-48s %7.2f GB/s\n", round + 1, forms[f].name, best);
         }
-    munmap(buf, bytes);
+    pdb_mem_unmap(buf, bytes);
     pdb_pool_destroy(pool);
     return 0;
 }

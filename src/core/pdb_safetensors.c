@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pdb_mem.h"
+
 #define ST_MAX_HEADER (100ull * 1000 * 1000) /* a header larger than this is refused */
 #define ST_MAX_INDEX (100ll * 1000 * 1000)   /* same limit for model.safetensors.index.json */
 
@@ -237,10 +239,9 @@ static pdb_status st_parse_meta(const st_file *f, json_t *meta) {
     return PDB_OK;
 }
 
-/* PDB_ST_RESIDENT: the whole file read into anonymous memory aligned to 2 MB and advised for
- * transparent huge pages (madvise is a hint: where THP is off it stays in 4 KB pages), then made
- * read-only. f->map/map_len then describe that region (munmap'd by pdb_st_close as a mapping is). */
-enum { ST_HUGE = 2 << 20, ST_READ_CHUNK = 64 << 20 };
+/* PDB_ST_RESIDENT: the whole file read into huge-page memory (pdb_mem_map), then made read-only.
+ * f->map/map_len then describe that region (munmap'd by pdb_st_close as a mapping is). */
+enum { ST_READ_CHUNK = 64 << 20 };
 #define ST_PROGRESS (8ull << 30) /* a progress line per 8 GiB read; the final line from 256 MiB */
 
 int pdb_st_resident_fits(uint64_t file_bytes, uint64_t available_bytes) {
@@ -262,17 +263,13 @@ static uint64_t st_mem_available(void) {
 }
 
 static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
-    size_t len = ((size_t)size + ST_HUGE - 1) / ST_HUGE * ST_HUGE;
-    uint8_t *raw = mmap(NULL, len + ST_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (raw == MAP_FAILED)
+    size_t len = pdb_mem_len((size_t)size);
+    uint8_t *a = pdb_mem_map((size_t)size, 1);
+    if (!a)
         return pdb_err_set(PDB_NOMEM, "%s: cannot allocate %zu bytes to hold the file in memory: %s", f->path, len,
                            strerror(errno));
-    uint8_t *a = (uint8_t *)(((uintptr_t)raw + ST_HUGE - 1) / ST_HUGE * ST_HUGE);
-    if (a > raw) munmap(raw, (size_t)(a - raw));
-    if (a + len < raw + len + ST_HUGE) munmap(a + len, (size_t)(raw + len + ST_HUGE - (a + len)));
     f->map = a; /* from here pdb_st_close unmaps it */
     f->map_len = len;
-    (void)madvise(a, len, MADV_HUGEPAGE);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (uint64_t off = 0, shown = 0; off < size;) {

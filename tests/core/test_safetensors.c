@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "pdb_mem.h"
 #include "pdb_safetensors.h"
 
 typedef struct fixture {
@@ -401,6 +402,24 @@ static void test_resident_matches_mmap(void **state) {
     pdb_st_close(r);
 }
 
+/* pdb_mem (the resident reader's memory): whole 2 MB units from a 2 MB boundary, zero-filled, writable */
+static void test_mem_map(void **state) {
+    (void)state;
+    const size_t M = (size_t)2 << 20;
+    assert_int_equal(pdb_mem_len(1), M);
+    assert_int_equal(pdb_mem_len(M), M);
+    assert_int_equal(pdb_mem_len(M + 1), 2 * M);
+    for (int huge = 0; huge <= 1; huge++) {
+        uint8_t *p = pdb_mem_map(M + 5, huge);
+        assert_non_null(p);
+        assert_int_equal((uintptr_t)p % M, 0);
+        for (size_t i = 0; i < 2 * M; i += 4096) assert_int_equal(p[i], 0);
+        p[0] = 1, p[2 * M - 1] = 2;
+        assert_int_equal(p[0] + p[2 * M - 1], 3);
+        pdb_mem_unmap(p, M + 5);
+    }
+}
+
 /* the resident read leaves an eighth of the available memory and 1 GiB; unknown memory reads */
 static void test_resident_fits(void **state) {
     (void)state;
@@ -622,6 +641,7 @@ int main(void) {
         T(test_sharded_directory),
         T(test_resident_matches_mmap),
         T(test_resident_fits),
+        T(test_mem_map),
         T(test_single_unnamed_file_in_dir),
         T(test_many_tensors_lookup),
         T(test_truncated_file),
