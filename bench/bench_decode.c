@@ -9,7 +9,7 @@
  * probe just before it) is the paired figure; all steps over the best probe of the run is the
  * conservative one. Both are printed.
  *
- * Usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--attn tasks|stages] [--classes]
+ * Usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--attn tasks|stages|split] [--classes]
  *                     [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small]
  * The probe runs on every online CPU (the machine's bandwidth) even when the decode uses fewer,
  * over a buffer in transparent huge pages by default; the output says how much of the probe
@@ -17,7 +17,7 @@
  *   --context  prefill N tokens (default 64) before the timed decode steps
  *   --rounds   probes and shares of the steps, alternated (default 8)
  *   --probe-mb a smaller probe (smoke tests; the figure is then no memory roofline)
- *   --attn     force one of the two attention forms (default: by context length, pdb_v2_ops.h)
+ *   --attn     force one of the three attention forms (default: by context length and threads, pdb_v2_ops.h)
  *   --classes  also streams the decode step's matrices alone, grouped into the same dispatches,
  *              and reports GB/s per class (attention projections, dense MLP, shared experts,
  *              routed experts, lm_head) and the time of the step that is not matrix products
@@ -395,7 +395,8 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
             const char *a = argv[++i];
-            pdb_v2_ops_attn_path = !strcmp(a, "tasks") ? PDB_V2_ATTN_TASKS : !strcmp(a, "stages") ? PDB_V2_ATTN_STAGES : -1;
+            pdb_v2_ops_attn_path = !strcmp(a, "tasks") ? PDB_V2_ATTN_TASKS : !strcmp(a, "stages") ? PDB_V2_ATTN_STAGES
+                                   : !strcmp(a, "split") ? PDB_V2_ATTN_SPLIT : -1;
             if (pdb_v2_ops_attn_path < 0) npos = -9;
         }
         else if (argv[i][0] != '-' && npos < 3) pos[npos++] = argv[i];
@@ -403,12 +404,12 @@ int main(int argc, char **argv) {
     }
     int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     if (help || npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
-        fprintf(help ? stdout : stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages] [--classes]"
+        fprintf(help ? stdout : stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages|split] [--classes]"
                         " [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small] [--trace]\n"
                         "  --context N: prefill N tokens before the timed steps (default 64)\n"
                         "  --rounds N: alternate N probes and N shares of the decode steps (default 8, at most 64)\n"
                         "  --probe-mb N: probe N MB instead of 8x the last-level cache (smoke tests; not a memory roofline)\n"
-                        "  --attn: force one attention form (default: chosen by context length, pdb_v2_ops.h)\n"
+                        "  --attn: force one attention form (default: chosen by context length and threads, pdb_v2_ops.h)\n"
                         "  --weights: mmap the checkpoint, or read it into huge-page memory (default: the decoder's)\n"
                         "  --probe-pages: the probe buffer in transparent huge pages (default) or in 4 KB pages\n"
                         "  --trace: time every thread in the last round's dispatches (start, work, end)\n"
@@ -514,7 +515,8 @@ int main(int argc, char **argv) {
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
     printf("threads %d, kernels %s, context %d + %d steps, attention %s\n", pdb_pool_threads(pool),
            pdb_qmat_isa_name(pdb_qmat_isa_detect()), context, ntok,
-           pdb_v2_ops_attn_path == PDB_V2_ATTN_TASKS ? "tasks (forced)" : pdb_v2_ops_attn_path == PDB_V2_ATTN_STAGES ? "stages (forced)" : "auto");
+           pdb_v2_ops_attn_path == PDB_V2_ATTN_TASKS ? "tasks (forced)" : pdb_v2_ops_attn_path == PDB_V2_ATTN_STAGES ? "stages (forced)"
+           : pdb_v2_ops_attn_path == PDB_V2_ATTN_SPLIT ? "split tasks (forced)" : "auto");
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
     printf("last-level cache: %.0f MB; weights touched per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
            l3 > 0 ? per_tok / (double)l3 : 0.0);

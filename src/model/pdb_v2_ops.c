@@ -3,7 +3,9 @@
  * attention -> ffn. */
 #include "pdb_v2_ops.h"
 
+#include <immintrin.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,13 @@
 
 #include "pdb_math.h"
 #include "pdb_v2.h"
+
+/* the split tasks' claims per (row, head) (see attention_split below) */
+enum { SPLIT_STEPS = 5 };
+struct pdb_v2_head_sync {
+    _Alignas(64) atomic_int claim[SPLIT_STEPS];
+    atomic_int done[SPLIT_STEPS];
+};
 
 double *pdb_v2_ops_stage_s;
 const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N] = {
@@ -239,7 +248,7 @@ void pdb_v2_ops_latent_rows(const pdb_v2_qweights *w, int64_t l, pdb_pool *pool,
 static void batch_free_ptrs(pdb_v2_batch *b) {
     void *ps[] = {b->cache, b->pos, b->h, b->xn, b->q, b->qa, b->kva, b->attn, b->tmp, b->mlp, b->g, b->u, b->probs,
                   b->slot_row, b->xe, b->topk_w, b->att_scratch, b->rowbuf, b->topk_idx, b->erows, b->jobs, b->cs,
-                  b->wq, b->wo, b->wsc, b->views, b->ajobs};
+                  b->wq, b->wo, b->wsc, b->views, b->ajobs, b->hsync};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]);
 }
 
@@ -267,6 +276,7 @@ pdb_status pdb_v2_batch_init(pdb_v2_batch *b, const pdb_v2_qweights *w, pdb_pool
     if (R * nh <= PDB_V2_WIDE_JOBS && R * nh * max_len <= PDB_V2_WIDE_SCORES) {
         BA(b->wq, R * nh * row); BA(b->wo, R * nh * c->kv_lora_rank); BA(b->wsc, R * nh * max_len);
         BA(b->views, 2 * nh); BA(b->ajobs, R * nh);
+        if (!(b->hsync = aligned_alloc(64, sizeof(*b->hsync) * (size_t)(R * nh)))) goto nomem;
     }
 #undef BA
     return PDB_OK;
@@ -400,17 +410,104 @@ static void attention_wide(pdb_v2_batch *b, struct timespec *t0) {
     stage(PDB_V2_ST_UV, t0);
 }
 
+/* ---- split tasks (decode on many cores: threads >= 2 x rows x heads) ---------------------------
+ * The per-(row, head) task's five steps, each cut into parts that whichever of the pair's P tasks
+ * is there claims: q_lat rows, score positions, the softmax (one part), o_lat columns, W_UV rows;
+ * each step waits until all its parts are done. A task waits only for parts that another task has
+ * claimed and is running, so no order of arrival deadlocks, and a pair's lone task does every part
+ * itself. Each value is computed as attn_task computes it: row views of the same single-thread
+ * products, the same dot per score, the same fused axpy per o_lat element in position order; the
+ * buffers are the stages' (wq, wo, wsc). State: hsync[k] is zeroed by the caller before the run;
+ * claim[s] only grows, done[s] counts finished parts of step s (release / acquire). */
+
+typedef struct {
+    pdb_v2_batch *b;
+    int64_t parts;
+} split_ctx;
+
+/* [*a, *e): part p of n items in `parts` parts of a multiple of 16 (rows stay in four-row groups,
+ * columns in whole vectors); an empty range when n is used up */
+static void split_range(int64_t n, int64_t parts, int64_t p, int64_t *a, int64_t *e) {
+    int64_t len = ((n + parts - 1) / parts + 15) / 16 * 16;
+    *a = p * len < n ? p * len : n;
+    *e = *a + len < n ? *a + len : n;
+}
+
+static void split_part(pdb_v2_batch *b, int64_t k, int step, int64_t p, int64_t parts, float *mm) {
+    const pdb_config *c = &b->w->cfg;
+    const pdb_v2_qlayer *L = &b->w->layers[b->layer];
+    int64_t nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
+    int64_t kvl = c->kv_lora_rank, row = kvl + rope, r = k / nh, h = k % nh, pos = b->pos[r], a, e;
+    const pdb_v2_rowcache *rc = &b->cache[r];
+    const float *lat = rc->base + b->layer * rc->layer_stride, *qh = b->q + r * nh * (nope + rope) + h * (nope + rope);
+    float *qlat = b->wq + k * row, *olat = b->wo + k * kvl, *sc = b->wsc + k * b->max_len;
+    switch (step) {
+    case 0: { /* q_lat rows */
+        split_range(kvl, parts, p, &a, &e);
+        pdb_qmat uk = pdb_qmat_view_rows(&L->uk_t, h * kvl + a, e - a);
+        if (e > a) pdb_qmat_matmul(NULL, &uk, qh, nope, 1, qlat + a, kvl, mm);
+        if (p == 0) memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
+        break;
+    }
+    case 1: /* scores of positions */
+        split_range(pos + 1, parts, p, &a, &e);
+        if (e > a) pdb_qmat_dots(qlat, lat + a * rc->pos_stride, row, rc->pos_stride, e - a, sc + a);
+        break;
+    case 2: scores_to_probs(b, sc, pos + 1); break;
+    case 3: /* o_lat columns */
+        split_range(kvl, parts, p, &a, &e);
+        memset(olat + a, 0, sizeof(float) * (size_t)(e - a));
+        for (int64_t j = 0; j <= pos && e > a; j++) pdb_qmat_axpy(olat + a, sc[j], lat + j * rc->pos_stride + a, e - a);
+        break;
+    default: { /* W_UV rows */
+        split_range(vd, parts, p, &a, &e);
+        pdb_qmat uv = pdb_qmat_view_rows(&L->kv_b, h * (nope + vd) + nope + a, e - a);
+        if (e > a) pdb_qmat_matmul(NULL, &uv, olat, kvl, 1, b->attn + r * nh * vd + h * vd + a, vd, mm);
+    }
+    }
+}
+
+static void split_task(void *vc, int64_t task, int thread) {
+    const split_ctx *s = vc;
+    pdb_v2_batch *b = s->b;
+    int64_t k = task % (b->R * b->w->cfg.num_heads);
+    struct pdb_v2_head_sync *hs = &b->hsync[k];
+    PDB_ASSERT(b->cache[k / b->w->cfg.num_heads].pos_offset == 0, "attention needs every row from position 0");
+    float *mm = b->att_scratch + (int64_t)thread * b->att_stride;
+    for (int step = 0; step < SPLIT_STEPS; step++) {
+        int parts = step == 2 ? 1 : (int)s->parts;
+        for (int p; (p = atomic_fetch_add_explicit(&hs->claim[step], 1, memory_order_relaxed)) < parts;) {
+            split_part(b, k, step, p, parts, mm);
+            atomic_fetch_add_explicit(&hs->done[step], 1, memory_order_release);
+        }
+        while (atomic_load_explicit(&hs->done[step], memory_order_acquire) < parts) _mm_pause();
+    }
+}
+
+static void attention_split(pdb_v2_batch *b, int64_t parts) {
+    int64_t jobs = b->R * b->w->cfg.num_heads;
+    memset(b->hsync, 0, sizeof(*b->hsync) * (size_t)jobs);
+    split_ctx s = {b, parts};
+    pdb_pool_run(b->pool, jobs * parts, split_task, &s);
+}
+
 int pdb_v2_ops_attn_path;
 
-/* Stages or tasks: the stages need their buffers (few rows, pdb_v2_batch_init); with them, they
- * win once the context is long (each latent row read once for all heads instead of once per head),
- * the tasks win on short contexts (one pool run per layer instead of five). */
-static int use_wide(const pdb_v2_batch *b) {
+/* The attention form: 0 tasks, 1 stages, else the split tasks' parts per step. The stages and the
+ * split tasks need their buffers (few rows, pdb_v2_batch_init); the stages win once the context is
+ * long (each latent row read once for all heads instead of once per head), the tasks on short
+ * contexts (one pool run per layer instead of five), and the split tasks there too when threads
+ * would otherwise idle (rows x heads below half the threads). */
+static int64_t attn_form(const pdb_v2_batch *b) {
     if (!b->wq || pdb_v2_ops_attn_path == PDB_V2_ATTN_TASKS) return 0;
     if (pdb_v2_ops_attn_path == PDB_V2_ATTN_STAGES) return 1;
+    int64_t jobs = b->R * b->w->cfg.num_heads, parts = pdb_pool_threads(b->pool) / jobs;
+    parts = parts < PDB_V2_SPLIT_MAX ? parts : PDB_V2_SPLIT_MAX;
+    if (pdb_v2_ops_attn_path == PDB_V2_ATTN_SPLIT) return parts > 2 ? parts : 2;
     int64_t longest = 0;
     for (int64_t r = 0; r < b->R; r++) longest = b->pos[r] + 1 > longest ? b->pos[r] + 1 : longest;
-    return longest > PDB_V2_TASK_MAX_POS;
+    if (longest > PDB_V2_TASK_MAX_POS) return 1;
+    return parts >= 2 ? parts : 0;
 }
 
 void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
@@ -437,10 +534,12 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
         for (int64_t h = 0; h < nh; h++) pdb_rope_apply_cs(&w->rope, b->cs + t * rope, b->q + t * nh * qk + h * qk + nope);
     b->layer = l;
     stage(PDB_V2_ST_LATENT, &t0);
-    if (use_wide(b)) attention_wide(b, &t0);
+    int64_t form = attn_form(b);
+    if (form == 1) attention_wide(b, &t0);
     else {
-        pdb_pool_run(b->pool, R * nh, attn_task, b);
-        stage(PDB_V2_ST_SCORES, &t0); /* the per-(row, head) tasks: all of the attention core */
+        if (form) attention_split(b, form);
+        else pdb_pool_run(b->pool, R * nh, attn_task, b);
+        stage(PDB_V2_ST_SCORES, &t0); /* the (split) per-(row, head) tasks: all of the attention core */
     }
     pdb_qmat_matmul(b->pool, &L->o_proj, b->attn, nh * c->v_head_dim, R, b->tmp, H, b->rowbuf);
     for (int64_t i = 0; i < R * H; i++) b->h[i] += b->tmp[i];

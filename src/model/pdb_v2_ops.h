@@ -83,16 +83,20 @@ typedef struct pdb_v2_batch {
     float *wq, *wo, *wsc;        /* [R * nh] x q_lat (kvl + rope), o_lat (kvl), scores (max_len) */
     pdb_qmat *views;             /* [2 * nh]: each head's W_UK^T rows, then its W_UV rows */
     pdb_qmat_job *ajobs;         /* [R * nh] */
+    struct pdb_v2_head_sync *hsync; /* [R * nh]: the split tasks' claims (pdb_v2_ops.c) */
     int64_t max_len;
 } pdb_v2_batch;
 
 enum { PDB_V2_WIDE_JOBS = 256, PDB_V2_WIDE_SCORES = 16 << 20, PDB_V2_TASK_MAX_POS = 768 };
 
-/* Which attention form runs (both give the same bits; tests and bench_decode --attn choose):
+/* Which attention form runs (all give the same bits; tests and bench_decode --attn choose):
  * PDB_V2_ATTN_AUTO (the default) takes the head-parallel stages when the batch has their buffers
- * and some row attends to more than PDB_V2_TASK_MAX_POS positions, else the per-(row, head)
- * tasks. Process-wide: set it only while no forward runs. */
-enum { PDB_V2_ATTN_AUTO = 0, PDB_V2_ATTN_TASKS, PDB_V2_ATTN_STAGES };
+ * and some row attends to more than PDB_V2_TASK_MAX_POS positions; otherwise the split tasks when
+ * the batch has those buffers and the pool has at least twice as many threads as (row, head)
+ * pairs (PDB_V2_SPLIT_MAX threads per pair at most), else the per-(row, head) tasks. Forced, the
+ * split tasks use at least two parts per step. Process-wide: set it only while no forward runs. */
+enum { PDB_V2_ATTN_AUTO = 0, PDB_V2_ATTN_TASKS, PDB_V2_ATTN_STAGES, PDB_V2_ATTN_SPLIT };
+enum { PDB_V2_SPLIT_MAX = 4 };
 extern int pdb_v2_ops_attn_path;
 
 /* Diagnostics for bench_decode --phases: while pdb_v2_ops_stage_s is set, attention and FFN add

@@ -86,6 +86,8 @@ static void test_none_matches_reference(void **st) {
     free(lb);
 }
 
+static const char *const attn_names[] = {"auto", "tasks", "stages", "split tasks"};
+
 static void test_bit_exact_chunking_isa_batch(void **st) {
     enum { T = 130 };
     pdb_dec_model *m;
@@ -106,16 +108,15 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
         if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
             fail_msg("chunk %lld is not bit-identical to one-shot", (long long)chunks[k]);
     }
-    /* both attention forms (head-parallel stages, per-(row, head) tasks), forced, on calls of one
-     * and of seven rows */
-    for (int path = PDB_V2_ATTN_TASKS; path <= PDB_V2_ATTN_STAGES; path++) {
+    /* every attention form (per-(row, head) tasks, head-parallel stages, split tasks), forced, on
+     * calls of one and of seven rows */
+    for (int path = PDB_V2_ATTN_TASKS; path <= PDB_V2_ATTN_SPLIT; path++) {
         pdb_v2_ops_attn_path = path;
         for (int64_t chunk = 1; chunk <= 7; chunk += 6) {
             s1.len = 0;
             run_chunked(m, ids, T, chunk, &s1, got);
             if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
-                fail_msg("attention %s, chunk %lld: not bit-identical to one-shot", path == PDB_V2_ATTN_TASKS ? "tasks" : "stages",
-                         (long long)chunk);
+                fail_msg("attention %s, chunk %lld: not bit-identical to one-shot", attn_names[path], (long long)chunk);
         }
     }
     pdb_v2_ops_attn_path = PDB_V2_ATTN_AUTO;
@@ -140,8 +141,8 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
         fail_msg("batched with another sequence is not bit-identical");
     /* decode steps of two sequences at different positions in one forward equal each sequence's
-     * step alone, in both attention forms */
-    for (int path = PDB_V2_ATTN_TASKS; path <= PDB_V2_ATTN_STAGES; path++) {
+     * step alone, in every attention form */
+    for (int path = PDB_V2_ATTN_TASKS; path <= PDB_V2_ATTN_SPLIT; path++) {
         pdb_v2_ops_attn_path = path;
         pdb_dec_seq a[2], b[2];
         float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *ka = malloc(sizeof(float) * V),
@@ -161,8 +162,7 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
         for (int64_t l = 0; l < a[0].n_layers; l++) /* the rows written (positions 0 .. len-1 of each layer) */
             same &= !memcmp(a[0].lat + l * 40 * a[0].row, a[1].lat + l * 40 * a[0].row, sizeof(float) * (size_t)(a[0].len * a[0].row)) &&
                     !memcmp(b[0].lat + l * 40 * b[0].row, b[1].lat + l * 40 * b[0].row, sizeof(float) * (size_t)(b[0].len * b[0].row));
-        if (!same) fail_msg("attention %s: two decode steps in one forward are not bit-identical to each alone",
-                            path == PDB_V2_ATTN_TASKS ? "tasks" : "stages");
+        if (!same) fail_msg("attention %s: two decode steps in one forward are not bit-identical to each alone", attn_names[path]);
         for (int k = 0; k < 2; k++) pdb_dec_seq_free(&a[k]), pdb_dec_seq_free(&b[k]);
         free(la), free(lb), free(ka), free(kb);
     }
@@ -174,8 +174,19 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     run_chunked(m1, ids, T, 50, &s1, got);
     if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
         fail_msg("one thread is not bit-identical to two");
-    printf("  bit-identical: chunks 1/7/64/128, both attention forms, ISAs up to %s, batched, two decode steps at once, 1 vs 2 "
-           "threads\n", pdb_qmat_isa_name(best));
+    /* many threads: one-row calls take the split tasks on their own (2 x heads threads) */
+    pdb_pool *many;
+    PDB_TEST_OK(pdb_pool_create((int)(2 * pdb_dec_model_config(m)->num_heads), &many));
+    pdb_dec_model *mm;
+    PDB_TEST_OK(pdb_dec_model_open(dq, many, &mm));
+    s1.len = 0;
+    run_chunked(mm, ids, T, 1, &s1, got);
+    if (memcmp(ref, got, sizeof(float) * V) || memcmp(s0.lat, s1.lat, cache_bytes))
+        fail_msg("%d threads (split tasks) are not bit-identical to two", pdb_pool_threads(many));
+    pdb_dec_model_close(mm);
+    pdb_pool_destroy(many);
+    printf("  bit-identical: chunks 1/7/64/128, every attention form, ISAs up to %s, batched, two decode steps at once, "
+           "1 vs 2 vs 2 x heads threads\n", pdb_qmat_isa_name(best));
     pdb_dec_model_close(m1);
     pdb_dec_seq_free(&s0);
     pdb_dec_seq_free(&s1);
