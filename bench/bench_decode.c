@@ -366,9 +366,18 @@ static double subnormal_fraction(const pdb_config *c, const pdb_v2_qweights *w) 
     return all ? (double)sub / all : 0;
 }
 
+/* attention forms by name (--attn, --ab): -1 for an unknown one */
+static int attn_form_arg(const char *a) {
+    return !strcmp(a, "tasks") ? PDB_V2_ATTN_TASKS : !strcmp(a, "stages") ? PDB_V2_ATTN_STAGES : !strcmp(a, "split") ? PDB_V2_ATTN_SPLIT : -1;
+}
+
+static const char *attn_form_name(int f) {
+    return f == PDB_V2_ATTN_TASKS ? "tasks (forced)" : f == PDB_V2_ATTN_STAGES ? "stages (forced)" : f == PDB_V2_ATTN_SPLIT ? "split tasks (forced)" : "auto";
+}
+
 int main(int argc, char **argv) {
     int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
-    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1, trace = 0;
+    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1, trace = 0, ab = -1;
     long probe_mb = 0;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
@@ -395,21 +404,25 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
             const char *a = argv[++i];
-            pdb_v2_ops_attn_path = !strcmp(a, "tasks") ? PDB_V2_ATTN_TASKS : !strcmp(a, "stages") ? PDB_V2_ATTN_STAGES
-                                   : !strcmp(a, "split") ? PDB_V2_ATTN_SPLIT : -1;
+            pdb_v2_ops_attn_path = attn_form_arg(a);
             if (pdb_v2_ops_attn_path < 0) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--ab") && i + 1 < argc) {
+            ab = attn_form_arg(argv[++i]);
+            if (ab < 0) npos = -9;
         }
         else if (argv[i][0] != '-' && npos < 3) pos[npos++] = argv[i];
         else npos = -9;
     }
     int help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
     if (help || npos < 1 || context < 1 || rounds < 1 || rounds > 64) {
-        fprintf(help ? stdout : stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages|split] [--classes]"
-                        " [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small] [--trace]\n"
+        fprintf(help ? stdout : stderr, "usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages|split] [--ab tasks|stages|split]"
+                        " [--classes] [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small] [--trace]\n"
                         "  --context N: prefill N tokens before the timed steps (default 64)\n"
                         "  --rounds N: alternate N probes and N shares of the decode steps (default 8, at most 64)\n"
                         "  --probe-mb N: probe N MB instead of 8x the last-level cache (smoke tests; not a memory roofline)\n"
                         "  --attn: force one attention form (default: chosen by context length and threads, pdb_v2_ops.h)\n"
+                        "  --ab FORM: odd steps take attention FORM, even ones --attn's (or auto): both timed step by step, same tokens\n"
                         "  --weights: mmap the checkpoint, or read it into huge-page memory (default: the decoder's)\n"
                         "  --probe-pages: the probe buffer in transparent huge pages (default) or in 4 KB pages\n"
                         "  --trace: time every thread in the last round's dispatches (start, work, end)\n"
@@ -479,6 +492,10 @@ int main(int argc, char **argv) {
      * the bandwidth measured just before it (a shared machine's bandwidth moves by tens of percent
      * within seconds); the totals pair all steps with the best probe of the run (conservative) */
     if (rounds > ntok) rounds = ntok;
+    if (ab >= 0 && rounds > ntok / 2) rounds = ntok / 2 > 0 ? ntok / 2 : 1; /* each round times both forms */
+    int attn_base = pdb_v2_ops_attn_path;
+    double ab_sum[2] = {0, 0}, r_ab[64];
+    int64_t ab_n[2] = {0, 0};
     double dt = 0, dc = 0, r_frac[64], r_probe[64], r_tps[64], *trace_buf = NULL;
     int64_t trace_cap = 0, trace_n = 0;
     int trace_steps = 0;
@@ -495,17 +512,24 @@ int main(int argc, char **argv) {
         }
         uint64_t runs0 = pdb_pool_runs(pool);
         double t0 = now_s(), c0 = cpu_s();
+        double ab_t[2] = {0, 0};
         for (int i = 0; i < n; i++) {
+            double ts = ab >= 0 ? now_s() : 0;
+            if (ab >= 0) pdb_v2_ops_attn_path = i & 1 ? ab : attn_base;
             sg = (pdb_dec_seg){&s, &tok, 1, logits};
             if (pdb_dec_forward(m, &sg, 1)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
             tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
+            if (ab >= 0) ab_t[i & 1] += now_s() - ts;
         }
+        if (ab >= 0) ab_sum[0] += ab_t[0], ab_sum[1] += ab_t[1], ab_n[0] += (n + 1) / 2, ab_n[1] += n / 2,
+                     r_ab[r] = (n / 2) / ab_t[1] / (((n + 1) / 2) / ab_t[0]);
         double d = now_s() - t0;
         if (profile) prof_set(0);
         pdb_pool_trace(pool, NULL, 0, NULL);
         dt += d, dc += cpu_s() - c0, runs += pdb_pool_runs(pool) - runs0, done += n;
         r_probe[r] = p, r_tps[r] = n / d, r_frac[r] = per_tok * r_tps[r] / 1e9 / p;
     }
+    pdb_v2_ops_attn_path = attn_base;
     if (probe_pool != pool) pdb_pool_destroy(probe_pool);
     double probe_map = 0, probe_hp = huge_share(probe_buf, probe_n * sizeof(float), &probe_map);
     double w_map = 0, w_hp = huge_share(w->lm_head.data, 1, &w_map);
@@ -515,8 +539,7 @@ int main(int argc, char **argv) {
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
     printf("threads %d, kernels %s, context %d + %d steps, attention %s\n", pdb_pool_threads(pool),
            pdb_qmat_isa_name(pdb_qmat_isa_detect()), context, ntok,
-           pdb_v2_ops_attn_path == PDB_V2_ATTN_TASKS ? "tasks (forced)" : pdb_v2_ops_attn_path == PDB_V2_ATTN_STAGES ? "stages (forced)"
-           : pdb_v2_ops_attn_path == PDB_V2_ATTN_SPLIT ? "split tasks (forced)" : "auto");
+           attn_form_name(pdb_v2_ops_attn_path));
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
     printf("last-level cache: %.0f MB; weights touched per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
            l3 > 0 ? per_tok / (double)l3 : 0.0);
@@ -533,6 +556,13 @@ int main(int argc, char **argv) {
     printf("paired rounds: %d x (probe, %d steps): fraction of the roofline per round median %.1f%% (min %.1f%%, max %.1f%%);"
            " probe median %.2f GB/s, decode median %.2f tok/s\n", rounds, ntok / rounds, 100 * median(r_frac, rounds), 100 * fmin,
            100 * fmax, median(r_probe, rounds), median(r_tps, rounds));
+    if (ab >= 0 && ab_n[1] > 0) {
+        double amin = r_ab[0], amax = r_ab[0];
+        for (int r = 1; r < rounds; r++) amin = r_ab[r] < amin ? r_ab[r] : amin, amax = r_ab[r] > amax ? r_ab[r] : amax;
+        printf("a/b: attention %s on odd steps %.2f tok/s, %s on even steps %.2f tok/s (%lld and %lld steps); per round"
+               " odd/even speed median %.3f (min %.3f, max %.3f)\n", attn_form_name(ab), ab_n[1] / ab_sum[1],
+               attn_form_name(attn_base), ab_n[0] / ab_sum[0], (long long)ab_n[1], (long long)ab_n[0], median(r_ab, rounds), amin, amax);
+    }
     printf("dispatches: %.1f pool runs per token\n", (double)runs / ntok);
     /* on a shared machine wall time includes time the threads were not running; CPU time does not
      * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */

@@ -2,7 +2,7 @@
 # test_bench_decode: the decode benchmark runs end to end on a tiny checkpoint and reports what it
 # claims to: both figures of the roofline (conservative and paired rounds), the attention form
 # asked for, the weights' residency, fewer pool runs per token with the per-(row, head) tasks than with the stages, the
-# stage clock; bad options get the usage and exit 2. (A smoke test: the numbers are not judged.)
+# stage clock, the step-by-step a/b of two attention forms; bad options get the usage and exit 2. (A smoke test: the numbers are not judged.)
 set -u
 source "$(dirname "$0")/../common/pdb_e2e.sh"
 pdb_e2e_init bench
@@ -48,12 +48,17 @@ if run trace --trace --rounds 2; then
   grep -Eq "^trace: [0-9]+ dispatches over 4 steps" "$T/trace.out" && grep -Eq "threads busy +[0-9.]+%, waiting to start +[0-9.]+%, done and waiting +[0-9.]+%" "$T/trace.out" &&
     pdb_e2e_ok "--trace: dispatch time split reported" || pdb_e2e_bad "--trace: no report: $(grep -A3 '^trace' "$T/trace.out")"
 fi
+if run ab --ab split --rounds 2; then
+  grep -Eq "^a/b: attention split tasks \(forced\) on odd steps [0-9.]+ tok/s, auto on even steps [0-9.]+ tok/s \(4 and 4 steps\); per round odd/even speed median [0-9.]+" "$T/ab.out" &&
+    pdb_e2e_ok "--ab: both forms timed" || pdb_e2e_bad "--ab: no a/b line: $(grep '^a/b' "$T/ab.out")"
+  grep -q "attention auto$" "$T/ab.out" && pdb_e2e_ok "--ab: the base form is named" || pdb_e2e_bad "--ab: base form: $(grep '^threads' "$T/ab.out")"
+fi
 if run phases --context 20 --phases; then
   grep -q "context 20 + 8 steps" "$T/phases.out" && pdb_e2e_ok "phases: the context is used" || pdb_e2e_bad "phases: context not reported"
   grep -Eq "gate/up products \+ SiLU +[0-9.]+ ms" "$T/phases.out" && pdb_e2e_ok "phases: stage clock printed" || pdb_e2e_bad "phases: no stage clock"
 fi
 
-for args in "--rounds 0" "--attn sideways" "--probe-mb 0" "--context 0" "--weights disk" "--probe-pages tiny"; do
+for args in "--rounds 0" "--attn sideways" "--ab" "--ab diagonal" "--probe-mb 0" "--context 0" "--weights disk" "--probe-pages tiny"; do
   # shellcheck disable=SC2086
   "$BENCH" "$T/mx" 4 1 $args >"$T/u.out" 2>"$T/u.err"
   rc=$?
