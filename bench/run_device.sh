@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_device: the CPU benchmarks on a quiet many-core machine (the GPU box's 16 cores).
+# run_device: the CPU benchmarks on a many-core machine (the GPU boxes' hosts: 16 or 32 cores).
 #   bench/run_device.sh stage   # here: build, pack binaries + non-system shared libs into .cache/benchcarry
 #   bench/run_device.sh run     # there (OUT=dir): make the models, run bench_decode and bench_prefill_memory
 #   bench/run_device.sh diag    # there: where decode time goes (bench_decode --classes --phases, kernels)
