@@ -275,7 +275,7 @@ pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service *
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pdb_status st = pdb_pool_create(o->threads, &s->pool);
-    if (!st) st = pdb_dec_model_open_flags(o->model_dir, s->pool, o->weights_mmap ? 0 : PDB_ST_RESIDENT, &s->model);
+    if (!st) st = pdb_dec_model_open_flags(o->model_dir, s->pool, o->weights_mmap ? 0 : PDB_DEC_WEIGHTS_DEFAULT, &s->model);
     if (st) goto fail;
     const pdb_config *c = pdb_dec_model_config(s->model);
     if ((st = pdb_dec_check_block_size(c, s->opts.block_size))) goto fail;

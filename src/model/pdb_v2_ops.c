@@ -14,11 +14,12 @@
 #include "pdb_math.h"
 #include "pdb_v2.h"
 
-/* the split tasks' claims per (row, head) (see attention_split below) */
-enum { SPLIT_STEPS = 5 };
+/* the steps of one (row, head)'s attention (head_step), and the split tasks' claims per (row, head)
+ * and step (see attention_split below) */
+enum { HEAD_STEPS = 5 };
 struct pdb_v2_head_sync {
-    _Alignas(64) atomic_int claim[SPLIT_STEPS];
-    atomic_int done[SPLIT_STEPS];
+    _Alignas(64) atomic_int claim[HEAD_STEPS];
+    atomic_int done[HEAD_STEPS];
 };
 
 double *pdb_v2_ops_stage_s;
@@ -303,31 +304,63 @@ static void scores_to_probs(const pdb_v2_batch *b, float *sc, int64_t n) {
     pdb_math_softmax(sc, n);
 }
 
-/* One (row, head) task: q_lat = [W_UK^T q_nope | q_pe]; softmax over rows at positions <= pos;
- * o_lat = sum_j p_j c_j in j order; out = W_UV o_lat. The two weight products are one-thread
- * pdb_qmat_matmul calls on the head's rows: the same values in pdb_qmat_dot's order for every
- * format (its contract), so bf16 W_UK^T and MXFP8 W_UV give what f32 copies gave. */
-static void attn_task(void *vc, int64_t task, int thread) {
-    pdb_v2_batch *b = vc;
+/* [*a, *e): part p of n items in `parts` parts of a multiple of 16 (rows stay in four-row groups,
+ * columns in whole vectors); an empty range when n is used up; one part is [0, n) */
+static void split_range(int64_t n, int64_t parts, int64_t p, int64_t *a, int64_t *e) {
+    int64_t len = ((n + parts - 1) / parts + 15) / 16 * 16;
+    *a = p * len < n ? p * len : n;
+    *e = *a + len < n ? *a + len : n;
+}
+
+/* Part p of `parts` of step `step` of (row, head) k, into qlat [kvl + rope], sc [pos + 1] and olat
+ * [kvl]; mm: a one-thread product's scratch. Steps: 0 q_lat rows, 1 score positions, 2 the
+ * softmax (one part), 3 o_lat columns, 4 W_UV rows. Each value is the same for any parts. */
+static void head_step(pdb_v2_batch *b, int64_t k, int step, int64_t p, int64_t parts, float *qlat, float *sc, float *olat,
+                      float *mm) {
     const pdb_config *c = &b->w->cfg;
     const pdb_v2_qlayer *L = &b->w->layers[b->layer];
     int64_t nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
-    int64_t kvl = c->kv_lora_rank, qk = nope + rope, row = kvl + rope;
-    int64_t r = task / nh, h = task % nh, pos = b->pos[r];
+    int64_t kvl = c->kv_lora_rank, row = kvl + rope, r = k / nh, h = k % nh, pos = b->pos[r], a, e;
     const pdb_v2_rowcache *rc = &b->cache[r];
-    PDB_ASSERT(rc->pos_offset == 0, "attention needs every row from position 0");
-    const float *lat = rc->base + b->layer * rc->layer_stride;
-    float *sc = b->att_scratch + (int64_t)thread * b->att_stride, *qlat = sc + pos + 1, *olat = qlat + row, *mm = olat + kvl;
-    const float *qh = b->q + r * nh * qk + h * qk;
-    pdb_qmat uk = pdb_qmat_view_rows(&L->uk_t, h * kvl, kvl), uv = pdb_qmat_view_rows(&L->kv_b, h * (nope + vd) + nope, vd);
-    pdb_qmat_matmul(NULL, &uk, qh, nope, 1, qlat, kvl, mm);
-    memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
-    pdb_qmat_dots(qlat, lat, row, rc->pos_stride, pos + 1, sc);
-    scores_to_probs(b, sc, pos + 1);
-    memset(olat, 0, sizeof(float) * (size_t)kvl);
-    for (int64_t j = 0; j <= pos; j++) pdb_qmat_axpy(olat, sc[j], lat + j * rc->pos_stride, kvl);
-    float *out = b->attn + r * nh * vd + h * vd;
-    pdb_qmat_matmul(NULL, &uv, olat, kvl, 1, out, vd, mm);
+    const float *lat = rc->base + b->layer * rc->layer_stride, *qh = b->q + r * nh * (nope + rope) + h * (nope + rope);
+    switch (step) {
+    case 0: { /* q_lat rows */
+        split_range(kvl, parts, p, &a, &e);
+        pdb_qmat uk = pdb_qmat_view_rows(&L->uk_t, h * kvl + a, e - a);
+        if (e > a) pdb_qmat_matmul(NULL, &uk, qh, nope, 1, qlat + a, kvl, mm);
+        if (p == 0) memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
+        break;
+    }
+    case 1: /* scores of positions */
+        split_range(pos + 1, parts, p, &a, &e);
+        if (e > a) pdb_qmat_dots(qlat, lat + a * rc->pos_stride, row, rc->pos_stride, e - a, sc + a);
+        break;
+    case 2: scores_to_probs(b, sc, pos + 1); break;
+    case 3: /* o_lat columns */
+        split_range(kvl, parts, p, &a, &e);
+        memset(olat + a, 0, sizeof(float) * (size_t)(e - a));
+        for (int64_t j = 0; j <= pos && e > a; j++) pdb_qmat_axpy(olat + a, sc[j], lat + j * rc->pos_stride + a, e - a);
+        break;
+    default: { /* W_UV rows */
+        split_range(vd, parts, p, &a, &e);
+        pdb_qmat uv = pdb_qmat_view_rows(&L->kv_b, h * (nope + vd) + nope + a, e - a);
+        if (e > a) pdb_qmat_matmul(NULL, &uv, olat, kvl, 1, b->attn + r * nh * vd + h * vd + a, vd, mm);
+    }
+    }
+}
+
+/* One (row, head) task: q_lat = [W_UK^T q_nope | q_pe]; softmax over rows at positions <= pos;
+ * o_lat = sum_j p_j c_j in j order; out = W_UV o_lat. The two weight products are one-thread
+ * pdb_qmat_matmul calls on the head's rows: the same values in pdb_qmat_dot's order for every
+ * format (its contract), so bf16 W_UK^T and MXFP8 W_UV give what f32 copies gave. The task runs
+ * the five steps of head_step whole; the split tasks below run them in parts. */
+static void attn_task(void *vc, int64_t task, int thread) {
+    pdb_v2_batch *b = vc;
+    const pdb_config *c = &b->w->cfg;
+    int64_t pos = b->pos[task / c->num_heads];
+    PDB_ASSERT(b->cache[task / c->num_heads].pos_offset == 0, "attention needs every row from position 0");
+    float *sc = b->att_scratch + (int64_t)thread * b->att_stride, *qlat = sc + pos + 1, *olat = qlat + c->kv_lora_rank + c->qk_rope_head_dim;
+    for (int step = 0; step < HEAD_STEPS; step++) head_step(b, task, step, 0, 1, qlat, sc, olat, olat + c->kv_lora_rank);
 }
 
 /* ---- head-parallel attention (few rows: decode) -----------------------------------------------
@@ -411,13 +444,13 @@ static void attention_wide(pdb_v2_batch *b, struct timespec *t0) {
 }
 
 /* ---- split tasks (decode on many cores: threads >= 2 x rows x heads) ---------------------------
- * The per-(row, head) task's five steps, each cut into parts that whichever of the pair's P tasks
- * is there claims: q_lat rows, score positions, the softmax (one part), o_lat columns, W_UV rows;
- * each step waits until all its parts are done. A task waits only for parts that another task has
- * claimed and is running, so no order of arrival deadlocks, and a pair's lone task does every part
- * itself. Each value is computed as attn_task computes it: row views of the same single-thread
- * products, the same dot per score, the same fused axpy per o_lat element in position order; the
- * buffers are the stages' (wq, wo, wsc). State: hsync[k] is zeroed by the caller before the run;
+ * The per-(row, head) task's five steps (head_step), each cut into parts that whichever of the
+ * pair's P tasks is there claims: q_lat rows, score positions, the softmax (one part), o_lat
+ * columns, W_UV rows; each step waits until all its parts are done. A task waits only for parts
+ * that another task has claimed and is running, so no order of arrival deadlocks, and a pair's
+ * lone task does every part itself. head_step computes each value the same for any number of
+ * parts: row views of the same single-thread products, the same dot per score, the same fused
+ * axpy per o_lat element in position order; the buffers are the stages' (wq, wo, wsc). State: hsync[k] is zeroed by the caller before the run;
  * claim[s] only grows, done[s] counts finished parts of step s (release / acquire). */
 
 typedef struct {
@@ -425,59 +458,19 @@ typedef struct {
     int64_t parts;
 } split_ctx;
 
-/* [*a, *e): part p of n items in `parts` parts of a multiple of 16 (rows stay in four-row groups,
- * columns in whole vectors); an empty range when n is used up */
-static void split_range(int64_t n, int64_t parts, int64_t p, int64_t *a, int64_t *e) {
-    int64_t len = ((n + parts - 1) / parts + 15) / 16 * 16;
-    *a = p * len < n ? p * len : n;
-    *e = *a + len < n ? *a + len : n;
-}
-
-static void split_part(pdb_v2_batch *b, int64_t k, int step, int64_t p, int64_t parts, float *mm) {
-    const pdb_config *c = &b->w->cfg;
-    const pdb_v2_qlayer *L = &b->w->layers[b->layer];
-    int64_t nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
-    int64_t kvl = c->kv_lora_rank, row = kvl + rope, r = k / nh, h = k % nh, pos = b->pos[r], a, e;
-    const pdb_v2_rowcache *rc = &b->cache[r];
-    const float *lat = rc->base + b->layer * rc->layer_stride, *qh = b->q + r * nh * (nope + rope) + h * (nope + rope);
-    float *qlat = b->wq + k * row, *olat = b->wo + k * kvl, *sc = b->wsc + k * b->max_len;
-    switch (step) {
-    case 0: { /* q_lat rows */
-        split_range(kvl, parts, p, &a, &e);
-        pdb_qmat uk = pdb_qmat_view_rows(&L->uk_t, h * kvl + a, e - a);
-        if (e > a) pdb_qmat_matmul(NULL, &uk, qh, nope, 1, qlat + a, kvl, mm);
-        if (p == 0) memcpy(qlat + kvl, qh + nope, sizeof(float) * (size_t)rope);
-        break;
-    }
-    case 1: /* scores of positions */
-        split_range(pos + 1, parts, p, &a, &e);
-        if (e > a) pdb_qmat_dots(qlat, lat + a * rc->pos_stride, row, rc->pos_stride, e - a, sc + a);
-        break;
-    case 2: scores_to_probs(b, sc, pos + 1); break;
-    case 3: /* o_lat columns */
-        split_range(kvl, parts, p, &a, &e);
-        memset(olat + a, 0, sizeof(float) * (size_t)(e - a));
-        for (int64_t j = 0; j <= pos && e > a; j++) pdb_qmat_axpy(olat + a, sc[j], lat + j * rc->pos_stride + a, e - a);
-        break;
-    default: { /* W_UV rows */
-        split_range(vd, parts, p, &a, &e);
-        pdb_qmat uv = pdb_qmat_view_rows(&L->kv_b, h * (nope + vd) + nope + a, e - a);
-        if (e > a) pdb_qmat_matmul(NULL, &uv, olat, kvl, 1, b->attn + r * nh * vd + h * vd + a, vd, mm);
-    }
-    }
-}
-
 static void split_task(void *vc, int64_t task, int thread) {
     const split_ctx *s = vc;
     pdb_v2_batch *b = s->b;
     int64_t k = task % (b->R * b->w->cfg.num_heads);
     struct pdb_v2_head_sync *hs = &b->hsync[k];
     PDB_ASSERT(b->cache[k / b->w->cfg.num_heads].pos_offset == 0, "attention needs every row from position 0");
+    const pdb_config *c = &b->w->cfg;
     float *mm = b->att_scratch + (int64_t)thread * b->att_stride;
-    for (int step = 0; step < SPLIT_STEPS; step++) {
+    float *qlat = b->wq + k * (c->kv_lora_rank + c->qk_rope_head_dim), *olat = b->wo + k * c->kv_lora_rank, *sc = b->wsc + k * b->max_len;
+    for (int step = 0; step < HEAD_STEPS; step++) {
         int parts = step == 2 ? 1 : (int)s->parts;
         for (int p; (p = atomic_fetch_add_explicit(&hs->claim[step], 1, memory_order_relaxed)) < parts;) {
-            split_part(b, k, step, p, parts, mm);
+            head_step(b, k, step, p, parts, qlat, sc, olat, mm);
             atomic_fetch_add_explicit(&hs->done[step], 1, memory_order_release);
         }
         while (atomic_load_explicit(&hs->done[step], memory_order_acquire) < parts) _mm_pause();
