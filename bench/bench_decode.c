@@ -9,8 +9,9 @@
  * probe just before it) is the paired figure; all steps over the best probe of the run is the
  * conservative one. Both are printed.
  *
- * Usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--attn tasks|stages|split] [--classes]
- *                     [--phases] [--profile] [--daz] [--weights mmap|resident] [--probe-pages huge|small]
+ * Usage: bench_decode DEC_DIR [tokens] [threads] [--context N] [--rounds N] [--probe-mb N] [--attn tasks|stages|split]
+ *                     [--ab tasks|stages|split] [--classes] [--phases] [--profile] [--daz] [--weights mmap|resident]
+ *                     [--probe-pages huge|small] [--trace]
  * The probe runs on every online CPU (the machine's bandwidth) even when the decode uses fewer,
  * over a buffer in transparent huge pages by default; the output says how much of the probe
  * buffer and of the weights sit in huge pages.
@@ -18,6 +19,9 @@
  *   --rounds   probes and shares of the steps, alternated (default 8)
  *   --probe-mb a smaller probe (smoke tests; the figure is then no memory roofline)
  *   --attn     force one of the three attention forms (default: by context length and threads, pdb_v2_ops.h)
+ *   --ab FORM  odd steps take attention FORM, even steps --attn's (or auto), each step timed: the
+ *              two forms compared step against step in one run, which a host whose speed moves
+ *              by tens of percent within seconds cannot skew (the tokens are the same either way)
  *   --classes  also streams the decode step's matrices alone, grouped into the same dispatches,
  *              and reports GB/s per class (attention projections, dense MLP, shared experts,
  *              routed experts, lm_head) and the time of the step that is not matrix products
@@ -530,6 +534,7 @@ int main(int argc, char **argv) {
         r_probe[r] = p, r_tps[r] = n / d, r_frac[r] = per_tok * r_tps[r] / 1e9 / p;
     }
     pdb_v2_ops_attn_path = attn_base;
+    int probe_threads = pdb_pool_threads(probe_pool);
     if (probe_pool != pool) pdb_pool_destroy(probe_pool);
     double probe_map = 0, probe_hp = huge_share(probe_buf, probe_n * sizeof(float), &probe_map);
     double w_map = 0, w_hp = huge_share(w->lm_head.data, 1, &w_map);
@@ -543,7 +548,7 @@ int main(int argc, char **argv) {
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
     printf("last-level cache: %.0f MB; weights touched per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
            l3 > 0 ? per_tok / (double)l3 : 0.0);
-    printf("bandwidth probe (%ld threads): best %.2f GB/s over %.2f GB (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", ncpu > pdb_pool_threads(pool) ? ncpu : (long)pdb_pool_threads(pool), bw,
+    printf("bandwidth probe (%d threads): best %.2f GB/s over %.2f GB (one load per half line, one chain: %.2f; one per line, eight chains: %.2f)\n", probe_threads, bw,
            probe_bytes / 1e9, bw_half, bw_line);
     printf("pages: weights %s, %.0f of %.0f MB in huge pages; probe %.0f of %.0f MB in huge pages (asked: %s)\n",
            st_flags & PDB_ST_RESIDENT ? "resident" : "mmap'd", w_hp / 1e6, w_map / 1e6, probe_hp / 1e6, probe_map / 1e6,
