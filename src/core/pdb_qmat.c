@@ -765,42 +765,39 @@ void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n) {
     }
 }
 
+/* Columns [c, c + 16 nv) of every output, eight outputs at a time: each broadcast p feeds nv FMAs
+ * (with nv = 2, loads rather than FMAs bound the loop); nv is a constant in each use. */
+__attribute__((target("avx512f"), always_inline)) static inline void mix_cols(float *out, int64_t ldo, const float *p, int64_t ldp,
+        int64_t m, const float *x, int64_t ldx, int64_t n, int64_t c, int nv) {
+    for (int64_t i0 = 0; i0 < m; i0 += 8) {
+        int64_t g = m - i0 < 8 ? m - i0 : 8;
+        __m512 acc[8][2];
+        PDB_QM_UNROLL
+        for (int i = 0; i < 8; i++)
+            PDB_QM_UNROLL
+            for (int v = 0; v < nv; v++) acc[i][v] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; j++) {
+            __m512 xv[2];
+            PDB_QM_UNROLL
+            for (int v = 0; v < nv; v++) xv[v] = _mm512_loadu_ps(x + j * ldx + c + 16 * v);
+            PDB_QM_UNROLL
+            for (int i = 0; i < 8; i++)
+                if (i < g) {
+                    __m512 pv = _mm512_set1_ps(p[(i0 + i) * ldp + j]);
+                    PDB_QM_UNROLL
+                    for (int v = 0; v < nv; v++) acc[i][v] = _mm512_fmadd_ps(pv, xv[v], acc[i][v]);
+                }
+        }
+        for (int i = 0; i < g; i++)
+            for (int v = 0; v < nv; v++) _mm512_storeu_ps(out + (i0 + i) * ldo + c + 16 * v, acc[i][v]);
+    }
+}
+
 __attribute__((target("avx512f"))) static void mix_avx512(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t m,
                                                           const float *x, int64_t ldx, int64_t n, int64_t k) {
     int64_t c = 0;
-    for (; c + 32 <= k; c += 32) /* 32 columns: each broadcast p feeds two FMAs (loads, not FMAs, bound this loop) */
-        for (int64_t i0 = 0; i0 < m; i0 += 8) {
-            int64_t g = m - i0 < 8 ? m - i0 : 8;
-            __m512 lo[8], hi[8];
-            for (int i = 0; i < 8; i++) lo[i] = hi[i] = _mm512_setzero_ps();
-            for (int64_t j = 0; j < n; j++) {
-                __m512 x0 = _mm512_loadu_ps(x + j * ldx + c), x1 = _mm512_loadu_ps(x + j * ldx + c + 16);
-                PDB_QM_UNROLL
-                for (int i = 0; i < 8; i++)
-                    if (i < g) {
-                        __m512 pv = _mm512_set1_ps(p[(i0 + i) * ldp + j]);
-                        lo[i] = _mm512_fmadd_ps(pv, x0, lo[i]);
-                        hi[i] = _mm512_fmadd_ps(pv, x1, hi[i]);
-                    }
-            }
-            for (int i = 0; i < g; i++) {
-                _mm512_storeu_ps(out + (i0 + i) * ldo + c, lo[i]);
-                _mm512_storeu_ps(out + (i0 + i) * ldo + c + 16, hi[i]);
-            }
-        }
-    for (; c + 16 <= k; c += 16)
-        for (int64_t i0 = 0; i0 < m; i0 += 8) {
-            int64_t g = m - i0 < 8 ? m - i0 : 8;
-            __m512 acc[8];
-            for (int i = 0; i < 8; i++) acc[i] = _mm512_setzero_ps();
-            for (int64_t j = 0; j < n; j++) {
-                __m512 xv = _mm512_loadu_ps(x + j * ldx + c);
-                PDB_QM_UNROLL
-                for (int i = 0; i < 8; i++)
-                    if (i < g) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[(i0 + i) * ldp + j]), xv, acc[i]);
-            }
-            for (int i = 0; i < g; i++) _mm512_storeu_ps(out + (i0 + i) * ldo + c, acc[i]);
-        }
+    for (; c + 32 <= k; c += 32) mix_cols(out, ldo, p, ldp, m, x, ldx, n, c, 2);
+    for (; c + 16 <= k; c += 16) mix_cols(out, ldo, p, ldp, m, x, ldx, n, c, 1);
     for (; c < k; c++) /* columns past the last 16 */
         for (int64_t i = 0; i < m; i++) {
             float a = 0;
