@@ -21,6 +21,7 @@ extern "C" {
 #include "pdb_dtype.h"
 #include "pdb_math.h"
 #include "pdb_rope.h"
+#include "pdb_v2_names.h"
 #include "pdb_v2_ops.h"
 }
 
@@ -142,34 +143,27 @@ static pdb_status load_into(cu_prefill *c, const pdb_st *st, const char *name, i
     return s ? pdb_err_wrap(s, "tensor '%s': ", name) : PDB_OK;
 }
 
-static pdb_status load_w(cu_prefill *c, const pdb_st *st, void **dst, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static pdb_status load_w(cu_prefill *c, const pdb_st *st, void **dst, int64_t d0, int64_t d1, const char *fmt, ...) {
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+/* Role `role` (pdb_v2_names) of layer l / expert e: a weight in the engine dtype, a vector in f32. */
+static pdb_status load_w(cu_prefill *c, const pdb_st *st, void **dst, int64_t d0, int64_t d1, int role, int64_t l,
+                         int64_t e) {
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(role, l, e, name);
     PDB_TRY(dalloc(&c->wts, dst, c->esz * (size_t)(d0 * d1)));
     return load_into(c, st, name, d0, d1, *dst, 0, 0);
 }
 
-static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d0, int64_t d1, const char *fmt, ...) {
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d0, int64_t d1, int role, int64_t l,
+                         int64_t e) {
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(role, l, e, name);
     PDB_TRY(dalloc(&c->wts, dst, sizeof(float) * (size_t)(d0 * (d1 ? d1 : 1))));
     return load_into(c, st, name, d0, d1, *dst, 0, 1);
 }
 
 /* The exact engine's W_UK_h^T ([kvl, nope] per head, as the CPU's w_uk_t), from kv_b. */
 static pdb_status load_ukt(cu_prefill *c, const pdb_st *st, cu_layer *L, int l) {
-    char name[256];
-    snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_b_proj.weight", l);
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(PDB_V2_T_KV_B_PROJ, l, 0, name);
     int64_t nh = c->nh, nope = c->nope, vd = c->vd, kvl = c->kvl, shape[2] = {nh * (nope + vd), kvl};
     float *kvb = NULL, *t = (float *)malloc(sizeof(float) * (size_t)(nh * kvl * nope));
     if (!t) return pdb_err_set(PDB_NOMEM, "W_UK transpose");
@@ -188,50 +182,48 @@ static pdb_status load_ukt(cu_prefill *c, const pdb_st *st, cu_layer *L, int l) 
 
 static pdb_status load_layer(cu_prefill *c, const pdb_st *st, int l) {
     cu_layer *L = &c->L[l];
-    const char *p = "model.layers";
     int64_t H = c->H;
-    PDB_TRY(load_v(c, st, &L->attn_norm, H, 0, "%s.%d.input_layernorm.weight", p, l));
-    PDB_TRY(load_v(c, st, &L->ffn_norm, H, 0, "%s.%d.post_attention_layernorm.weight", p, l));
+    PDB_TRY(load_v(c, st, &L->attn_norm, H, 0, PDB_V2_T_ATTN_NORM, l, 0));
+    PDB_TRY(load_v(c, st, &L->ffn_norm, H, 0, PDB_V2_T_FFN_NORM, l, 0));
     if (c->qlr == 0) {
-        PDB_TRY(load_w(c, st, &L->q_proj, c->nh * c->qk, H, "%s.%d.self_attn.q_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->q_proj, c->nh * c->qk, H, PDB_V2_T_Q_PROJ, l, 0));
     } else {
-        PDB_TRY(load_w(c, st, &L->q_a, c->qlr, H, "%s.%d.self_attn.q_a_proj.weight", p, l));
-        PDB_TRY(load_v(c, st, &L->q_a_norm, c->qlr, 0, "%s.%d.self_attn.q_a_layernorm.weight", p, l));
-        PDB_TRY(load_w(c, st, &L->q_b, c->nh * c->qk, c->qlr, "%s.%d.self_attn.q_b_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->q_a, c->qlr, H, PDB_V2_T_Q_A_PROJ, l, 0));
+        PDB_TRY(load_v(c, st, &L->q_a_norm, c->qlr, 0, PDB_V2_T_Q_A_NORM, l, 0));
+        PDB_TRY(load_w(c, st, &L->q_b, c->nh * c->qk, c->qlr, PDB_V2_T_Q_B_PROJ, l, 0));
     }
-    PDB_TRY(load_w(c, st, &L->kv_a, c->row, H, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l));
-    PDB_TRY(load_v(c, st, &L->kv_a_norm, c->kvl, 0, "%s.%d.self_attn.kv_a_layernorm.weight", p, l));
-    PDB_TRY(load_w(c, st, &L->kv_b, c->nh * (c->nope + c->vd), c->kvl, "%s.%d.self_attn.kv_b_proj.weight", p, l));
+    PDB_TRY(load_w(c, st, &L->kv_a, c->row, H, PDB_V2_T_KV_A_PROJ, l, 0));
+    PDB_TRY(load_v(c, st, &L->kv_a_norm, c->kvl, 0, PDB_V2_T_KV_A_NORM, l, 0));
+    PDB_TRY(load_w(c, st, &L->kv_b, c->nh * (c->nope + c->vd), c->kvl, PDB_V2_T_KV_B_PROJ, l, 0));
     if (c->exact) PDB_TRY(load_ukt(c, st, L, l));
-    PDB_TRY(load_w(c, st, &L->o_proj, H, c->nh * c->vd, "%s.%d.self_attn.o_proj.weight", p, l));
+    PDB_TRY(load_w(c, st, &L->o_proj, H, c->nh * c->vd, PDB_V2_T_O_PROJ, l, 0));
     L->is_moe = pdb_config_layer_is_moe(&c->cfg, l);
     if (!L->is_moe) {
-        PDB_TRY(load_w(c, st, &L->gate, c->I, H, "%s.%d.mlp.gate_proj.weight", p, l));
-        PDB_TRY(load_w(c, st, &L->up, c->I, H, "%s.%d.mlp.up_proj.weight", p, l));
-        return load_w(c, st, &L->down, H, c->I, "%s.%d.mlp.down_proj.weight", p, l);
+        PDB_TRY(load_w(c, st, &L->gate, c->I, H, PDB_V2_T_MLP_GATE, l, 0));
+        PDB_TRY(load_w(c, st, &L->up, c->I, H, PDB_V2_T_MLP_UP, l, 0));
+        return load_w(c, st, &L->down, H, c->I, PDB_V2_T_MLP_DOWN, l, 0);
     }
-    char name[256];
-    snprintf(name, sizeof name, "%s.%d.mlp.experts.gate_up_proj", p, l);
-    if (pdb_st_find(st, name))
+    char name[PDB_NAMES_MAX_LEN];
+    if (pdb_st_find(st, pdb_v2_names_format(PDB_V2_T_EXPERTS_GATE_UP, l, 0, name)))
         return pdb_err_set(PDB_UNSUPPORTED, "checkpoint: fused expert tensor '%s' (the CUDA backend reads per-expert "
                            "tensors)", name);
-    PDB_TRY(load_v(c, st, &L->router, c->E, H, "%s.%d.mlp.gate.weight", p, l));
+    PDB_TRY(load_v(c, st, &L->router, c->E, H, PDB_V2_T_ROUTER, l, 0));
     int64_t per = c->Im * H;
     PDB_TRY(dalloc(&c->wts, &L->eg, c->esz * (size_t)(c->E * per)));
     PDB_TRY(dalloc(&c->wts, &L->eu, c->esz * (size_t)(c->E * per)));
     PDB_TRY(dalloc(&c->wts, &L->ed, c->esz * (size_t)(c->E * per)));
     for (int64_t e = 0; e < c->E; e++) {
-        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.gate_proj.weight", p, l, (long long)e);
+        pdb_v2_names_format(PDB_V2_T_EXPERT_GATE, l, e, name);
         PDB_TRY(load_into(c, st, name, c->Im, H, L->eg, e * per, 0));
-        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.up_proj.weight", p, l, (long long)e);
+        pdb_v2_names_format(PDB_V2_T_EXPERT_UP, l, e, name);
         PDB_TRY(load_into(c, st, name, c->Im, H, L->eu, e * per, 0));
-        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.down_proj.weight", p, l, (long long)e);
+        pdb_v2_names_format(PDB_V2_T_EXPERT_DOWN, l, e, name);
         PDB_TRY(load_into(c, st, name, H, c->Im, L->ed, e * per, 0));
     }
     if (c->cfg.n_shared_experts > 0) {
-        PDB_TRY(load_w(c, st, &L->sg, c->Is, H, "%s.%d.mlp.shared_experts.gate_proj.weight", p, l));
-        PDB_TRY(load_w(c, st, &L->su, c->Is, H, "%s.%d.mlp.shared_experts.up_proj.weight", p, l));
-        PDB_TRY(load_w(c, st, &L->sd, H, c->Is, "%s.%d.mlp.shared_experts.down_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->sg, c->Is, H, PDB_V2_T_SHARED_GATE, l, 0));
+        PDB_TRY(load_w(c, st, &L->su, c->Is, H, PDB_V2_T_SHARED_UP, l, 0));
+        PDB_TRY(load_w(c, st, &L->sd, H, c->Is, PDB_V2_T_SHARED_DOWN, l, 0));
     }
     return PDB_OK;
 }
@@ -655,10 +647,12 @@ static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o)
     c->L = (cu_layer *)calloc((size_t)c->nl, sizeof(cu_layer));
     if (!c->L) return pdb_err_set(PDB_NOMEM, "layers");
     const pdb_st *st = o->engine;
-    PDB_TRY(load_w(c, st, &c->embed, c->V, c->H, "model.embed_tokens.weight"));
-    PDB_TRY(load_v(c, st, &c->final_norm, c->H, 0, "model.norm.weight"));
-    if (cf->tie_word_embeddings && !pdb_st_find(st, "lm_head.weight")) c->lm_head = c->embed;
-    else PDB_TRY(load_w(c, st, &c->lm_head, c->V, c->H, "lm_head.weight"));
+    PDB_TRY(load_w(c, st, &c->embed, c->V, c->H, PDB_V2_T_EMBED, -1, 0));
+    PDB_TRY(load_v(c, st, &c->final_norm, c->H, 0, PDB_V2_T_FINAL_NORM, -1, 0));
+    char head[PDB_NAMES_MAX_LEN];
+    if (cf->tie_word_embeddings && !pdb_st_find(st, pdb_v2_names_format(PDB_V2_T_LM_HEAD, -1, 0, head)))
+        c->lm_head = c->embed;
+    else PDB_TRY(load_w(c, st, &c->lm_head, c->V, c->H, PDB_V2_T_LM_HEAD, -1, 0));
     for (int l = 0; l < c->nl; l++) PDB_TRY(load_layer(c, st, l));
     PDB_TRY(load_hook(c));
     PDB_TRY(dalloc(&c->wts, &c->cr_x, sizeof(float) * (size_t)(CR_ROWS * c->H)));

@@ -13,6 +13,8 @@
 #include "pdb_file.h"
 #include "pdb_pool.h"
 #include "pdb_safetensors.h"
+#include "pdb_v2_names.h"
+#include "pdb_v4_names.h"
 
 /* DeepSeek-V4 presets. "v4-flash" is V4-Flash's architecture exactly (attention, indexer,
  * compressors, hyper-connections, layer schedule, rope); only the expert count may be changed
@@ -189,50 +191,48 @@ static pdb_status mm_linear(mm_ctx *x, const char *name, int64_t out, int64_t in
 static pdb_status mm_norm(mm_ctx *x, const char *name, int64_t n) { return mm_add(x, name, n, 0, 1.0, 0.05); }
 
 static pdb_status mm_tensors(mm_ctx *x, const pdb_config *c) {
-    char n[256];
+    char n[PDB_NAMES_MAX_LEN];
     int64_t H = c->hidden_size, nh = c->num_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
-    PDB_TRY(mm_add(x, "model.embed_tokens.weight", c->vocab_size, H, 0, 1));
-    PDB_TRY(mm_norm(x, "model.norm.weight", H));
-    PDB_TRY(mm_linear(x, "lm_head.weight", c->vocab_size, H));
-    for (int64_t l = 0; l < c->num_layers; l++) {
-#define N(fmt) (snprintf(n, sizeof n, "model.layers.%lld." fmt, (long long)l), n)
-        PDB_TRY(mm_norm(x, N("input_layernorm.weight"), H));
-        PDB_TRY(mm_norm(x, N("post_attention_layernorm.weight"), H));
+#define N(role) pdb_names_format_saved(&pdb_v2_names_table, PDB_V2_T_##role, l, e, n)
+    int64_t l = -1, e = 0;
+    PDB_TRY(mm_add(x, N(EMBED), c->vocab_size, H, 0, 1));
+    PDB_TRY(mm_norm(x, N(FINAL_NORM), H));
+    PDB_TRY(mm_linear(x, N(LM_HEAD), c->vocab_size, H));
+    for (l = 0; l < c->num_layers; l++) {
+        PDB_TRY(mm_norm(x, N(ATTN_NORM), H));
+        PDB_TRY(mm_norm(x, N(FFN_NORM), H));
         if (c->q_lora_rank) {
-            PDB_TRY(mm_linear(x, N("self_attn.q_a_proj.weight"), c->q_lora_rank, H));
-            PDB_TRY(mm_norm(x, N("self_attn.q_a_layernorm.weight"), c->q_lora_rank));
-            PDB_TRY(mm_linear(x, N("self_attn.q_b_proj.weight"), nh * qk, c->q_lora_rank));
+            PDB_TRY(mm_linear(x, N(Q_A_PROJ), c->q_lora_rank, H));
+            PDB_TRY(mm_norm(x, N(Q_A_NORM), c->q_lora_rank));
+            PDB_TRY(mm_linear(x, N(Q_B_PROJ), nh * qk, c->q_lora_rank));
         } else {
-            PDB_TRY(mm_linear(x, N("self_attn.q_proj.weight"), nh * qk, H));
+            PDB_TRY(mm_linear(x, N(Q_PROJ), nh * qk, H));
         }
-        PDB_TRY(mm_linear(x, N("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora_rank + c->qk_rope_head_dim, H));
-        PDB_TRY(mm_norm(x, N("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank));
-        PDB_TRY(mm_linear(x, N("self_attn.kv_b_proj.weight"), nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank));
-        PDB_TRY(mm_linear(x, N("self_attn.o_proj.weight"), H, nh * c->v_head_dim));
+        PDB_TRY(mm_linear(x, N(KV_A_PROJ), c->kv_lora_rank + c->qk_rope_head_dim, H));
+        PDB_TRY(mm_norm(x, N(KV_A_NORM), c->kv_lora_rank));
+        PDB_TRY(mm_linear(x, N(KV_B_PROJ), nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank));
+        PDB_TRY(mm_linear(x, N(O_PROJ), H, nh * c->v_head_dim));
         if (!pdb_config_layer_is_moe(c, l)) {
-            PDB_TRY(mm_linear(x, N("mlp.gate_proj.weight"), c->intermediate_size, H));
-            PDB_TRY(mm_linear(x, N("mlp.up_proj.weight"), c->intermediate_size, H));
-            PDB_TRY(mm_linear(x, N("mlp.down_proj.weight"), H, c->intermediate_size));
+            PDB_TRY(mm_linear(x, N(MLP_GATE), c->intermediate_size, H));
+            PDB_TRY(mm_linear(x, N(MLP_UP), c->intermediate_size, H));
+            PDB_TRY(mm_linear(x, N(MLP_DOWN), H, c->intermediate_size));
             continue;
         }
         int64_t Im = c->moe_intermediate_size;
-        PDB_TRY(mm_linear(x, N("mlp.gate.weight"), c->n_routed_experts, H));
-        for (int64_t e = 0; e < c->n_routed_experts; e++) {
-            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.gate_proj.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, Im, H));
-            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.up_proj.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, Im, H));
-            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.down_proj.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, H, Im));
+        PDB_TRY(mm_linear(x, N(ROUTER), c->n_routed_experts, H));
+        for (e = 0; e < c->n_routed_experts; e++) {
+            PDB_TRY(mm_linear(x, N(EXPERT_GATE), Im, H));
+            PDB_TRY(mm_linear(x, N(EXPERT_UP), Im, H));
+            PDB_TRY(mm_linear(x, N(EXPERT_DOWN), H, Im));
         }
         if (c->n_shared_experts) {
             int64_t Is = Im * c->n_shared_experts;
-            PDB_TRY(mm_linear(x, N("mlp.shared_experts.gate_proj.weight"), Is, H));
-            PDB_TRY(mm_linear(x, N("mlp.shared_experts.up_proj.weight"), Is, H));
-            PDB_TRY(mm_linear(x, N("mlp.shared_experts.down_proj.weight"), H, Is));
+            PDB_TRY(mm_linear(x, N(SHARED_GATE), Is, H));
+            PDB_TRY(mm_linear(x, N(SHARED_UP), Is, H));
+            PDB_TRY(mm_linear(x, N(SHARED_DOWN), H, Is));
         }
-#undef N
     }
+#undef N
     return PDB_OK;
 }
 
@@ -265,73 +265,71 @@ static pdb_status mm_tid2eid(mm_ctx *x, const char *name, int64_t V, int64_t K, 
 }
 
 /* V4 tensors, named as transformers 5.17 save_pretrained writes them (DeepSeek's names under
- * "model.", the main kv_norm as attn.norm, model.embed_tokens, head). */
+ * "model.", the main kv_norm as attn.norm, model.embed_tokens, head): pdb_v4_names' saved spellings. */
 static pdb_status mm_tensors_v4(mm_ctx *x, const pdb_config *c) {
-    char n[256];
+    char n[PDB_NAMES_MAX_LEN];
     int64_t H = c->hidden_size, nh = c->num_heads, hd = c->head_dim, hc = c->hc_mult, mix = (2 + hc) * hc;
     int64_t qlr = c->q_lora_rank, G = c->o_groups, olr = c->o_lora_rank, E = c->n_routed_experts;
     int64_t I = c->moe_intermediate_size, nih = c->index_n_heads, ihd = c->index_head_dim;
-    PDB_TRY(mm_add(x, "model.embed_tokens.weight", c->vocab_size, H, 0, 1));
-    PDB_TRY(mm_norm(x, "model.norm.weight", H));
-    PDB_TRY(mm_linear(x, "head.weight", c->vocab_size, H));
-    PDB_TRY(mm_linear(x, "model.hc_head.hc_fn", hc, hc * H));
-    PDB_TRY(mm_add(x, "model.hc_head.hc_base", hc, 0, 0, 0.1));
-    PDB_TRY(mm_add(x, "model.hc_head.hc_scale", 1, 0, 1, 0.05));
-    for (int64_t l = 0; l < c->num_layers; l++) {
-#define N(fmt) (snprintf(n, sizeof n, "model.layers.%lld." fmt, (long long)l), n)
-        PDB_TRY(mm_norm(x, N("attn_norm.weight"), H));
-        PDB_TRY(mm_norm(x, N("ffn_norm.weight"), H));
-        const char *site[2] = {"attn", "ffn"};
+#define N(role) pdb_names_format_saved(&pdb_v4_names_table, PDB_V4_T_##role, l, e, n)
+#define NR(role) pdb_names_format_saved(&pdb_v4_names_table, role, l, e, n)
+    int64_t l = -1, e = 0;
+    PDB_TRY(mm_add(x, N(EMBED), c->vocab_size, H, 0, 1));
+    PDB_TRY(mm_norm(x, N(NORM), H));
+    PDB_TRY(mm_linear(x, N(HEAD), c->vocab_size, H));
+    PDB_TRY(mm_linear(x, N(HC_HEAD_FN), hc, hc * H));
+    PDB_TRY(mm_add(x, N(HC_HEAD_BASE), hc, 0, 0, 0.1));
+    PDB_TRY(mm_add(x, N(HC_HEAD_SCALE), 1, 0, 1, 0.05));
+    for (l = 0; l < c->num_layers; l++) {
+        PDB_TRY(mm_norm(x, N(ATTN_NORM), H));
+        PDB_TRY(mm_norm(x, N(FFN_NORM), H));
+        const int site[2][3] = {{PDB_V4_T_HC_ATTN_FN, PDB_V4_T_HC_ATTN_BASE, PDB_V4_T_HC_ATTN_SCALE},
+                                {PDB_V4_T_HC_FFN_FN, PDB_V4_T_HC_FFN_BASE, PDB_V4_T_HC_FFN_SCALE}};
         for (int i = 0; i < 2; i++) {
-            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_fn", (long long)l, site[i]);
-            PDB_TRY(mm_linear(x, n, mix, hc * H));
-            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_base", (long long)l, site[i]);
-            PDB_TRY(mm_add(x, n, mix, 0, 0, 0.1));
-            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_scale", (long long)l, site[i]);
-            PDB_TRY(mm_add(x, n, 3, 0, 1, 0.05));
+            PDB_TRY(mm_linear(x, NR(site[i][0]), mix, hc * H));
+            PDB_TRY(mm_add(x, NR(site[i][1]), mix, 0, 0, 0.1));
+            PDB_TRY(mm_add(x, NR(site[i][2]), 3, 0, 1, 0.05));
         }
-        PDB_TRY(mm_linear(x, N("attn.wq_a.weight"), qlr, H));
-        PDB_TRY(mm_norm(x, N("attn.q_norm.weight"), qlr));
-        PDB_TRY(mm_linear(x, N("attn.wq_b.weight"), nh * hd, qlr));
-        PDB_TRY(mm_linear(x, N("attn.wkv.weight"), hd, H));
-        PDB_TRY(mm_norm(x, N("attn.norm.weight"), hd));
-        PDB_TRY(mm_linear(x, N("attn.wo_a.weight"), G * olr, nh * hd / G));
-        PDB_TRY(mm_linear(x, N("attn.wo_b.weight"), H, G * olr));
-        PDB_TRY(mm_add(x, N("attn.attn_sink"), nh, 0, 0, 0.5));
+        PDB_TRY(mm_linear(x, N(WQ_A), qlr, H));
+        PDB_TRY(mm_norm(x, N(Q_NORM), qlr));
+        PDB_TRY(mm_linear(x, N(WQ_B), nh * hd, qlr));
+        PDB_TRY(mm_linear(x, N(WKV), hd, H));
+        PDB_TRY(mm_norm(x, N(KV_NORM), hd));
+        PDB_TRY(mm_linear(x, N(WO_A), G * olr, nh * hd / G));
+        PDB_TRY(mm_linear(x, N(WO_B), H, G * olr));
+        PDB_TRY(mm_add(x, N(ATTN_SINK), nh, 0, 0, 0.5));
         pdb_v4_attn at = (pdb_v4_attn)c->v4_attn[l];
         if (at != PDB_V4_ATTN_SLIDING) {
             int64_t r = pdb_config_v4_rate(c, l), coff = at == PDB_V4_ATTN_CSA ? 2 : 1;
-            PDB_TRY(mm_linear(x, N("attn.compressor.wkv.weight"), coff * hd, H));
-            PDB_TRY(mm_linear(x, N("attn.compressor.wgate.weight"), coff * hd, H));
-            PDB_TRY(mm_add(x, N("attn.compressor.ape"), r, coff * hd, 0, 0.1));
-            PDB_TRY(mm_norm(x, N("attn.compressor.norm.weight"), hd));
+            PDB_TRY(mm_linear(x, N(COMP_WKV), coff * hd, H));
+            PDB_TRY(mm_linear(x, N(COMP_WGATE), coff * hd, H));
+            PDB_TRY(mm_add(x, N(COMP_APE), r, coff * hd, 0, 0.1));
+            PDB_TRY(mm_norm(x, N(COMP_NORM), hd));
             if (at == PDB_V4_ATTN_CSA) {
-                PDB_TRY(mm_linear(x, N("attn.indexer.wq_b.weight"), nih * ihd, qlr));
-                PDB_TRY(mm_linear(x, N("attn.indexer.weights_proj.weight"), nih, H));
-                PDB_TRY(mm_linear(x, N("attn.indexer.compressor.wkv.weight"), 2 * ihd, H));
-                PDB_TRY(mm_linear(x, N("attn.indexer.compressor.wgate.weight"), 2 * ihd, H));
-                PDB_TRY(mm_add(x, N("attn.indexer.compressor.ape"), r, 2 * ihd, 0, 0.1));
-                PDB_TRY(mm_norm(x, N("attn.indexer.compressor.norm.weight"), ihd));
+                PDB_TRY(mm_linear(x, N(IDX_WQ_B), nih * ihd, qlr));
+                PDB_TRY(mm_linear(x, N(IDX_WPROJ), nih, H));
+                PDB_TRY(mm_linear(x, N(IDX_COMP_WKV), 2 * ihd, H));
+                PDB_TRY(mm_linear(x, N(IDX_COMP_WGATE), 2 * ihd, H));
+                PDB_TRY(mm_add(x, N(IDX_COMP_APE), r, 2 * ihd, 0, 0.1));
+                PDB_TRY(mm_norm(x, N(IDX_COMP_NORM), ihd));
             }
         }
-        PDB_TRY(mm_linear(x, N("ffn.gate.weight"), E, H));
-        if (c->v4_hash_moe[l]) PDB_TRY(mm_tid2eid(x, N("ffn.gate.tid2eid"), c->vocab_size, c->num_experts_per_tok, E));
-        else PDB_TRY(mm_add(x, N("ffn.gate.bias"), E, 0, 0, 0.01));
-        for (int64_t e = 0; e < E; e++) {
-            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w1.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, I, H));
-            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w2.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, H, I));
-            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w3.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, I, H));
+        PDB_TRY(mm_linear(x, N(GATE), E, H));
+        if (c->v4_hash_moe[l]) PDB_TRY(mm_tid2eid(x, N(GATE_TID2EID), c->vocab_size, c->num_experts_per_tok, E));
+        else PDB_TRY(mm_add(x, N(GATE_BIAS), E, 0, 0, 0.01));
+        for (e = 0; e < E; e++) {
+            PDB_TRY(mm_linear(x, N(EXPERT_W1), I, H));
+            PDB_TRY(mm_linear(x, N(EXPERT_W2), H, I));
+            PDB_TRY(mm_linear(x, N(EXPERT_W3), I, H));
         }
         if (c->n_shared_experts) {
-            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w1.weight"), I, H));
-            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w2.weight"), H, I));
-            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w3.weight"), I, H));
+            PDB_TRY(mm_linear(x, N(SHARED_W1), I, H));
+            PDB_TRY(mm_linear(x, N(SHARED_W2), H, I));
+            PDB_TRY(mm_linear(x, N(SHARED_W3), I, H));
         }
-#undef N
     }
+#undef NR
+#undef N
     return PDB_OK;
 }
 
