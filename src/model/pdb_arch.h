@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "pdb_config.h"
+#include "pdb_names.h"
 #include "pdb_status.h"
 #include "pdb_store.h"
 
@@ -42,6 +43,7 @@ typedef enum pdb_arch_quant { PDB_ARCH_Q_KEEP = 0, PDB_ARCH_Q_MXFP8 = 1, PDB_ARC
 typedef struct pdb_arch_def {
     const char *name;          /* config.json model_type, and the key of the engine tables */
     pdb_arch id;
+    const pdb_names_table *names; /* every tensor name its loaders and make-model use (pdb_<arch>_names.c) */
     struct {                   /* what `pdbridge up` generates and sends for this architecture */
         const char *title;     /* "DeepSeek-V2" */
         const char *preset;    /* make-model preset */

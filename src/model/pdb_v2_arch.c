@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pdb_arch.h"
+#include "pdb_v2_names.h"
 #include "pdb_v2.h"
 
 static pdb_status v2_layout(const pdb_config *cfg, pdb_arch_layout *out) {
@@ -72,6 +73,7 @@ static const pdb_arch_semantics V2_SEMANTICS[] = {{"latent", "deepseek_v2/latent
 const pdb_arch_def pdb_arch_deepseek_v2 = {
     .name = "deepseek_v2",
     .id = PDB_ARCH_DEEPSEEK_V2,
+    .names = &pdb_v2_names_table,
     .demo = {.title = "DeepSeek-V2", .preset = "small", .dir_name = "v2-small", .vocab = 0, .tokens = 6000},
     .semantics = V2_SEMANTICS,
     .n_semantics = 1,

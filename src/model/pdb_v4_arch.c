@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pdb_arch.h"
+#include "pdb_v4_names.h"
 #include "pdb_v4.h"
 
 static pdb_status v4_check_block_size(const pdb_config *c, int64_t bs) {
@@ -83,6 +84,7 @@ static const pdb_arch_semantics V4_SEMANTICS[] = {
 const pdb_arch_def pdb_arch_deepseek_v4 = {
     .name = "deepseek_v4",
     .id = PDB_ARCH_DEEPSEEK_V4,
+    .names = &pdb_v4_names_table,
     .demo = {.title = "DeepSeek-V4", .preset = "tiny", .dir_name = "v4-tiny", .vocab = 129280, .tokens = 3000},
     .semantics = V4_SEMANTICS,
     .n_semantics = 2,
