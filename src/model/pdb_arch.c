@@ -14,16 +14,21 @@ const pdb_arch_def *pdb_arch_find(const char *model_type) {
     return NULL;
 }
 
+const char *pdb_arch_names(char *buf, size_t n) {
+    size_t k = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < N_ARCH && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%s", i ? ", " : "", REGISTRY[i]->name);
+    return buf;
+}
+
 pdb_status pdb_arch_of(const pdb_config *cfg, const pdb_arch_def **out) {
     *out = NULL;
     for (int i = 0; i < N_ARCH; i++)
         if (REGISTRY[i]->id == cfg->arch) { *out = REGISTRY[i]; return PDB_OK; }
     char names[256];
-    size_t k = 0;
-    names[0] = 0;
-    for (int i = 0; i < N_ARCH && k < sizeof names; i++)
-        k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", REGISTRY[i]->name);
-    return pdb_err_set(PDB_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)", cfg->model_type, names);
+    return pdb_err_set(PDB_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)", cfg->model_type,
+                       pdb_arch_names(names, sizeof names));
 }
 
 pdb_status pdb_arch_layout_of(const pdb_config *cfg, pdb_arch_layout *out) {

@@ -13,6 +13,7 @@
 #ifndef PDB_ARCH_H
 #define PDB_ARCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "pdb_config.h"
@@ -40,6 +41,8 @@ typedef struct pdb_arch_semantics {
  * tensors whose input dim is a multiple of 32; every other tensor is kept). */
 typedef enum pdb_arch_quant { PDB_ARCH_Q_KEEP = 0, PDB_ARCH_Q_MXFP8 = 1, PDB_ARCH_Q_MXFP4 = 2 } pdb_arch_quant;
 
+struct json_t; /* jansson's */
+
 typedef struct pdb_arch_def {
     const char *name;          /* config.json model_type, and the key of the engine tables */
     pdb_arch id;
@@ -55,6 +58,10 @@ typedef struct pdb_arch_def {
     int n_semantics;
     const char *semantics_key; /* pdbridge_decoder.json's key naming the semantics; NULL: only one */
     const char *block_size_rule; /* the rule check_block_size enforces, in words (API errors) */
+    /* config.json's fields for this model_type into cfg (validated; errors name origin and the
+     * field), and cfg back to the JSON transformers' save_pretrained writes (malloc'd). */
+    pdb_status (*config_parse)(struct json_t *root, const char *origin, pdb_config *cfg);
+    pdb_status (*config_to_json)(const pdb_config *cfg, char **out);
     pdb_status (*layout)(const pdb_config *cfg, pdb_arch_layout *out);
     /* PDB_INVALID naming the reason unless block_size suits the cache (always a positive multiple
      * of 128; V4 also of every compression rate, so a block ends with empty buffers). */
@@ -76,6 +83,8 @@ typedef struct pdb_arch_def {
 extern const pdb_arch_def pdb_arch_deepseek_v2;
 extern const pdb_arch_def pdb_arch_deepseek_v4;
 
+/* The registered names, comma-separated, into buf (for messages); returns buf. */
+const char *pdb_arch_names(char *buf, size_t n);
 /* The definition of model_type (NULL when no architecture has that name). */
 const pdb_arch_def *pdb_arch_find(const char *model_type);
 /* The definition of cfg's architecture; PDB_UNSUPPORTED naming the model_type and the supported ones. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pdb_arch.h"
+#include "pdb_config_json.h"
 #include "pdb_v2_names.h"
 #include "pdb_v2.h"
 
@@ -79,6 +80,8 @@ const pdb_arch_def pdb_arch_deepseek_v2 = {
     .n_semantics = 1,
     .semantics_key = NULL,
     .block_size_rule = "a positive multiple of 128",
+    .config_parse = pdb_v2_config_parse,
+    .config_to_json = pdb_v2_config_to_json,
     .layout = v2_layout,
     .check_block_size = v2_check_block_size,
     .check_semantics = NULL,

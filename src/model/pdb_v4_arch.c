@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pdb_arch.h"
+#include "pdb_config_json.h"
 #include "pdb_v4_names.h"
 #include "pdb_v4.h"
 
@@ -90,6 +91,8 @@ const pdb_arch_def pdb_arch_deepseek_v4 = {
     .n_semantics = 2,
     .semantics_key = "v4_semantics",
     .block_size_rule = "a positive multiple of 128 and of every compression rate",
+    .config_parse = pdb_v4_config_parse,
+    .config_to_json = pdb_v4_config_to_json,
     .layout = pdb_v4_pools_layout,
     .check_block_size = v4_check_block_size,
     .check_semantics = v4_check_semantics,
