@@ -42,6 +42,7 @@ typedef struct pdb_arch_semantics {
 typedef enum pdb_arch_quant { PDB_ARCH_Q_KEEP = 0, PDB_ARCH_Q_MXFP8 = 1, PDB_ARCH_Q_MXFP4 = 2 } pdb_arch_quant;
 
 struct json_t; /* jansson's */
+struct pdb_make_ctx; /* pdb_make_model.h */
 
 typedef struct pdb_arch_def {
     const char *name;          /* config.json model_type, and the key of the engine tables */
@@ -72,6 +73,11 @@ typedef struct pdb_arch_def {
     int (*same_cache)(const pdb_config *a, const pdb_config *b);
     /* The decoder checkpoint's format of weight `name` under scheme mx (by its tensor name). */
     pdb_arch_quant (*quant_kind)(const char *name);
+    /* make-model: a preset into cfg (PDB_NOT_FOUND listing the presets), --layers applied to it,
+     * and every tensor of a random checkpoint of cfg written through ctx. */
+    pdb_status (*make_preset)(const char *preset, pdb_config *cfg);
+    pdb_status (*make_layers)(pdb_config *cfg, int64_t layers);
+    pdb_status (*make_tensors)(struct pdb_make_ctx *ctx, const pdb_config *cfg);
     /* The reference forward (f32, the definition parity is checked against) on one sequence of
      * at most cap positions of the model in dir under semantics sem: ref_forward runs the next n
      * tokens and writes every position's logits [n, vocab]. */

@@ -8,6 +8,7 @@
 
 #include "pdb_arch.h"
 #include "pdb_config_json.h"
+#include "pdb_make_model.h"
 #include "pdb_v2_names.h"
 #include "pdb_v2.h"
 
@@ -87,6 +88,9 @@ const pdb_arch_def pdb_arch_deepseek_v2 = {
     .check_semantics = NULL,
     .same_cache = v2_same_cache,
     .quant_kind = v2_quant_kind,
+    .make_preset = pdb_v2_make_preset,
+    .make_layers = pdb_v2_make_layers,
+    .make_tensors = pdb_v2_make_tensors,
     .ref_open = v2_ref_open,
     .ref_forward = v2_ref_forward,
     .ref_close = v2_ref_close,

@@ -9,6 +9,7 @@
 
 #include "pdb_arch.h"
 #include "pdb_config_json.h"
+#include "pdb_make_model.h"
 #include "pdb_v4_names.h"
 #include "pdb_v4.h"
 
@@ -98,6 +99,9 @@ const pdb_arch_def pdb_arch_deepseek_v4 = {
     .check_semantics = v4_check_semantics,
     .same_cache = v4_same_cache,
     .quant_kind = v4_quant_kind,
+    .make_preset = pdb_v4_make_preset,
+    .make_layers = pdb_v4_make_layers,
+    .make_tensors = pdb_v4_make_tensors,
     .ref_open = v4_ref_open,
     .ref_forward = v4_ref_forward,
     .ref_close = v4_ref_close,
