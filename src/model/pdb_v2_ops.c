@@ -355,7 +355,7 @@ static void head_step(pdb_v2_batch *b, int64_t k, int step, int64_t p, int64_t p
 /* One (row, head) task: q_lat = [W_UK^T q_nope | q_pe]; softmax over rows at positions <= pos;
  * o_lat = sum_j p_j c_j in j order; out = W_UV o_lat. The two weight products are one-thread
  * pdb_qmat_matmul calls on the head's rows: the same values in pdb_qmat_dot's order for every
- * format (its contract), so bf16 W_UK^T and MXFP8 W_UV give what f32 copies gave. The task runs
+ * format (its contract), so bf16 W_UK^T and MXFP8 W_UV give what f32 copies would. The task runs
  * the five steps of head_step whole; the split tasks below run them in parts. */
 static void attn_task(void *vc, int64_t task, int thread) {
     pdb_v2_batch *b = vc;
