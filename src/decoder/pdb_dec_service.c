@@ -385,9 +385,7 @@ void pdb_dec_service_cancel(pdb_dec_service *s, uint64_t id) {
 }
 
 const pdb_config *pdb_dec_service_config(const pdb_dec_service *s) { return pdb_dec_model_config(s->model); }
-const char *pdb_dec_service_model_dir(const pdb_dec_service *s) { return s->model_dir; }
 const char *pdb_dec_service_fingerprint_hex(const pdb_dec_service *s) { return s->fp_hex; }
-int32_t pdb_dec_service_eos_id(const pdb_dec_service *s) { return s->eos; }
 
 void pdb_dec_service_stats(const pdb_dec_service *s, pdb_dec_stats *out) {
     pdb_dec_service *m = (pdb_dec_service *)s;
