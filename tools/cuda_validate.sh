@@ -50,11 +50,14 @@ run() {
   local brc=${PIPESTATUS[0]}
   # pool-validate on the GPU for both architectures: the hook alone and the whole prefill
   local prc=0 m
-  for m in deepseek_v2:small deepseek_v4:tiny; do
-    "$CARRY/bin/pdbridge" make-model --arch "${m%%:*}" --preset "${m#*:}" --seed 3 --vocab 4000 --out "/tmp/pdb-pv-${m%%:*}" >/dev/null &&
-      "$CARRY/bin/pdbridge" quantize --model "/tmp/pdb-pv-${m%%:*}" --out "/tmp/pdb-pv-${m%%:*}-dec" --scheme none >/dev/null 2>&1 &&
-      "$CARRY/bin/pdbridge" pool-validate --decoder-model "/tmp/pdb-pv-${m%%:*}-dec" --backend cuda --check both --tokens 512 \
-        2>&1 | tee "$OUT/pool_validate_${m%%:*}.log"
+  # (V2's default bf16 engine is not the decoder's math: its hook alone; the exact engine: both checks)
+  for m in "deepseek_v2:small:hook:bf16" "deepseek_v2:small:both:exact" "deepseek_v4:tiny:both:bf16"; do
+    IFS=: read -r arch preset check prec <<<"$m"
+    [ -d "/tmp/pdb-pv-$arch-dec" ] ||
+      { "$CARRY/bin/pdbridge" make-model --arch "$arch" --preset "$preset" --seed 3 --vocab 4000 --out "/tmp/pdb-pv-$arch" >/dev/null &&
+        "$CARRY/bin/pdbridge" quantize --model "/tmp/pdb-pv-$arch" --out "/tmp/pdb-pv-$arch-dec" --scheme none >/dev/null 2>&1; }
+    "$CARRY/bin/pdbridge" pool-validate --decoder-model "/tmp/pdb-pv-$arch-dec" --backend cuda --check "$check" --precision "$prec" \
+      --tokens 512 2>&1 | tee "$OUT/pool_validate_${arch}_$check.log"
     [ "${PIPESTATUS[0]}" = 0 ] || prc=1
   done
   set -e

@@ -164,7 +164,7 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge pool-validate --decoder-model DEC_DIR [--backend cpu|cuda] [--check hook|prefill|both]\n"
         "                              [--tokens N] [--seed S] [--model HF_DIR] [--threads N] [--device D]\n"
-        "                              [--block-size N]\n\n"
+        "                              [--block-size N] [--precision bf16|f32|exact]\n\n"
         "The capture hook's exactness on a backend, for every architecture, pool by pool of the decoder's\n"
         "store layout (blocks of --block-size, default 128):\n"
         "  hook (default): N seeded random attention inputs (every layer, positions 0..N-1, N rounded up\n"
@@ -173,15 +173,17 @@ int pdb_cli_pool_validate(int argc, char **argv) {
         "    (64) and in odd-length chunks (1, 3, 7, 13, 31, 129 cycled).\n"
         "  prefill: N seeded tokens (whole blocks: N >= --block-size) through the whole backend on the\n"
         "    engine weights --model (default DEC_DIR), against the decoder's own native blocks; whole,\n"
-        "    in chunks of 64 and of 7. It compares the engine's math too, so it passes only when the\n"
-        "    engine runs the decoder's weights with the decoder's math.\n"
+        "    in chunks of 64 and of 7. It compares the engine's math too, so it needs an engine that runs\n"
+        "    the decoder's math (the CPU, CUDA deepseek_v4, CUDA deepseek_v2 with --precision exact;\n"
+        "    otherwise exit 2) and passes only when the engine runs the decoder's weights.\n"
         "  both: hook, then prefill.\n"
+        "--precision: the CUDA deepseek_v2 engine's precision (default bf16; the hook is exact in every one).\n"
         "Reports per pool and per mode the identical fraction and the worst difference in bf16 ulps.\n\n"
         "exit: 0 pass (cpu: every element identical in every mode; cuda: >= 99.95% identical and\n"
         "worst <= 1 bf16 ulp in every mode); 1 threshold missed; 2 usage error; 3 cannot run (no\n"
         "GPU or no CUDA build for --backend cuda, unreadable model).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
-    const char *dec = NULL, *engine = NULL, *backend = "cpu", *check = "hook";
+    const char *dec = NULL, *engine = NULL, *backend = "cpu", *check = "hook", *precision = "bf16";
     long long n = 300, seed = 1, threads = 0, device = 0, block = 128;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -191,6 +193,7 @@ int pdb_cli_pool_validate(int argc, char **argv) {
         if (!strcmp(a, "--decoder-model")) dec = v;
         else if (!strcmp(a, "--model")) engine = v;
         else if (!strcmp(a, "--backend")) { backend = v; ok = !strcmp(v, "cpu") || !strcmp(v, "cuda"); }
+        else if (!strcmp(a, "--precision")) { precision = v; ok = !strcmp(v, "bf16") || !strcmp(v, "f32") || !strcmp(v, "exact"); }
         else if (!strcmp(a, "--check")) { check = v; ok = !strcmp(v, "hook") || !strcmp(v, "prefill") || !strcmp(v, "both"); }
         else if (!strcmp(a, "--tokens")) ok = pdb_cli_parse_int(v, 1, 1 << 20, &n);
         else if (!strcmp(a, "--seed")) ok = pdb_cli_parse_int(v, 0, (1LL << 62), &seed);
@@ -220,11 +223,20 @@ int pdb_cli_pool_validate(int argc, char **argv) {
         pdb_dec_model_semantics_of(dec, &cfg, &sem) || pdb_st_open(engine, &est) || pdb_st_open(dec, &dst))
         goto fail;
     pdb_prefill_backend_opts bo = {.cfg = &cfg, .engine = est, .decoder = dst, .semantics = sem,
+                                   .precision = !strcmp(precision, "exact") ? PDB_CUDA_PREC_EXACT
+                                                : !strcmp(precision, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16,
                                    .exec = {.threads = (int)threads, .device = (int)device}};
     pdb_status bs = pdb_prefill_backend_create(&bo, backend, &be);
     if (bs) {
         fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_cli_error_text("pool-validate"),
                 pdb_status_str(bs));
+        goto out;
+    }
+    if (do_prefill && !be->exact) {
+        fprintf(stderr, "pdbridge pool-validate: --check %s: backend %s does not run the decoder's math (precision %s), so its "
+                "whole prefill cannot equal the decoder's blocks; use --check hook, or --precision exact\n", check, be->name,
+                precision);
+        rc = EXIT_USAGE;
         goto out;
     }
     pv_run r = {.lay = &lay.layout, .bs = block, .L = cfg.num_layers, .H = cfg.hidden_size, .cuda = !strcmp(backend, "cuda"),

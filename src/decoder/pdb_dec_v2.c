@@ -130,10 +130,7 @@ static pdb_status v2_forward(void *impl, pdb_dec_seg *segs, int n_segs) {
 static const void *v2_weights(void *impl) { return &((v2_impl *)impl)->w; }
 
 const pdb_dec_arch pdb_dec_arch_v2 = {
-    .name = "deepseek_v2",
-    .open = v2_open, .close = v2_close,
+    .name = "deepseek_v2", .open = v2_open, .close = v2_close, .weights = v2_weights,
     .seq_init = v2_seq_init, .seq_free = v2_seq_free,
-    .forward = v2_forward,
-    .get_block = v2_get_block, .put_block = v2_put_block,
-    .weights = v2_weights,
+    .forward = v2_forward, .get_block = v2_get_block, .put_block = v2_put_block,
 };

@@ -76,10 +76,7 @@ static void v4_put_block(void *impl, pdb_dec_seq *s, int64_t b, int64_t bs, cons
 static const void *v4_weights(void *impl) { return ((v4_impl *)impl)->m; }
 
 const pdb_dec_arch pdb_dec_arch_v4 = {
-    .name = "deepseek_v4",
-    .open = v4_open, .close = v4_close,
+    .name = "deepseek_v4", .open = v4_open, .close = v4_close, .weights = v4_weights,
     .seq_init = v4_seq_init, .seq_free = v4_seq_free,
-    .forward = v4_forward,
-    .get_block = v4_get_block, .put_block = v4_put_block,
-    .weights = v4_weights,
+    .forward = v4_forward, .get_block = v4_get_block, .put_block = v4_put_block,
 };

@@ -114,6 +114,13 @@ pdb_status pdb_cfgj_rope(json_t *root, const char *origin, int64_t max_pos, pdb_
     return pdb_cfgj_rope_dict(rp, o2, top_theta, max_pos, r);
 }
 
+pdb_status pdb_cfgj_common(json_t *root, const char *o, int64_t bos_def, int64_t eos_def, pdb_config *c) {
+    PDB_TRY(pdb_cfgj_num(root, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps));
+    PDB_TRY(pdb_cfgj_bool(root, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
+    PDB_TRY(pdb_cfgj_int(root, o, "bos_token_id", bos_def, 0, &c->bos_token_id));
+    return pdb_cfgj_int(root, o, "eos_token_id", eos_def, 0, &c->eos_token_id);
+}
+
 json_t *pdb_cfgj_root(const char *cls, const char *model_type) {
     json_t *o = json_object(), *arch = json_array();
     if (!o || !arch) {

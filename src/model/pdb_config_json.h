@@ -20,6 +20,9 @@ pdb_status pdb_cfgj_rope_dict(json_t *rp, const char *o2, double top_theta, int6
 /* The model's rope: rope_parameters (5.x) or rope_scaling + rope_theta (legacy). */
 pdb_status pdb_cfgj_rope(json_t *root, const char *origin, int64_t max_pos, pdb_rope_params *r);
 
+/* The fields every family has: rms_norm_eps (default 1e-6), tie_word_embeddings (false),
+ * bos_token_id / eos_token_id (defaults given: transformers' differ per family). */
+pdb_status pdb_cfgj_common(json_t *root, const char *origin, int64_t bos_def, int64_t eos_def, pdb_config *c);
 /* A new config object with "architectures": [cls] and "model_type" (NULL when out of memory). */
 json_t *pdb_cfgj_root(const char *cls, const char *model_type);
 

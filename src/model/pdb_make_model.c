@@ -17,6 +17,17 @@
 #include "pdb_safetensors.h"
 #include "pdb_arch.h"
 
+void pdb_make_model_defaults(pdb_config *c, pdb_arch arch, const char *model_type) {
+    c->arch = arch;
+    snprintf(c->model_type, sizeof c->model_type, "%s", model_type);
+    c->rms_norm_eps = 1e-6;
+    c->moe_layer_freq = 1;
+    c->n_group = 1;
+    c->topk_group = 1;
+    c->bos_token_id = 0;
+    c->eos_token_id = 1;
+}
+
 pdb_status pdb_make_model_preset(const char *arch, const char *preset, pdb_config *c) {
     memset(c, 0, sizeof *c);
     const pdb_arch_def *a = pdb_arch_find(arch);

@@ -32,6 +32,9 @@ pdb_status pdb_make_model_normal(pdb_make_ctx *x, const char *name, int64_t d0, 
 pdb_status pdb_make_model_linear(pdb_make_ctx *x, const char *name, int64_t out, int64_t in);
 pdb_status pdb_make_model_norm(pdb_make_ctx *x, const char *name, int64_t n);
 pdb_status pdb_make_model_picks(pdb_make_ctx *x, const char *name, int64_t V, int64_t K, int64_t E);
+/* What every preset starts from: the architecture, rms_norm_eps 1e-6, a MoE layer every layer,
+ * one expert group, bos 0, eos 1. */
+void pdb_make_model_defaults(pdb_config *c, pdb_arch arch, const char *model_type);
 /* Each architecture's presets, layer override and tensor list (the registry points to them). */
 pdb_status pdb_v2_make_preset(const char *preset, pdb_config *c);
 pdb_status pdb_v2_make_layers(pdb_config *c, int64_t layers);

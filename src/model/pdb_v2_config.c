@@ -17,10 +17,7 @@ pdb_status pdb_v2_config_parse(json_t *root, const char *o, pdb_config *c) {
     PDB_TRY(pdb_cfgj_int(root, o, "num_hidden_layers", 0, 1, &c->num_layers));
     PDB_TRY(pdb_cfgj_int(root, o, "num_attention_heads", 0, 1, &c->num_heads));
     PDB_TRY(pdb_cfgj_int(root, o, "max_position_embeddings", 2048, 0, &c->max_position_embeddings));
-    PDB_TRY(pdb_cfgj_num(root, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps));
-    PDB_TRY(pdb_cfgj_bool(root, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
-    PDB_TRY(pdb_cfgj_int(root, o, "bos_token_id", -1, 0, &c->bos_token_id));
-    PDB_TRY(pdb_cfgj_int(root, o, "eos_token_id", -1, 0, &c->eos_token_id));
+    PDB_TRY(pdb_cfgj_common(root, o, -1, -1, c));
     PDB_TRY(pdb_cfgj_int(root, o, "q_lora_rank", 0, 0, &c->q_lora_rank));
     PDB_TRY(pdb_cfgj_int(root, o, "kv_lora_rank", 512, 0, &c->kv_lora_rank));
     PDB_TRY(pdb_cfgj_int(root, o, "qk_nope_head_dim", 128, 0, &c->qk_nope_head_dim));

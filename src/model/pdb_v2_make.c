@@ -9,15 +9,8 @@
 #include "pdb_v2_names.h"
 
 pdb_status pdb_v2_make_preset(const char *preset, pdb_config *c) {
-    c->arch = PDB_ARCH_DEEPSEEK_V2;
-    snprintf(c->model_type, sizeof c->model_type, "deepseek_v2");
-    c->rms_norm_eps = 1e-6;
-    c->moe_layer_freq = 1;
-    c->n_group = 1;
-    c->topk_group = 1;
+    pdb_make_model_defaults(c, PDB_ARCH_DEEPSEEK_V2, "deepseek_v2");
     c->topk_method = PDB_TOPK_GREEDY;
-    c->bos_token_id = 0;
-    c->eos_token_id = 1;
     c->rope.type = PDB_ROPE_YARN;
     c->rope.theta = 10000;
     c->rope.beta_fast = 32;

@@ -187,10 +187,7 @@ pdb_status pdb_v4_config_parse(json_t *root, const char *o, pdb_config *c) {
     PDB_TRY(pdb_cfgj_int(root, o, "index_head_dim", 128, 0, &c->index_head_dim));
     PDB_TRY(pdb_cfgj_int(root, o, "index_topk", 512, 0, &c->index_topk));
     PDB_TRY(pdb_cfgj_int(root, o, "num_nextn_predict_layers", 1, 0, &c->num_nextn_predict_layers));
-    PDB_TRY(pdb_cfgj_num(root, o, "rms_norm_eps", 1e-6, &c->rms_norm_eps));
-    PDB_TRY(pdb_cfgj_bool(root, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
-    PDB_TRY(pdb_cfgj_int(root, o, "bos_token_id", 0, 0, &c->bos_token_id));
-    PDB_TRY(pdb_cfgj_int(root, o, "eos_token_id", 1, 0, &c->eos_token_id));
+    PDB_TRY(pdb_cfgj_common(root, o, 0, 1, c));
     c->first_k_dense_replace = 0;
     c->moe_layer_freq = 1;
     c->n_group = 1;

@@ -14,14 +14,7 @@
  * (--experts; 8 gives V4-Flash's active compute in ~15B parameters). "tiny" keeps every path
  * (sliding, CSA with its indexer, HCA, hash routing) on short prompts: window 8, HCA rate 16. */
 pdb_status pdb_v4_make_preset(const char *preset, pdb_config *c) {
-    c->arch = PDB_ARCH_DEEPSEEK_V4;
-    snprintf(c->model_type, sizeof c->model_type, "deepseek_v4");
-    c->rms_norm_eps = 1e-6;
-    c->moe_layer_freq = 1;
-    c->n_group = 1;
-    c->topk_group = 1;
-    c->bos_token_id = 0;
-    c->eos_token_id = 1;
+    pdb_make_model_defaults(c, PDB_ARCH_DEEPSEEK_V4, "deepseek_v4");
     c->num_kv_heads = 1;
     c->hc_sinkhorn_iters = 20;
     c->hc_eps = 1e-6;
