@@ -3,19 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pdb_chat.h"
 #include "pdb_cli.h"
+#include "pdb_clock.h"
 #include "pdb_math.h"
 #include "pdb_tokenizer.h"
 #include "pdb_v2.h"
-
-static double gen_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static char *read_all(FILE *f, size_t *len) {
     size_t cap = 1 << 16, n = 0;
@@ -79,7 +73,7 @@ int pdb_cli_generate(int argc, char **argv) {
     }
     if (pdb_tokenizer_encode(tok, text, len, &ids, &n)) goto done;
     if (n == 0) { pdb_err_set(PDB_INVALID, "empty prompt"); goto done; }
-    double t0 = gen_now();
+    double t0 = pdb_clock_now();
     if (pdb_v2_load(model, &m)) goto done;
     if (pdb_tokenizer_vocab_size(tok) > m->cfg.vocab_size) {
         pdb_err_set(PDB_MISMATCH, "%s: tokenizer has %d ids but the model's vocab_size is %lld", model,
@@ -89,9 +83,9 @@ int pdb_cli_generate(int argc, char **argv) {
     logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
     if (!logits) { pdb_err_set(PDB_NOMEM, "logits"); goto done; }
     if (pdb_v2_cache_init(&c, m, n + n_gen + 1)) goto done;
-    double t1 = gen_now();
+    double t1 = pdb_clock_now();
     if (pdb_v2_forward(m, &c, ids, n, 0, logits)) goto done;
-    double t2 = gen_now();
+    double t2 = pdb_clock_now();
     int64_t produced = 0;
     for (; produced < n_gen; produced++) {
         int32_t next = (int32_t)pdb_math_argmax(logits, m->cfg.vocab_size);
@@ -102,7 +96,7 @@ int pdb_cli_generate(int argc, char **argv) {
         if (next == pdb_tokenizer_eos_id(tok)) { produced++; break; }
         if (produced + 1 < n_gen && pdb_v2_forward(m, &c, &next, 1, 0, logits)) goto done;
     }
-    double t3 = gen_now();
+    double t3 = pdb_clock_now();
     printf("\n");
     fflush(stdout);
     fprintf(stderr, "generate: load %.2fs, prompt %lld tokens in %.2fs (%.1f tok/s), %lld tokens in %.2fs (%.1f tok/s)\n",

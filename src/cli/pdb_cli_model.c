@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pdb_cli.h"
+#include "pdb_clock.h"
 #include "pdb_make_model.h"
 #include "pdb_math.h"
 #include "pdb_safetensors.h"
@@ -89,17 +89,11 @@ static pdb_status read_ids(const char *path, int32_t **ids, int64_t *n) {
     return s;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The V4 path of `forward` (same outputs as V2's). Takes ownership of ids. */
 static int forward_v4(const char *model, int32_t *ids, int64_t T, int64_t ndec, int64_t chunk, pdb_v4_semantics sem,
                       const char *out) {
     pdb_v4_model *m = NULL;
-    double t0 = now_s();
+    double t0 = pdb_clock_now();
     if (pdb_v4_load(model, &m)) { free(ids); return fail("forward"); }
     int64_t V = m->cfg.vocab_size;
     float *pl = malloc(sizeof(float) * (size_t)(T * V)), *dl = malloc(sizeof(float) * (size_t)((ndec ? ndec : 1) * V));
@@ -108,20 +102,20 @@ static int forward_v4(const char *model, int32_t *ids, int64_t T, int64_t ndec, 
     int rc = 1;
     if (!pl || !dl || !dt) { pdb_err_set(PDB_NOMEM, "logits for %lld tokens", (long long)T); goto done; }
     if (pdb_v4_cache_init(&c, m, T + ndec, sem)) goto done;
-    double t1 = now_s();
+    double t1 = pdb_clock_now();
     if (chunk <= 0) chunk = T;
     for (int64_t p = 0; p < T; p += chunk) {
         int64_t n = T - p < chunk ? T - p : chunk;
         if (pdb_v4_forward(m, &c, ids + p, n, 1, pl + p * V)) goto done;
     }
-    double t2 = now_s();
+    double t2 = pdb_clock_now();
     const float *last = pl + (T - 1) * V;
     for (int64_t i = 0; i < ndec; i++) {
         dt[i] = (int32_t)pdb_math_argmax(last, V);
         if (pdb_v4_forward(m, &c, &dt[i], 1, 1, dl + i * V)) goto done;
         last = dl + i * V;
     }
-    double t3 = now_s();
+    double t3 = pdb_clock_now();
     pdb_st_writer *w = NULL;
     if (pdb_st_writer_init(&w)) goto done;
     int64_t s_pl[2] = {T, V}, s_dt[1] = {ndec}, s_dl[2] = {ndec, V};
@@ -181,7 +175,7 @@ int pdb_cli_forward(int argc, char **argv) {
     if (read_ids(idsf, &ids, &T)) return fail("forward");
     if (mcfg.arch == PDB_ARCH_DEEPSEEK_V4) return forward_v4(model, ids, T, ndec, chunk, sem, out);
     pdb_v2_model *m = NULL;
-    double t0 = now_s();
+    double t0 = pdb_clock_now();
     if (pdb_v2_load(model, &m)) { free(ids); return fail("forward"); }
     int64_t V = m->cfg.vocab_size;
     float *pl = malloc(sizeof(float) * (size_t)(T * V)), *dl = malloc(sizeof(float) * (size_t)((ndec ? ndec : 1) * V));
@@ -190,20 +184,20 @@ int pdb_cli_forward(int argc, char **argv) {
     int rc = 1;
     if (!pl || !dl || !dt) { pdb_err_set(PDB_NOMEM, "logits for %lld tokens", (long long)T); goto done; }
     if (pdb_v2_cache_init(&c, m, T + ndec)) goto done;
-    double t1 = now_s();
+    double t1 = pdb_clock_now();
     if (chunk <= 0) chunk = T;
     for (int64_t p = 0; p < T; p += chunk) {
         int64_t n = T - p < chunk ? T - p : chunk;
         if (pdb_v2_forward(m, &c, ids + p, n, 1, pl + p * V)) goto done;
     }
-    double t2 = now_s();
+    double t2 = pdb_clock_now();
     const float *last = pl + (T - 1) * V;
     for (int64_t i = 0; i < ndec; i++) {
         dt[i] = (int32_t)pdb_math_argmax(last, V);
         if (pdb_v2_forward(m, &c, &dt[i], 1, 1, dl + i * V)) goto done;
         last = dl + i * V;
     }
-    double t3 = now_s();
+    double t3 = pdb_clock_now();
     pdb_st_writer *w = NULL;
     if (pdb_st_writer_init(&w)) goto done;
     int64_t s_pl[2] = {T, V}, s_dt[1] = {ndec}, s_dl[2] = {ndec, V};

@@ -18,10 +18,10 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pdb_cli.h"
+#include "pdb_clock.h"
 #include "pdb_http.h"
 #include "pdb_make_model.h"
 #include "pdb_quantize.h"
@@ -32,12 +32,6 @@
 #define UP_FOLLOWUP "\n\nQuestion: which module of the text above defines the most functions?"
 
 typedef struct { pid_t pid; char url[128]; char log[512]; } up_proc;
-
-static double up_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Start `pdbridge ARGS...` with output to log; wait for "listening on URL". */
 static int up_start(up_proc *p, const char *name, const char *dir, char *const argv[]) {
@@ -192,7 +186,7 @@ static void up_event(up_req *r, const char *data) {
     json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
     const char *t = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
     if (t && *t) {
-        if (r->ttft == 0) r->ttft = up_now() - r->t0;
+        if (r->ttft == 0) r->ttft = pdb_clock_now() - r->t0;
         up_append(r, t, strlen(t));
     }
     json_t *u = json_object_get(j, "usage");
@@ -245,9 +239,9 @@ static int up_chat(const char *url, const char *content, int max_tokens, up_req 
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, up_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(h, CURLOPT_TIMEOUT, 1800L);
-    r->t0 = up_now();
+    r->t0 = pdb_clock_now();
     CURLcode cc = curl_easy_perform(h);
-    double total = up_now() - r->t0;
+    double total = pdb_clock_now() - r->t0;
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
     curl_slist_free_all(hd);

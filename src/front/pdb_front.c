@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
+#include "pdb_clock.h"
 #include "pdb_config.h"
 #include "pdb_dec_model.h"
 #include "pdb_dec_server.h"
@@ -40,12 +40,6 @@ struct pdb_front {
     int bridges_running;
     uint64_t v_complete, v_partial, v_declined, v_skipped, requests, errors, bridge_bytes, bridge_blocks;
 };
-
-static double fr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ======================================= options ============================================ */
 
@@ -199,7 +193,7 @@ static void count_verdict(pdb_front *f, const pdb_front_verdict *v) {
 
 static void finish_verdict(relay *r, int64_t decoder_cached) {
     pdb_front_verdict_finish(r->v, r->attempted, decoder_cached);
-    r->v->total_ms = (fr_now() - r->t_start) * 1e3;
+    r->v->total_ms = (pdb_clock_now() - r->t_start) * 1e3;
     count_verdict(r->f, r->v);
 }
 
@@ -429,7 +423,7 @@ static void respond_err(pdb_http_request *req, const pdb_openai_error *e, const 
 static const char *decoder_model_id(pdb_front *f);
 
 static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_kind kind, const char *path) {
-    double t0 = fr_now();
+    double t0 = pdb_clock_now();
     pdb_openai_request q;
     pdb_openai_error err;
     memset(&err, 0, sizeof err);

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
+#include "pdb_clock.h"
 #include "pdb_dec_model.h"
 #include "pdb_http.h"
 #include "pdb_segment.h"
@@ -40,12 +40,6 @@ typedef struct {
 /* Acknowledge every ACK_EVERY_BLOCKS blocks or ACK_EVERY_BYTES bytes written, whichever first. */
 enum { ACK_EVERY_BLOCKS = 8 };
 #define ACK_EVERY_BYTES ((uint64_t)64 << 20)
-
-static double br_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void set_reason(bridge_ctx *c, const char *r) {
     if (!c->res->reason[0]) snprintf(c->res->reason, sizeof c->res->reason, "%s", r);
@@ -103,11 +97,11 @@ static void bridge_ack(bridge_ctx *c, int64_t through) {
 static pdb_status on_segment(void *u, int64_t b, const void *data, uint64_t len) {
     bridge_ctx *c = u;
     if (b >= c->end) return PDB_OK; /* more than asked: ignore */
-    double t0 = br_now();
+    double t0 = pdb_clock_now();
     const void *in[PDB_DEC_MAX_POOLS] = {data};
     if (c->layout) pdb_dec_block_pools(c->layout, c->bs, data, in);
     pdb_status s = pdb_store_stream_put(c->stream, b, in);
-    c->res->write_ms += (br_now() - t0) * 1e3;
+    c->res->write_ms += (pdb_clock_now() - t0) * 1e3;
     if (s) {
         set_reason(c, "store_write_failed");
         PDB_WARN("bridge: block %lld not written: %s", (long long)b, pdb_err_msg());
@@ -258,7 +252,7 @@ static int bridge_resumable(const char *reason) {
 pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store, const char *fp, const int32_t *ids,
                                 int64_t bs, int64_t first, int64_t end, pdb_front_bridge_result *res) {
     memset(res, 0, sizeof *res);
-    double t0 = br_now();
+    double t0 = pdb_clock_now();
     bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res, .layout = o->layout, .o = o,
                     .acked_through = first};
     if (o->layout && o->layout->n_pools > PDB_DEC_MAX_POOLS)
@@ -267,7 +261,7 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
     long budget = o->total_timeout_ms ? o->total_timeout_ms : 600000L;
     for (;;) {
         c.first = first + res->blocks_written;
-        long left = budget - (long)((br_now() - t0) * 1e3);
+        long left = budget - (long)((pdb_clock_now() - t0) * 1e3);
         if (left <= 0) { set_reason(&c, "prefill_timeout"); break; }
         bridge_attempt(o, &c, ids, left);
         if (!res->reason[0] && res->blocks_written < end - first) set_reason(&c, "prefill_sent_fewer");
@@ -284,7 +278,7 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
     if (res->resumes)
         PDB_INFO("bridge: transfer %s: %lld blocks written after %d resume(s), %lld of them from the prefill server's spool",
                  res->transfer, (long long)res->blocks_written, res->resumes, (long long)res->spool_blocks);
-    res->total_ms = (br_now() - t0) * 1e3;
+    res->total_ms = (pdb_clock_now() - t0) * 1e3;
     res->engine_ms = c.engine_s * 1e3;
     res->transfer_ms = res->total_ms - res->write_ms;
     return PDB_OK;
