@@ -7,28 +7,10 @@
 #include "pdb_chat.h"
 #include "pdb_cli.h"
 #include "pdb_clock.h"
+#include "pdb_file.h"
 #include "pdb_math.h"
 #include "pdb_tokenizer.h"
 #include "pdb_v2.h"
-
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-        if (n + 1 == cap) {
-            char *nb = cap < (1u << 30) ? realloc(b, cap * 2) : NULL;
-            if (!nb) { free(b); return NULL; }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    if (b) b[n] = 0;
-    *len = n;
-    return b;
-}
 
 int pdb_cli_generate(int argc, char **argv) {
     static const char *usage =
@@ -51,8 +33,9 @@ int pdb_cli_generate(int argc, char **argv) {
     if (!model || n_gen < 0 || n_gen > 100000) { fprintf(stderr, "pdbridge generate: --model is required, 0 <= n <= 100000\n\n%s", usage); return 2; }
     char *text = NULL;
     size_t len = 0;
+    pdb_status rs = PDB_OK;
     if (prompt) { text = strdup(prompt); len = strlen(prompt); }
-    else text = read_all(stdin, &len);
+    else rs = pdb_file_read_stream(stdin, "stdin", PDB_TOKENIZER_MAX_TEXT, &text, &len);
     pdb_tokenizer *tok = NULL;
     pdb_v2_model *m = NULL;
     int32_t *ids = NULL;
@@ -60,7 +43,7 @@ int pdb_cli_generate(int argc, char **argv) {
     float *logits = NULL;
     pdb_v2_cache c = {0};
     int rc = 1;
-    if (!text) { pdb_err_set(PDB_NOMEM, "prompt"); goto done; }
+    if (!text) { if (!rs) pdb_err_set(PDB_NOMEM, "prompt"); goto done; }
     if (pdb_tokenizer_load(model, &tok)) goto done;
     if (chat) {
         pdb_chat_message msg = {"user", text};
