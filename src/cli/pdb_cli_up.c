@@ -6,7 +6,6 @@
  * from the Python standard library's sources with a needle sentence in the middle, then a warm
  * follow-up; prints tokens, verdict, time to first token, total, bridged vs native and whether
  * the answers are equal; stops everything it started. */
-#include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +21,7 @@
 
 #include "pdb_cli.h"
 #include "pdb_clock.h"
-#include "pdb_http.h"
+#include "pdb_http_client.h"
 #include "pdb_make_model.h"
 #include "pdb_quantize.h"
 #include "pdb_tokenizer.h"
@@ -197,9 +196,9 @@ static void up_event(up_req *r, const char *data) {
     json_decref(j);
 }
 
-static size_t up_write(char *p, size_t sz, size_t nm, void *u) {
+static int up_body(void *u, int status, const char *p, size_t n) {
     up_req *r = u;
-    for (size_t i = 0; i < sz * nm; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (p[i] == '\n') {
             r->line[r->ll] = 0;
             if (!strncmp(r->line, "data: ", 6)) up_event(r, r->line + 6);
@@ -208,16 +207,15 @@ static size_t up_write(char *p, size_t sz, size_t nm, void *u) {
             r->line[r->ll++] = p[i];
         }
     }
-    return sz * nm;
+    return 1;
 }
 
-static size_t up_header(char *b, size_t sz, size_t nm, void *u) {
+static void up_header(void *u, const char *b, size_t n) {
     up_req *r = u;
-    if (!strncasecmp(b, "X-PD-Bridge:", 12)) {
-        snprintf(r->verdict, sizeof r->verdict, "%.*s", (int)(sz * nm - 12), b + 12);
+    if (n >= 12 && !strncasecmp(b, "X-PD-Bridge:", 12)) {
+        snprintf(r->verdict, sizeof r->verdict, "%.*s", (int)(n - 12), b + 12);
         r->verdict[strcspn(r->verdict, "\r\n")] = 0;
     }
-    return sz * nm;
 }
 
 static int up_chat(const char *url, const char *content, int max_tokens, up_req *r) {
@@ -229,27 +227,16 @@ static int up_chat(const char *url, const char *content, int max_tokens, up_req 
     json_decref(b);
     char full[256];
     snprintf(full, sizeof full, "%s/v1/chat/completions", url);
-    CURL *h = curl_easy_init();
-    struct curl_slist *hd = pdb_http_client_headers(1, NULL);
-    curl_easy_setopt(h, CURLOPT_URL, full);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, up_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, up_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 1800L);
+    pdb_http_call call = {.url = full, .body = body, .json = 1, .timeout_ms = 1800L * 1000, .on_body = up_body,
+                          .on_header = up_header, .user = r};
+    pdb_http_reply rp;
     r->t0 = pdb_clock_now();
-    CURLcode cc = curl_easy_perform(h);
+    pdb_status st = pdb_http_client_call(&call, &rp);
     double total = pdb_clock_now() - r->t0;
-    long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_slist_free_all(hd);
-    curl_easy_cleanup(h);
     free(body);
     r->t0 = total; /* reuse: total seconds */
-    if (cc != CURLE_OK || code != 200) {
-        fprintf(stderr, "up: request to %s failed: %s (HTTP %ld)\n", full, curl_easy_strerror(cc), code);
+    if (st != PDB_OK || rp.status != 200) {
+        fprintf(stderr, "up: request to %s failed: %s (HTTP %d)\n", full, st ? rp.error : "No error", rp.status);
         return 0;
     }
     if (!r->text) up_append(r, "", 0);
@@ -327,7 +314,7 @@ int pdb_cli_up(int argc, char **argv) {
     char *ctx = up_build_context(tok, tokens);
     pdb_tokenizer_free(tok);
     if (!ctx) return 1;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (pdb_http_client_init()) { fprintf(stderr, "up: %s\n", pdb_err_msg()); free(ctx); return 1; }
     up_proc pd = {0}, pp = {0}, pf = {0}, pn = {0};
     int rc = 1;
     char *dargs[] = {"pdbridge", "decode-server", "--model", dec, "--cache-dir", cache, "--port", "0", "--block-size", "512", NULL};

@@ -3,7 +3,6 @@
  * config (read-only after start), a bridge counter and verdict counters under mu. */
 #include "pdb_front.h"
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include "pdb_front_bridge.h"
 #include "pdb_hash.h"
 #include "pdb_http.h"
+#include "pdb_http_client.h"
 #include "pdb_openai.h"
 #include "pdb_store.h"
 #include "pdb_tokenizer.h"
@@ -267,10 +267,10 @@ static int on_sse_event(relay *r, const char *ev, size_t n) {
     return 1;
 }
 
-static size_t fr_write_cb(char *p, size_t sz, size_t nm, void *u) {
+static int fr_body(void *u, int status, const char *p, size_t n) {
     relay *r = u;
-    size_t n = sz * nm;
-    if (!r->stream || r->status != 200) return buf_add(r, p, n) ? n : 0;
+    r->status = status;
+    if (!r->stream || r->status != 200) return buf_add(r, p, n);
     if (!buf_add(r, p, n)) return 0;
     char *s;
     while ((s = strstr(r->buf, "\n\n"))) {
@@ -279,61 +279,43 @@ static size_t fr_write_cb(char *p, size_t sz, size_t nm, void *u) {
         memmove(r->buf, s + 2, r->len - ev - 2 + 1);
         r->len -= ev + 2;
     }
-    return n;
-}
-
-static size_t fr_header_cb(char *b, size_t sz, size_t nm, void *u) {
-    relay *r = u;
-    int code;
-    if (sz * nm > 9 && !strncmp(b, "HTTP/", 5) && sscanf(b, "HTTP/%*s %d", &code) == 1) r->status = code;
-    return sz * nm;
+    return 1;
 }
 
 /* Forward the (rewritten) body to the decoder and answer the client. */
 /* POST body (or GET when body is NULL) to decoder_url + path, answer into r (status, body or the
- * relayed stream) with the upstream key; returns curl's result (cerr: its message, may be NULL). */
-static CURLcode decoder_call(pdb_front *f, const char *path, const char *body, long timeout_ms, relay *r, char *cerr) {
-    CURL *h = curl_easy_init();
-    if (!h) return CURLE_OUT_OF_MEMORY;
+ * relayed stream) with the upstream key; why (may be NULL) gets the reason of a failure. */
+static pdb_status decoder_call(pdb_front *f, const char *path, const char *body, long timeout_ms, relay *r, char *why,
+                               size_t why_len) {
     char url[1024];
     snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
-    struct curl_slist *hd = pdb_http_client_headers(body != NULL, f->upstream_key);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    if (body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    if (hd) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fr_header_cb);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (cerr) curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-    CURLcode cc = curl_easy_perform(h);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hd);
-    return cc;
+    pdb_http_call call = {.url = url, .body = body, .json = body != NULL, .bearer = f->upstream_key,
+                          .connect_timeout_ms = 5000L, .timeout_ms = timeout_ms, .on_body = fr_body, .user = r};
+    pdb_http_reply rp;
+    pdb_status st = pdb_http_client_call(&call, &rp);
+    r->status = rp.status;
+    if (why) snprintf(why, why_len, "%s", rp.error);
+    return st;
 }
 
 static void forward(relay *r, const char *path, const char *body) {
     pdb_front *f = r->f;
-    char cerr[CURL_ERROR_SIZE] = "", url[1024];
+    char why[256] = "", url[1024];
     snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
-    CURLcode cc = decoder_call(f, path, body, f->o.decoder_timeout_ms, r, cerr);
+    pdb_status cs = decoder_call(f, path, body, f->o.decoder_timeout_ms, r, why, sizeof why);
     if (r->hs) { /* a stream was open: finish it */
-        if (cc != CURLE_OK && !r->failed) {
+        if (cs != PDB_OK && !r->failed) {
             const char *e = "data: {\"error\":{\"message\":\"decoder connection lost\",\"type\":\"server_error\"}}\n\n";
             pdb_http_stream_write(r->hs, e, strlen(e), 1000);
         }
         pdb_http_stream_close(r->hs);
         return;
     }
-    if (cc != CURLE_OK) {
+    if (cs != PDB_OK) {
         finish_verdict(r, 0);
-        PDB_WARN("front: decoder %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
+        PDB_WARN("front: decoder %s: %s", url, why);
         pdb_openai_error e = {.status = 502, .type = "server_error"};
-        snprintf(e.message, sizeof e.message, "the decoder at %.200s did not answer: %.200s", f->decoder_url,
-                 cerr[0] ? cerr : curl_easy_strerror(cc));
+        snprintf(e.message, sizeof e.message, "the decoder at %.200s did not answer: %.200s", f->decoder_url, why);
         char *ej = pdb_openai_error_json(&e);
         relay_respond(r, 502, ej ? ej : "{}", ej ? strlen(ej) : 2);
         free(ej);
@@ -533,7 +515,7 @@ out:
 
 static void proxy_get(pdb_front *f, pdb_http_request *req, const char *path) {
     relay r = {.f = f};
-    if (decoder_call(f, path, NULL, 10000L, &r, NULL) != CURLE_OK)
+    if (decoder_call(f, path, NULL, 10000L, &r, NULL, 0) != PDB_OK)
         pdb_http_respond_error(req, 502, "server_error", NULL, NULL, "the decoder did not answer");
     else pdb_http_respond(req, r.status, "application/json", r.buf ? r.buf : "", r.len, NULL, 0);
     free(r.buf);
@@ -546,8 +528,8 @@ static const char *decoder_model_id(pdb_front *f) {
     pthread_mutex_unlock(&f->mu);
     if (known) return f->model_id;
     relay r = {.f = f};
-    CURLcode cc = decoder_call(f, "/v1/models", NULL, 5000L, &r, NULL);
-    json_t *j = cc == CURLE_OK && r.status == 200 && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
+    pdb_status cs = decoder_call(f, "/v1/models", NULL, 5000L, &r, NULL, 0);
+    json_t *j = cs == PDB_OK && r.status == 200 && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
     const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     pthread_mutex_lock(&f->mu);
     if (id) snprintf(f->model_id, sizeof f->model_id, "%s", id);
@@ -640,7 +622,7 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
     if ((s = pdb_dec_check_block_size(&f->cfg, f->o.block_size))) goto fail;
     if ((s = pdb_store_open(o->cache_dir, &f->layout.layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
     if (!realpath(o->cache_dir, f->cache_real)) snprintf(f->cache_real, sizeof f->cache_real, "%s", o->cache_dir);
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if ((s = pdb_http_client_init())) goto fail;
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = o->max_body,
                         .handler = handler, .user = f};
     if ((s = pdb_http_server_start(&ho, &f->http))) goto fail;
