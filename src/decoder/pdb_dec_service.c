@@ -46,6 +46,9 @@ struct pdb_dec_service {
     pdb_dec_model *model;
     pdb_store *store;
     float *block_buf;
+    int max_batch;         /* RUNNING requests per forward (a PREFILL chunk comes on top) */
+    pdb_dec_seg *segs;     /* [max_batch + 1] the scheduler's batch, allocated at open */
+    svc_req **owners;      /* [max_batch + 1] the request of each segment */
     char fp_hex[65];
     int32_t eos;
     pthread_t thread;
@@ -154,9 +157,9 @@ static int sample_and_emit(pdb_dec_service *s, svc_req *r) {
 
 static void *svc_main(void *arg) {
     pdb_dec_service *s = arg;
-    int max_batch = s->opts.max_batch > 0 ? s->opts.max_batch : 16;
-    pdb_dec_seg *segs = malloc(sizeof(*segs) * (size_t)(max_batch + 1));
-    svc_req **owners = malloc(sizeof(*owners) * (size_t)(max_batch + 1));
+    int max_batch = s->max_batch;
+    pdb_dec_seg *segs = s->segs;
+    svc_req **owners = s->owners;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         int n_active = 0;
@@ -256,8 +259,6 @@ static void *svc_main(void *arg) {
             req_free(r);
         }
     }
-    free(segs);
-    free(owners);
     return NULL;
 }
 
@@ -289,10 +290,19 @@ pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service *
         s->block_buf = malloc(pdb_store_block_bytes(s->store));
         if (!s->block_buf) { st = pdb_err_set(PDB_NOMEM, "block buffer"); goto fail; }
     }
+    s->max_batch = s->opts.max_batch > 0 ? s->opts.max_batch : 16;
+    s->segs = malloc(sizeof(*s->segs) * (size_t)(s->max_batch + 1));
+    s->owners = malloc(sizeof(*s->owners) * (size_t)(s->max_batch + 1));
+    if (!s->segs || !s->owners) {
+        st = pdb_err_set(PDB_NOMEM, "decoder service: the scheduler's batch of %d requests", s->max_batch);
+        goto fail;
+    }
     if (pthread_create(&s->thread, NULL, svc_main, s)) { st = pdb_err_set(PDB_NOMEM, "scheduler thread"); goto fail; }
     *out = s;
     return PDB_OK;
 fail:
+    free(s->segs);
+    free(s->owners);
     free(s->block_buf);
     if (s->store) pdb_store_close(s->store);
     pdb_dec_model_close(s->model);
@@ -316,6 +326,8 @@ void pdb_dec_service_close(pdb_dec_service *s) {
             emit_final(s, r, PDB_FINISH_CANCELLED, NULL);
             req_free(r);
         }
+    free(s->segs);
+    free(s->owners);
     free(s->block_buf);
     if (s->store) pdb_store_close(s->store);
     pdb_dec_model_close(s->model);
