@@ -99,24 +99,36 @@ static char *up_stdlib_dir(void) {
     return strdup(buf);
 }
 
-/* Concatenate sorted stdlib .py files until about `target` tokens, needle in the middle. */
-static char *up_build_context(const pdb_tokenizer *tok, int64_t target) {
+/* Concatenate sorted stdlib .py files until about `target` tokens, needle in the middle (*out,
+ * NUL-terminated; free it). */
+static pdb_status up_build_context(const pdb_tokenizer *tok, int64_t target, char **out) {
+    *out = NULL;
     char *dir = up_stdlib_dir();
+    if (!dir) return pdb_err_set(PDB_NOMEM, "the path of the Python standard library");
     DIR *d = opendir(dir);
-    if (!d) { fprintf(stderr, "up: cannot read the Python standard library at %s\n", dir); free(dir); return NULL; }
+    pdb_status st = PDB_OK;
+    if (!d) {
+        st = pdb_err_set(PDB_IO, "cannot read the Python standard library at %s", dir);
+        free(dir);
+        return st;
+    }
     char *names[4096];
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 4096) {
+    while (!st && (e = readdir(d)) && n < 4096) {
         size_t l = strlen(e->d_name);
-        if (l > 3 && !strcmp(e->d_name + l - 3, ".py") && e->d_name[0] != '_') names[n++] = strdup(e->d_name);
+        if (l > 3 && !strcmp(e->d_name + l - 3, ".py") && e->d_name[0] != '_') {
+            if ((names[n] = strdup(e->d_name))) n++;
+            else st = pdb_err_set(PDB_NOMEM, "the file name %s", e->d_name);
+        }
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str);
     size_t cap = 1 << 20, len = 0;
-    char *text = malloc(cap);
+    char *text = st ? NULL : malloc(cap);
+    if (!st && !text) st = pdb_err_set(PDB_NOMEM, "%zu bytes for the prompt", cap);
     int64_t toks = 0, placed = 0;
-    for (int i = 0; i < n && toks < target && text; i++) {
+    for (int i = 0; i < n && toks < target && !st; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         FILE *f = fopen(path, "rb");
@@ -135,11 +147,12 @@ static char *up_build_context(const pdb_tokenizer *tok, int64_t target) {
         char head[1200];
         int hl = snprintf(head, sizeof head, "\n# ---- file %s ----\n", names[i]);
         while (len + r + (size_t)hl + 200 > cap) {
+            char *t = realloc(text, cap * 2);
+            if (!t) { st = pdb_err_set(PDB_NOMEM, "%zu bytes for the prompt", cap * 2); break; }
+            text = t;
             cap *= 2;
-            text = realloc(text, cap);
-            if (!text) break;
         }
-        if (!text) break;
+        if (st) break;
         memcpy(text + len, head, (size_t)hl);
         len += (size_t)hl;
         memcpy(text + len, buf, r);
@@ -152,8 +165,13 @@ static char *up_build_context(const pdb_tokenizer *tok, int64_t target) {
     }
     for (int i = 0; i < n; i++) free(names[i]);
     free(dir);
-    if (text) text[len] = 0;
-    return text;
+    if (st) {
+        free(text);
+        return st;
+    }
+    text[len] = 0;
+    *out = text;
+    return PDB_OK;
 }
 
 /* ---- a streaming chat request -------------------------------------------------------------- */
@@ -166,16 +184,20 @@ typedef struct {
     char line[1 << 16];
     size_t ll;
     int64_t prompt_tokens, cached_tokens;
+    int no_memory; /* the answer's text could not grow: the request stops */
 } up_req;
 
-static void up_append(up_req *r, const char *s, size_t n) {
+static int up_append(up_req *r, const char *s, size_t n) {
     if (r->len + n + 1 > r->cap) {
+        char *t = realloc(r->text, (r->len + n + 1) * 2);
+        if (!t) { r->no_memory = 1; return 0; }
+        r->text = t;
         r->cap = (r->len + n + 1) * 2;
-        r->text = realloc(r->text, r->cap);
     }
     memcpy(r->text + r->len, s, n);
     r->len += n;
     r->text[r->len] = 0;
+    return 1;
 }
 
 static void up_event(up_req *r, const char *data) {
@@ -207,7 +229,7 @@ static int up_body(void *u, int status, const char *p, size_t n) {
             r->line[r->ll++] = p[i];
         }
     }
-    return 1;
+    return !r->no_memory;
 }
 
 static void up_header(void *u, const char *b, size_t n) {
@@ -223,10 +245,15 @@ static int up_chat(const char *url, const char *content, int max_tokens, up_req 
     snprintf(r->verdict, sizeof r->verdict, " (native: no front)");
     json_t *b = json_pack("{s:[{s:s,s:s}], s:i, s:f, s:b, s:{s:b}}", "messages", "role", "user", "content", content,
                           "max_tokens", max_tokens, "temperature", 0.0, "stream", 1, "stream_options", "include_usage", 1);
-    char *body = json_dumps(b, JSON_COMPACT);
+    char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
     char full[256];
     snprintf(full, sizeof full, "%s/v1/chat/completions", url);
+    if (!body) {
+        pdb_err_set(PDB_NOMEM, "the request body for %s", full);
+        fprintf(stderr, "up: %s\n", pdb_err_msg());
+        return 0;
+    }
     pdb_http_call call = {.url = full, .body = body, .json = 1, .timeout_ms = 1800L * 1000, .on_body = up_body,
                           .on_header = up_header, .user = r};
     pdb_http_reply rp;
@@ -235,11 +262,15 @@ static int up_chat(const char *url, const char *content, int max_tokens, up_req 
     double total = pdb_clock_now() - r->t0;
     free(body);
     r->t0 = total; /* reuse: total seconds */
-    if (st != PDB_OK || rp.status != 200) {
+    if (!r->no_memory && (st != PDB_OK || rp.status != 200)) {
         fprintf(stderr, "up: request to %s failed: %s (HTTP %d)\n", full, st ? rp.error : "No error", rp.status);
         return 0;
     }
-    if (!r->text) up_append(r, "", 0);
+    if (r->no_memory || (!r->text && !up_append(r, "", 0))) {
+        pdb_err_set(PDB_NOMEM, "the answer's text from %s (%zu bytes so far)", full, r->len);
+        fprintf(stderr, "up: %s\n", pdb_err_msg());
+        return 0;
+    }
     return 1;
 }
 
@@ -311,9 +342,10 @@ int pdb_cli_up(int argc, char **argv) {
     }
     pdb_tokenizer *tok = NULL;
     if (pdb_tokenizer_load(dec, &tok)) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
-    char *ctx = up_build_context(tok, tokens);
+    char *ctx;
+    pdb_status cst = up_build_context(tok, tokens, &ctx);
     pdb_tokenizer_free(tok);
-    if (!ctx) return 1;
+    if (cst) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
     if (pdb_http_client_init()) { fprintf(stderr, "up: %s\n", pdb_err_msg()); free(ctx); return 1; }
     up_proc pd = {0}, pp = {0}, pf = {0}, pn = {0};
     int rc = 1;
@@ -330,6 +362,13 @@ int pdb_cli_up(int argc, char **argv) {
     if (!up_start(&pf, "front", logs, fargs)) goto done;
     size_t cl = strlen(ctx);
     char *cold = malloc(cl + 200), *warm = malloc(cl + 200);
+    if (!cold || !warm) {
+        pdb_err_set(PDB_NOMEM, "the two prompts of %zu bytes", cl + 200);
+        fprintf(stderr, "up: %s\n", pdb_err_msg());
+        free(cold);
+        free(warm);
+        goto done;
+    }
     snprintf(cold, cl + 200, "%s%s", ctx, UP_QUESTION);
     snprintf(warm, cl + 200, "%s%s", ctx, UP_FOLLOWUP);
     up_req rc1, rw, rn;
