@@ -1,7 +1,8 @@
 /* pdb_http_client: a libcurl easy handle per call (see pdb_http_client.h). The header callback
  * keeps the last status line's code, so a "100 Continue" before the answer does not count; the
- * write callback hands the body on or collects it within the bound, and records why it stopped
- * a transfer so the result names that rather than libcurl's generic write error. */
+ * write callback hands the body on or collects it within the bound (into a memory stream that
+ * becomes reply->body), and records why it stopped a transfer so the result names that rather
+ * than libcurl's generic write error. */
 #include "pdb_http_client.h"
 
 #include <curl/curl.h>
@@ -13,7 +14,8 @@
 typedef struct {
     const pdb_http_call *call;
     pdb_http_reply *reply;
-    size_t cap, max;
+    FILE *mem;        /* the collected body (open_memstream onto reply->body, reply->len) */
+    size_t got, max;  /* bytes collected, and the bound */
     pdb_status stop; /* set when the write callback stopped the transfer itself */
 } client_ctx;
 
@@ -39,32 +41,21 @@ static size_t client_header(char *b, size_t sz, size_t nm, void *u) {
 
 static size_t client_write(char *p, size_t sz, size_t nm, void *u) {
     client_ctx *c = u;
-    pdb_http_reply *r = c->reply;
     size_t n = sz * nm;
     if (c->call->on_body) {
-        if (c->call->on_body(c->call->user, r->status, p, n)) return n;
+        if (c->call->on_body(c->call->user, c->reply->status, p, n)) return n;
         c->stop = PDB_IO;
         return 0;
     }
-    if (n > c->max - r->len) {
+    if (n > c->max - c->got) {
         c->stop = PDB_TOO_LARGE;
         return 0;
     }
-    if (r->len + n + 1 > c->cap) {
-        size_t nc = c->cap ? c->cap : 4096;
-        while (nc < r->len + n + 1) nc *= 2;
-        if (nc > c->max + 1) nc = c->max + 1;
-        char *b = realloc(r->body, nc);
-        if (!b) {
-            c->stop = PDB_NOMEM;
-            return 0;
-        }
-        r->body = b;
-        c->cap = nc;
+    if ((!c->mem && !(c->mem = open_memstream(&c->reply->body, &c->reply->len))) || fwrite(p, 1, n, c->mem) != n) {
+        c->stop = PDB_NOMEM;
+        return 0;
     }
-    memcpy(r->body + r->len, p, n);
-    r->len += n;
-    r->body[r->len] = 0;
+    c->got += n;
     return n;
 }
 
@@ -118,6 +109,10 @@ pdb_status pdb_http_client_call(const pdb_http_call *call, pdb_http_reply *reply
     CURLcode cc = curl_easy_perform(h);
     curl_easy_cleanup(h);
     curl_slist_free_all(hd);
+    if (c.mem && fclose(c.mem) && cc == CURLE_OK) { /* the last bytes could not be flushed */
+        snprintf(reply->error, sizeof reply->error, "no memory for the answer's body");
+        return pdb_err_set(PDB_NOMEM, "%s: %s", call->url, reply->error);
+    }
     if (cc == CURLE_OK) return PDB_OK;
     pdb_status st = PDB_IO;
     if (c.stop == PDB_TOO_LARGE) {
