@@ -262,6 +262,17 @@ static void *svc_main(void *arg) {
     return NULL;
 }
 
+/* What open acquired, released (any of it may be missing after a failed open); frees s. */
+static void svc_free(pdb_dec_service *s) {
+    free(s->segs);
+    free(s->owners);
+    free(s->block_buf);
+    if (s->store) pdb_store_close(s->store);
+    pdb_dec_model_close(s->model);
+    pdb_pool_destroy(s->pool);
+    free(s);
+}
+
 pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service **out) {
     pdb_dec_service *s = calloc(1, sizeof *s);
     if (!s) return pdb_err_set(PDB_NOMEM, "decoder service");
@@ -301,13 +312,7 @@ pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service *
     *out = s;
     return PDB_OK;
 fail:
-    free(s->segs);
-    free(s->owners);
-    free(s->block_buf);
-    if (s->store) pdb_store_close(s->store);
-    pdb_dec_model_close(s->model);
-    pdb_pool_destroy(s->pool);
-    free(s);
+    svc_free(s);
     return st;
 }
 
@@ -326,15 +331,9 @@ void pdb_dec_service_close(pdb_dec_service *s) {
             emit_final(s, r, PDB_FINISH_CANCELLED, NULL);
             req_free(r);
         }
-    free(s->segs);
-    free(s->owners);
-    free(s->block_buf);
-    if (s->store) pdb_store_close(s->store);
-    pdb_dec_model_close(s->model);
-    pdb_pool_destroy(s->pool);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s);
+    svc_free(s);
 }
 
 pdb_status pdb_dec_service_submit(pdb_dec_service *s, const pdb_dec_request *q, uint64_t *request_id) {
