@@ -436,7 +436,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     const pdb_config *c = pdb_dec_model_config(m);
-    const pdb_v2_qweights *w = pdb_dec_model_weights(m);
+    const pdb_v2_qweights *w = pdb_dec_model_weights(m, "deepseek_v2");
     /* bytes touched per decode token */
     uint64_t fixed = qbytes(&w->lm_head) + (uint64_t)c->hidden_size * 2, expert = 0;
     for (int64_t l = 0; l < c->num_layers; l++) {

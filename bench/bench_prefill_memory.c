@@ -17,7 +17,7 @@
 #include "pdb_dec_model.h"
 #include "pdb_prefill_engine.h"
 
-static pdb_status drop(void *u, int64_t b, const float *d, uint64_t n) {
+static pdb_status drop(void *u, int64_t b, const void *d, uint64_t n) {
     (void)d;
     *(uint64_t *)u += n;
     (void)b;
@@ -29,8 +29,8 @@ static int child(const char *hf, const char *dec, const char *backend, int64_t T
     pdb_st *e, *d;
     if (pdb_config_load(hf, &cfg) || pdb_st_open(hf, &e) || pdb_st_open(dec, &d)) return 1;
     int sem = 0;
-    if (cfg.arch == PDB_ARCH_DEEPSEEK_V4 && pdb_dec_model_v4_semantics(dec, &sem)) return 1;
-    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .v4_sem = sem};
+    if (pdb_dec_model_semantics_of(dec, &cfg, &sem)) return 1;
+    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .semantics = sem};
     pdb_prefill_backend *be = NULL;
     pdb_status s = pdb_prefill_backend_create(&o, backend, &be);
     if (s) { fprintf(stderr, "bench: %s\n", pdb_err_msg()); return 1; }

@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     printf("cuda-bench model ready in %.1f s (hidden %lld, layers %lld, experts %lld top-%lld, vocab %lld)\n",
            pdb_clock_now() - t0, (long long)cfg.hidden_size, (long long)cfg.num_layers, (long long)cfg.n_routed_experts,
            (long long)cfg.num_experts_per_tok, (long long)cfg.vocab_size);
-    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = st, .decoder = st, .threads = 0, .device = 0};
+    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = st, .decoder = st};
     int64_t gemm_rows = argc > 6 ? atoll(argv[6]) : 0; /* 0 default M-invariant tiles, -1 one call per product */
     const char *prec = argc > 7 ? argv[7] : "bf16";
     pdb_cuda_prefill_opts co = {.prec = !strcmp(prec, "exact") ? PDB_CUDA_PREC_EXACT
@@ -59,14 +59,14 @@ int main(int argc, char **argv) {
     t0 = pdb_clock_now();
     if (pdb_cuda_prefill_create(&o, &co, &be)) return die("create");
     printf("cuda-bench weights uploaded in %.1f s\n", pdb_clock_now() - t0);
-    int64_t L = cfg.num_layers, row = cfg.kv_lora_rank + cfg.qk_rope_head_dim, V = cfg.vocab_size;
-    float *cap = malloc(sizeof(float) * (size_t)(L * chunk * row)), *logits = malloc(sizeof(float) * (size_t)V);
+    int64_t V = cfg.vocab_size;
+    float *logits = malloc(sizeof(float) * (size_t)V);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)Ts[2]);
-    if (!cap || !logits || !ids) { fprintf(stderr, "out of memory\n"); return 1; }
+    if (!logits || !ids) { fprintf(stderr, "out of memory\n"); return 1; }
     uint32_t seed = 1;
     for (int64_t i = 0; i < Ts[2]; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % V); }
     /* warm-up: kernels, cuBLAS heuristics */
-    if (be->begin(be, 1024) || be->forward_chunk(be, ids, 0, 1024, cap, logits)) return die("warm-up");
+    if (be->begin(be, 1024, 1024) || be->forward_chunk(be, ids, 0, 1024, 1, logits)) return die("warm-up");
     be->end(be);
     double last = 0;
     for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
@@ -78,11 +78,11 @@ int main(int argc, char **argv) {
                 printf("cuda-bench T=%lld capture=%s skipped (time budget)\n", (long long)T, withcap ? "on" : "off");
                 continue;
             }
-            if (be->begin(be, T)) return die("begin");
+            if (be->begin(be, T, chunk)) return die("begin"); /* one chunk per block: the hook keeps one block of rows */
             double s0 = pdb_clock_now();
             for (int64_t p = 0; p < T; p += chunk) {
                 int64_t n = T - p < chunk ? T - p : chunk;
-                if (be->forward_chunk(be, ids + p, p, n, withcap ? cap : NULL, p + n == T ? logits : NULL))
+                if (be->forward_chunk(be, ids + p, p, n, withcap, p + n == T ? logits : NULL))
                     return die("forward");
             }
             dt[withcap] = pdb_clock_now() - s0;
@@ -97,7 +97,6 @@ int main(int argc, char **argv) {
     }
     be->destroy(be);
     pdb_st_close(st);
-    free(cap);
     free(logits);
     free(ids);
     return 0;

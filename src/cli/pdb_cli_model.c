@@ -7,13 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pdb_arch.h"
 #include "pdb_cli.h"
 #include "pdb_clock.h"
 #include "pdb_make_model.h"
 #include "pdb_math.h"
 #include "pdb_safetensors.h"
-#include "pdb_v2.h"
-#include "pdb_v4.h"
 
 static int fail(const char *cmd) {
     pdb_cli_print_error(cmd, NULL);
@@ -89,57 +88,6 @@ static pdb_status read_ids(const char *path, int32_t **ids, int64_t *n) {
     return s;
 }
 
-/* The V4 path of `forward` (same outputs as V2's). Takes ownership of ids. */
-static int forward_v4(const char *model, int32_t *ids, int64_t T, int64_t ndec, int64_t chunk, pdb_v4_semantics sem,
-                      const char *out) {
-    pdb_v4_model *m = NULL;
-    double t0 = pdb_clock_now();
-    if (pdb_v4_load(model, &m)) { free(ids); return fail("forward"); }
-    int64_t V = m->cfg.vocab_size;
-    float *pl = malloc(sizeof(float) * (size_t)(T * V)), *dl = malloc(sizeof(float) * (size_t)((ndec ? ndec : 1) * V));
-    int32_t *dt = malloc(sizeof(int32_t) * (size_t)(ndec ? ndec : 1));
-    pdb_v4_cache c = {0};
-    int rc = 1;
-    if (!pl || !dl || !dt) { pdb_err_set(PDB_NOMEM, "logits for %lld tokens", (long long)T); goto done; }
-    if (pdb_v4_cache_init(&c, m, T + ndec, sem)) goto done;
-    double t1 = pdb_clock_now();
-    if (chunk <= 0) chunk = T;
-    for (int64_t p = 0; p < T; p += chunk) {
-        int64_t n = T - p < chunk ? T - p : chunk;
-        if (pdb_v4_forward(m, &c, ids + p, n, 1, pl + p * V)) goto done;
-    }
-    double t2 = pdb_clock_now();
-    const float *last = pl + (T - 1) * V;
-    for (int64_t i = 0; i < ndec; i++) {
-        dt[i] = (int32_t)pdb_math_argmax(last, V);
-        if (pdb_v4_forward(m, &c, &dt[i], 1, 1, dl + i * V)) goto done;
-        last = dl + i * V;
-    }
-    double t3 = pdb_clock_now();
-    pdb_st_writer *w = NULL;
-    if (pdb_st_writer_init(&w)) goto done;
-    int64_t s_pl[2] = {T, V}, s_dt[1] = {ndec}, s_dl[2] = {ndec, V};
-    pdb_status s = pdb_st_writer_meta(w, "v4_semantics", pdb_v4_semantics_name(sem));
-    if (!s) s = pdb_st_writer_add(w, "prefill_logits", PDB_DT_F32, 2, s_pl, pl);
-    if (!s) s = pdb_st_writer_add(w, "decode_tokens", PDB_DT_I32, 1, s_dt, dt);
-    if (!s) s = pdb_st_writer_add(w, "decode_logits", PDB_DT_F32, 2, s_dl, dl);
-    if (!s) s = pdb_st_writer_finish(w, out);
-    pdb_st_writer_free(w);
-    if (s) goto done;
-    fprintf(stderr, "forward (deepseek_v4, %s): load %.2fs, prefill %lld tokens %.2fs (%.1f tok/s), decode %lld tokens %.2fs\n",
-            pdb_v4_semantics_name(sem), t1 - t0, (long long)T, t2 - t1, T / (t2 - t1 + 1e-9), (long long)ndec, t3 - t2);
-    rc = 0;
-done:
-    if (rc) fail("forward");
-    pdb_v4_cache_free(&c);
-    pdb_v4_free(m);
-    free(pl);
-    free(dl);
-    free(dt);
-    free(ids);
-    return rc;
-}
-
 int pdb_cli_forward(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge forward --model DIR --ids-file F --decode N --out OUT.safetensors [--chunk N]\n"
@@ -163,57 +111,57 @@ int pdb_cli_forward(int argc, char **argv) {
         else { fprintf(stderr, "pdbridge forward: unknown or incomplete option '%s'\n\n%s", a, usage); return 2; }
     }
     if (!model || !idsf || !out) { fprintf(stderr, "pdbridge forward: --model, --ids-file and --out are required\n\n%s", usage); return 2; }
-    pdb_v4_semantics sem = PDB_V4_SEM_OFFICIAL;
-    if (semname && pdb_v4_semantics_parse(semname, &sem)) {
-        fprintf(stderr, "pdbridge forward: --v4-semantics must be official or exact\n\n%s", usage);
+    pdb_config mcfg;
+    const pdb_arch_def *arch;
+    int sem = 0;
+    if (pdb_config_load(model, &mcfg) || pdb_arch_of(&mcfg, &arch)) return fail("forward");
+    if (semname && (!arch->semantics_key || pdb_arch_semantics_parse(arch, semname, &sem))) {
+        fprintf(stderr, "pdbridge forward: --v4-semantics must be official or exact, for a deepseek_v4 model\n\n%s", usage);
         return 2;
     }
-    pdb_config mcfg;
-    if (pdb_config_load(model, &mcfg)) return fail("forward");
     int32_t *ids = NULL;
     int64_t T = 0;
     if (read_ids(idsf, &ids, &T)) return fail("forward");
-    if (mcfg.arch == PDB_ARCH_DEEPSEEK_V4) return forward_v4(model, ids, T, ndec, chunk, sem, out);
-    pdb_v2_model *m = NULL;
+    void *ref = NULL;
     double t0 = pdb_clock_now();
-    if (pdb_v2_load(model, &m)) { free(ids); return fail("forward"); }
-    int64_t V = m->cfg.vocab_size;
+    int64_t V = mcfg.vocab_size;
     float *pl = malloc(sizeof(float) * (size_t)(T * V)), *dl = malloc(sizeof(float) * (size_t)((ndec ? ndec : 1) * V));
     int32_t *dt = malloc(sizeof(int32_t) * (size_t)(ndec ? ndec : 1));
-    pdb_v2_cache c = {0};
     int rc = 1;
+    double t1 = 0, t2 = 0, t3 = 0;
     if (!pl || !dl || !dt) { pdb_err_set(PDB_NOMEM, "logits for %lld tokens", (long long)T); goto done; }
-    if (pdb_v2_cache_init(&c, m, T + ndec)) goto done;
-    double t1 = pdb_clock_now();
+    if (arch->ref_open(model, sem, T + ndec, &ref)) goto done;
+    t1 = pdb_clock_now();
     if (chunk <= 0) chunk = T;
     for (int64_t p = 0; p < T; p += chunk) {
         int64_t n = T - p < chunk ? T - p : chunk;
-        if (pdb_v2_forward(m, &c, ids + p, n, 1, pl + p * V)) goto done;
+        if (arch->ref_forward(ref, ids + p, n, pl + p * V)) goto done;
     }
-    double t2 = pdb_clock_now();
+    t2 = pdb_clock_now();
     const float *last = pl + (T - 1) * V;
     for (int64_t i = 0; i < ndec; i++) {
         dt[i] = (int32_t)pdb_math_argmax(last, V);
-        if (pdb_v2_forward(m, &c, &dt[i], 1, 1, dl + i * V)) goto done;
+        if (arch->ref_forward(ref, &dt[i], 1, dl + i * V)) goto done;
         last = dl + i * V;
     }
-    double t3 = pdb_clock_now();
+    t3 = pdb_clock_now();
     pdb_st_writer *w = NULL;
     if (pdb_st_writer_init(&w)) goto done;
     int64_t s_pl[2] = {T, V}, s_dt[1] = {ndec}, s_dl[2] = {ndec, V};
-    pdb_status s = pdb_st_writer_add(w, "prefill_logits", PDB_DT_F32, 2, s_pl, pl);
+    pdb_status s = arch->semantics_key ? pdb_st_writer_meta(w, arch->semantics_key, pdb_arch_semantics_name(arch, sem)) : PDB_OK;
+    if (!s) s = pdb_st_writer_add(w, "prefill_logits", PDB_DT_F32, 2, s_pl, pl);
     if (!s) s = pdb_st_writer_add(w, "decode_tokens", PDB_DT_I32, 1, s_dt, dt);
     if (!s) s = pdb_st_writer_add(w, "decode_logits", PDB_DT_F32, 2, s_dl, dl);
     if (!s) s = pdb_st_writer_finish(w, out);
     pdb_st_writer_free(w);
     if (s) goto done;
-    fprintf(stderr, "forward: load %.2fs, prefill %lld tokens %.2fs (%.1f tok/s), decode %lld tokens %.2fs\n", t1 - t0,
-            (long long)T, t2 - t1, T / (t2 - t1 + 1e-9), (long long)ndec, t3 - t2);
+    fprintf(stderr, "forward (%s, %s): load %.2fs, prefill %lld tokens %.2fs (%.1f tok/s), decode %lld tokens %.2fs\n",
+            arch->name, pdb_arch_semantics_name(arch, sem), t1 - t0, (long long)T, t2 - t1, T / (t2 - t1 + 1e-9),
+            (long long)ndec, t3 - t2);
     rc = 0;
 done:
     if (rc) fail("forward");
-    pdb_v2_cache_free(&c);
-    pdb_v2_free(m);
+    if (ref) arch->ref_close(ref);
     free(pl);
     free(dl);
     free(dt);

@@ -44,8 +44,8 @@ int pdb_cli_prefill_server(int argc, char **argv) {
             ok = !strcmp(o.backend, "auto") || !strcmp(o.backend, "cuda") || !strcmp(o.backend, "cpu");
         } else if (!strcmp(a, "--precision") && val) {
             const char *p = argv[++i];
-            o.precision = !strcmp(p, "bf16") ? 0 : !strcmp(p, "f32") ? 1 : !strcmp(p, "exact") ? 2 : -1;
-            ok = o.precision >= 0;
+            ok = !strcmp(p, "bf16") || !strcmp(p, "f32") || !strcmp(p, "exact");
+            o.precision = !strcmp(p, "exact") ? PDB_CUDA_PREC_EXACT : !strcmp(p, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16;
         } else if (!strcmp(a, "--port") && (ok = pdb_cli_parse_int(val, 0, 65535, &v))) { o.port = (int)v; i++; }
         else if (!strcmp(a, "--device") && (ok = pdb_cli_parse_int(val, 0, 1024, &v))) { o.device = (int)v; i++; }
         else if (!strcmp(a, "--chunk") && (ok = pdb_cli_parse_int(val, 1, 1 << 20, &v))) { o.chunk = v; i++; }

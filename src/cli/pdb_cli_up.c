@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pdb_arch.h"
 #include "pdb_cli.h"
 #include "pdb_clock.h"
 #include "pdb_http_client.h"
@@ -305,17 +306,17 @@ int pdb_cli_up(int argc, char **argv) {
         else if (!strcmp(a, "--dir") && v) dir = argv[++i];
         else if (!strcmp(a, "--backend") && v) backend = argv[++i];
         else if (!strcmp(a, "--precision") && v) precision = argv[++i];
-        else if (!strcmp(a, "--arch") && v && (!strcmp(v, "deepseek_v2") || !strcmp(v, "deepseek_v4"))) arch = argv[++i];
+        else if (!strcmp(a, "--arch") && v && pdb_arch_find(v)) arch = argv[++i];
         else { fprintf(stderr, "pdbridge up: bad option '%s'\n\n%s", a, usage); return 2; }
     }
-    int v4 = !strcmp(arch, "deepseek_v4");
+    const pdb_arch_def *def = pdb_arch_find(arch);
     if (strcmp(scheme, "none") && strcmp(scheme, "mx")) { fprintf(stderr, "pdbridge up: --scheme none or mx\n"); return 2; }
     if (strcmp(precision, "bf16") && strcmp(precision, "f32") && strcmp(precision, "exact")) {
         fprintf(stderr, "pdbridge up: --precision bf16, f32 or exact\n");
         return 2;
     }
-    if (!tokens) tokens = v4 ? 3000 : 6000;
-    const char *mname = v4 ? "v4-tiny" : "v2-small";
+    if (!tokens) tokens = def->demo.tokens;
+    const char *mname = def->demo.dir_name;
     char hf[600], dec[600], logs[600], cache[600], cache_n[600], path[700];
     snprintf(hf, sizeof hf, "%s/%s", dir, mname);
     snprintf(dec, sizeof dec, "%s/%s-dec-%s", dir, mname, scheme);
@@ -327,11 +328,13 @@ int pdb_cli_up(int argc, char **argv) {
     if (system(cmd)) { fprintf(stderr, "up: cannot prepare %s\n", dir); return 1; }
     snprintf(path, sizeof path, "%s/model.safetensors", hf);
     if (!up_exists(path)) {
-        printf("up: writing a random %s checkpoint (preset %s, real tokenizer) to %s\n", v4 ? "DeepSeek-V4" : "DeepSeek-V2",
-               v4 ? "tiny, vocabulary 129280" : "small", hf);
+        char voc[64] = "";
+        if (def->demo.vocab) snprintf(voc, sizeof voc, ", vocabulary %lld", (long long)def->demo.vocab);
+        printf("up: writing a random %s checkpoint (preset %s%s, real tokenizer) to %s\n", def->demo.title, def->demo.preset,
+               voc, hf);
         fflush(stdout);
-        pdb_make_model_opts o = {.arch = arch, .preset = v4 ? "tiny" : "small", .seed = 1, .out_dir = hf,
-                                 .vocab = v4 ? 129280 : 0, .tokenizer = ".cache/tokenizer/deepseek_v3/tokenizer.json"};
+        pdb_make_model_opts o = {.arch = arch, .preset = def->demo.preset, .seed = 1, .out_dir = hf,
+                                 .vocab = def->demo.vocab, .tokenizer = ".cache/tokenizer/deepseek_v3/tokenizer.json"};
         if (pdb_make_model_write(&o)) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
     }
     snprintf(path, sizeof path, "%s/pdbridge_decoder.json", dec);

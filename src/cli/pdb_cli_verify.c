@@ -1,10 +1,9 @@
 /* pdb_cli_verify: the exactness tools an operator runs to prove a bridge is exact:
  * `verify-blocks` (two block files or two cache directories, tensor by tensor), `diff-state`
- * (the decoder's own cache after a native prefill versus the blocks mounted from a store) and
- * `pool-validate` (the capture hook's math on a backend versus the CPU reference).
+ * (the decoder's own cache after a native prefill versus the blocks mounted from a store);
+ * `pool-validate` is pdb_cli_pool_validate.c.
  * Invariants: a tool exits 0 only when its stated condition holds (verify-blocks: every block
- * identical; diff-state: >= 1 block found and every found block bit-identical; pool-validate:
- * the backend's threshold met in every mode); 1 when it ran and the condition fails; 2 on a
+ * identical; diff-state: >= 1 block found and every found block bit-identical); 1 when it ran and the condition fails; 2 on a
  * usage error; 3 when it could not run (unreadable model, backend unavailable) — never 0 for
  * "nothing was compared". Every error names the file or option at fault. */
 #include <dirent.h>
@@ -21,11 +20,8 @@
 #include "pdb_dec_model.h"
 #include "pdb_dec_server.h"
 #include "pdb_file.h"
-#include "pdb_prefill_backend.h"
-#include "pdb_prefill_engine.h"
 #include "pdb_store.h"
 #include "pdb_tokenizer.h"
-#include "pdb_v2_ops.h"
 
 enum { EXIT_PASS = 0, EXIT_DIFF = 1, EXIT_USAGE = 2, EXIT_CANNOT = 3 };
 
@@ -331,8 +327,8 @@ int pdb_cli_diff_state(int argc, char **argv) {
     pdb_store_hash_hex(pdb_dec_model_fingerprint(m), fp);
     printf("decoder %s (scheme %s, fingerprint %.16s...), store %s, %d pool(s)\n", model, pdb_dec_model_scheme(m), fp, cdir, np);
     const void *natp[PDB_STORE_MAX_POOLS], *mntp[PDB_STORE_MAX_POOLS];
-    pdb_dec_block_pools(lay, bs, nat, natp);
-    pdb_dec_block_pools(lay, bs, mnt, mntp);
+    pdb_arch_block_pools(lay, bs, nat, natp);
+    pdb_arch_block_pools(lay, bs, mnt, mntp);
     pdb_block_cmp_stats ptot[PDB_STORE_MAX_POOLS] = {{0}}, total = {0};
     int64_t found = 0, same = 0, leading = 0, gap = 0;
     for (int64_t b = 0; b < nb; b++) {
@@ -344,7 +340,7 @@ int pdb_cli_diff_state(int argc, char **argv) {
         }
         char hx[65];
         pdb_store_hash_hex(hashes[b], hx);
-        /* mntp points into mnt, a writable buffer (pdb_dec_block_pools hands out const pointers) */
+        /* mntp points into mnt, a writable buffer (pdb_arch_block_pools hands out const pointers) */
         pdb_status s = pdb_store_load_block(store, hashes[b], b, (void *const *)mntp);
         if (s == PDB_NOT_FOUND || s == PDB_CORRUPT) {
             printf("block %lld %.16s  %s\n", (long long)b, hx, s == PDB_NOT_FOUND ? "not in the store" : "corrupt (removed)");
@@ -403,284 +399,5 @@ out:
     pdb_pool_destroy(pool);
     pdb_tokenizer_free(tok);
     free(text);
-    return rc;
-}
-
-/* ======================================= pool-validate ====================================== */
-
-/* Seeded attention inputs: approximately N(0, 1) per element (sum of 4 uniforms, rescaled),
- * the scale of an RMS-normed hidden state. */
-static void fill_inputs(float *x, int64_t n, uint64_t seed) {
-    uint64_t s = seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL;
-    for (int64_t i = 0; i < n; i++) {
-        double acc = 0;
-        for (int k = 0; k < 4; k++) {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            acc += (double)(s >> 11) / 9007199254740992.0;
-        }
-        x[i] = (float)((acc - 2.0) * 1.7320508075688772);
-    }
-}
-
-typedef struct { const char *name; const int64_t *chunks; int n_chunks; } pv_mode;
-
-/* Run the backend's capture_rows over layer l for all n rows in the mode's chunk sizes (cycled). */
-static pdb_status pv_run(pdb_prefill_backend *be, const pv_mode *md, int64_t l, const float *xn, const int64_t *pos, int64_t n,
-                         int64_t H, int64_t row, float *rows) {
-    int64_t off = 0;
-    for (int k = 0; off < n; k++) {
-        int64_t c = md->chunks ? md->chunks[k % md->n_chunks] : n;
-        if (c > n - off) c = n - off;
-        PDB_TRY(be->capture_rows(be, l, xn + off * H, pos + off, c, rows + off * row));
-        off += c;
-    }
-    return PDB_OK;
-}
-
-typedef struct { char *blocks; } pv_sink;
-
-/* pool-validate's bar for one mode's comparison: a CPU backend matches every element, a CUDA one
- * >= 99.95% of them with the worst <= 1 bf16 ulp. *frac: the identical fraction. */
-static int pv_ok(const pdb_block_cmp_stats *s, int cuda, double *frac) {
-    const double min_frac = cuda ? 0.9995 : 1.0, max_ulp = cuda ? 1.0 : 0.0;
-    *frac = (double)(s->n - s->n_diff) / (double)s->n;
-    return *frac >= min_frac && s->worst_bf16_ulps <= max_ulp;
-}
-
-/* The last line and the exit code. */
-static int pv_verdict(int pass, const pdb_prefill_backend *be, int cuda) {
-    printf("%s (threshold %s: %s)\n", pass ? "PASS" : "FAIL", be->name,
-           cuda ? ">= 99.95% identical and worst <= 1 bf16 ulp" : "every element identical");
-    return pass ? EXIT_PASS : EXIT_DIFF;
-}
-
-static pdb_status pv_on_segment(void *u, int64_t b, const float *data, uint64_t bytes) {
-    memcpy(((pv_sink *)u)->blocks + (uint64_t)b * bytes, data, bytes);
-    return PDB_OK;
-}
-
-/* pool-validate on a DeepSeek-V4 decoder. Its hook has no separate row math (it is the decoder's
- * own pdb_v4_cache_feed on the decoder's weights), so the check is the whole prefill: n seeded
- * tokens (whole blocks of bs) through the backend one-shot, in chunks of 64 and of 7, each
- * segment against the decoder's native block, pool by pool. */
-static int pv_v4(const char *dec, const char *engine, const char *backend, const pdb_config *cfg, long long n,
-                 long long seed, long long threads, long long device, long long bs) {
-    int rc = EXIT_CANNOT, cuda = !strcmp(backend, "cuda"), sem = 0;
-    int64_t nb = n / bs, T = nb * bs;
-    pdb_pool *pool = NULL;
-    pdb_dec_model *m = NULL;
-    pdb_st *est = NULL, *dst = NULL;
-    pdb_prefill_backend *be = NULL;
-    int32_t *ids = NULL;
-    char *ref = NULL;
-    pv_sink got = {NULL};
-    if (nb < 1) {
-        fprintf(stderr, "pdbridge pool-validate: --tokens %lld is less than one block of %lld\n", n, bs);
-        return EXIT_USAGE;
-    }
-    if (pdb_pool_create((int)threads, &pool) || pdb_dec_model_open(dec, pool, &m) || pdb_dec_model_v4_semantics(dec, &sem))
-        goto fail;
-    const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    uint64_t bytes = pdb_store_layout_block_bytes(lay, bs);
-    ids = malloc(sizeof(int32_t) * (size_t)T);
-    ref = malloc(bytes * (size_t)nb);
-    got.blocks = malloc(bytes * (size_t)nb);
-    if (!ids || !ref || !got.blocks) { pdb_err_set(PDB_NOMEM, "out of memory for %lld tokens", (long long)T); goto fail; }
-    uint64_t x = (uint64_t)seed * 0x9E3779B97F4A7C15ULL + 1;
-    for (int64_t i = 0; i < T; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        ids[i] = (int32_t)(x % (uint64_t)cfg->vocab_size);
-    }
-    if (pdb_dec_model_native_blocks(m, ids, nb, bs, ref)) goto fail; /* the reference */
-    if (pdb_st_open(engine, &est) || pdb_st_open(dec, &dst)) goto fail;
-    pdb_prefill_backend_opts bo = {.cfg = cfg, .engine = est, .decoder = dst, .threads = (int)threads,
-                                   .device = (int)device, .v4_sem = sem};
-    pdb_status bs_st = pdb_prefill_backend_create(&bo, backend, &be);
-    if (bs_st) {
-        fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_cli_error_text("pool-validate"),
-                pdb_status_str(bs_st));
-        goto out;
-    }
-    printf("pool-validate: backend %s, decoder %s (deepseek_v4, %d pools), %lld tokens = %lld blocks of %lld, seed %lld\n",
-           be->name, dec, lay->n_pools, (long long)T, (long long)nb, bs, seed);
-    const int64_t chunks[3] = {T, 64, 7};
-    const char *names[3] = {"whole", "chunked", "odd-chunked"};
-    int pass = 1;
-    for (int md = 0; md < 3; md++) {
-        memset(got.blocks, 0x5a, bytes * (size_t)nb);
-        if (pdb_prefill_run(be, cfg, ids, T, bs, 0, chunks[md], pv_on_segment, &got, NULL)) goto fail;
-        pdb_block_cmp_stats all = {0};
-        for (int p = 0; p < lay->n_pools; p++) {
-            const pdb_store_pool *pl = &lay->pools[p];
-            int64_t count = (int64_t)(pdb_store_pool_bytes(pl, bs) / pdb_dtype_size(pl->dtype));
-            pdb_block_cmp_stats st = {0};
-            for (int64_t b = 0; b < nb; b++) { /* accumulates into st */
-                const void *rp[PDB_STORE_MAX_POOLS], *gp[PDB_STORE_MAX_POOLS];
-                pdb_dec_block_pools(lay, bs, ref + (uint64_t)b * bytes, rp);
-                pdb_dec_block_pools(lay, bs, got.blocks + (uint64_t)b * bytes, gp);
-                if (pdb_block_compare_values(pl->dtype, rp[p], gp[p], count, &st)) goto fail;
-            }
-            pdb_block_compare_merge_stats(&all, &st);
-            printf("%-11s pool %-10s %lld/%lld identical (%.4f%%), worst %.4g bf16 ulps\n", names[md], pl->name,
-                   (long long)(st.n - st.n_diff), (long long)st.n, 100.0 * (double)(st.n - st.n_diff) / (double)st.n,
-                   st.worst_bf16_ulps);
-        }
-        double frac;
-        int ok = pv_ok(&all, cuda, &frac);
-        pass &= ok;
-        printf("overall %-11s all pools: %lld/%lld identical (%.6f%%), worst %.6g bf16 ulps: %s\n", names[md],
-               (long long)(all.n - all.n_diff), (long long)all.n, 100.0 * frac, all.worst_bf16_ulps, ok ? "pass" : "FAIL");
-    }
-    rc = pv_verdict(pass, be, cuda);
-    goto out;
-fail:
-    pdb_cli_print_error("pool-validate", NULL);
-out:
-    if (be) be->destroy(be);
-    pdb_st_close(est);
-    pdb_st_close(dst);
-    if (m) pdb_dec_model_close(m);
-    pdb_pool_destroy(pool);
-    free(ids);
-    free(ref);
-    free(got.blocks);
-    return rc;
-}
-
-int pdb_cli_pool_validate(int argc, char **argv) {
-    static const char *usage =
-        "usage: pdbridge pool-validate --decoder-model DEC_DIR [--backend cpu|cuda] [--tokens N]\n"
-        "                              [--seed S] [--model HF_DIR] [--threads N] [--device D]\n"
-        "                              [--block-size N]\n\n"
-        "Runs the capture hook's math alone (backend->capture_rows: the decoder's kv_a projection,\n"
-        "kv_a_layernorm and RoPE from the attention input) on N seeded random attention inputs\n"
-        "(default 300 rows of hidden size, positions 0..N-1) on the chosen backend, and the CPU\n"
-        "reference (pdb_v2_ops_latent_rows on the decoder's weights); the backend runs whole,\n"
-        "chunked (64 rows) and in odd-length chunks (1, 3, 7, 13, 31, 129 cycled). Reports per layer\n"
-        "and overall the identical fraction and the worst difference in bf16 ulps of the decoder's\n"
-        "cache pool (\"latent\", f32). --model: the engine weights the backend loads (default\n"
-        "DEC_DIR; they do not enter the hook's math).\n"
-        "A deepseek_v4 decoder has no separate row math (its hook is the decoder's own pool feed on\n"
-        "the decoder's weights), so for V4 the check is the whole prefill: N seeded tokens (whole\n"
-        "blocks of --block-size, default 128) through the backend one-shot, in chunks of 64 and of 7,\n"
-        "every segment against the decoder's native block, pool by pool (same thresholds).\n\n"
-        "exit: 0 pass (cpu: every element identical in every mode; cuda: >= 99.95% identical and\n"
-        "worst <= 1 bf16 ulp in every mode); 1 threshold missed; 2 usage error; 3 cannot run (no\n"
-        "GPU or no CUDA build for --backend cuda, unreadable model).\n";
-    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
-    const char *dec = NULL, *engine = NULL, *backend = "cpu";
-    long long n = 300, seed = 1, threads = 0, device = 0, block = 128;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) { fprintf(stderr, "pdbridge pool-validate: option '%s' needs a value or is unknown\n\n%s", a, usage); return EXIT_USAGE; }
-        i++;
-        int ok = 1;
-        if (!strcmp(a, "--decoder-model")) dec = v;
-        else if (!strcmp(a, "--model")) engine = v;
-        else if (!strcmp(a, "--backend")) { backend = v; ok = !strcmp(v, "cpu") || !strcmp(v, "cuda"); }
-        else if (!strcmp(a, "--tokens")) ok = pdb_cli_parse_int(v, 1, 1 << 20, &n);
-        else if (!strcmp(a, "--seed")) ok = pdb_cli_parse_int(v, 0, (1LL << 62), &seed);
-        else if (!strcmp(a, "--threads")) ok = pdb_cli_parse_int(v, 0, 4096, &threads);
-        else if (!strcmp(a, "--device")) ok = pdb_cli_parse_int(v, 0, 1024, &device);
-        else if (!strcmp(a, "--block-size")) ok = pdb_cli_parse_int(v, 128, 1 << 20, &block) && block % 128 == 0;
-        else { fprintf(stderr, "pdbridge pool-validate: unknown option '%s'\n\n%s", a, usage); return EXIT_USAGE; }
-        if (!ok) { fprintf(stderr, "pdbridge pool-validate: bad value '%s' for %s\n", v, a); return EXIT_USAGE; }
-    }
-    if (!dec) { fprintf(stderr, "pdbridge pool-validate: --decoder-model is required\n\n%s", usage); return EXIT_USAGE; }
-    if (!engine) engine = dec;
-    int cuda = !strcmp(backend, "cuda");
-
-    int rc = EXIT_CANNOT;
-    pdb_config cfg;
-    pdb_st *est = NULL, *dst = NULL;
-    pdb_prefill_backend *be = NULL;
-    pdb_pool *pool = NULL;
-    pdb_v2_qweights w;
-    int have_w = 0;
-    float *xn = NULL, *ref = NULL, *got = NULL, *rowbuf = NULL, *kva = NULL;
-    int64_t *pos = NULL;
-    pdb_v2_rowcache *rc_rows = NULL;
-    pdb_block_cmp_stats *per = NULL;
-    if (pdb_config_load(dec, &cfg)) goto fail;
-    if (cfg.arch == PDB_ARCH_DEEPSEEK_V4) return pv_v4(dec, engine, backend, &cfg, n, seed, threads, device, block);
-    if (pdb_st_open(engine, &est) || pdb_st_open(dec, &dst)) goto fail;
-    pdb_prefill_backend_opts bo = {.cfg = &cfg, .engine = est, .decoder = dst, .threads = (int)threads, .device = (int)device};
-    pdb_status bs = pdb_prefill_backend_create(&bo, backend, &be);
-    if (bs) {
-        fprintf(stderr, "pdbridge pool-validate: --backend %s unavailable: %s (%s)\n", backend, pdb_cli_error_text("pool-validate"), pdb_status_str(bs));
-        goto out;
-    }
-    const int64_t L = cfg.num_layers, H = cfg.hidden_size, row = cfg.kv_lora_rank + cfg.qk_rope_head_dim;
-    if (pdb_pool_create((int)threads, &pool) || pdb_v2_qweights_load(&w, &cfg, dst, 1)) goto fail;
-    have_w = 1;
-    xn = malloc(sizeof(float) * (size_t)(n * H));
-    ref = malloc(sizeof(float) * (size_t)(L * n * row));
-    got = malloc(sizeof(float) * (size_t)(n * row));
-    rowbuf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(pool), w.max_cols));
-    kva = malloc(sizeof(float) * (size_t)(n * row));
-    pos = malloc(sizeof(int64_t) * (size_t)n);
-    rc_rows = malloc(sizeof(*rc_rows) * (size_t)n);
-    per = calloc((size_t)(3 * L), sizeof *per);
-    if (!xn || !ref || !got || !rowbuf || !kva || !pos || !rc_rows || !per) {
-        pdb_err_set(PDB_NOMEM, "out of memory for %lld tokens", n);
-        goto fail;
-    }
-    fill_inputs(xn, n * H, (uint64_t)seed);
-    for (int64_t i = 0; i < n; i++) pos[i] = i;
-    /* the CPU reference: THE definition of the decoder's cache row */
-    for (int64_t l = 0; l < L; l++) {
-        for (int64_t i = 0; i < n; i++) rc_rows[i] = (pdb_v2_rowcache){ref + (l * n + i) * row, 0, 0, pos[i]};
-        pdb_v2_ops_latent_rows(&w, l, pool, rowbuf, xn, n, pos, rc_rows, kva);
-    }
-    static const int64_t c64[] = {64}, codd[] = {1, 3, 7, 13, 31, 129};
-    const pv_mode modes[3] = {{"whole", NULL, 0}, {"chunked", c64, 1}, {"odd-chunked", codd, 6}};
-    printf("pool-validate: backend %s, decoder %s (latent row %lld = kv_lora_rank %lld + rope %lld), %lld layers, %lld tokens, seed %lld\n",
-           be->name, dec, (long long)row, (long long)cfg.kv_lora_rank, (long long)cfg.qk_rope_head_dim, (long long)L, n, seed);
-    for (int64_t l = 0; l < L; l++)
-        for (int md = 0; md < 3; md++) {
-            if (pv_run(be, &modes[md], l, xn, pos, n, H, row, got)) goto fail;
-            pdb_block_compare_values(PDB_DT_F32, ref + l * n * row, got, n * row, &per[l * 3 + md]);
-        }
-    int pass = 1;
-    pdb_block_cmp_stats all[3] = {{0}};
-    for (int64_t l = 0; l < L; l++) {
-        printf("layer %3lld:", (long long)l);
-        for (int md = 0; md < 3; md++) {
-            const pdb_block_cmp_stats *s = &per[l * 3 + md];
-            pdb_block_compare_merge_stats(&all[md], s);
-            printf("  %s %.4f%% identical, worst %.4g bf16 ulps;", modes[md].name, 100.0 * (double)(s->n - s->n_diff) / (double)s->n,
-                   s->worst_bf16_ulps);
-        }
-        printf("\n");
-    }
-    for (int md = 0; md < 3; md++) {
-        const pdb_block_cmp_stats *s = &all[md];
-        double frac;
-        int ok = pv_ok(s, cuda, &frac);
-        pass &= ok;
-        printf("overall %-11s pool latent: %lld/%lld identical (%.6f%%), worst %.6g bf16 ulps (%.6g f32 ulps), worst |d| %.6g: %s\n",
-               modes[md].name, (long long)(s->n - s->n_diff), (long long)s->n, 100.0 * frac, s->worst_bf16_ulps, s->worst_ulps,
-               s->worst_abs, ok ? "pass" : "FAIL");
-    }
-    rc = pv_verdict(pass, be, cuda);
-    goto out;
-fail:
-    pdb_cli_print_error("pool-validate", NULL);
-out:
-    free(per);
-    free(rc_rows);
-    free(pos);
-    free(kva);
-    free(rowbuf);
-    free(got);
-    free(ref);
-    free(xn);
-    if (have_w) pdb_v2_qweights_free(&w);
-    pdb_pool_destroy(pool);
-    if (be) be->destroy(be);
-    pdb_st_close(est);
-    pdb_st_close(dst);
     return rc;
 }

@@ -1,7 +1,8 @@
 /* pdb_cuda_prefill: the CUDA prefill backend for DeepSeek-V2. Reading order: create (device,
  * cuBLAS, engine weights as bf16 or f32, decoder hook weights as exact f32) -> begin (paged
  * cache, scratch) -> forward (per layer: norm, hook, q, latent rows, attention, o_proj, MoE) ->
- * capture row math on the host -> capture_rows.
+ * capture row math on the host, into the block being captured -> get_block; hook_chunk (the
+ * hook alone from given attention inputs, for pool-validate).
  * Invariants: (1) capture rows are pdb_v2_ops_latent_rows' definition: kva by pdb_cuda_hook_dot
  * (pdb_qmat_dot's order) from this engine's attention input, then pdb_math_rmsnorm and
  * pdb_rope_apply on the host — so from identical xn they are bit-identical to the CPU's;
@@ -20,6 +21,7 @@ extern "C" {
 #include "pdb_dtype.h"
 #include "pdb_math.h"
 #include "pdb_rope.h"
+#include "pdb_v2_names.h"
 #include "pdb_v2_ops.h"
 }
 
@@ -74,7 +76,11 @@ typedef struct cu_prefill {
     float *h_hook, *h_cs;       /* [L, S, row], [S, rope] */
     int32_t *h_ids, *h_topk, *h_rows; /* [S], [S*K], [2*S*K] */
     int64_t *h_cnt;             /* [E] */
-    /* capture_rows staging */
+    /* the capture: the block being assembled (host [L, bs, row], the decoder's "latent" pool of
+     * one block) holds the rows of positions (hooked / bs) * bs .. hooked - 1 */
+    float *blk;
+    int64_t bs, hooked;
+    /* hook_chunk staging */
     float *cr_x, *cr_kva, *h_cr;
 } cu_prefill;
 
@@ -137,34 +143,27 @@ static pdb_status load_into(cu_prefill *c, const pdb_st *st, const char *name, i
     return s ? pdb_err_wrap(s, "tensor '%s': ", name) : PDB_OK;
 }
 
-static pdb_status load_w(cu_prefill *c, const pdb_st *st, void **dst, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static pdb_status load_w(cu_prefill *c, const pdb_st *st, void **dst, int64_t d0, int64_t d1, const char *fmt, ...) {
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+/* Role `role` (pdb_v2_names) of layer l / expert e: a weight in the engine dtype, a vector in f32. */
+static pdb_status load_w(cu_prefill *c, const pdb_st *st, void **dst, int64_t d0, int64_t d1, int role, int64_t l,
+                         int64_t e) {
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(role, l, e, name);
     PDB_TRY(dalloc(&c->wts, dst, c->esz * (size_t)(d0 * d1)));
     return load_into(c, st, name, d0, d1, *dst, 0, 0);
 }
 
-static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d0, int64_t d1, const char *fmt, ...) {
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+static pdb_status load_v(cu_prefill *c, const pdb_st *st, float **dst, int64_t d0, int64_t d1, int role, int64_t l,
+                         int64_t e) {
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(role, l, e, name);
     PDB_TRY(dalloc(&c->wts, dst, sizeof(float) * (size_t)(d0 * (d1 ? d1 : 1))));
     return load_into(c, st, name, d0, d1, *dst, 0, 1);
 }
 
 /* The exact engine's W_UK_h^T ([kvl, nope] per head, as the CPU's w_uk_t), from kv_b. */
 static pdb_status load_ukt(cu_prefill *c, const pdb_st *st, cu_layer *L, int l) {
-    char name[256];
-    snprintf(name, sizeof name, "model.layers.%d.self_attn.kv_b_proj.weight", l);
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(PDB_V2_T_KV_B_PROJ, l, 0, name);
     int64_t nh = c->nh, nope = c->nope, vd = c->vd, kvl = c->kvl, shape[2] = {nh * (nope + vd), kvl};
     float *kvb = NULL, *t = (float *)malloc(sizeof(float) * (size_t)(nh * kvl * nope));
     if (!t) return pdb_err_set(PDB_NOMEM, "W_UK transpose");
@@ -183,50 +182,48 @@ static pdb_status load_ukt(cu_prefill *c, const pdb_st *st, cu_layer *L, int l) 
 
 static pdb_status load_layer(cu_prefill *c, const pdb_st *st, int l) {
     cu_layer *L = &c->L[l];
-    const char *p = "model.layers";
     int64_t H = c->H;
-    PDB_TRY(load_v(c, st, &L->attn_norm, H, 0, "%s.%d.input_layernorm.weight", p, l));
-    PDB_TRY(load_v(c, st, &L->ffn_norm, H, 0, "%s.%d.post_attention_layernorm.weight", p, l));
+    PDB_TRY(load_v(c, st, &L->attn_norm, H, 0, PDB_V2_T_ATTN_NORM, l, 0));
+    PDB_TRY(load_v(c, st, &L->ffn_norm, H, 0, PDB_V2_T_FFN_NORM, l, 0));
     if (c->qlr == 0) {
-        PDB_TRY(load_w(c, st, &L->q_proj, c->nh * c->qk, H, "%s.%d.self_attn.q_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->q_proj, c->nh * c->qk, H, PDB_V2_T_Q_PROJ, l, 0));
     } else {
-        PDB_TRY(load_w(c, st, &L->q_a, c->qlr, H, "%s.%d.self_attn.q_a_proj.weight", p, l));
-        PDB_TRY(load_v(c, st, &L->q_a_norm, c->qlr, 0, "%s.%d.self_attn.q_a_layernorm.weight", p, l));
-        PDB_TRY(load_w(c, st, &L->q_b, c->nh * c->qk, c->qlr, "%s.%d.self_attn.q_b_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->q_a, c->qlr, H, PDB_V2_T_Q_A_PROJ, l, 0));
+        PDB_TRY(load_v(c, st, &L->q_a_norm, c->qlr, 0, PDB_V2_T_Q_A_NORM, l, 0));
+        PDB_TRY(load_w(c, st, &L->q_b, c->nh * c->qk, c->qlr, PDB_V2_T_Q_B_PROJ, l, 0));
     }
-    PDB_TRY(load_w(c, st, &L->kv_a, c->row, H, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l));
-    PDB_TRY(load_v(c, st, &L->kv_a_norm, c->kvl, 0, "%s.%d.self_attn.kv_a_layernorm.weight", p, l));
-    PDB_TRY(load_w(c, st, &L->kv_b, c->nh * (c->nope + c->vd), c->kvl, "%s.%d.self_attn.kv_b_proj.weight", p, l));
+    PDB_TRY(load_w(c, st, &L->kv_a, c->row, H, PDB_V2_T_KV_A_PROJ, l, 0));
+    PDB_TRY(load_v(c, st, &L->kv_a_norm, c->kvl, 0, PDB_V2_T_KV_A_NORM, l, 0));
+    PDB_TRY(load_w(c, st, &L->kv_b, c->nh * (c->nope + c->vd), c->kvl, PDB_V2_T_KV_B_PROJ, l, 0));
     if (c->exact) PDB_TRY(load_ukt(c, st, L, l));
-    PDB_TRY(load_w(c, st, &L->o_proj, H, c->nh * c->vd, "%s.%d.self_attn.o_proj.weight", p, l));
+    PDB_TRY(load_w(c, st, &L->o_proj, H, c->nh * c->vd, PDB_V2_T_O_PROJ, l, 0));
     L->is_moe = pdb_config_layer_is_moe(&c->cfg, l);
     if (!L->is_moe) {
-        PDB_TRY(load_w(c, st, &L->gate, c->I, H, "%s.%d.mlp.gate_proj.weight", p, l));
-        PDB_TRY(load_w(c, st, &L->up, c->I, H, "%s.%d.mlp.up_proj.weight", p, l));
-        return load_w(c, st, &L->down, H, c->I, "%s.%d.mlp.down_proj.weight", p, l);
+        PDB_TRY(load_w(c, st, &L->gate, c->I, H, PDB_V2_T_MLP_GATE, l, 0));
+        PDB_TRY(load_w(c, st, &L->up, c->I, H, PDB_V2_T_MLP_UP, l, 0));
+        return load_w(c, st, &L->down, H, c->I, PDB_V2_T_MLP_DOWN, l, 0);
     }
-    char name[256];
-    snprintf(name, sizeof name, "%s.%d.mlp.experts.gate_up_proj", p, l);
-    if (pdb_st_find(st, name))
+    char name[PDB_NAMES_MAX_LEN];
+    if (pdb_st_find(st, pdb_v2_names_format(PDB_V2_T_EXPERTS_GATE_UP, l, 0, name)))
         return pdb_err_set(PDB_UNSUPPORTED, "checkpoint: fused expert tensor '%s' (the CUDA backend reads per-expert "
                            "tensors)", name);
-    PDB_TRY(load_v(c, st, &L->router, c->E, H, "%s.%d.mlp.gate.weight", p, l));
+    PDB_TRY(load_v(c, st, &L->router, c->E, H, PDB_V2_T_ROUTER, l, 0));
     int64_t per = c->Im * H;
     PDB_TRY(dalloc(&c->wts, &L->eg, c->esz * (size_t)(c->E * per)));
     PDB_TRY(dalloc(&c->wts, &L->eu, c->esz * (size_t)(c->E * per)));
     PDB_TRY(dalloc(&c->wts, &L->ed, c->esz * (size_t)(c->E * per)));
     for (int64_t e = 0; e < c->E; e++) {
-        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.gate_proj.weight", p, l, (long long)e);
+        pdb_v2_names_format(PDB_V2_T_EXPERT_GATE, l, e, name);
         PDB_TRY(load_into(c, st, name, c->Im, H, L->eg, e * per, 0));
-        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.up_proj.weight", p, l, (long long)e);
+        pdb_v2_names_format(PDB_V2_T_EXPERT_UP, l, e, name);
         PDB_TRY(load_into(c, st, name, c->Im, H, L->eu, e * per, 0));
-        snprintf(name, sizeof name, "%s.%d.mlp.experts.%lld.down_proj.weight", p, l, (long long)e);
+        pdb_v2_names_format(PDB_V2_T_EXPERT_DOWN, l, e, name);
         PDB_TRY(load_into(c, st, name, H, c->Im, L->ed, e * per, 0));
     }
     if (c->cfg.n_shared_experts > 0) {
-        PDB_TRY(load_w(c, st, &L->sg, c->Is, H, "%s.%d.mlp.shared_experts.gate_proj.weight", p, l));
-        PDB_TRY(load_w(c, st, &L->su, c->Is, H, "%s.%d.mlp.shared_experts.up_proj.weight", p, l));
-        PDB_TRY(load_w(c, st, &L->sd, H, c->Is, "%s.%d.mlp.shared_experts.down_proj.weight", p, l));
+        PDB_TRY(load_w(c, st, &L->sg, c->Is, H, PDB_V2_T_SHARED_GATE, l, 0));
+        PDB_TRY(load_w(c, st, &L->su, c->Is, H, PDB_V2_T_SHARED_UP, l, 0));
+        PDB_TRY(load_w(c, st, &L->sd, H, c->Is, PDB_V2_T_SHARED_DOWN, l, 0));
     }
     return PDB_OK;
 }
@@ -256,6 +253,9 @@ static void seq_free(cu_prefill *c) {
     cudaFreeHost(c->h_topk);
     cudaFreeHost(c->h_rows);
     free(c->h_cnt);
+    free(c->blk);
+    c->blk = NULL;
+    c->bs = c->hooked = 0;
     c->h_hook = c->h_cs = NULL;
     c->h_ids = c->h_topk = c->h_rows = NULL;
     c->h_cnt = NULL;
@@ -271,11 +271,15 @@ template <typename T> static pdb_status hpin(T **p, size_t bytes) {
     return PDB_OK;
 }
 
-static pdb_status cu_begin(pdb_prefill_backend *be, int64_t max_tokens) {
+static pdb_status cu_begin(pdb_prefill_backend *be, int64_t max_tokens, int64_t bs) {
     cu_prefill *c = (cu_prefill *)be->impl;
     seq_free(c);
-    if (max_tokens <= 0 || max_tokens > ((int64_t)1 << 31))
-        return pdb_err_set(PDB_INVALID, "cuda begin: max_tokens %lld outside 1..2^31", (long long)max_tokens);
+    if (max_tokens <= 0 || max_tokens > ((int64_t)1 << 31) || bs <= 0)
+        return pdb_err_set(PDB_INVALID, "cuda begin: max_tokens %lld outside 1..2^31 or block size %lld", (long long)max_tokens,
+                           (long long)bs);
+    c->blk = (float *)malloc(sizeof(float) * (size_t)(c->nl * bs * c->row));
+    if (!c->blk) return pdb_err_set(PDB_NOMEM, "cuda begin: capture block of %lld tokens", (long long)bs);
+    c->bs = bs;
     PDB_CU(cudaSetDevice(c->device));
     int64_t S = max_tokens < c->sub_cfg ? max_tokens : c->sub_cfg, K = c->K ? c->K : 1, E = c->E ? c->E : 1;
     c->n_pages = (max_tokens + c->page - 1) / c->page;
@@ -543,7 +547,15 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
     return PDB_OK;
 }
 
-static pdb_status cu_forward(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, float *capture,
+/* A captured span: inside one block, right after the rows captured so far or at a block's start. */
+static pdb_status check_hook_span(const cu_prefill *c, int64_t pos0, int64_t n) {
+    if (!c->blk || n <= 0 || pos0 / c->bs != (pos0 + n - 1) / c->bs || (pos0 != c->hooked && pos0 % c->bs))
+        return pdb_err_set(PDB_INVALID, "cuda: capture of %lld..%lld (captured to %lld, blocks of %lld)", (long long)pos0,
+                           (long long)(pos0 + n), (long long)c->hooked, (long long)c->bs);
+    return PDB_OK;
+}
+
+static pdb_status cu_forward(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, int capture_on,
                              float *logits_last) {
     cu_prefill *c = (cu_prefill *)be->impl;
     if (!c->cache) return pdb_err_set(PDB_INVALID, "cuda forward: no sequence (call begin first)");
@@ -558,29 +570,44 @@ static pdb_status cu_forward(pdb_prefill_backend *be, const int32_t *ids, int64_
         if (ids[t] < 0 || ids[t] >= c->V)
             return pdb_err_set(PDB_INVALID, "cuda forward: token id %d at %lld outside the vocabulary (%lld)", ids[t],
                                (long long)t, (long long)c->V);
+    if (capture_on) PDB_TRY(check_hook_span(c, pos0, n));
+    /* rows of layer l, chunk row i go to blk[(l * bs + pos0 % bs + i) * row] */
+    float *capture = capture_on ? c->blk + (pos0 % c->bs) * c->row : NULL;
     PDB_CU(cudaSetDevice(c->device));
     for (int64_t off = 0; off < n; off += c->sub_max) {
         int64_t m = n - off < c->sub_max ? n - off : c->sub_max;
-        pdb_status s = forward_pass(c, ids + off, pos0 + off, m, capture, n, off, off + m == n ? logits_last : NULL);
+        pdb_status s = forward_pass(c, ids + off, pos0 + off, m, capture, c->bs, off, off + m == n ? logits_last : NULL);
         if (s) return s;
         c->len += m;
     }
+    if (capture_on) c->hooked = pos0 + n;
     return PDB_OK;
 }
 
-static pdb_status cu_capture_rows(pdb_prefill_backend *be, int64_t l, const float *xn, const int64_t *pos, int64_t n,
-                                  float *rows) {
+/* The hook alone on xn [L, n, H]: per layer, kva on the GPU in CR_ROWS pieces, the row math on the host. */
+static pdb_status cu_hook_chunk(pdb_prefill_backend *be, const float *xn, int64_t pos0, int64_t n) {
     cu_prefill *c = (cu_prefill *)be->impl;
-    if (l < 0 || l >= c->nl) return pdb_err_set(PDB_INVALID, "capture_rows: layer %lld of %lld", (long long)l, (long long)c->nl);
+    PDB_TRY(check_hook_span(c, pos0, n));
     PDB_CU(cudaSetDevice(c->device));
-    for (int64_t off = 0; off < n; off += CR_ROWS) {
-        int64_t m = n - off < CR_ROWS ? n - off : CR_ROWS;
-        PDB_CU(cudaMemcpyAsync(c->cr_x, xn + off * c->H, sizeof(float) * (size_t)(m * c->H), cudaMemcpyHostToDevice, c->s));
-        PDB_TRY(pdb_cuda_hook_dot(c->s, c->cr_x, c->L[l].dec_kva, m, c->row, c->H, c->cr_kva));
-        PDB_CU(cudaMemcpyAsync(c->h_cr, c->cr_kva, sizeof(float) * (size_t)(m * c->row), cudaMemcpyDeviceToHost, c->s));
-        PDB_CU(cudaStreamSynchronize(c->s));
-        hook_rows(c, l, c->h_cr, pos + off, 0, m, rows + off * c->row, c->row);
-    }
+    for (int64_t l = 0; l < c->nl; l++)
+        for (int64_t off = 0; off < n; off += CR_ROWS) {
+            int64_t m = n - off < CR_ROWS ? n - off : CR_ROWS;
+            const float *x = xn + (l * n + off) * c->H;
+            PDB_CU(cudaMemcpyAsync(c->cr_x, x, sizeof(float) * (size_t)(m * c->H), cudaMemcpyHostToDevice, c->s));
+            PDB_TRY(pdb_cuda_hook_dot(c->s, c->cr_x, c->L[l].dec_kva, m, c->row, c->H, c->cr_kva));
+            PDB_CU(cudaMemcpyAsync(c->h_cr, c->cr_kva, sizeof(float) * (size_t)(m * c->row), cudaMemcpyDeviceToHost, c->s));
+            PDB_CU(cudaStreamSynchronize(c->s));
+            hook_rows(c, l, c->h_cr, NULL, pos0 + off, m, c->blk + (l * c->bs + (pos0 + off) % c->bs) * c->row, c->row);
+        }
+    c->hooked = pos0 + n;
+    return PDB_OK;
+}
+
+static pdb_status cu_get_block(pdb_prefill_backend *be, int64_t b, void *buf) {
+    cu_prefill *c = (cu_prefill *)be->impl;
+    if (!c->blk || c->hooked != (b + 1) * c->bs)
+        return pdb_err_set(PDB_INVALID, "cuda: block %lld asked with %lld positions captured", (long long)b, (long long)c->hooked);
+    memcpy(buf, c->blk, sizeof(float) * (size_t)(c->nl * c->bs * c->row));
     return PDB_OK;
 }
 
@@ -606,8 +633,8 @@ static void cu_destroy(pdb_prefill_backend *be) {
 
 static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o) {
     const pdb_config *cf = o->cfg;
-    PDB_TRY(pdb_cuda_use_device(o->device, "cuda backend"));
-    c->device = o->device;
+    PDB_TRY(pdb_cuda_use_device(o->exec.device, "cuda backend"));
+    c->device = o->exec.device;
     PDB_CU(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking));
     c->have_stream = 1;
     PDB_TRY(pdb_cuda_blas_open(&c->blas, c->s));
@@ -620,10 +647,12 @@ static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o)
     c->L = (cu_layer *)calloc((size_t)c->nl, sizeof(cu_layer));
     if (!c->L) return pdb_err_set(PDB_NOMEM, "layers");
     const pdb_st *st = o->engine;
-    PDB_TRY(load_w(c, st, &c->embed, c->V, c->H, "model.embed_tokens.weight"));
-    PDB_TRY(load_v(c, st, &c->final_norm, c->H, 0, "model.norm.weight"));
-    if (cf->tie_word_embeddings && !pdb_st_find(st, "lm_head.weight")) c->lm_head = c->embed;
-    else PDB_TRY(load_w(c, st, &c->lm_head, c->V, c->H, "lm_head.weight"));
+    PDB_TRY(load_w(c, st, &c->embed, c->V, c->H, PDB_V2_T_EMBED, -1, 0));
+    PDB_TRY(load_v(c, st, &c->final_norm, c->H, 0, PDB_V2_T_FINAL_NORM, -1, 0));
+    char head[PDB_NAMES_MAX_LEN];
+    if (cf->tie_word_embeddings && !pdb_st_find(st, pdb_v2_names_format(PDB_V2_T_LM_HEAD, -1, 0, head)))
+        c->lm_head = c->embed;
+    else PDB_TRY(load_w(c, st, &c->lm_head, c->V, c->H, PDB_V2_T_LM_HEAD, -1, 0));
     for (int l = 0; l < c->nl; l++) PDB_TRY(load_layer(c, st, l));
     PDB_TRY(load_hook(c));
     PDB_TRY(dalloc(&c->wts, &c->cr_x, sizeof(float) * (size_t)(CR_ROWS * c->H)));
@@ -637,7 +666,6 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     *out = NULL;
     if (!o || !o->cfg || !o->engine || !o->decoder) return pdb_err_set(PDB_INVALID, "cuda backend: missing options");
     const pdb_config *cf = o->cfg;
-    if (cf->arch != PDB_ARCH_DEEPSEEK_V2) return pdb_err_set(PDB_UNSUPPORTED, "cuda backend: only deepseek_v2 models");
     int64_t row = cf->kv_lora_rank + cf->qk_rope_head_dim;
     if (cf->kv_lora_rank > PDB_CUDA_MAX_KVL || row > PDB_CUDA_MAX_ROW || row % 4 || cf->qk_rope_head_dim % 2 ||
         cf->n_routed_experts > PDB_CUDA_MAX_EXPERTS || cf->n_group > 256)
@@ -648,7 +676,7 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     cu_prefill *c = (cu_prefill *)calloc(1, sizeof *c);
     if (!c) return pdb_err_set(PDB_NOMEM, "cuda backend");
     c->cfg = *cf;
-    int prec = co ? (int)co->prec : o->precision; /* without extra options: the backend options' */
+    int prec = co ? (int)co->prec : (int)o->precision; /* without extra options: the backend options' */
     c->exact = prec == PDB_CUDA_PREC_EXACT;
     c->dt = prec == PDB_CUDA_PREC_F32 || c->exact ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
     c->esz = c->dt == PDB_CUDA_DT_F32 ? 4 : 2;
@@ -661,10 +689,12 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     c->Im = cf->moe_intermediate_size; c->Is = c->Im * cf->n_shared_experts; c->I = cf->intermediate_size;
     c->V = cf->vocab_size; c->nl = cf->num_layers;
     c->be.name = "cuda";
+    c->be.exact = c->exact;
     c->be.impl = c;
     c->be.begin = cu_begin;
     c->be.forward_chunk = cu_forward;
-    c->be.capture_rows = cu_capture_rows;
+    c->be.hook_chunk = cu_hook_chunk;
+    c->be.get_block = cu_get_block;
     c->be.end = cu_end;
     c->be.destroy = cu_destroy;
     pdb_status s = create_inner(c, o);
@@ -678,6 +708,6 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     return PDB_OK;
 }
 
-extern "C" pdb_status pdb_prefill_backend_cuda_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
+extern "C" pdb_status pdb_prefill_backend_cuda_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
     return pdb_cuda_prefill_create(o, NULL, out);
 }

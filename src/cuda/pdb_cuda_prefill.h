@@ -3,7 +3,7 @@
  * docs/cuda.md — engine GEMMs through cuBLAS with f32 accumulation, the engine's own paged
  * latent cache, and capture rows computed with the decoder's exactly-dequantized kv_a weights
  * in pdb_qmat_dot's order on the GPU plus the shared CPU row math (pdb_math_rmsnorm,
- * pdb_rope_apply) on the host. */
+ * pdb_rope_apply) on the host. pdb_prefill_backend_cuda_v2_create is this with default options. */
 #ifndef PDB_CUDA_PREFILL_H
 #define PDB_CUDA_PREFILL_H
 
@@ -13,16 +13,7 @@ extern "C" {
 
 #include "pdb_prefill_backend.h"
 
-/* Engine precision: weights, GEMM operands and the engine's latent cache. */
-typedef enum pdb_cuda_prec {
-    PDB_CUDA_PREC_BF16 = 0, /* default: bf16 weights/operands/cache, f32 accumulation and activations */
-    PDB_CUDA_PREC_F32 = 1,  /* validation: f32 everywhere (no TF32) */
-    PDB_CUDA_PREC_EXACT = 2 /* the decoder's own math: f32 weights, every product in pdb_qmat_dot's
-                               order (own kernels, no cuBLAS), the CPU's attention task order, so
-                               the rows equal the CPU engine's (slow: for validation and for a
-                               bridge that must be token-identical to native) */
-} pdb_cuda_prec;
-
+/* The engine precision is pdb_cuda_prec (pdb_prefill_backend.h). */
 enum { PDB_CUDA_GEMM_ROWS_DEFAULT = 256 };
 
 typedef struct pdb_cuda_prefill_opts {

@@ -7,7 +7,7 @@ int pdb_cuda_device_count(char *name, int name_len) { if (name && name_len > 0) 
 
 #ifndef PDB_HAVE_CUDA
 #include "pdb_prefill_backend.h"
-pdb_status pdb_prefill_backend_cuda_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
+pdb_status pdb_prefill_backend_cuda_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
     (void)o;
     (void)out;
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (nvcc was not found at configure time)");

@@ -1,8 +1,9 @@
-/* pdb_dec_arch: the per-architecture part of the decode engine, a table of function pointers
- * (as ggml's backends): how a checkpoint is opened, what the cache's store layout is, how a
+/* pdb_dec_arch: the decode engine of one architecture, a table of function pointers (as ggml's
+ * backends) keyed by the registry's name (pdb_arch_def.name): how a checkpoint is opened, how a
  * sequence cache is made, how a batch of segments runs through the model, and how a block of a
- * sequence is copied to / from the store's block buffer. pdb_dec_model.c dispatches on the
- * config's architecture; the service and the tools never see which one runs.
+ * sequence is copied to / from the store's block buffer (the layout itself is the registry's,
+ * pdb_arch.h). pdb_dec_model.c finds the engine by name; the service and the tools never see
+ * which one runs.
  * Invariants: every op is deterministic (a token's cache pieces and logits depend only on the
  * weights, the token, its position and the cache before it); get_block after put_block of the
  * same bytes returns those bytes; a sequence's `len` is owned by pdb_dec_model (ops read it). */
@@ -10,14 +11,12 @@
 #define PDB_DEC_ARCH_H
 
 #include "pdb_dec_model.h"
-#include "pdb_v4.h"
 
 typedef struct pdb_dec_arch {
-    const char *name;
-    pdb_status (*layout)(const pdb_config *cfg, pdb_dec_layout *out);
-    pdb_status (*check_block_size)(const pdb_config *cfg, int64_t block_size);
-    /* impl: the architecture's weights; v4_sem: pdb_v4_semantics (ignored by V2). */
-    pdb_status (*open)(const pdb_config *cfg, const pdb_st *st, pdb_pool *pool, int v4_sem, void **impl);
+    const char *name; /* == the pdb_arch_def's name */
+    /* impl: the architecture's weights and scratch; pool: the threads every forward runs on (not
+     * owned); sem: an index into the registry's semantics of this architecture. */
+    pdb_status (*open)(const pdb_config *cfg, const pdb_st *st, pdb_pool *pool, int sem, void **impl);
     void (*close)(void *impl);
     pdb_status (*seq_init)(void *impl, pdb_dec_seq *s, int64_t cap);
     void (*seq_free)(pdb_dec_seq *s);
@@ -25,18 +24,11 @@ typedef struct pdb_dec_arch {
     pdb_status (*forward)(void *impl, pdb_dec_seg *segs, int n_segs);
     void (*get_block)(void *impl, const pdb_dec_seq *s, int64_t b, int64_t bs, void *buf);
     void (*put_block)(void *impl, pdb_dec_seq *s, int64_t b, int64_t bs, const void *buf);
+    /* Optional: the weights for benchmarks that count the bytes a step reads (NULL: none exposed). */
     const void *(*weights)(void *impl);
 } pdb_dec_arch;
 
 extern const pdb_dec_arch pdb_dec_arch_v2;
 extern const pdb_dec_arch pdb_dec_arch_v4;
-
-/* ---- V4 pools on a pdb_v4_cache: shared by the decoder and the prefill engine's capture hook,
- * so that a bridged block and a native block are the same bytes by construction. */
-pdb_status pdb_dec_v4_layout(const pdb_config *cfg, pdb_dec_layout *out);
-/* Block b of cache c into buf (layout order): APPEND rows of the block's span, STATE as now
- * (c->len must be (b+1)*bs for a meaningful snapshot). */
-void pdb_dec_v4_get_block(const pdb_config *cfg, const pdb_v4_cache *c, int64_t b, int64_t bs, void *buf);
-void pdb_dec_v4_put_block(const pdb_config *cfg, pdb_v4_cache *c, int64_t b, int64_t bs, const void *buf);
 
 #endif

@@ -11,10 +11,10 @@
 #include <string.h>
 
 #include "pdb_dec_arch.h"
-#include "pdb_v4.h"
 
 struct pdb_dec_model {
     const pdb_dec_arch *arch;
+    const pdb_arch_def *def;
     void *impl;
     pdb_config cfg;
     pdb_st *st;
@@ -22,11 +22,17 @@ struct pdb_dec_model {
     char scheme[32];
     const char *semantics;
     uint8_t fingerprint[32];
-    pdb_dec_layout layout;
+    pdb_arch_layout layout;
 };
 
-static const pdb_dec_arch *arch_of(const pdb_config *cfg) {
-    return cfg->arch == PDB_ARCH_DEEPSEEK_V4 ? &pdb_dec_arch_v4 : cfg->arch == PDB_ARCH_DEEPSEEK_V2 ? &pdb_dec_arch_v2 : NULL;
+/* The decode engines, one per architecture of the registry (matched by name). */
+static const pdb_dec_arch *const ENGINES[] = {&pdb_dec_arch_v2, &pdb_dec_arch_v4};
+
+static pdb_status engine_of(const pdb_config *cfg, const pdb_arch_def **def, const pdb_dec_arch **out) {
+    PDB_TRY(pdb_arch_of(cfg, def));
+    for (size_t i = 0; i < sizeof ENGINES / sizeof ENGINES[0]; i++)
+        if (!strcmp(ENGINES[i]->name, (*def)->name)) { *out = ENGINES[i]; return PDB_OK; }
+    return pdb_err_set(PDB_UNSUPPORTED, "decoder: no decode engine for architecture '%s'", (*def)->name);
 }
 
 /* ======================================= loading ============================================ */
@@ -54,11 +60,6 @@ pdb_status pdb_dec_weights_digest(const pdb_st *st, uint8_t out[32]) {
     EVP_MD_CTX_free(ctx);
     free(v);
     return PDB_OK;
-}
-
-const char *pdb_dec_cache_semantics(const pdb_config *cfg, int v4_sem) {
-    if (cfg->arch != PDB_ARCH_DEEPSEEK_V4) return PDB_DEC_CACHE_SEMANTICS;
-    return v4_sem == PDB_V4_SEM_EXACT ? PDB_DEC_CACHE_SEMANTICS_V4_EXACT : PDB_DEC_CACHE_SEMANTICS_V4_OFFICIAL;
 }
 
 pdb_status pdb_dec_fingerprint(const pdb_config *cfg, const char *scheme, const char *semantics, const uint8_t digest[32],
@@ -92,19 +93,23 @@ static pdb_status hex32(const char *hex, uint8_t out[32]) {
 
 /* Scheme and weights digest: from pdbridge_decoder.json (written by quantize) or, for a plain
  * HF directory, scheme "none" and a digest computed now. */
-pdb_status pdb_dec_model_v4_semantics(const char *dir, int *sem) {
+pdb_status pdb_dec_model_semantics_of(const char *dir, const pdb_config *cfg, int *sem) {
+    const pdb_arch_def *a;
+    *sem = 0;
+    PDB_TRY(pdb_arch_of(cfg, &a));
+    if (!a->semantics_key) return PDB_OK;
     char path[4096];
     snprintf(path, sizeof path, "%s/pdbridge_decoder.json", dir);
-    *sem = PDB_V4_SEM_OFFICIAL;
     json_t *j = json_load_file(path, 0, NULL);
     if (!j) return PDB_OK;
-    json_t *v = json_object_get(j, "v4_semantics");
+    json_t *v = json_object_get(j, a->semantics_key);
     pdb_status s = PDB_OK;
-    if (v) {
-        pdb_v4_semantics e;
-        if (!json_is_string(v) || pdb_v4_semantics_parse(json_string_value(v), &e))
-            s = pdb_err_set(PDB_INVALID, "%s: 'v4_semantics' must be \"official\" or \"exact\"", path);
-        else *sem = (int)e;
+    if (v && (!json_is_string(v) || pdb_arch_semantics_parse(a, json_string_value(v), sem))) {
+        char names[256];
+        size_t k = 0;
+        for (int i = 0; i < a->n_semantics && k < sizeof names; i++)
+            k += (size_t)snprintf(names + k, sizeof names - k, "%s\"%s\"", i ? " or " : "", a->semantics[i].name);
+        s = pdb_err_set(PDB_INVALID, "%s: '%s' must be %s", path, a->semantics_key, names);
     }
     json_decref(j);
     return s;
@@ -112,8 +117,10 @@ pdb_status pdb_dec_model_v4_semantics(const char *dir, int *sem) {
 
 pdb_status pdb_dec_model_identity(const char *dir, const pdb_config *cfg, const pdb_st *st, char scheme_out[32],
                                   uint8_t fingerprint[32]) {
-    int sem = PDB_V4_SEM_OFFICIAL;
-    if (cfg->arch == PDB_ARCH_DEEPSEEK_V4) PDB_TRY(pdb_dec_model_v4_semantics(dir, &sem));
+    int sem = 0;
+    const pdb_arch_def *a;
+    PDB_TRY(pdb_arch_of(cfg, &a));
+    PDB_TRY(pdb_dec_model_semantics_of(dir, cfg, &sem));
     char path[4096];
     snprintf(path, sizeof path, "%s/pdbridge_decoder.json", dir);
     uint8_t digest[32];
@@ -131,27 +138,7 @@ pdb_status pdb_dec_model_identity(const char *dir, const pdb_config *cfg, const 
         snprintf(scheme_out, 32, "none");
         PDB_TRY(pdb_dec_weights_digest(st, digest));
     }
-    return pdb_dec_fingerprint(cfg, scheme_out, pdb_dec_cache_semantics(cfg, sem), digest, fingerprint);
-}
-
-pdb_status pdb_dec_layout_of(const pdb_config *cfg, pdb_dec_layout *out) {
-    const pdb_dec_arch *a = arch_of(cfg);
-    if (!a) return pdb_err_set(PDB_UNSUPPORTED, "decoder: architecture '%s' is not supported", cfg->model_type);
-    return a->layout(cfg, out);
-}
-
-pdb_status pdb_dec_check_block_size(const pdb_config *cfg, int64_t bs) {
-    const pdb_dec_arch *a = arch_of(cfg);
-    if (!a) return pdb_err_set(PDB_UNSUPPORTED, "decoder: architecture '%s' is not supported", cfg->model_type);
-    return a->check_block_size(cfg, bs);
-}
-
-void pdb_dec_block_pools(const pdb_store_layout *layout, int64_t bs, const void *block, const void **ptrs) {
-    uint64_t off = 0;
-    for (int p = 0; p < layout->n_pools; p++) {
-        ptrs[p] = (const char *)block + off;
-        off += pdb_store_pool_bytes(&layout->pools[p], bs);
-    }
+    return pdb_dec_fingerprint(cfg, scheme_out, pdb_arch_semantics_fingerprint(a, sem), digest, fingerprint);
 }
 
 pdb_status pdb_dec_model_open(const char *dir, pdb_pool *pool, pdb_dec_model **out) {
@@ -162,20 +149,19 @@ pdb_status pdb_dec_model_open_flags(const char *dir, pdb_pool *pool, int st_flag
     pdb_dec_model *m = calloc(1, sizeof *m);
     if (!m) return pdb_err_set(PDB_NOMEM, "decoder model");
     m->pool = pool;
-    int sem = PDB_V4_SEM_OFFICIAL;
+    int sem = 0;
     pdb_status s = pdb_config_load(dir, &m->cfg);
-    if (!s && !(m->arch = arch_of(&m->cfg)))
-        s = pdb_err_set(PDB_UNSUPPORTED, "%s: decoder supports deepseek_v2 and deepseek_v4", dir);
-    if (!s && m->cfg.arch == PDB_ARCH_DEEPSEEK_V4) s = pdb_dec_model_v4_semantics(dir, &sem);
+    if (!s) s = engine_of(&m->cfg, &m->def, &m->arch);
+    if (!s) s = pdb_dec_model_semantics_of(dir, &m->cfg, &sem);
     if (!s) s = pdb_st_open_flags(dir, st_flags, &m->st);
     if (!s) s = m->arch->open(&m->cfg, m->st, pool, sem, &m->impl);
     if (!s) s = pdb_dec_model_identity(dir, &m->cfg, m->st, m->scheme, m->fingerprint);
-    if (!s) s = m->arch->layout(&m->cfg, &m->layout);
+    if (!s) s = m->def->layout(&m->cfg, &m->layout);
     if (s) {
         pdb_dec_model_close(m);
         return pdb_err_wrap(s, "decoder model %s", dir);
     }
-    m->semantics = pdb_dec_cache_semantics(&m->cfg, sem);
+    m->semantics = pdb_arch_semantics_fingerprint(m->def, sem);
     *out = m;
     return PDB_OK;
 }
@@ -191,8 +177,8 @@ const pdb_config *pdb_dec_model_config(const pdb_dec_model *m) { return &m->cfg;
 const uint8_t *pdb_dec_model_fingerprint(const pdb_dec_model *m) { return m->fingerprint; }
 const char *pdb_dec_model_scheme(const pdb_dec_model *m) { return m->scheme; }
 const char *pdb_dec_model_semantics(const pdb_dec_model *m) { return m->semantics; }
-const struct pdb_v2_qweights *pdb_dec_model_weights(const pdb_dec_model *m) {
-    return m->arch == &pdb_dec_arch_v2 ? m->arch->weights(m->impl) : NULL;
+const void *pdb_dec_model_weights(const pdb_dec_model *m, const char *arch) {
+    return m->arch->weights && !strcmp(m->arch->name, arch) ? m->arch->weights(m->impl) : NULL;
 }
 const pdb_store_layout *pdb_dec_model_layout(const pdb_dec_model *m) { return &m->layout.layout; }
 

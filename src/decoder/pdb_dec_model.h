@@ -2,7 +2,8 @@
  * MXFP4 experts, MXFP8 projections, or --scheme none), resident in memory or mapped, and its
  * forward pass over a batch of sequence segments with the architecture's cache. The
  * architecture-specific part is a table of function pointers (pdb_dec_arch.h: DeepSeek-V2 and
- * DeepSeek-V4); this API and the service above it are the same for every architecture.
+ * DeepSeek-V4, found by the registry's name, pdb_arch.h); this API and the service above it are
+ * the same for every architecture.
  * Invariants: (1) the decoder's cache is described by a store layout of per-layer pools
  * (DESIGN §4): V2 one APPEND pool "latent" [RMSNorm(c_kv) | RoPE(k_pe)] f32; V4 the window,
  * compressed entries, indexer keys and overlap halves (docs/v4.md); (2) every output of the forward is a pure
@@ -15,16 +16,12 @@
 
 #include <stdint.h>
 
+#include "pdb_arch.h"
 #include "pdb_config.h"
 #include "pdb_pool.h"
 #include "pdb_qmat.h"
 #include "pdb_safetensors.h"
 #include "pdb_store.h"
-
-/* The cache semantics named in the fingerprint (changing the cache's math or layout changes it). */
-#define PDB_DEC_CACHE_SEMANTICS "deepseek_v2/latent-f32/v1"
-#define PDB_DEC_CACHE_SEMANTICS_V4_OFFICIAL "deepseek_v4/official/pools-f32/v1"
-#define PDB_DEC_CACHE_SEMANTICS_V4_EXACT "deepseek_v4/exact/pools-f32/v1"
 
 typedef struct pdb_dec_model pdb_dec_model;
 
@@ -36,13 +33,6 @@ typedef struct pdb_dec_seq {
     const pdb_dec_model *model;
     void *state;       /* other architectures' cache (V4: pdb_v4_cache) */
 } pdb_dec_seq;
-
-/* A model's store layout with its own pool table (do not copy: layout.pools points into it). */
-#define PDB_DEC_MAX_POOLS 16
-typedef struct pdb_dec_layout {
-    pdb_store_pool pools[PDB_DEC_MAX_POOLS];
-    pdb_store_layout layout;
-} pdb_dec_layout;
 
 typedef struct pdb_dec_seg {
     pdb_dec_seq *seq;
@@ -62,21 +52,13 @@ void pdb_dec_model_close(pdb_dec_model *m);
 const pdb_config *pdb_dec_model_config(const pdb_dec_model *m);
 const uint8_t *pdb_dec_model_fingerprint(const pdb_dec_model *m); /* [32] */
 const char *pdb_dec_model_scheme(const pdb_dec_model *m);
-/* The V2 weights (read-only; benchmarks count the bytes a step touches); NULL for other archs. */
-const struct pdb_v2_qweights *pdb_dec_model_weights(const pdb_dec_model *m);
+/* The weights of a model of architecture `arch` (read-only; benchmarks count the bytes a step
+ * touches: deepseek_v2's are a pdb_v2_qweights); NULL when the model is of another one. */
+const void *pdb_dec_model_weights(const pdb_dec_model *m, const char *arch);
 /* The store layout of this model's cache. */
 const pdb_store_layout *pdb_dec_model_layout(const pdb_dec_model *m);
-/* The cache semantics string of this model (one of PDB_DEC_CACHE_SEMANTICS*). */
+/* The cache semantics string of this model (the registry's fingerprint string of its semantics). */
 const char *pdb_dec_model_semantics(const pdb_dec_model *m);
-
-/* The store layout of a config's decoder cache, without loading weights (front, prefill, tools). */
-pdb_status pdb_dec_layout_of(const pdb_config *cfg, pdb_dec_layout *out);
-/* PDB_INVALID (naming the reason) unless block_size suits this architecture's cache: a positive
- * multiple of 128 and, for V4, of every compression rate (so a block ends with empty buffers). */
-pdb_status pdb_dec_check_block_size(const pdb_config *cfg, int64_t block_size);
-/* Pool pointers of one block buffer whose pools lie back to back in layout order
- * (pdb_store_block_bytes bytes in all): ptrs[p] = block + sum of the earlier pools' bytes. */
-void pdb_dec_block_pools(const pdb_store_layout *layout, int64_t block_size, const void *block, const void **ptrs);
 
 pdb_status pdb_dec_seq_init(pdb_dec_seq *s, const pdb_dec_model *m, int64_t cap);
 void pdb_dec_seq_free(pdb_dec_seq *s);
@@ -85,7 +67,7 @@ void pdb_dec_seq_free(pdb_dec_seq *s);
 pdb_status pdb_dec_forward(pdb_dec_model *m, pdb_dec_seg *segs, int n_segs);
 
 /* Copy block b of a sequence into one block buffer (the layout's pools back to back, as
- * pdb_dec_block_pools splits it) and back: the APPEND rows of the block's span and the STATE
+ * pdb_arch_block_pools splits it) and back: the APPEND rows of the block's span and the STATE
  * snapshot at its end. get needs len >= (b+1)*block_size and, for STATE pools, len exactly
  * (b+1)*block_size (the state is the sequence's current one); put writes the block's rows and
  * makes its snapshot the current state, so mounting blocks 0..b in order restores the cache of
@@ -100,18 +82,18 @@ pdb_status pdb_dec_model_native_blocks(pdb_dec_model *m, const int32_t *ids, int
                                        void *out);
 
 /* A decoder checkpoint's identity without loading it: scheme and fingerprint from
- * pdbridge_decoder.json, or for a plain HF directory scheme "none" and the digest of st. V4:
- * the cache semantics is the checkpoint's "v4_semantics" (official | exact, default official). */
+ * pdbridge_decoder.json, or for a plain HF directory scheme "none" and the digest of st; the
+ * cache semantics as pdb_dec_model_semantics_of reads it. */
 pdb_status pdb_dec_model_identity(const char *dir, const pdb_config *cfg, const pdb_st *st, char scheme[32],
                                   uint8_t fingerprint[32]);
 /* Weights digest as quantize records it: SHA-256 over every tensor (sorted by name) of
  * name, dtype name, shape and bytes. */
 pdb_status pdb_dec_weights_digest(const pdb_st *st, uint8_t out[32]);
-/* The V4 cache semantics a decoder directory asks for: "v4_semantics" of pdbridge_decoder.json,
- * official when absent (PDB_INVALID naming the file for another value). */
-pdb_status pdb_dec_model_v4_semantics(const char *dir, int *sem /* pdb_v4_semantics */);
-/* Cache semantics string of an architecture (+ V4 semantics). */
-const char *pdb_dec_cache_semantics(const pdb_config *cfg, int v4_sem);
+/* The cache semantics a decoder directory asks for (an index into its architecture's registry
+ * semantics): the value of the architecture's semantics_key in pdbridge_decoder.json (deepseek_v4:
+ * "v4_semantics"), the default (0) when the file or the key is absent or the architecture has one
+ * semantics; PDB_INVALID naming the file and the valid names for another value. */
+pdb_status pdb_dec_model_semantics_of(const char *dir, const pdb_config *cfg, int *sem);
 /* fingerprint = SHA-256("pdbridge-decoder-v1" | canonical config JSON | scheme | semantics | digest) */
 pdb_status pdb_dec_fingerprint(const pdb_config *cfg, const char *scheme, const char *semantics, const uint8_t digest[32],
                                uint8_t out[32]);

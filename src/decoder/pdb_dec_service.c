@@ -90,8 +90,8 @@ static pdb_status admit(pdb_dec_service *s, svc_req *r) {
         PDB_WARN("request %llu: store lookup failed: %s", (unsigned long long)r->id, pdb_err_msg());
     int64_t b = 0;
     const pdb_store_layout *lay = pdb_dec_model_layout(s->model);
-    const void *pools[PDB_DEC_MAX_POOLS];
-    pdb_dec_block_pools(lay, bs, s->block_buf, pools);
+    const void *pools[PDB_ARCH_MAX_POOLS];
+    pdb_arch_block_pools(lay, bs, s->block_buf, pools);
     for (; b < hit; b++) {
         if (pdb_store_load_block(s->store, h[b], b, (void *const *)pools)) {
             PDB_WARN("request %llu: block %lld not mounted: %s", (unsigned long long)r->id, (long long)b, pdb_err_msg());
@@ -116,8 +116,8 @@ static void store_block(pdb_dec_service *s, svc_req *r, int64_t b) {
         r->wfailed = 1;
         return;
     }
-    const void *pools[PDB_DEC_MAX_POOLS];
-    pdb_dec_block_pools(pdb_dec_model_layout(s->model), bs, s->block_buf, pools);
+    const void *pools[PDB_ARCH_MAX_POOLS];
+    pdb_arch_block_pools(pdb_dec_model_layout(s->model), bs, s->block_buf, pools);
     pdb_dec_seq_get_block(&r->seq, b, bs, s->block_buf);
     if (pdb_store_stream_put(r->wst, b, pools)) {
         PDB_WARN("request %llu: block %lld not written: %s", (unsigned long long)r->id, (long long)b, pdb_err_msg());
@@ -290,7 +290,7 @@ pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service *
     if (!st) st = pdb_dec_model_open_flags(o->model_dir, s->pool, o->weights_mmap ? 0 : PDB_DEC_WEIGHTS_DEFAULT, &s->model);
     if (st) goto fail;
     const pdb_config *c = pdb_dec_model_config(s->model);
-    if ((st = pdb_dec_check_block_size(c, s->opts.block_size))) goto fail;
+    if ((st = pdb_arch_check_block_size(c, s->opts.block_size))) goto fail;
     if (!s->opts.max_context || s->opts.max_context > c->max_position_embeddings) s->opts.max_context = c->max_position_embeddings;
     s->eos = (int32_t)c->eos_token_id;
     pdb_store_hash_hex(pdb_dec_model_fingerprint(s->model), s->fp_hex);

@@ -1,6 +1,6 @@
 /* pdb_dec_v2: the decode engine's DeepSeek-V2 ops: weights through pdb_v2_ops (bf16/f32/MXFP8/
  * MXFP4 views over the checkpoint, resident or mapped), sequences as layer-major f32 latent rows
- * [n_layers, cap, kv_lora_rank + rope], one APPEND pool "latent", and the batched forward:
+ * [n_layers, cap, kv_lora_rank + rope] (blocks: the registry's one APPEND pool "latent"), and the batched forward:
  * embed, then per layer attention norm -> attention (writes the cache rows) -> FFN, then logits.
  * Invariant: a block is the rows of its span for every layer, nothing else (no state pool).
  * The forward's scratch (pdb_v2_batch, megabytes at many threads) is kept between calls, not
@@ -25,19 +25,6 @@ typedef struct v2_impl {
         int64_t cap_rows, cap_len;
     } few, many;           /* R * heads <= PDB_V2_WIDE_JOBS, and the rest */
 } v2_impl;
-
-static pdb_status v2_layout(const pdb_config *cfg, pdb_dec_layout *out) {
-    memset(out, 0, sizeof *out);
-    out->pools[0] = (pdb_store_pool){.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = cfg->num_layers,
-                                     .stride = 1, .width = cfg->kv_lora_rank + cfg->qk_rope_head_dim, .dtype = PDB_DT_F32};
-    out->layout = (pdb_store_layout){.n_pools = 1, .pools = out->pools};
-    return PDB_OK;
-}
-
-static pdb_status v2_check_block_size(const pdb_config *cfg, int64_t bs) {
-    if (bs <= 0 || bs % 128) return pdb_err_set(PDB_INVALID, "block size %lld is not a positive multiple of 128", (long long)bs);
-    return PDB_OK;
-}
 
 static void v2_close(void *impl) {
     v2_impl *v = impl;
@@ -144,8 +131,6 @@ static const void *v2_weights(void *impl) { return &((v2_impl *)impl)->w; }
 
 const pdb_dec_arch pdb_dec_arch_v2 = {
     .name = "deepseek_v2",
-    .layout = v2_layout,
-    .check_block_size = v2_check_block_size,
     .open = v2_open,
     .close = v2_close,
     .seq_init = v2_seq_init,

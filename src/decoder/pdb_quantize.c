@@ -17,38 +17,20 @@
 #include "pdb_file.h"
 #include "pdb_pool.h"
 #include "pdb_safetensors.h"
-#include "pdb_v4.h"
 
-typedef enum { QK_KEEP = 0, QK_MXFP8, QK_MXFP4 } qkind;
 
-static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 static int ends(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* DeepSeek-V4 (DeepSeek's and transformers' names): routed experts MXFP4; the attention
- * projections (incl. the compressors' and the indexer's, under attn. / self_attn.), the shared
- * expert and the head MXFP8. Norms (1-d or *norm*), the router (ffn.gate / mlp.gate), hash tables,
- * sinks, hc mixing and compressor position biases (not ".weight") stay as they are. */
-static qkind choose_v4(const char *name) {
-    if (has(name, "norm")) return QK_KEEP;
-    if (has(name, ".experts.")) return QK_MXFP4;
-    if (has(name, "attn.") || has(name, "shared_experts.") || !strcmp(name, "head.weight") ||
-        !strcmp(name, "lm_head.weight") || !strcmp(name, "model.head.weight"))
-        return QK_MXFP8;
-    return QK_KEEP;
-}
-
-static qkind choose(const pdb_tensor_view *v, const char *scheme, int v4) {
-    if (strcmp(scheme, "mx") || v->ndim != 2 || !ends(v->name, ".weight") || v->shape[1] % 32) return QK_KEEP;
+/* Scheme mx quantizes a 2-D float ".weight" whose input dim is a multiple of 32 as its
+ * architecture's rule says (pdb_arch_def.quant_kind); everything else is kept as it is. */
+static pdb_arch_quant choose(const pdb_arch_def *a, const pdb_tensor_view *v, const char *scheme) {
+    if (strcmp(scheme, "mx") || v->ndim != 2 || !ends(v->name, ".weight") || v->shape[1] % 32) return PDB_ARCH_Q_KEEP;
     if (v->dtype != PDB_DT_BF16 && v->dtype != PDB_DT_F32 && v->dtype != PDB_DT_F16 && v->dtype != PDB_DT_F8_E4M3)
-        return QK_KEEP;
-    if (v4) return choose_v4(v->name);
-    if (has(v->name, "embed_tokens") || has(v->name, "layernorm") || ends(v->name, "mlp.gate.weight")) return QK_KEEP;
-    if (has(v->name, ".mlp.experts.")) return QK_MXFP4;
-    if (has(v->name, "self_attn.") || has(v->name, ".mlp.") || !strcmp(v->name, "lm_head.weight")) return QK_MXFP8;
-    return QK_KEEP;
+        return PDB_ARCH_Q_KEEP;
+    return a->quant_kind(v->name);
 }
 
 /* What quantize writes into its output directory, all it ever removes when it replaces one: the
@@ -96,13 +78,13 @@ static pdb_status remove_output(const char *dir) {
 /* One tensor's rows quantized on the pool, Q_ROWS rows per task: each row alone, so the same
  * bytes on any number of threads. */
 enum { Q_ROWS = 64 };
-typedef struct { const float *f; uint8_t *q, *sc; int64_t R, C; qkind k; } q_rows;
+typedef struct { const float *f; uint8_t *q, *sc; int64_t R, C; pdb_arch_quant k; } q_rows;
 
 static void q_rows_task(void *vc, int64_t task, int thread) {
     const q_rows *t = vc;
     int64_t C = t->C, r1 = (task + 1) * Q_ROWS < t->R ? (task + 1) * Q_ROWS : t->R;
     for (int64_t r = task * Q_ROWS; r < r1; r++) {
-        if (t->k == QK_MXFP4) pdb_quant_mxfp4_row(t->f + r * C, C, t->q + r * C / 2, t->sc + r * C / 32);
+        if (t->k == PDB_ARCH_Q_MXFP4) pdb_quant_mxfp4_row(t->f + r * C, C, t->q + r * C / 2, t->sc + r * C / 32);
         else pdb_quant_mxfp8_row(t->f + r * C, C, t->q + r * C, t->sc + r * C / 32);
     }
 }
@@ -113,20 +95,20 @@ pdb_status pdb_quantize_model(const char *src, const char *out_dir, const char *
 
 pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const char *scheme, const char *v4_semantics,
                                  int verbose) {
+    const char *semantics_name = v4_semantics;
     if (strcmp(scheme, "mx") && strcmp(scheme, "none"))
         return pdb_err_set(PDB_INVALID, "quantize: unknown scheme '%s' (mx, none)", scheme);
     pdb_config cfg;
     PDB_TRY(pdb_config_load(src, &cfg));
-    pdb_v4_semantics sem = PDB_V4_SEM_OFFICIAL;
-    if (cfg.arch == PDB_ARCH_DEEPSEEK_V4) {
-        if (v4_semantics) PDB_TRY(pdb_v4_semantics_parse(v4_semantics, &sem));
-        PDB_TRY(pdb_v4_check_semantics(&cfg, sem));
-    } else if (cfg.arch != PDB_ARCH_DEEPSEEK_V2) {
-        return pdb_err_set(PDB_UNSUPPORTED, "quantize: %s is not deepseek_v2 or deepseek_v4", src);
-    } else if (v4_semantics) {
-        return pdb_err_set(PDB_INVALID, "quantize: --v4-semantics applies to deepseek_v4 models only");
-    }
-    const char *semantics = pdb_dec_cache_semantics(&cfg, (int)sem);
+    const pdb_arch_def *arch;
+    int sem = 0;
+    if (pdb_arch_of(&cfg, &arch)) return pdb_err_wrap(PDB_UNSUPPORTED, "quantize: %s", src);
+    if (semantics_name && !arch->semantics_key)
+        return pdb_err_set(PDB_INVALID, "quantize: %s has one cache semantics; --v4-semantics applies to deepseek_v4 models only",
+                           arch->name);
+    PDB_TRY(pdb_arch_semantics_parse(arch, semantics_name, &sem));
+    if (arch->check_semantics) PDB_TRY(arch->check_semantics(&cfg, sem));
+    const char *semantics = pdb_arch_semantics_fingerprint(arch, sem);
     char tmpdir[4096], path[4200], spath[4200];
     snprintf(tmpdir, sizeof tmpdir, "%s.tmp", out_dir);
     PDB_TRY(check_replaceable(out_dir));
@@ -150,15 +132,15 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
         const pdb_tensor_view *v = pdb_st_at(st, i);
         if (ends(v->name, "_scale_inv") || ends(v->name, ".scale")) continue; /* consumed with their FP8 weight */
         in_bytes += v->nbytes;
-        qkind k = choose(v, scheme, cfg.arch == PDB_ARCH_DEEPSEEK_V4);
-        if (k == QK_KEEP && v->dtype != PDB_DT_F8_E4M3) {
+        pdb_arch_quant k = choose(arch, v, scheme);
+        if (k == PDB_ARCH_Q_KEEP && v->dtype != PDB_DT_F8_E4M3) {
             if ((s = pdb_st_writer_add(w, v->name, v->dtype, v->ndim, v->shape, v->data))) goto done;
             out_bytes += v->nbytes;
             continue;
         }
         float *f = NULL;
         if ((s = pdb_st_load_f32(st, v->name, v->ndim, v->shape, &f))) goto done;
-        if (k == QK_KEEP) { /* block-scaled FP8 kept as bf16 under scheme none */
+        if (k == PDB_ARCH_Q_KEEP) { /* block-scaled FP8 kept as bf16 under scheme none */
             uint16_t *b = malloc(sizeof(uint16_t) * (size_t)v->numel);
             if (!b) { free(f); s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
             for (int64_t j = 0; j < v->numel; j++) b[j] = pdb_f32_to_bf16(f[j]);
@@ -169,16 +151,16 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
             continue;
         }
         int64_t R = v->shape[0], C = v->shape[1];
-        uint8_t *q = malloc((size_t)(k == QK_MXFP4 ? R * C / 2 : R * C)), *sc = malloc((size_t)(R * C / 32));
+        uint8_t *q = malloc((size_t)(k == PDB_ARCH_Q_MXFP4 ? R * C / 2 : R * C)), *sc = malloc((size_t)(R * C / 32));
         if (!q || !sc) { free(q); free(sc); free(f); s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
         q_rows qr = {f, q, sc, R, C, k};
         pdb_pool_run(pool, (R + Q_ROWS - 1) / Q_ROWS, q_rows_task, &qr);
         free(f);
         bufs[nb++] = q;
         bufs[nb++] = sc;
-        int64_t qs[2] = {R, k == QK_MXFP4 ? C / 2 : C}, ss[2] = {R, C / 32};
+        int64_t qs[2] = {R, k == PDB_ARCH_Q_MXFP4 ? C / 2 : C}, ss[2] = {R, C / 32};
         snprintf(spath, sizeof spath, "%s_mx_scale", v->name);
-        if ((s = pdb_st_writer_add(w, v->name, k == QK_MXFP4 ? PDB_DT_U8 : PDB_DT_F8_E4M3, 2, qs, q))) goto done;
+        if ((s = pdb_st_writer_add(w, v->name, k == PDB_ARCH_Q_MXFP4 ? PDB_DT_U8 : PDB_DT_F8_E4M3, 2, qs, q))) goto done;
         if ((s = pdb_st_writer_add(w, spath, PDB_DT_F8_E8M0, 2, ss, sc))) goto done;
         out_bytes += (uint64_t)(qs[0] * qs[1] + ss[0] * ss[1]);
         if (verbose && i % 64 == 0) fprintf(stderr, "\rquantize: %lld/%lld tensors", (long long)i, (long long)n);
@@ -199,7 +181,8 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
         for (int i = 0; i < 32; i++) { sprintf(dh + 2 * i, "%02x", dg[i]); sprintf(fh + 2 * i, "%02x", fp[i]); }
         json_t *id = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i}", "scheme", scheme, "weights_sha256", dh, "fingerprint", fh,
                                "cache_semantics", semantics, "source", src, "format_version", 1);
-        if (id && cfg.arch == PDB_ARCH_DEEPSEEK_V4) json_object_set_new(id, "v4_semantics", json_string(pdb_v4_semantics_name(sem)));
+        if (id && arch->semantics_key)
+            json_object_set_new(id, arch->semantics_key, json_string(pdb_arch_semantics_name(arch, sem)));
         snprintf(path, sizeof path, "%s/pdbridge_decoder.json", tmpdir);
         int bad = !id || json_dump_file(id, path, JSON_INDENT(2) | JSON_SORT_KEYS);
         json_decref(id);

@@ -12,6 +12,7 @@
 
 #include "pdb_clock.h"
 #include "pdb_config.h"
+#include "pdb_arch.h"
 #include "pdb_dec_model.h"
 #include "pdb_dec_server.h"
 #include "pdb_front_bridge.h"
@@ -30,7 +31,7 @@ struct pdb_front {
     pdb_config cfg;
     pdb_tokenizer *tok;
     pdb_store *store;
-    pdb_dec_layout layout; /* the decoder's store layout (pools of one block) */
+    pdb_arch_layout layout; /* the decoder's store layout (pools of one block) */
     uint8_t fp[32];
     char fp_hex[65], scheme[32];
     char model_id[256];             /* the decoder's model id (GET /v1/models), "" until known */
@@ -618,8 +619,8 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
         if ((s = pdb_tokenizer_load(tj, &f->tok))) goto fail;
         if (pdb_hash_file_sha256(tj, f->tokenizer_sha256)) f->tokenizer_sha256[0] = 0;
     }
-    if ((s = pdb_dec_layout_of(&f->cfg, &f->layout))) goto fail;
-    if ((s = pdb_dec_check_block_size(&f->cfg, f->o.block_size))) goto fail;
+    if ((s = pdb_arch_layout_of(&f->cfg, &f->layout))) goto fail;
+    if ((s = pdb_arch_check_block_size(&f->cfg, f->o.block_size))) goto fail;
     if ((s = pdb_store_open(o->cache_dir, &f->layout.layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
     if (!realpath(o->cache_dir, f->cache_real)) snprintf(f->cache_real, sizeof f->cache_real, "%s", o->cache_dir);
     if ((s = pdb_http_client_init())) goto fail;

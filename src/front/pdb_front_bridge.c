@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "pdb_arch.h"
 #include "pdb_clock.h"
 #include "pdb_dec_model.h"
 #include "pdb_http_client.h"
@@ -87,8 +88,8 @@ static pdb_status on_segment(void *u, int64_t b, const void *data, uint64_t len)
     bridge_ctx *c = u;
     if (b >= c->end) return PDB_OK; /* more than asked: ignore */
     double t0 = pdb_clock_now();
-    const void *in[PDB_DEC_MAX_POOLS] = {data};
-    if (c->layout) pdb_dec_block_pools(c->layout, c->bs, data, in);
+    const void *in[PDB_ARCH_MAX_POOLS] = {data};
+    if (c->layout) pdb_arch_block_pools(c->layout, c->bs, data, in);
     pdb_status s = pdb_store_stream_put(c->stream, b, in);
     c->res->write_ms += (pdb_clock_now() - t0) * 1e3;
     if (s) {
@@ -230,8 +231,8 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
     double t0 = pdb_clock_now();
     bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res, .layout = o->layout, .o = o,
                     .acked_through = first};
-    if (o->layout && o->layout->n_pools > PDB_DEC_MAX_POOLS)
-        return pdb_err_set(PDB_INVALID, "bridge: %d pools exceed %d", o->layout->n_pools, PDB_DEC_MAX_POOLS);
+    if (o->layout && o->layout->n_pools > PDB_ARCH_MAX_POOLS)
+        return pdb_err_set(PDB_INVALID, "bridge: %d pools exceed %d", o->layout->n_pools, PDB_ARCH_MAX_POOLS);
     PDB_TRY(pdb_store_stream_begin(store, ids, end * bs, &c.stream));
     long budget = o->total_timeout_ms ? o->total_timeout_ms : 600000L;
     for (;;) {

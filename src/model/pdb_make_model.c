@@ -1,5 +1,7 @@
-/* pdb_make_model: presets for random DeepSeek-V2 and DeepSeek-V4 checkpoints and the writer. Weights: linear
- * layers ~ N(0, 1/in_features), embeddings ~ N(0, 1), norm weights ~ 1 + N(0, 0.05^2). */
+/* pdb_make_model: the writer of random checkpoints: config.json (through the parser, so what is
+ * written is what loads), model.safetensors from the architecture's tensor list (its
+ * make_tensors, pdb_v2_make.c / pdb_v4_make.c) and the tokenizer. Weights: linear layers
+ * ~ N(0, 1/in_features), embeddings ~ N(0, 1), norm weights ~ 1 + N(0, 0.05^2). */
 #include "pdb_make_model.h"
 
 #include <errno.h>
@@ -13,114 +15,14 @@
 #include "pdb_file.h"
 #include "pdb_pool.h"
 #include "pdb_safetensors.h"
-
-/* DeepSeek-V4 presets. "v4-flash" is V4-Flash's architecture exactly (attention, indexer,
- * compressors, hyper-connections, layer schedule, rope); only the expert count may be changed
- * (--experts; 8 gives V4-Flash's active compute in ~15B parameters). "tiny" keeps every path
- * (sliding, CSA with its indexer, HCA, hash routing) on short prompts: window 8, HCA rate 16. */
-static pdb_status v4_preset(const char *preset, pdb_config *c) {
-    c->arch = PDB_ARCH_DEEPSEEK_V4;
-    snprintf(c->model_type, sizeof c->model_type, "deepseek_v4");
-    c->rms_norm_eps = 1e-6;
-    c->moe_layer_freq = 1;
-    c->n_group = 1;
-    c->topk_group = 1;
-    c->bos_token_id = 0;
-    c->eos_token_id = 1;
-    c->num_kv_heads = 1;
-    c->hc_sinkhorn_iters = 20;
-    c->hc_eps = 1e-6;
-    c->swiglu_limit = 10.0;
-    c->scoring_func = PDB_V4_SCORE_SQRTSOFTPLUS;
-    c->norm_topk_prob = 1;
-    c->routed_scaling_factor = 1.5;
-    c->num_nextn_predict_layers = 0;
-    c->max_position_embeddings = 1048576;
-    c->rope.type = PDB_ROPE_DEFAULT;
-    c->rope.theta = 10000;
-    c->rope.attention_factor = -1;
-    c->rope.truncate = 1;
-    c->rope_compress.type = PDB_ROPE_YARN;
-    c->rope_compress.theta = 160000;
-    c->rope_compress.factor = 16;
-    c->rope_compress.original_max_pos = 65536;
-    c->rope_compress.beta_fast = 32;
-    c->rope_compress.beta_slow = 1;
-    c->rope_compress.attention_factor = 1.0;
-    c->rope_compress.truncate = 1;
-    c->compress_rate_csa = 4;
-    c->compress_rate_hca = 128;
-    c->n_shared_experts = 1;
-    int64_t nhash = 3;
-    if (!strcmp(preset, "tiny")) {
-        c->vocab_size = 1000; c->hidden_size = 64; c->num_layers = 4; c->num_heads = 4; c->head_dim = 128;
-        c->q_lora_rank = 32; c->o_groups = 2; c->o_lora_rank = 32; c->sliding_window = 8; c->hc_mult = 4;
-        c->index_n_heads = 8; c->index_head_dim = 64; c->index_topk = 4; c->n_routed_experts = 8;
-        c->num_experts_per_tok = 2; c->moe_intermediate_size = 32; c->compress_rate_hca = 16; nhash = 1;
-    } else if (!strcmp(preset, "v4-flash")) {
-        c->vocab_size = 129280; c->hidden_size = 4096; c->num_layers = 43; c->num_heads = 64; c->head_dim = 512;
-        c->q_lora_rank = 1024; c->o_groups = 8; c->o_lora_rank = 1024; c->sliding_window = 128; c->hc_mult = 4;
-        c->index_n_heads = 64; c->index_head_dim = 128; c->index_topk = 512; c->n_routed_experts = 256;
-        c->num_experts_per_tok = 6; c->moe_intermediate_size = 2048;
-    } else {
-        return pdb_err_set(PDB_NOT_FOUND, "make-model: unknown deepseek_v4 preset '%s' (tiny, v4-flash)", preset);
-    }
-    c->intermediate_size = c->moe_intermediate_size;
-    c->partial_rotary_factor = 64.0 / (double)c->head_dim;
-    c->qk_rope_head_dim = 64;
-    for (int64_t l = 0; l < c->num_layers; l++) {
-        c->v4_attn[l] = l < 2 ? PDB_V4_ATTN_SLIDING : (l % 2 ? PDB_V4_ATTN_HCA : PDB_V4_ATTN_CSA);
-        c->v4_hash_moe[l] = l < nhash;
-    }
-    return PDB_OK;
-}
+#include "pdb_arch.h"
 
 pdb_status pdb_make_model_preset(const char *arch, const char *preset, pdb_config *c) {
     memset(c, 0, sizeof *c);
-    if (!strcmp(arch, "deepseek_v4")) return v4_preset(preset, c);
-    if (strcmp(arch, "deepseek_v2"))
-        return pdb_err_set(PDB_UNSUPPORTED, "make-model: architecture '%s' is not supported (deepseek_v2, deepseek_v4)", arch);
-    c->arch = PDB_ARCH_DEEPSEEK_V2;
-    snprintf(c->model_type, sizeof c->model_type, "deepseek_v2");
-    c->rms_norm_eps = 1e-6;
-    c->moe_layer_freq = 1;
-    c->n_group = 1;
-    c->topk_group = 1;
-    c->topk_method = PDB_TOPK_GREEDY;
-    c->bos_token_id = 0;
-    c->eos_token_id = 1;
-    c->rope.type = PDB_ROPE_YARN;
-    c->rope.theta = 10000;
-    c->rope.beta_fast = 32;
-    c->rope.beta_slow = 1;
-    c->rope.attention_factor = -1;
-    c->rope.truncate = 1;
-    if (!strcmp(preset, "tiny")) { /* unit tests: tiny, no tokenizer */
-        c->vocab_size = 1000; c->hidden_size = 64; c->num_layers = 3; c->num_heads = 4;
-        c->q_lora_rank = 0; c->kv_lora_rank = 32; c->qk_nope_head_dim = 16; c->qk_rope_head_dim = 8;
-        c->v_head_dim = 16; c->intermediate_size = 128; c->moe_intermediate_size = 32;
-        c->n_routed_experts = 8; c->num_experts_per_tok = 2; c->n_shared_experts = 1; c->first_k_dense_replace = 1;
-        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 16384;
-        c->rope.factor = 4; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
-    } else if (!strcmp(preset, "small")) { /* demo and end-to-end tests: real tokenizer vocabulary */
-        c->vocab_size = 129280; c->hidden_size = 256; c->num_layers = 4; c->num_heads = 4;
-        c->q_lora_rank = 96; c->kv_lora_rank = 64; c->qk_nope_head_dim = 32; c->qk_rope_head_dim = 16;
-        c->v_head_dim = 32; c->intermediate_size = 512; c->moe_intermediate_size = 128;
-        c->n_routed_experts = 16; c->num_experts_per_tok = 4; c->n_shared_experts = 2; c->first_k_dense_replace = 1;
-        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 163840;
-        c->rope.factor = 40; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
-    } else if (!strcmp(preset, "v2-lite")) { /* DeepSeek-V2-Lite's shapes (15.7B; use overrides) */
-        c->vocab_size = 102400; c->hidden_size = 2048; c->num_layers = 27; c->num_heads = 16;
-        c->q_lora_rank = 0; c->kv_lora_rank = 512; c->qk_nope_head_dim = 128; c->qk_rope_head_dim = 64;
-        c->v_head_dim = 128; c->intermediate_size = 10944; c->moe_intermediate_size = 1408;
-        c->n_routed_experts = 64; c->num_experts_per_tok = 6; c->n_shared_experts = 2; c->first_k_dense_replace = 1;
-        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 163840; c->bos_token_id = 100000;
-        c->eos_token_id = 100001;
-        c->rope.factor = 40; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
-    } else {
-        return pdb_err_set(PDB_NOT_FOUND, "make-model: unknown preset '%s' (tiny, small, v2-lite)", preset);
-    }
-    return PDB_OK;
+    const pdb_arch_def *a = pdb_arch_find(arch);
+    char names[256];
+    if (!a) return pdb_err_set(PDB_UNSUPPORTED, "make-model: architecture '%s' is not supported (%s)", arch, pdb_arch_names(names, sizeof names));
+    return a->make_preset(preset, c);
 }
 
 /* ---- deterministic normal stream per tensor (splitmix64 + Box-Muller) ---------------------- */
@@ -140,7 +42,7 @@ static uint64_t mm_hash(const char *s, uint64_t seed) {
     return h;
 }
 
-typedef struct { pdb_st_writer *w; uint16_t **bufs; int n, cap; uint64_t seed, bytes, next_report; pdb_pool *pool; } mm_ctx;
+struct pdb_make_ctx { pdb_st_writer *w; uint16_t **bufs; int n, cap; uint64_t seed, bytes, next_report; pdb_pool *pool; };
 
 /* A tensor's values in chunks on the pool: element pair p takes draws 2p + 1 and 2p + 2 of its
  * tensor's splitmix64 stream, whose state after k draws is seed + k * increment, so a chunk
@@ -160,7 +62,7 @@ static void mm_fill_task(void *vc, int64_t task, int thread) {
     }
 }
 
-static pdb_status mm_add(mm_ctx *x, const char *name, int64_t d0, int64_t d1, double mean, double std) {
+pdb_status pdb_make_model_normal(pdb_make_ctx *x, const char *name, int64_t d0, int64_t d1, double mean, double std) {
     int64_t n = d0 * (d1 ? d1 : 1);
     uint16_t *b = malloc(sizeof(uint16_t) * (size_t)n);
     if (!b) return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name);
@@ -183,61 +85,13 @@ static pdb_status mm_add(mm_ctx *x, const char *name, int64_t d0, int64_t d1, do
     return pdb_st_writer_add(x->w, name, PDB_DT_BF16, d1 ? 2 : 1, shape, b);
 }
 
-static pdb_status mm_linear(mm_ctx *x, const char *name, int64_t out, int64_t in) {
-    return mm_add(x, name, out, in, 0, 1.0 / sqrt((double)in));
+pdb_status pdb_make_model_linear(pdb_make_ctx *x, const char *name, int64_t out, int64_t in) {
+    return pdb_make_model_normal(x, name, out, in, 0, 1.0 / sqrt((double)in));
 }
-static pdb_status mm_norm(mm_ctx *x, const char *name, int64_t n) { return mm_add(x, name, n, 0, 1.0, 0.05); }
-
-static pdb_status mm_tensors(mm_ctx *x, const pdb_config *c) {
-    char n[256];
-    int64_t H = c->hidden_size, nh = c->num_heads, qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
-    PDB_TRY(mm_add(x, "model.embed_tokens.weight", c->vocab_size, H, 0, 1));
-    PDB_TRY(mm_norm(x, "model.norm.weight", H));
-    PDB_TRY(mm_linear(x, "lm_head.weight", c->vocab_size, H));
-    for (int64_t l = 0; l < c->num_layers; l++) {
-#define N(fmt) (snprintf(n, sizeof n, "model.layers.%lld." fmt, (long long)l), n)
-        PDB_TRY(mm_norm(x, N("input_layernorm.weight"), H));
-        PDB_TRY(mm_norm(x, N("post_attention_layernorm.weight"), H));
-        if (c->q_lora_rank) {
-            PDB_TRY(mm_linear(x, N("self_attn.q_a_proj.weight"), c->q_lora_rank, H));
-            PDB_TRY(mm_norm(x, N("self_attn.q_a_layernorm.weight"), c->q_lora_rank));
-            PDB_TRY(mm_linear(x, N("self_attn.q_b_proj.weight"), nh * qk, c->q_lora_rank));
-        } else {
-            PDB_TRY(mm_linear(x, N("self_attn.q_proj.weight"), nh * qk, H));
-        }
-        PDB_TRY(mm_linear(x, N("self_attn.kv_a_proj_with_mqa.weight"), c->kv_lora_rank + c->qk_rope_head_dim, H));
-        PDB_TRY(mm_norm(x, N("self_attn.kv_a_layernorm.weight"), c->kv_lora_rank));
-        PDB_TRY(mm_linear(x, N("self_attn.kv_b_proj.weight"), nh * (c->qk_nope_head_dim + c->v_head_dim), c->kv_lora_rank));
-        PDB_TRY(mm_linear(x, N("self_attn.o_proj.weight"), H, nh * c->v_head_dim));
-        if (!pdb_config_layer_is_moe(c, l)) {
-            PDB_TRY(mm_linear(x, N("mlp.gate_proj.weight"), c->intermediate_size, H));
-            PDB_TRY(mm_linear(x, N("mlp.up_proj.weight"), c->intermediate_size, H));
-            PDB_TRY(mm_linear(x, N("mlp.down_proj.weight"), H, c->intermediate_size));
-            continue;
-        }
-        int64_t Im = c->moe_intermediate_size;
-        PDB_TRY(mm_linear(x, N("mlp.gate.weight"), c->n_routed_experts, H));
-        for (int64_t e = 0; e < c->n_routed_experts; e++) {
-            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.gate_proj.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, Im, H));
-            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.up_proj.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, Im, H));
-            snprintf(n, sizeof n, "model.layers.%lld.mlp.experts.%lld.down_proj.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, H, Im));
-        }
-        if (c->n_shared_experts) {
-            int64_t Is = Im * c->n_shared_experts;
-            PDB_TRY(mm_linear(x, N("mlp.shared_experts.gate_proj.weight"), Is, H));
-            PDB_TRY(mm_linear(x, N("mlp.shared_experts.up_proj.weight"), Is, H));
-            PDB_TRY(mm_linear(x, N("mlp.shared_experts.down_proj.weight"), H, Is));
-        }
-#undef N
-    }
-    return PDB_OK;
-}
+pdb_status pdb_make_model_norm(pdb_make_ctx *x, const char *name, int64_t n) { return pdb_make_model_normal(x, name, n, 0, 1.0, 0.05); }
 
 /* I64 tid2eid [V, K]: K distinct experts per token (partial Fisher-Yates from the tensor's stream). */
-static pdb_status mm_tid2eid(mm_ctx *x, const char *name, int64_t V, int64_t K, int64_t E) {
+pdb_status pdb_make_model_picks(pdb_make_ctx *x, const char *name, int64_t V, int64_t K, int64_t E) {
     int64_t *b = malloc(sizeof(int64_t) * (size_t)(V * K));
     int64_t *perm = malloc(sizeof(int64_t) * (size_t)E);
     if (!b || !perm || K > E) { free(b); free(perm); return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name); }
@@ -264,88 +118,12 @@ static pdb_status mm_tid2eid(mm_ctx *x, const char *name, int64_t V, int64_t K, 
     return pdb_st_writer_add(x->w, name, PDB_DT_I64, 2, shape, b);
 }
 
-/* V4 tensors, named as transformers 5.17 save_pretrained writes them (DeepSeek's names under
- * "model.", the main kv_norm as attn.norm, model.embed_tokens, head). */
-static pdb_status mm_tensors_v4(mm_ctx *x, const pdb_config *c) {
-    char n[256];
-    int64_t H = c->hidden_size, nh = c->num_heads, hd = c->head_dim, hc = c->hc_mult, mix = (2 + hc) * hc;
-    int64_t qlr = c->q_lora_rank, G = c->o_groups, olr = c->o_lora_rank, E = c->n_routed_experts;
-    int64_t I = c->moe_intermediate_size, nih = c->index_n_heads, ihd = c->index_head_dim;
-    PDB_TRY(mm_add(x, "model.embed_tokens.weight", c->vocab_size, H, 0, 1));
-    PDB_TRY(mm_norm(x, "model.norm.weight", H));
-    PDB_TRY(mm_linear(x, "head.weight", c->vocab_size, H));
-    PDB_TRY(mm_linear(x, "model.hc_head.hc_fn", hc, hc * H));
-    PDB_TRY(mm_add(x, "model.hc_head.hc_base", hc, 0, 0, 0.1));
-    PDB_TRY(mm_add(x, "model.hc_head.hc_scale", 1, 0, 1, 0.05));
-    for (int64_t l = 0; l < c->num_layers; l++) {
-#define N(fmt) (snprintf(n, sizeof n, "model.layers.%lld." fmt, (long long)l), n)
-        PDB_TRY(mm_norm(x, N("attn_norm.weight"), H));
-        PDB_TRY(mm_norm(x, N("ffn_norm.weight"), H));
-        const char *site[2] = {"attn", "ffn"};
-        for (int i = 0; i < 2; i++) {
-            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_fn", (long long)l, site[i]);
-            PDB_TRY(mm_linear(x, n, mix, hc * H));
-            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_base", (long long)l, site[i]);
-            PDB_TRY(mm_add(x, n, mix, 0, 0, 0.1));
-            snprintf(n, sizeof n, "model.layers.%lld.hc_%s_scale", (long long)l, site[i]);
-            PDB_TRY(mm_add(x, n, 3, 0, 1, 0.05));
-        }
-        PDB_TRY(mm_linear(x, N("attn.wq_a.weight"), qlr, H));
-        PDB_TRY(mm_norm(x, N("attn.q_norm.weight"), qlr));
-        PDB_TRY(mm_linear(x, N("attn.wq_b.weight"), nh * hd, qlr));
-        PDB_TRY(mm_linear(x, N("attn.wkv.weight"), hd, H));
-        PDB_TRY(mm_norm(x, N("attn.norm.weight"), hd));
-        PDB_TRY(mm_linear(x, N("attn.wo_a.weight"), G * olr, nh * hd / G));
-        PDB_TRY(mm_linear(x, N("attn.wo_b.weight"), H, G * olr));
-        PDB_TRY(mm_add(x, N("attn.attn_sink"), nh, 0, 0, 0.5));
-        pdb_v4_attn at = (pdb_v4_attn)c->v4_attn[l];
-        if (at != PDB_V4_ATTN_SLIDING) {
-            int64_t r = pdb_config_v4_rate(c, l), coff = at == PDB_V4_ATTN_CSA ? 2 : 1;
-            PDB_TRY(mm_linear(x, N("attn.compressor.wkv.weight"), coff * hd, H));
-            PDB_TRY(mm_linear(x, N("attn.compressor.wgate.weight"), coff * hd, H));
-            PDB_TRY(mm_add(x, N("attn.compressor.ape"), r, coff * hd, 0, 0.1));
-            PDB_TRY(mm_norm(x, N("attn.compressor.norm.weight"), hd));
-            if (at == PDB_V4_ATTN_CSA) {
-                PDB_TRY(mm_linear(x, N("attn.indexer.wq_b.weight"), nih * ihd, qlr));
-                PDB_TRY(mm_linear(x, N("attn.indexer.weights_proj.weight"), nih, H));
-                PDB_TRY(mm_linear(x, N("attn.indexer.compressor.wkv.weight"), 2 * ihd, H));
-                PDB_TRY(mm_linear(x, N("attn.indexer.compressor.wgate.weight"), 2 * ihd, H));
-                PDB_TRY(mm_add(x, N("attn.indexer.compressor.ape"), r, 2 * ihd, 0, 0.1));
-                PDB_TRY(mm_norm(x, N("attn.indexer.compressor.norm.weight"), ihd));
-            }
-        }
-        PDB_TRY(mm_linear(x, N("ffn.gate.weight"), E, H));
-        if (c->v4_hash_moe[l]) PDB_TRY(mm_tid2eid(x, N("ffn.gate.tid2eid"), c->vocab_size, c->num_experts_per_tok, E));
-        else PDB_TRY(mm_add(x, N("ffn.gate.bias"), E, 0, 0, 0.01));
-        for (int64_t e = 0; e < E; e++) {
-            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w1.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, I, H));
-            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w2.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, H, I));
-            snprintf(n, sizeof n, "model.layers.%lld.ffn.experts.%lld.w3.weight", (long long)l, (long long)e);
-            PDB_TRY(mm_linear(x, n, I, H));
-        }
-        if (c->n_shared_experts) {
-            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w1.weight"), I, H));
-            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w2.weight"), H, I));
-            PDB_TRY(mm_linear(x, N("ffn.shared_experts.w3.weight"), I, H));
-        }
-#undef N
-    }
-    return PDB_OK;
-}
-
 pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     pdb_config c;
+    const pdb_arch_def *a;
     PDB_TRY(pdb_make_model_preset(o->arch ? o->arch : "deepseek_v2", o->preset ? o->preset : "tiny", &c));
-    if (o->layers > 0) {
-        if (c.arch == PDB_ARCH_DEEPSEEK_V4 && o->layers > PDB_CONFIG_MAX_LAYERS)
-            return pdb_err_set(PDB_TOO_LARGE, "make-model: --layers %lld exceeds %d", (long long)o->layers, PDB_CONFIG_MAX_LAYERS);
-        c.num_layers = o->layers;
-        if (c.arch == PDB_ARCH_DEEPSEEK_V4) /* the preset's schedule, continued */
-            for (int64_t l = 0; l < c.num_layers; l++)
-                c.v4_attn[l] = l < 2 ? PDB_V4_ATTN_SLIDING : (l % 2 ? PDB_V4_ATTN_HCA : PDB_V4_ATTN_CSA);
-    }
+    PDB_TRY(pdb_arch_of(&c, &a));
+    if (o->layers > 0) PDB_TRY(a->make_layers(&c, o->layers));
     if (o->experts > 0) { c.n_routed_experts = o->experts; if (c.num_experts_per_tok > o->experts) c.num_experts_per_tok = o->experts; }
     if (o->vocab > 0) c.vocab_size = o->vocab;
     if (o->hidden > 0) c.hidden_size = o->hidden;
@@ -370,7 +148,7 @@ pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     free(json);
     if (bad) return pdb_err_set(PDB_IO, "make-model: writing %s failed", path);
 
-    mm_ctx x = {0};
+    pdb_make_ctx x = {0};
     x.seed = o->seed;
     if ((s = pdb_pool_create(0, &x.pool))) return s; /* the values are the same on any number of threads */
     if ((s = pdb_st_writer_init(&x.w))) { pdb_pool_destroy(x.pool); return s; }
@@ -378,7 +156,7 @@ pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     snprintf(seedbuf, sizeof seedbuf, "%llu", (unsigned long long)o->seed);
     if (!(s = pdb_st_writer_meta(x.w, "format", "pt")) && !(s = pdb_st_writer_meta(x.w, "pdbridge_seed", seedbuf)) &&
         !(s = pdb_st_writer_meta(x.w, "pdbridge_preset", o->preset ? o->preset : "tiny")) &&
-        !(s = c.arch == PDB_ARCH_DEEPSEEK_V4 ? mm_tensors_v4(&x, &c) : mm_tensors(&x, &c))) {
+        !(s = a->make_tensors(&x, &c))) {
         snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);
         s = pdb_st_writer_finish(x.w, path);
     }

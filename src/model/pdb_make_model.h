@@ -23,6 +23,23 @@ typedef struct pdb_make_model_opts {
     const char *out_dir;
 } pdb_make_model_opts;
 
+/* The architecture side (pdb_<arch>_make.c through the registry): a tensor of the checkpoint
+ * being written, drawn from its own stream seeded by (seed, name), in bf16 (normal: N(mean,
+ * std^2); linear: N(0, 1/in); norm: 1 + N(0, 0.05^2)), or an I64 [V, K] table of K distinct
+ * picks among E per row (V4's tid2eid). */
+typedef struct pdb_make_ctx pdb_make_ctx;
+pdb_status pdb_make_model_normal(pdb_make_ctx *x, const char *name, int64_t d0, int64_t d1, double mean, double std);
+pdb_status pdb_make_model_linear(pdb_make_ctx *x, const char *name, int64_t out, int64_t in);
+pdb_status pdb_make_model_norm(pdb_make_ctx *x, const char *name, int64_t n);
+pdb_status pdb_make_model_picks(pdb_make_ctx *x, const char *name, int64_t V, int64_t K, int64_t E);
+/* Each architecture's presets, layer override and tensor list (the registry points to them). */
+pdb_status pdb_v2_make_preset(const char *preset, pdb_config *c);
+pdb_status pdb_v2_make_layers(pdb_config *c, int64_t layers);
+pdb_status pdb_v2_make_tensors(pdb_make_ctx *x, const pdb_config *c);
+pdb_status pdb_v4_make_preset(const char *preset, pdb_config *c);
+pdb_status pdb_v4_make_layers(pdb_config *c, int64_t layers);
+pdb_status pdb_v4_make_tensors(pdb_make_ctx *x, const pdb_config *c);
+
 /* Fill cfg from a preset name; PDB_NOT_FOUND lists the presets. */
 pdb_status pdb_make_model_preset(const char *arch, const char *preset, pdb_config *cfg);
 pdb_status pdb_make_model_write(const pdb_make_model_opts *o);

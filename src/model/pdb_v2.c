@@ -9,17 +9,14 @@
 #include <string.h>
 
 #include "pdb_math.h"
+#include "pdb_v2_names.h"
 
 /* ======================================= loading ============================================ */
 
-static pdb_status load2(const pdb_st *st, float **dst, int64_t d0, int64_t d1, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static pdb_status load2(const pdb_st *st, float **dst, int64_t d0, int64_t d1, const char *fmt, ...) {
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+/* Role `role` (pdb_v2_names) of layer l / expert e as f32 [d0] or [d0, d1]. */
+static pdb_status load2(const pdb_st *st, float **dst, int64_t d0, int64_t d1, int role, int64_t l, int64_t e) {
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(role, l, e, name);
     int64_t shape[2] = {d0, d1};
     return pdb_st_load_f32(st, name, d1 ? 2 : 1, shape, dst);
 }
@@ -31,13 +28,13 @@ static pdb_status load_experts(const pdb_config *c, const pdb_st *st, int l, pdb
     L->exp_up = malloc(n * sizeof(float));
     L->exp_down = malloc(n * sizeof(float));
     if (!L->exp_gate || !L->exp_up || !L->exp_down) return pdb_err_set(PDB_NOMEM, "layer %d experts", l);
-    char name[256];
-    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
-    if (pdb_st_find(st, name)) { /* fused layout: [E, 2*Im, H] and [E, H, Im] */
+    char name[PDB_NAMES_MAX_LEN];
+    /* fused layout: [E, 2*Im, H] and [E, H, Im] */
+    if (pdb_st_find(st, pdb_v2_names_format(PDB_V2_T_EXPERTS_GATE_UP, l, 0, name))) {
         float *gu = NULL, *dn = NULL;
         int64_t s1[3] = {E, 2 * Im, H}, s2[3] = {E, H, Im};
         PDB_TRY(pdb_st_load_f32(st, name, 3, s1, &gu));
-        snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
+        pdb_v2_names_format(PDB_V2_T_EXPERTS_DOWN, l, 0, name);
         pdb_status s = pdb_st_load_f32(st, name, 3, s2, &dn);
         if (s) { free(gu); return s; }
         for (int64_t e = 0; e < E; e++) {
@@ -51,9 +48,9 @@ static pdb_status load_experts(const pdb_config *c, const pdb_st *st, int l, pdb
     }
     for (int64_t e = 0; e < E; e++) { /* DeepSeek's per-expert naming */
         float *g = NULL, *u = NULL, *d = NULL;
-        pdb_status s = load2(st, &g, Im, H, "model.layers.%d.mlp.experts.%lld.gate_proj.weight", l, (long long)e);
-        if (!s) s = load2(st, &u, Im, H, "model.layers.%d.mlp.experts.%lld.up_proj.weight", l, (long long)e);
-        if (!s) s = load2(st, &d, H, Im, "model.layers.%d.mlp.experts.%lld.down_proj.weight", l, (long long)e);
+        pdb_status s = load2(st, &g, Im, H, PDB_V2_T_EXPERT_GATE, l, e);
+        if (!s) s = load2(st, &u, Im, H, PDB_V2_T_EXPERT_UP, l, e);
+        if (!s) s = load2(st, &d, H, Im, PDB_V2_T_EXPERT_DOWN, l, e);
         if (!s) {
             memcpy(L->exp_gate + e * Im * H, g, sizeof(float) * Im * H);
             memcpy(L->exp_up + e * Im * H, u, sizeof(float) * Im * H);
@@ -79,42 +76,43 @@ pdb_status pdb_v2_load_from(const pdb_config *cfg, const pdb_st *st, pdb_v2_mode
     if (!m->layers) { s = pdb_err_set(PDB_NOMEM, "layers"); goto fail; }
     if ((s = pdb_rope_init(&m->rope, &c->rope, rope))) goto fail;
     m->softmax_scale = (float)pdb_config_softmax_scale(c);
-    if ((s = load2(st, &m->embed, V, H, "model.embed_tokens.weight"))) goto fail;
-    if ((s = load2(st, &m->final_norm, H, 0, "model.norm.weight"))) goto fail;
-    if (c->tie_word_embeddings && !pdb_st_find(st, "lm_head.weight")) m->lm_head = m->embed;
-    else if ((s = load2(st, &m->lm_head, V, H, "lm_head.weight"))) goto fail;
+    if ((s = load2(st, &m->embed, V, H, PDB_V2_T_EMBED, -1, 0))) goto fail;
+    if ((s = load2(st, &m->final_norm, H, 0, PDB_V2_T_FINAL_NORM, -1, 0))) goto fail;
+    char head[PDB_NAMES_MAX_LEN];
+    if (c->tie_word_embeddings && !pdb_st_find(st, pdb_v2_names_format(PDB_V2_T_LM_HEAD, -1, 0, head)))
+        m->lm_head = m->embed;
+    else if ((s = load2(st, &m->lm_head, V, H, PDB_V2_T_LM_HEAD, -1, 0))) goto fail;
     for (int l = 0; l < c->num_layers; l++) {
         pdb_v2_layer *L = &m->layers[l];
-        const char *p = "model.layers";
-        if ((s = load2(st, &L->attn_norm, H, 0, "%s.%d.input_layernorm.weight", p, l))) goto fail;
-        if ((s = load2(st, &L->ffn_norm, H, 0, "%s.%d.post_attention_layernorm.weight", p, l))) goto fail;
+        if ((s = load2(st, &L->attn_norm, H, 0, PDB_V2_T_ATTN_NORM, l, 0))) goto fail;
+        if ((s = load2(st, &L->ffn_norm, H, 0, PDB_V2_T_FFN_NORM, l, 0))) goto fail;
         if (c->q_lora_rank == 0) {
-            if ((s = load2(st, &L->q_proj, nh * qk, H, "%s.%d.self_attn.q_proj.weight", p, l))) goto fail;
+            if ((s = load2(st, &L->q_proj, nh * qk, H, PDB_V2_T_Q_PROJ, l, 0))) goto fail;
         } else {
-            if ((s = load2(st, &L->q_a_proj, c->q_lora_rank, H, "%s.%d.self_attn.q_a_proj.weight", p, l))) goto fail;
-            if ((s = load2(st, &L->q_a_norm, c->q_lora_rank, 0, "%s.%d.self_attn.q_a_layernorm.weight", p, l))) goto fail;
-            if ((s = load2(st, &L->q_b_proj, nh * qk, c->q_lora_rank, "%s.%d.self_attn.q_b_proj.weight", p, l))) goto fail;
+            if ((s = load2(st, &L->q_a_proj, c->q_lora_rank, H, PDB_V2_T_Q_A_PROJ, l, 0))) goto fail;
+            if ((s = load2(st, &L->q_a_norm, c->q_lora_rank, 0, PDB_V2_T_Q_A_NORM, l, 0))) goto fail;
+            if ((s = load2(st, &L->q_b_proj, nh * qk, c->q_lora_rank, PDB_V2_T_Q_B_PROJ, l, 0))) goto fail;
         }
-        if ((s = load2(st, &L->kv_a_proj, kvl + rope, H, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l))) goto fail;
-        if ((s = load2(st, &L->kv_a_norm, kvl, 0, "%s.%d.self_attn.kv_a_layernorm.weight", p, l))) goto fail;
+        if ((s = load2(st, &L->kv_a_proj, kvl + rope, H, PDB_V2_T_KV_A_PROJ, l, 0))) goto fail;
+        if ((s = load2(st, &L->kv_a_norm, kvl, 0, PDB_V2_T_KV_A_NORM, l, 0))) goto fail;
         if ((s = load2(st, &L->kv_b_proj, nh * (c->qk_nope_head_dim + c->v_head_dim), kvl,
-                       "%s.%d.self_attn.kv_b_proj.weight", p, l))) goto fail;
-        if ((s = load2(st, &L->o_proj, H, nh * c->v_head_dim, "%s.%d.self_attn.o_proj.weight", p, l))) goto fail;
+                       PDB_V2_T_KV_B_PROJ, l, 0))) goto fail;
+        if ((s = load2(st, &L->o_proj, H, nh * c->v_head_dim, PDB_V2_T_O_PROJ, l, 0))) goto fail;
         L->is_moe = pdb_config_layer_is_moe(c, l);
         if (!L->is_moe) {
             int64_t I = c->intermediate_size;
-            if ((s = load2(st, &L->gate, I, H, "%s.%d.mlp.gate_proj.weight", p, l))) goto fail;
-            if ((s = load2(st, &L->up, I, H, "%s.%d.mlp.up_proj.weight", p, l))) goto fail;
-            if ((s = load2(st, &L->down, H, I, "%s.%d.mlp.down_proj.weight", p, l))) goto fail;
+            if ((s = load2(st, &L->gate, I, H, PDB_V2_T_MLP_GATE, l, 0))) goto fail;
+            if ((s = load2(st, &L->up, I, H, PDB_V2_T_MLP_UP, l, 0))) goto fail;
+            if ((s = load2(st, &L->down, H, I, PDB_V2_T_MLP_DOWN, l, 0))) goto fail;
             continue;
         }
-        if ((s = load2(st, &L->router, c->n_routed_experts, H, "%s.%d.mlp.gate.weight", p, l))) goto fail;
+        if ((s = load2(st, &L->router, c->n_routed_experts, H, PDB_V2_T_ROUTER, l, 0))) goto fail;
         if ((s = load_experts(c, st, l, L))) goto fail;
         if (c->n_shared_experts > 0) {
             int64_t Is = c->moe_intermediate_size * c->n_shared_experts;
-            if ((s = load2(st, &L->sh_gate, Is, H, "%s.%d.mlp.shared_experts.gate_proj.weight", p, l))) goto fail;
-            if ((s = load2(st, &L->sh_up, Is, H, "%s.%d.mlp.shared_experts.up_proj.weight", p, l))) goto fail;
-            if ((s = load2(st, &L->sh_down, H, Is, "%s.%d.mlp.shared_experts.down_proj.weight", p, l))) goto fail;
+            if ((s = load2(st, &L->sh_gate, Is, H, PDB_V2_T_SHARED_GATE, l, 0))) goto fail;
+            if ((s = load2(st, &L->sh_up, Is, H, PDB_V2_T_SHARED_UP, l, 0))) goto fail;
+            if ((s = load2(st, &L->sh_down, H, Is, PDB_V2_T_SHARED_DOWN, l, 0))) goto fail;
         }
     }
     *out = m;

@@ -13,6 +13,7 @@
 #include "pdb_clock.h"
 #include "pdb_math.h"
 #include "pdb_v2.h"
+#include "pdb_v2_names.h"
 
 /* the steps of one (row, head)'s attention (head_step), and the split tasks' claims per (row, head)
  * and step (see attention_split below) */
@@ -50,17 +51,13 @@ static pdb_status own(pdb_v2_qweights *w, void *p) {
     return PDB_OK;
 }
 
-/* A linear weight [rows, cols]: BF16/F32 views, MX with "<name>_mx_scale", or any other float
- * dtype (incl. DeepSeek block-scaled FP8) dequantized into an owned f32 copy. */
-static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, int64_t rows, int64_t cols,
-                            const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, int64_t rows, int64_t cols,
-                            const char *fmt, ...) {
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+/* A linear weight [rows, cols], role `role` (pdb_v2_names) of layer l / expert e: BF16/F32 views,
+ * MX with "<name>_mx_scale", or any other float dtype (incl. DeepSeek block-scaled FP8) dequantized
+ * into an owned f32 copy. */
+static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, int64_t rows, int64_t cols, int role,
+                            int64_t l, int64_t e) {
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(role, l, e, name);
     if (cols > w->max_cols) w->max_cols = cols;
     const pdb_tensor_view *v = pdb_st_find(st, name), *mq, *sc;
     if (!v) return pdb_err_set(PDB_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
@@ -92,14 +89,10 @@ static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, i
     return PDB_OK;
 }
 
-static pdb_status load_vec(pdb_v2_qweights *w, const pdb_st *st, float **out, int64_t n, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static pdb_status load_vec(pdb_v2_qweights *w, const pdb_st *st, float **out, int64_t n, const char *fmt, ...) {
-    char name[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
+static pdb_status load_vec(pdb_v2_qweights *w, const pdb_st *st, float **out, int64_t n, int role, int64_t l,
+                           int64_t e) {
+    char name[PDB_NAMES_MAX_LEN];
+    pdb_v2_names_format(role, l, e, name);
     PDB_TRY(pdb_st_load_f32(st, name, 1, &n, out));
     return own(w, *out);
 }
@@ -109,24 +102,23 @@ static pdb_status load_layer(pdb_v2_qweights *w, const pdb_st *st, int l, int kv
     pdb_v2_qlayer *L = &w->layers[l];
     int64_t H = c->hidden_size, nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim;
     int64_t qk = nope + rope, vd = c->v_head_dim, kvl = c->kv_lora_rank;
-    const char *p = "model.layers";
-    PDB_TRY(load_qmat(w, st, &L->kv_a, kvl + rope, H, "%s.%d.self_attn.kv_a_proj_with_mqa.weight", p, l));
-    PDB_TRY(load_vec(w, st, &L->kv_a_norm, kvl, "%s.%d.self_attn.kv_a_layernorm.weight", p, l));
+    PDB_TRY(load_qmat(w, st, &L->kv_a, kvl + rope, H, PDB_V2_T_KV_A_PROJ, l, 0));
+    PDB_TRY(load_vec(w, st, &L->kv_a_norm, kvl, PDB_V2_T_KV_A_NORM, l, 0));
     if (kv_only) return PDB_OK;
-    PDB_TRY(load_vec(w, st, &L->attn_norm, H, "%s.%d.input_layernorm.weight", p, l));
-    PDB_TRY(load_vec(w, st, &L->ffn_norm, H, "%s.%d.post_attention_layernorm.weight", p, l));
+    PDB_TRY(load_vec(w, st, &L->attn_norm, H, PDB_V2_T_ATTN_NORM, l, 0));
+    PDB_TRY(load_vec(w, st, &L->ffn_norm, H, PDB_V2_T_FFN_NORM, l, 0));
     if (c->q_lora_rank == 0) {
-        PDB_TRY(load_qmat(w, st, &L->q_proj, nh * qk, H, "%s.%d.self_attn.q_proj.weight", p, l));
+        PDB_TRY(load_qmat(w, st, &L->q_proj, nh * qk, H, PDB_V2_T_Q_PROJ, l, 0));
     } else {
-        PDB_TRY(load_qmat(w, st, &L->q_a, c->q_lora_rank, H, "%s.%d.self_attn.q_a_proj.weight", p, l));
-        PDB_TRY(load_vec(w, st, &L->q_a_norm, c->q_lora_rank, "%s.%d.self_attn.q_a_layernorm.weight", p, l));
-        PDB_TRY(load_qmat(w, st, &L->q_b, nh * qk, c->q_lora_rank, "%s.%d.self_attn.q_b_proj.weight", p, l));
+        PDB_TRY(load_qmat(w, st, &L->q_a, c->q_lora_rank, H, PDB_V2_T_Q_A_PROJ, l, 0));
+        PDB_TRY(load_vec(w, st, &L->q_a_norm, c->q_lora_rank, PDB_V2_T_Q_A_NORM, l, 0));
+        PDB_TRY(load_qmat(w, st, &L->q_b, nh * qk, c->q_lora_rank, PDB_V2_T_Q_B_PROJ, l, 0));
     }
-    PDB_TRY(load_qmat(w, st, &L->o_proj, H, nh * vd, "%s.%d.self_attn.o_proj.weight", p, l));
+    PDB_TRY(load_qmat(w, st, &L->o_proj, H, nh * vd, PDB_V2_T_O_PROJ, l, 0));
     /* W_UV is read in place from kv_b (a row view per head); W_UK^T is kv_b's nope rows transposed,
      * kept in bf16 when that holds every value exactly (e4m3 and bf16 weights always do): the
      * same values, so the same products, at half the bytes of f32 */
-    PDB_TRY(load_qmat(w, st, &L->kv_b, nh * (nope + vd), kvl, "%s.%d.self_attn.kv_b_proj.weight", p, l));
+    PDB_TRY(load_qmat(w, st, &L->kv_b, nh * (nope + vd), kvl, PDB_V2_T_KV_B_PROJ, l, 0));
     float *uk = malloc(sizeof(float) * (size_t)(nh * kvl * nope)), *row = malloc(sizeof(float) * (size_t)kvl);
     if (!uk || !row) { free(uk); free(row); return pdb_err_set(PDB_NOMEM, "layer %d kv_b", l); }
     int bf16 = 1;
@@ -156,31 +148,30 @@ static pdb_status load_layer(pdb_v2_qweights *w, const pdb_st *st, int l, int kv
     L->is_moe = pdb_config_layer_is_moe(c, l);
     if (!L->is_moe) {
         int64_t I = c->intermediate_size;
-        PDB_TRY(load_qmat(w, st, &L->gate, I, H, "%s.%d.mlp.gate_proj.weight", p, l));
-        PDB_TRY(load_qmat(w, st, &L->up, I, H, "%s.%d.mlp.up_proj.weight", p, l));
-        return load_qmat(w, st, &L->down, H, I, "%s.%d.mlp.down_proj.weight", p, l);
+        PDB_TRY(load_qmat(w, st, &L->gate, I, H, PDB_V2_T_MLP_GATE, l, 0));
+        PDB_TRY(load_qmat(w, st, &L->up, I, H, PDB_V2_T_MLP_UP, l, 0));
+        return load_qmat(w, st, &L->down, H, I, PDB_V2_T_MLP_DOWN, l, 0);
     }
     int64_t E = c->n_routed_experts, Im = c->moe_intermediate_size;
-    char fused[256];
-    snprintf(fused, sizeof fused, "%s.%d.mlp.experts.gate_up_proj", p, l);
-    if (pdb_st_find(st, fused))
+    char fused[PDB_NAMES_MAX_LEN];
+    if (pdb_st_find(st, pdb_v2_names_format(PDB_V2_T_EXPERTS_GATE_UP, l, 0, fused)))
         return pdb_err_set(PDB_UNSUPPORTED, "checkpoint: fused expert tensor '%s' (this engine reads per-expert tensors "
                            "as DeepSeek and transformers' save_pretrained write them)", fused);
-    PDB_TRY(load_qmat(w, st, &L->router, E, H, "%s.%d.mlp.gate.weight", p, l));
+    PDB_TRY(load_qmat(w, st, &L->router, E, H, PDB_V2_T_ROUTER, l, 0));
     L->eg = calloc((size_t)E * 3, sizeof(pdb_qmat));
     if (!L->eg) return pdb_err_set(PDB_NOMEM, "layer %d experts", l);
     L->eu = L->eg + E;
     L->ed = L->eg + 2 * E;
     for (int64_t e = 0; e < E; e++) {
-        PDB_TRY(load_qmat(w, st, &L->eg[e], Im, H, "%s.%d.mlp.experts.%lld.gate_proj.weight", p, l, (long long)e));
-        PDB_TRY(load_qmat(w, st, &L->eu[e], Im, H, "%s.%d.mlp.experts.%lld.up_proj.weight", p, l, (long long)e));
-        PDB_TRY(load_qmat(w, st, &L->ed[e], H, Im, "%s.%d.mlp.experts.%lld.down_proj.weight", p, l, (long long)e));
+        PDB_TRY(load_qmat(w, st, &L->eg[e], Im, H, PDB_V2_T_EXPERT_GATE, l, e));
+        PDB_TRY(load_qmat(w, st, &L->eu[e], Im, H, PDB_V2_T_EXPERT_UP, l, e));
+        PDB_TRY(load_qmat(w, st, &L->ed[e], H, Im, PDB_V2_T_EXPERT_DOWN, l, e));
     }
     if (c->n_shared_experts > 0) {
         int64_t Is = Im * c->n_shared_experts;
-        PDB_TRY(load_qmat(w, st, &L->sg, Is, H, "%s.%d.mlp.shared_experts.gate_proj.weight", p, l));
-        PDB_TRY(load_qmat(w, st, &L->su, Is, H, "%s.%d.mlp.shared_experts.up_proj.weight", p, l));
-        PDB_TRY(load_qmat(w, st, &L->sd, H, Is, "%s.%d.mlp.shared_experts.down_proj.weight", p, l));
+        PDB_TRY(load_qmat(w, st, &L->sg, Is, H, PDB_V2_T_SHARED_GATE, l, 0));
+        PDB_TRY(load_qmat(w, st, &L->su, Is, H, PDB_V2_T_SHARED_UP, l, 0));
+        PDB_TRY(load_qmat(w, st, &L->sd, H, Is, PDB_V2_T_SHARED_DOWN, l, 0));
     }
     return PDB_OK;
 }
@@ -199,10 +190,12 @@ pdb_status pdb_v2_qweights_load(pdb_v2_qweights *w, const pdb_config *cfg, const
     w->layers = calloc((size_t)c->num_layers, sizeof *w->layers);
     if (!w->layers) { s = pdb_err_set(PDB_NOMEM, "layers"); goto fail; }
     if (!kv_only) {
-        if ((s = load_qmat(w, st, &w->embed, V, H, "model.embed_tokens.weight"))) goto fail;
-        if ((s = load_vec(w, st, &w->final_norm, H, "model.norm.weight"))) goto fail;
-        if (c->tie_word_embeddings && !pdb_st_find(st, "lm_head.weight")) w->lm_head = w->embed;
-        else if ((s = load_qmat(w, st, &w->lm_head, V, H, "lm_head.weight"))) goto fail;
+        if ((s = load_qmat(w, st, &w->embed, V, H, PDB_V2_T_EMBED, -1, 0))) goto fail;
+        if ((s = load_vec(w, st, &w->final_norm, H, PDB_V2_T_FINAL_NORM, -1, 0))) goto fail;
+        char head[PDB_NAMES_MAX_LEN];
+        if (c->tie_word_embeddings && !pdb_st_find(st, pdb_v2_names_format(PDB_V2_T_LM_HEAD, -1, 0, head)))
+            w->lm_head = w->embed;
+        else if ((s = load_qmat(w, st, &w->lm_head, V, H, PDB_V2_T_LM_HEAD, -1, 0))) goto fail;
     }
     for (int l = 0; l < c->num_layers; l++)
         if ((s = load_layer(w, st, l, kv_only))) goto fail;

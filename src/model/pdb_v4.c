@@ -58,14 +58,15 @@ void pdb_v4_mm_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
     mm_cols(&j, 0, N);
 }
 
-/* The model's product: its provider, else the CPU (the pool's threads when it has one). */
-static pdb_status v4_mm(const pdb_v4_model *m, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+/* A product where the execution context puts it: its provider, else the CPU (the pool's
+ * threads when it has one). */
+static pdb_status v4_mm(const pdb_v4_exec *x, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                         const float *B, int64_t ldb, int acc, float *C, int64_t ldc) {
     if (M <= 0 || N <= 0) return PDB_OK;
-    if (m->mm) return m->mm->mm(m->mm->ctx, M, N, K, A, lda, B, ldb, acc, C, ldc);
+    if (x->mm) return x->mm->mm(x->mm->ctx, M, N, K, A, lda, B, ldb, acc, C, ldc);
     mm_job j = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B, .C = C, .acc = acc};
     if (N <= MM_COLS || M * N * K < (1 << 16)) mm_cols(&j, 0, N);
-    else pdb_pool_run(m->pool, (N + MM_COLS - 1) / MM_COLS, mm_task, &j);
+    else pdb_pool_run(x->pool, (N + MM_COLS - 1) / MM_COLS, mm_task, &j);
     return PDB_OK;
 }
 
@@ -288,14 +289,14 @@ static void compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, co
 }
 
 /* Project x [T, H] through a compressor and feed it. */
-static pdb_status run_compressor(const pdb_v4_model *m, const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
+static pdb_status run_compressor(const pdb_v4_exec *ex, const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
                                  const float *x, int64_t T, int64_t p0, float *buf_kv, float *buf_gate, float *ov_kv,
                                  float *ov_gate, float *entries) {
     int64_t H = c->hidden_size, D = cp->coff * cp->dim;
     float *kvp = falloc(T * D), *gp = falloc(T * D);
     if (!kvp || !gp) { free(kvp); free(gp); return pdb_err_set(PDB_NOMEM, "v4 compressor: out of memory"); }
-    pdb_status s = v4_mm(m, T, D, H, x, H, cp->wkv, H, 0, kvp, D);
-    if (!s) s = v4_mm(m, T, D, H, x, H, cp->wgate, H, 0, gp, D);
+    pdb_status s = v4_mm(ex, T, D, H, x, H, cp->wkv, H, 0, kvp, D);
+    if (!s) s = v4_mm(ex, T, D, H, x, H, cp->wgate, H, 0, gp, D);
     if (!s) compress_tokens(c, cp, rope, q, kvp, gp, T, p0, buf_kv, buf_gate, ov_kv, ov_gate, entries);
     free(kvp);
     free(gp);
@@ -358,22 +359,22 @@ static void idx_task(void *ctx, int64_t t, int thread) {
  * the topk highest scores sum_h w_h * relu(q_h . k_w) / sqrt(ihd), equal scores by lower index.
  * sel [T, topk] (entry ids, ascending order irrelevant), nsel [T]. qr [T, qlr], x [T, H]. The
  * queries are independent and run on the pool's threads. */
-static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_layer *L, const pdb_v4_layer_cache *lc, qsim_kind q,
+static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, const pdb_v4_layer *L, const pdb_v4_layer_cache *lc, qsim_kind q,
                               const float *qr, const float *x, int64_t T, int64_t p0, int32_t *sel, int64_t *nsel) {
     const pdb_config *c = &m->cfg;
     int64_t nih = c->index_n_heads, ihd = c->index_head_dim, qlr = c->q_lora_rank, H = c->hidden_size;
     int64_t K = c->index_topk, r = L->rate;
-    int64_t nmax = (p0 + T) / r, nth = pdb_pool_threads(m->pool), stride = nmax > 0 ? nmax : 1;
+    int64_t nmax = (p0 + T) / r, nth = pdb_pool_threads(ex->pool), stride = nmax > 0 ? nmax : 1;
     float *iq = falloc(T * nih * ihd), *wt = falloc(T * nih);
     scored *sc = malloc(sizeof(scored) * (size_t)(stride * nth));
     if (!iq || !wt || !sc) { free(iq); free(wt); free(sc); return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory"); }
-    pdb_status s = v4_mm(m, T, nih * ihd, qlr, qr, qlr, L->idx_wq_b, qlr, 0, iq, nih * ihd);
-    if (!s) s = v4_mm(m, T, nih, H, x, H, L->idx_wproj, H, 0, wt, nih);
+    pdb_status s = v4_mm(ex, T, nih * ihd, qlr, qr, qlr, L->idx_wq_b, qlr, 0, iq, nih * ihd);
+    if (!s) s = v4_mm(ex, T, nih, H, x, H, L->idx_wproj, H, 0, wt, nih);
     if (!s) {
         v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .wt = wt, .sel = sel, .nsel = nsel, .sc = sc, .sc_stride = stride,
                         .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q,
                         .wscale = (float)(1.0 / sqrt((double)nih)), .sscale = (float)(1.0 / sqrt((double)ihd))};
-        pdb_pool_run(m->pool, T, idx_task, &j);
+        pdb_pool_run(ex->pool, T, idx_task, &j);
     }
     free(iq);
     free(wt);
@@ -391,17 +392,17 @@ pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l,
     int official = cc->sem == PDB_V4_SEM_OFFICIAL;
     float *kv = kv_out ? kv_out : falloc(T * hd);
     if (!kv) return pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory");
-    pdb_status s = v4_mm(m, T, hd, H, x, H, L->wkv, H, 0, kv, hd);
+    pdb_status s = v4_mm(&cc->exec, T, hd, H, x, H, L->wkv, H, 0, kv, hd);
     for (int64_t t = 0; t < T && !s; t++) {
         pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
         finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
     }
     /* compressed entries (and the indexer's keys) of every window completed by this chunk */
     if (!s && L->rate)
-        s = run_compressor(m, c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, x, T, p0, lc->buf_kv,
+        s = run_compressor(&cc->exec, c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, x, T, p0, lc->buf_kv,
                            lc->buf_gate, lc->ov_kv, lc->ov_gate, lc->comp);
     if (!s && L->attn == PDB_V4_ATTN_CSA)
-        s = run_compressor(m, c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, x, T, p0, lc->ibuf_kv,
+        s = run_compressor(&cc->exec, c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, x, T, p0, lc->ibuf_kv,
                            lc->ibuf_gate, lc->iov_kv, lc->iov_gate, lc->ikeys);
     if (!s)
         for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
@@ -484,6 +485,7 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     pdb_v4_layer_cache *lc = &cc->layers[l];
+    const pdb_v4_exec *ex = &cc->exec;
     int64_t H = c->hidden_size, nh = c->num_heads, hd = c->head_dim, rd = c->qk_rope_head_dim, qlr = c->q_lora_rank;
     int64_t W = c->sliding_window, G = c->o_groups, olr = c->o_lora_rank, gin = nh * hd / G, p0 = cc->len;
     int official = cc->sem == PDB_V4_SEM_OFFICIAL;
@@ -498,9 +500,9 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
         goto done;
     }
     /* queries: q_a -> q_norm -> q_b -> per-head unweighted RMSNorm -> RoPE on the trailing dims */
-    if ((s = v4_mm(m, T, qlr, H, x, H, L->wq_a, H, 0, qr, qlr))) goto done;
+    if ((s = v4_mm(ex, T, qlr, H, x, H, L->wq_a, H, 0, qr, qlr))) goto done;
     for (int64_t t = 0; t < T; t++) pdb_math_rmsnorm(qr + t * qlr, qr + t * qlr, L->q_norm, qlr, c->rms_norm_eps);
-    if ((s = v4_mm(m, T, nh * hd, qlr, qr, qlr, L->wq_b, qlr, 0, q, nh * hd))) goto done;
+    if ((s = v4_mm(ex, T, nh * hd, qlr, qr, qlr, L->wq_b, qlr, 0, q, nh * hd))) goto done;
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < nh; h++) {
             float *qh = q + (t * nh + h) * hd;
@@ -516,7 +518,7 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
     s = pdb_v4_cache_feed(m, cc, l, x, T, keys + nold * hd);
     if (s) goto done;
     if (L->attn == PDB_V4_ATTN_CSA) {
-        s = run_indexer(m, L, lc, official ? QSIM_FP4_ROT : QSIM_NONE, qr, x, T, p0, sel, nsel);
+        s = run_indexer(m, ex, L, lc, official ? QSIM_FP4_ROT : QSIM_NONE, qr, x, T, p0, sel, nsel);
         if (s) goto done;
     }
     /* attention per token and head over [window rows | picked compressed entries], with a sink
@@ -526,14 +528,14 @@ static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
                            .comp = lc->comp, .n_comp = L->rate ? (p0 + T) / L->rate : 0,
                            .rate = L->attn == PDB_V4_ATTN_HCA ? L->rate : 0, .sel = sel, .nsel = nsel, .K = K,
                            .sinks = L->sink, .scale = (float)(1.0 / sqrt((double)hd)), .o = o};
-    s = m->mm && m->mm->attn ? m->mm->attn(m->mm->ctx, &ad) : pdb_v4_attn_ref(&ad, m->pool);
+    s = ex->mm && ex->mm->attn ? ex->mm->attn(ex->mm->ctx, &ad) : pdb_v4_attn_ref(&ad, ex->pool);
     if (s) goto done;
     v4_unrope_job uj = {.rope = L->rope, .o = o, .p0 = p0, .nh = nh, .hd = hd, .rd = rd};
-    pdb_pool_run(m->pool, T, unrope_task, &uj);
+    pdb_pool_run(ex->pool, T, unrope_task, &uj);
     /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
     for (int64_t g = 0; g < G && !s; g++)
-        s = v4_mm(m, T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
-    if (!s) s = v4_mm(m, T, H, G * olr, a, G * olr, L->wo_b, G * olr, 0, out, H);
+        s = v4_mm(ex, T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
+    if (!s) s = v4_mm(ex, T, H, G * olr, a, G * olr, L->wo_b, G * olr, 0, out, H);
 done:
     free(qr);
     free(q);
@@ -593,7 +595,7 @@ static void swiglu(float *g, const float *u, int64_t n, float limit) {
 }
 
 /* Routed experts (grouped by expert, ascending) + the shared expert: x [T, H] -> out [T, H]. */
-static pdb_status moe(const pdb_v4_model *m, const pdb_v4_layer *L, const int32_t *ids, const float *x, int64_t T,
+static pdb_status moe(const pdb_v4_model *m, const pdb_v4_exec *ex, const pdb_v4_layer *L, const int32_t *ids, const float *x, int64_t T,
                       float *out) {
     const pdb_config *c = &m->cfg;
     int64_t H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok, I = c->moe_intermediate_size;
@@ -605,7 +607,7 @@ static pdb_status moe(const pdb_v4_model *m, const pdb_v4_layer *L, const int32_
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)TK), *rows = malloc(sizeof(int64_t) * (size_t)TK);
     float *rw = falloc(TK);
     if (!lg || !wt || !xg || !g || !u || !y || !idx || !rows || !rw) { s = pdb_err_set(PDB_NOMEM, "v4 moe: out of memory"); goto done; }
-    if ((s = v4_mm(m, T, E, H, x, H, L->gate, H, 0, lg, E))) goto done;
+    if ((s = v4_mm(ex, T, E, H, x, H, L->gate, H, 0, lg, E))) goto done;
     for (int64_t t = 0; t < T; t++) pdb_v4_route(c, L, ids[t], lg + t * E, idx + t * K, wt + t * K);
     memset(out, 0, sizeof(float) * (size_t)(T * H));
     for (int64_t e = 0; e < E; e++) {
@@ -619,18 +621,18 @@ static pdb_status moe(const pdb_v4_model *m, const pdb_v4_layer *L, const int32_
                     n++;
                 }
         if (!n) continue;
-        if ((s = v4_mm(m, n, I, H, xg, H, L->w1 + e * I * H, H, 0, g, I))) goto done;
-        if ((s = v4_mm(m, n, I, H, xg, H, L->w3 + e * I * H, H, 0, u, I))) goto done;
+        if ((s = v4_mm(ex, n, I, H, xg, H, L->w1 + e * I * H, H, 0, g, I))) goto done;
+        if ((s = v4_mm(ex, n, I, H, xg, H, L->w3 + e * I * H, H, 0, u, I))) goto done;
         swiglu(g, u, n * I, limit);
-        if ((s = v4_mm(m, n, H, I, g, I, L->w2 + e * H * I, I, 0, y, H))) goto done;
+        if ((s = v4_mm(ex, n, H, I, g, I, L->w2 + e * H * I, I, 0, y, H))) goto done;
         for (int64_t j = 0; j < n; j++)
             for (int64_t d = 0; d < H; d++) out[rows[j] * H + d] += rw[j] * y[j * H + d];
     }
     if (c->n_shared_experts) {
-        if ((s = v4_mm(m, T, I, H, x, H, L->sh_w1, H, 0, g, I))) goto done;
-        if ((s = v4_mm(m, T, I, H, x, H, L->sh_w3, H, 0, u, I))) goto done;
+        if ((s = v4_mm(ex, T, I, H, x, H, L->sh_w1, H, 0, g, I))) goto done;
+        if ((s = v4_mm(ex, T, I, H, x, H, L->sh_w3, H, 0, u, I))) goto done;
         swiglu(g, u, T * I, limit);
-        s = v4_mm(m, T, H, I, g, I, L->sh_w2, I, 1, out, H);
+        s = v4_mm(ex, T, H, I, g, I, L->sh_w2, I, 1, out, H);
     }
 done:
     free(lg); free(wt); free(xg); free(g); free(u); free(y); free(idx); free(rows); free(rw);
@@ -654,7 +656,7 @@ static pdb_status sub_block(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, 
         pdb_math_rmsnorm(x + t * H, x + t * H, which ? L->ffn_norm : L->attn_norm, H, c->rms_norm_eps);
     }
     if (!which && hook) s = hook->attn_input(hook->user, l, x, T, cc->len);
-    if (!s) s = which ? moe(m, L, ids, x, T, out) : attention(m, cc, l, x, T, out);
+    if (!s) s = which ? moe(m, &cc->exec, L, ids, x, T, out) : attention(m, cc, l, x, T, out);
     if (s) goto done;
     for (int64_t t = 0; t < T; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
 done:
@@ -693,7 +695,7 @@ pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const 
         for (int64_t t = all_logits ? 0 : T - 1, r = 0; t < T; t++, r++) {
             hc_head(m, hs + t * hc * H, y, tmp);
             pdb_math_rmsnorm(y, y, m->norm, H, c->rms_norm_eps);
-            if ((s = v4_mm(m, 1, V, H, y, H, m->head, H, 0, logits + r * V, V))) goto done;
+            if ((s = v4_mm(&cc->exec, 1, V, H, y, H, m->head, H, 0, logits + r * V, V))) goto done;
         }
 done:
     free(hs);

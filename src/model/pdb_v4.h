@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "pdb_config.h"
+#include "pdb_arch.h"
 #include "pdb_pool.h"
 #include "pdb_rope.h"
 #include "pdb_safetensors.h"
@@ -82,8 +83,6 @@ typedef struct pdb_v4_model {
     float *hc_head_base;             /* [hc] */
     float *hc_head_scale;            /* [1] */
     pdb_v4_layer *layers;            /* [L] */
-    pdb_pool *pool;                  /* matmul threads (not owned; NULL: the calling thread) */
-    const struct pdb_v4_mm_provider *mm; /* not owned; NULL: products on the CPU (pool) */
 } pdb_v4_model;
 
 /* Where a V4 model's matrix products run. Every product is C[M, N] (ldc) = A[M, K] (lda) @
@@ -103,6 +102,13 @@ typedef struct pdb_v4_mm_provider {
     void *ctx;
     void (*destroy)(void *ctx);
 } pdb_v4_mm_provider;
+
+/* Where a sequence's forward runs: the execution context, kept apart from the weights (one model
+ * may run on several contexts) and held by each pdb_v4_cache. Neither pointer is owned. */
+typedef struct pdb_v4_exec {
+    pdb_pool *pool;                 /* CPU threads (NULL: the calling thread) */
+    const pdb_v4_mm_provider *mm;   /* NULL: products and attention on the CPU (pool) */
+} pdb_v4_exec;
 
 /* The reference product on the calling thread (the provider contract's definition). */
 void pdb_v4_mm_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int acc,
@@ -158,6 +164,7 @@ typedef struct pdb_v4_cache {
     int64_t cap, len;                /* positions allocated / filled; entries n_comp = len / rate */
     int64_t n_layers, window;        /* window = sliding_window rows per layer */
     pdb_v4_semantics sem;
+    pdb_v4_exec exec;                /* where this sequence's forward runs (set by the owner; zero: the calling thread) */
     pdb_v4_layer_cache *layers;      /* [L] */
 } pdb_v4_cache;
 
@@ -195,6 +202,14 @@ pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *c, const i
  * caller does after the last layer). The forward runs it inside attention; the capture hook
  * runs it on the decoder's weights with the prefill engine's attention inputs. */
 pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *c, int64_t l, const float *x, int64_t T, float *kv_out);
+
+/* ---- the pools as a store layout (pdb_v4_pools.c): shared by the decoder and the capture hook,
+ * so that a bridged block and a native block are the same bytes by construction. */
+pdb_status pdb_v4_pools_layout(const pdb_config *cfg, pdb_arch_layout *out);
+/* Block b of cache c into buf (layout order): APPEND rows of the block's span, STATE as now
+ * (c->len must be (b+1)*bs for a meaningful snapshot); put is the inverse. */
+void pdb_v4_pools_get_block(const pdb_config *cfg, const pdb_v4_cache *c, int64_t b, int64_t bs, void *buf);
+void pdb_v4_pools_put_block(const pdb_config *cfg, pdb_v4_cache *c, int64_t b, int64_t bs, const void *buf);
 
 /* Routing of one token (shared by every engine): scores [E] holds router logits and is turned
  * into scores in place (sqrt(softplus), softmax or sigmoid); hash layers take tid2eid[token],

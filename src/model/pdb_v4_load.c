@@ -1,4 +1,5 @@
-/* pdb_v4_load: DeepSeek-V4 checkpoints -> f32 pdb_v4_model. Tensor names: DeepSeek's own
+/* pdb_v4_load: DeepSeek-V4 checkpoints -> f32 pdb_v4_model. Tensor names (the table of
+ * pdb_v4_names, tried in its order): DeepSeek's own
  * (layers.N.attn.wkv.weight, ffn.experts.E.w1.weight, hc_attn_fn, attn_sink, ...) with or without
  * the "model." prefix that transformers 5.17 save_pretrained writes (it also writes the main
  * kv_norm as attn.norm.weight and keeps model.embed_tokens.weight / head.weight), and the
@@ -14,24 +15,9 @@
 #include <string.h>
 
 #include "pdb_v4.h"
+#include "pdb_v4_names.h"
 
-#define NAME_MAX_LEN 256
-
-/* Resolve one tensor: layer >= 0 tries "model.layers.L." and "layers.L." prefixes, layer < 0
- * tries "model." and "". cands: NULL-terminated suffixes, DeepSeek's first. */
-static const char *resolve(const pdb_st *st, int64_t layer, const char *const *cands, char *buf) {
-    static const char *lp[] = {"model.layers.%lld.%s", "layers.%lld.%s"};
-    static const char *tp[] = {"model.%s", "%s"};
-    for (int i = 0; cands[i]; i++)
-        for (int k = 0; k < 2; k++) {
-            if (layer >= 0) snprintf(buf, NAME_MAX_LEN, lp[k], (long long)layer, cands[i]);
-            else snprintf(buf, NAME_MAX_LEN, tp[k], cands[i]);
-            if (pdb_st_find(st, buf)) return buf;
-        }
-    if (layer >= 0) snprintf(buf, NAME_MAX_LEN, lp[0], (long long)layer, cands[0]);
-    else snprintf(buf, NAME_MAX_LEN, tp[0], cands[0]);
-    return NULL;
-}
+#define T (&pdb_v4_names_table)
 
 static pdb_status missing(const pdb_st *st, const char *name) {
     const pdb_tensor_view *any = pdb_st_count(st) ? pdb_st_at(st, 0) : NULL;
@@ -39,20 +25,25 @@ static pdb_status missing(const pdb_st *st, const char *name) {
                        any ? any->file : "checkpoint", name);
 }
 
-static pdb_status load_t(const pdb_st *st, int64_t layer, const char *const *cands, int nd, int64_t d0, int64_t d1,
-                         int64_t d2, float **dst) {
-    char buf[NAME_MAX_LEN];
-    if (!resolve(st, layer, cands, buf)) return missing(st, buf);
+/* Role `role` of (layer, expert) in the first spelling the checkpoint has (pdb_v4_names' order),
+ * as f32 of exactly the given shape. */
+static pdb_status load_te(const pdb_st *st, int64_t layer, int64_t expert, int role, int nd, int64_t d0, int64_t d1,
+                          int64_t d2, float **dst) {
+    char buf[PDB_NAMES_MAX_LEN];
+    if (!pdb_names_find(T, st, role, layer, expert, buf)) return missing(st, buf);
     int64_t shape[3] = {d0, d1, d2};
     return pdb_st_load_f32(st, buf, nd, shape, dst);
 }
 
-#define C(...) ((const char *const[]){__VA_ARGS__, NULL})
+static pdb_status load_t(const pdb_st *st, int64_t layer, int role, int nd, int64_t d0, int64_t d1, int64_t d2,
+                         float **dst) {
+    return load_te(st, layer, 0, role, nd, d0, d1, d2, dst);
+}
 
 static pdb_status load_experts(const pdb_config *c, const pdb_st *st, int64_t l, pdb_v4_layer *L) {
     int64_t E = c->n_routed_experts, I = c->moe_intermediate_size, H = c->hidden_size;
-    char buf[NAME_MAX_LEN];
-    if (resolve(st, l, C("mlp.experts.gate_up_proj", "ffn.experts.gate_up_proj"), buf)) { /* fused */
+    char buf[PDB_NAMES_MAX_LEN];
+    if (pdb_names_find(T, st, PDB_V4_T_EXPERTS_GATE_UP, l, 0, buf)) { /* fused */
         float *gu = NULL;
         int64_t s1[3] = {E, 2 * I, H};
         PDB_TRY(pdb_st_load_f32(st, buf, 3, s1, &gu));
@@ -64,24 +55,17 @@ static pdb_status load_experts(const pdb_config *c, const pdb_st *st, int64_t l,
             memcpy(L->w3 + e * I * H, gu + e * 2 * I * H + I * H, sizeof(float) * (size_t)(I * H));
         }
         free(gu);
-        return load_t(st, l, C("mlp.experts.down_proj", "ffn.experts.down_proj"), 3, E, H, I, &L->w2);
+        return load_t(st, l, PDB_V4_T_EXPERTS_DOWN, 3, E, H, I, &L->w2);
     }
     L->w1 = malloc(sizeof(float) * (size_t)(E * I * H));
     L->w3 = malloc(sizeof(float) * (size_t)(E * I * H));
     L->w2 = malloc(sizeof(float) * (size_t)(E * I * H));
     if (!L->w1 || !L->w2 || !L->w3) return pdb_err_set(PDB_NOMEM, "experts of layer %lld: out of memory", (long long)l);
     for (int64_t e = 0; e < E; e++) {
-        char n1[64], n2[64], n3[64], h1[64], h2[64], h3[64];
-        snprintf(n1, sizeof n1, "ffn.experts.%lld.w1.weight", (long long)e);
-        snprintf(n2, sizeof n2, "ffn.experts.%lld.w2.weight", (long long)e);
-        snprintf(n3, sizeof n3, "ffn.experts.%lld.w3.weight", (long long)e);
-        snprintf(h1, sizeof h1, "mlp.experts.%lld.gate_proj.weight", (long long)e);
-        snprintf(h2, sizeof h2, "mlp.experts.%lld.down_proj.weight", (long long)e);
-        snprintf(h3, sizeof h3, "mlp.experts.%lld.up_proj.weight", (long long)e);
         float *a = NULL, *b = NULL, *d = NULL;
-        pdb_status s = load_t(st, l, C(n1, h1), 2, I, H, 0, &a);
-        if (!s) s = load_t(st, l, C(n3, h3), 2, I, H, 0, &b);
-        if (!s) s = load_t(st, l, C(n2, h2), 2, H, I, 0, &d);
+        pdb_status s = load_te(st, l, e, PDB_V4_T_EXPERT_W1, 2, I, H, 0, &a);
+        if (!s) s = load_te(st, l, e, PDB_V4_T_EXPERT_W3, 2, I, H, 0, &b);
+        if (!s) s = load_te(st, l, e, PDB_V4_T_EXPERT_W2, 2, H, I, 0, &d);
         if (!s) {
             memcpy(L->w1 + e * I * H, a, sizeof(float) * (size_t)(I * H));
             memcpy(L->w3 + e * I * H, b, sizeof(float) * (size_t)(I * H));
@@ -96,8 +80,8 @@ static pdb_status load_experts(const pdb_config *c, const pdb_st *st, int64_t l,
 }
 
 static pdb_status load_tid2eid(const pdb_config *c, const pdb_st *st, int64_t l, pdb_v4_layer *L) {
-    char buf[NAME_MAX_LEN];
-    if (!resolve(st, l, C("ffn.gate.tid2eid", "mlp.gate.tid2eid"), buf)) return missing(st, buf);
+    char buf[PDB_NAMES_MAX_LEN];
+    if (!pdb_names_find(T, st, PDB_V4_T_GATE_TID2EID, l, 0, buf)) return missing(st, buf);
     int64_t V = c->vocab_size, K = c->num_experts_per_tok;
     int64_t shape[2] = {V, K};
     const pdb_tensor_view *v;
@@ -124,19 +108,15 @@ static pdb_status load_compressor(const pdb_st *st, int64_t l, int indexer, int6
     cp->dim = dim;
     cp->coff = coff;
     if (!indexer) {
-        PDB_TRY(load_t(st, l, C("attn.compressor.wkv.weight", "self_attn.compressor.kv_proj.weight"), 2, coff * dim, H, 0, &cp->wkv));
-        PDB_TRY(load_t(st, l, C("attn.compressor.wgate.weight", "self_attn.compressor.gate_proj.weight"), 2, coff * dim, H, 0, &cp->wgate));
-        PDB_TRY(load_t(st, l, C("attn.compressor.ape", "self_attn.compressor.position_bias"), 2, rate, coff * dim, 0, &cp->ape));
-        return load_t(st, l, C("attn.compressor.norm.weight", "self_attn.compressor.kv_norm.weight"), 1, dim, 0, 0, &cp->norm);
+        PDB_TRY(load_t(st, l, PDB_V4_T_COMP_WKV, 2, coff * dim, H, 0, &cp->wkv));
+        PDB_TRY(load_t(st, l, PDB_V4_T_COMP_WGATE, 2, coff * dim, H, 0, &cp->wgate));
+        PDB_TRY(load_t(st, l, PDB_V4_T_COMP_APE, 2, rate, coff * dim, 0, &cp->ape));
+        return load_t(st, l, PDB_V4_T_COMP_NORM, 1, dim, 0, 0, &cp->norm);
     }
-    PDB_TRY(load_t(st, l, C("attn.indexer.compressor.wkv.weight", "self_attn.compressor.indexer.kv_proj.weight"), 2,
-                   coff * dim, H, 0, &cp->wkv));
-    PDB_TRY(load_t(st, l, C("attn.indexer.compressor.wgate.weight", "self_attn.compressor.indexer.gate_proj.weight"), 2,
-                   coff * dim, H, 0, &cp->wgate));
-    PDB_TRY(load_t(st, l, C("attn.indexer.compressor.ape", "self_attn.compressor.indexer.position_bias"), 2, rate,
-                   coff * dim, 0, &cp->ape));
-    return load_t(st, l, C("attn.indexer.compressor.norm.weight", "self_attn.compressor.indexer.kv_norm.weight"), 1, dim,
-                  0, 0, &cp->norm);
+    PDB_TRY(load_t(st, l, PDB_V4_T_IDX_COMP_WKV, 2, coff * dim, H, 0, &cp->wkv));
+    PDB_TRY(load_t(st, l, PDB_V4_T_IDX_COMP_WGATE, 2, coff * dim, H, 0, &cp->wgate));
+    PDB_TRY(load_t(st, l, PDB_V4_T_IDX_COMP_APE, 2, rate, coff * dim, 0, &cp->ape));
+    return load_t(st, l, PDB_V4_T_IDX_COMP_NORM, 1, dim, 0, 0, &cp->norm);
 }
 
 static pdb_status load_layer(const pdb_v4_model *m, const pdb_st *st, int64_t l, pdb_v4_layer *L) {
@@ -148,39 +128,37 @@ static pdb_status load_layer(const pdb_v4_model *m, const pdb_st *st, int64_t l,
     L->rate = pdb_config_v4_rate(c, l);
     L->hash = c->v4_hash_moe[l];
     L->rope = L->attn == PDB_V4_ATTN_SLIDING ? &m->rope_main : &m->rope_compress;
-    PDB_TRY(load_t(st, l, C("attn_norm.weight", "input_layernorm.weight"), 1, H, 0, 0, &L->attn_norm));
-    PDB_TRY(load_t(st, l, C("ffn_norm.weight", "post_attention_layernorm.weight"), 1, H, 0, 0, &L->ffn_norm));
-    PDB_TRY(load_t(st, l, C("hc_attn_fn", "attn_hc.fn"), 2, mix, hc * H, 0, &L->hc_attn_fn));
-    PDB_TRY(load_t(st, l, C("hc_attn_base", "attn_hc.base"), 1, mix, 0, 0, &L->hc_attn_base));
-    PDB_TRY(load_t(st, l, C("hc_attn_scale", "attn_hc.scale"), 1, 3, 0, 0, &L->hc_attn_scale));
-    PDB_TRY(load_t(st, l, C("hc_ffn_fn", "ffn_hc.fn"), 2, mix, hc * H, 0, &L->hc_ffn_fn));
-    PDB_TRY(load_t(st, l, C("hc_ffn_base", "ffn_hc.base"), 1, mix, 0, 0, &L->hc_ffn_base));
-    PDB_TRY(load_t(st, l, C("hc_ffn_scale", "ffn_hc.scale"), 1, 3, 0, 0, &L->hc_ffn_scale));
-    PDB_TRY(load_t(st, l, C("attn.wq_a.weight", "self_attn.q_a_proj.weight"), 2, qlr, H, 0, &L->wq_a));
-    PDB_TRY(load_t(st, l, C("attn.q_norm.weight", "self_attn.q_a_norm.weight"), 1, qlr, 0, 0, &L->q_norm));
-    PDB_TRY(load_t(st, l, C("attn.wq_b.weight", "self_attn.q_b_proj.weight"), 2, nh * hd, qlr, 0, &L->wq_b));
-    PDB_TRY(load_t(st, l, C("attn.wkv.weight", "self_attn.kv_proj.weight"), 2, hd, H, 0, &L->wkv));
-    PDB_TRY(load_t(st, l, C("attn.kv_norm.weight", "attn.norm.weight", "self_attn.kv_norm.weight"), 1, hd, 0, 0, &L->kv_norm));
-    PDB_TRY(load_t(st, l, C("attn.wo_a.weight", "self_attn.o_a_proj.weight"), 2, G * olr, nh * hd / G, 0, &L->wo_a));
-    PDB_TRY(load_t(st, l, C("attn.wo_b.weight", "self_attn.o_b_proj.weight"), 2, H, G * olr, 0, &L->wo_b));
-    PDB_TRY(load_t(st, l, C("attn.attn_sink", "self_attn.sinks"), 1, nh, 0, 0, &L->sink));
+    PDB_TRY(load_t(st, l, PDB_V4_T_ATTN_NORM, 1, H, 0, 0, &L->attn_norm));
+    PDB_TRY(load_t(st, l, PDB_V4_T_FFN_NORM, 1, H, 0, 0, &L->ffn_norm));
+    PDB_TRY(load_t(st, l, PDB_V4_T_HC_ATTN_FN, 2, mix, hc * H, 0, &L->hc_attn_fn));
+    PDB_TRY(load_t(st, l, PDB_V4_T_HC_ATTN_BASE, 1, mix, 0, 0, &L->hc_attn_base));
+    PDB_TRY(load_t(st, l, PDB_V4_T_HC_ATTN_SCALE, 1, 3, 0, 0, &L->hc_attn_scale));
+    PDB_TRY(load_t(st, l, PDB_V4_T_HC_FFN_FN, 2, mix, hc * H, 0, &L->hc_ffn_fn));
+    PDB_TRY(load_t(st, l, PDB_V4_T_HC_FFN_BASE, 1, mix, 0, 0, &L->hc_ffn_base));
+    PDB_TRY(load_t(st, l, PDB_V4_T_HC_FFN_SCALE, 1, 3, 0, 0, &L->hc_ffn_scale));
+    PDB_TRY(load_t(st, l, PDB_V4_T_WQ_A, 2, qlr, H, 0, &L->wq_a));
+    PDB_TRY(load_t(st, l, PDB_V4_T_Q_NORM, 1, qlr, 0, 0, &L->q_norm));
+    PDB_TRY(load_t(st, l, PDB_V4_T_WQ_B, 2, nh * hd, qlr, 0, &L->wq_b));
+    PDB_TRY(load_t(st, l, PDB_V4_T_WKV, 2, hd, H, 0, &L->wkv));
+    PDB_TRY(load_t(st, l, PDB_V4_T_KV_NORM, 1, hd, 0, 0, &L->kv_norm));
+    PDB_TRY(load_t(st, l, PDB_V4_T_WO_A, 2, G * olr, nh * hd / G, 0, &L->wo_a));
+    PDB_TRY(load_t(st, l, PDB_V4_T_WO_B, 2, H, G * olr, 0, &L->wo_b));
+    PDB_TRY(load_t(st, l, PDB_V4_T_ATTN_SINK, 1, nh, 0, 0, &L->sink));
     if (L->rate) PDB_TRY(load_compressor(st, l, 0, L->rate, hd, L->attn == PDB_V4_ATTN_CSA ? 2 : 1, H, &L->comp));
     if (L->attn == PDB_V4_ATTN_CSA) {
         int64_t nih = c->index_n_heads, ihd = c->index_head_dim;
         PDB_TRY(load_compressor(st, l, 1, L->rate, ihd, 2, H, &L->icomp));
-        PDB_TRY(load_t(st, l, C("attn.indexer.wq_b.weight", "self_attn.compressor.indexer.q_b_proj.weight"), 2, nih * ihd,
-                       qlr, 0, &L->idx_wq_b));
-        PDB_TRY(load_t(st, l, C("attn.indexer.weights_proj.weight", "self_attn.compressor.indexer.scorer.weights_proj.weight",
-                                "self_attn.compressor.indexer.weights_proj.weight"), 2, nih, H, 0, &L->idx_wproj));
+        PDB_TRY(load_t(st, l, PDB_V4_T_IDX_WQ_B, 2, nih * ihd, qlr, 0, &L->idx_wq_b));
+        PDB_TRY(load_t(st, l, PDB_V4_T_IDX_WPROJ, 2, nih, H, 0, &L->idx_wproj));
     }
-    PDB_TRY(load_t(st, l, C("ffn.gate.weight", "mlp.gate.weight"), 2, E, H, 0, &L->gate));
+    PDB_TRY(load_t(st, l, PDB_V4_T_GATE, 2, E, H, 0, &L->gate));
     if (L->hash) PDB_TRY(load_tid2eid(c, st, l, L));
-    else PDB_TRY(load_t(st, l, C("ffn.gate.bias", "mlp.gate.e_score_correction_bias"), 1, E, 0, 0, &L->gate_bias));
+    else PDB_TRY(load_t(st, l, PDB_V4_T_GATE_BIAS, 1, E, 0, 0, &L->gate_bias));
     PDB_TRY(load_experts(c, st, l, L));
     if (c->n_shared_experts) {
-        PDB_TRY(load_t(st, l, C("ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"), 2, I, H, 0, &L->sh_w1));
-        PDB_TRY(load_t(st, l, C("ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"), 2, I, H, 0, &L->sh_w3));
-        PDB_TRY(load_t(st, l, C("ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"), 2, H, I, 0, &L->sh_w2));
+        PDB_TRY(load_t(st, l, PDB_V4_T_SHARED_W1, 2, I, H, 0, &L->sh_w1));
+        PDB_TRY(load_t(st, l, PDB_V4_T_SHARED_W3, 2, I, H, 0, &L->sh_w3));
+        PDB_TRY(load_t(st, l, PDB_V4_T_SHARED_W2, 2, H, I, 0, &L->sh_w2));
     }
     return PDB_OK;
 }
@@ -199,14 +177,14 @@ pdb_status pdb_v4_load_from(const pdb_config *cfg, const pdb_st *st, pdb_v4_mode
     if ((s = pdb_rope_init(&m->rope_compress, &c->rope_compress, c->qk_rope_head_dim))) goto fail;
     m->layers = calloc((size_t)c->num_layers, sizeof *m->layers);
     if (!m->layers) { s = pdb_err_set(PDB_NOMEM, "v4 layers: out of memory"); goto fail; }
-    if ((s = load_t(st, -1, C("embed.weight", "embed_tokens.weight"), 2, V, H, 0, &m->embed))) goto fail;
-    if ((s = load_t(st, -1, C("norm.weight"), 1, H, 0, 0, &m->norm))) goto fail;
-    char buf[NAME_MAX_LEN];
-    if (c->tie_word_embeddings && !resolve(st, -1, C("head.weight", "lm_head.weight"), buf)) m->head = m->embed;
-    else if ((s = load_t(st, -1, C("head.weight", "lm_head.weight"), 2, V, H, 0, &m->head))) goto fail;
-    if ((s = load_t(st, -1, C("hc_head_fn", "hc_head.hc_fn"), 2, hc, hc * H, 0, &m->hc_head_fn))) goto fail;
-    if ((s = load_t(st, -1, C("hc_head_base", "hc_head.hc_base"), 1, hc, 0, 0, &m->hc_head_base))) goto fail;
-    if ((s = load_t(st, -1, C("hc_head_scale", "hc_head.hc_scale"), 1, 1, 0, 0, &m->hc_head_scale))) goto fail;
+    if ((s = load_t(st, -1, PDB_V4_T_EMBED, 2, V, H, 0, &m->embed))) goto fail;
+    if ((s = load_t(st, -1, PDB_V4_T_NORM, 1, H, 0, 0, &m->norm))) goto fail;
+    char buf[PDB_NAMES_MAX_LEN];
+    if (c->tie_word_embeddings && !pdb_names_find(T, st, PDB_V4_T_HEAD, -1, 0, buf)) m->head = m->embed;
+    else if ((s = load_t(st, -1, PDB_V4_T_HEAD, 2, V, H, 0, &m->head))) goto fail;
+    if ((s = load_t(st, -1, PDB_V4_T_HC_HEAD_FN, 2, hc, hc * H, 0, &m->hc_head_fn))) goto fail;
+    if ((s = load_t(st, -1, PDB_V4_T_HC_HEAD_BASE, 1, hc, 0, 0, &m->hc_head_base))) goto fail;
+    if ((s = load_t(st, -1, PDB_V4_T_HC_HEAD_SCALE, 1, 1, 0, 0, &m->hc_head_scale))) goto fail;
     for (int64_t l = 0; l < c->num_layers; l++)
         if ((s = load_layer(m, st, l, &m->layers[l]))) goto fail;
     *out = m;

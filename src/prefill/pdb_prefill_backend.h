@@ -1,18 +1,20 @@
 /* pdb_prefill_backend: the prefill engine's compute backends behind one interface (a struct of
- * function pointers per backend, as ggml does): CPU (src/prefill/pdb_prefill_cpu.c, the shared
- * deterministic kernels) and CUDA (src/cuda/, cuBLAS + own kernels). A backend owns the engine's
- * weights (the HF checkpoint) and its own cache for one sequence at a time, and runs the capture
- * hook: at every layer, from that layer's attention input (RMSNorm(h) with the engine's norm),
- * it computes the decoder's cache rows with the DECODER's weights (kv_a_proj_with_mqa and
- * kv_a_layernorm of DEC_DIR) and the shared row math (pdb_v2_ops_latent_rows semantics).
- * Two capture forms: row hooks (DeepSeek-V2: one APPEND pool, no state) write capture rows for
- * layer l, chunk row i at capture[(l * n + i) * row]; block hooks (get_block set, DeepSeek-V4:
- * pools with end-of-block state) keep the decoder's pools for the sequence themselves and copy a
- * finished block out with get_block right after the chunk that ends it (the engine never runs a
- * chunk across a block boundary for them).
- * Invariants: forward_chunk appends n positions at pos0 (pos0 == tokens already run); results of
- * a position never depend on how the prompt was chunked (CPU: bit for bit; CUDA: its own fixed
- * kernels). */
+ * function pointers per backend, as ggml does). An engine is an (architecture, device) pair:
+ * pdb_prefill_backend.c holds the table of them (deepseek_v2 on the CPU, pdb_prefill_cpu.c, and
+ * on CUDA, src/cuda/pdb_cuda_prefill.cu; deepseek_v4 on the CPU and on CUDA,
+ * pdb_prefill_cpu_v4.c). A backend owns the engine's weights (the HF checkpoint), its own cache
+ * for one sequence at a time, and the capture hook: at every layer, from that layer's attention
+ * input, it computes the decoder's cache pieces with the DECODER's weights and the decoder's own
+ * pool math (pdb_v2_ops_latent_rows; pdb_v4_cache_feed), and hands a finished block out in the
+ * decoder's store layout (pdb_arch.h: the pools back to back) with get_block: one capture form
+ * for every architecture and device.
+ * A backend's unit of work is a whole chunk through all layers (a device backend keeps the
+ * chunk's activations on the device, except where its comment says otherwise).
+ * Invariants: forward_chunk appends n positions at pos0 (pos0 == tokens already run) and never
+ * across a block boundary (the caller clips chunks at multiples of block_size); results of a
+ * position never depend on how the prompt was chunked (CPU: bit for bit; CUDA: its own fixed
+ * kernels); get_block(b) is valid right after the chunk ending at (b+1)*block_size when every
+ * chunk of block b ran with capture. */
 #ifndef PDB_PREFILL_BACKEND_H
 #define PDB_PREFILL_BACKEND_H
 
@@ -30,49 +32,66 @@ typedef struct pdb_prefill_backend pdb_prefill_backend;
 
 struct pdb_prefill_backend {
     const char *name;          /* "cpu", "cuda" */
+    int exact;                 /* 1: the engine's own math is the decoder's (its blocks equal the decoder's native
+                                  blocks when it runs the decoder's weights): CPU, CUDA exact, CUDA V4 */
     void *impl;
-    /* Start a sequence of at most max_tokens positions (allocates the engine's cache). */
-    pdb_status (*begin)(pdb_prefill_backend *be, int64_t max_tokens);
-    /* Run ids[0..n) at positions pos0..pos0+n-1. Row hooks: capture is [num_layers, n,
-     * kv_lora_rank + qk_rope_head_dim] f32 host memory filled by the hook, or NULL (no capture);
-     * block hooks: capture is only a flag (non-NULL: run the hook). logits_last: [vocab] of the
-     * chunk's last token, or NULL. */
-    pdb_status (*forward_chunk)(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, float *capture,
+    /* Start a sequence of at most max_tokens positions cut into blocks of block_size (allocates
+     * the engine's cache and the hook's block state). */
+    pdb_status (*begin)(pdb_prefill_backend *be, int64_t max_tokens, int64_t block_size);
+    /* Run ids[0..n) at positions pos0..pos0+n-1 (within one block). capture 0: the caller will
+     * not ask for this block (a backend whose hook needs every chunk from position 0 runs it
+     * anyway). logits_last: [vocab] of the chunk's last token, or NULL. */
+    pdb_status (*forward_chunk)(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, int capture,
                                 float *logits_last);
-    /* Capture hook math alone (pool-validate): rows [n, row] of layer l from attention inputs
-     * xn [n, hidden] at positions pos[n]. */
-    pdb_status (*capture_rows)(pdb_prefill_backend *be, int64_t l, const float *xn, const int64_t *pos, int64_t n,
-                               float *rows);
-    /* Block hooks only (NULL for row hooks): block b's bytes in the decoder's store layout (pools
-     * back to back, pdb_dec_block_pools) into buf; valid right after the chunk ending at
-     * (b+1)*block_size, when every chunk since position 0 ran with the hook. */
-    pdb_status (*get_block)(pdb_prefill_backend *be, int64_t b, int64_t block_size, void *buf);
+    /* The capture hook alone (pool-validate), as if a forward of positions pos0..pos0+n-1 (within
+     * one block) had produced the attention inputs xn [num_layers, n, hidden] (f32, host): the
+     * engine's own cache is not touched. Optional (NULL: not offered). */
+    pdb_status (*hook_chunk)(pdb_prefill_backend *be, const float *xn, int64_t pos0, int64_t n);
+    /* Block b's bytes in the decoder's store layout (pdb_arch_block_pools splits them) into buf. */
+    pdb_status (*get_block)(pdb_prefill_backend *be, int64_t b, void *buf);
     void (*end)(pdb_prefill_backend *be);      /* release the sequence's cache */
     void (*destroy)(pdb_prefill_backend *be);  /* frees be too */
 };
+
+/* The CUDA engine's precision (DeepSeek-V2; the V4 engine always runs the reference order). */
+typedef enum pdb_cuda_prec {
+    PDB_CUDA_PREC_BF16 = 0, /* default: bf16 weights/operands/cache, f32 accumulation and activations */
+    PDB_CUDA_PREC_F32 = 1,  /* validation: f32 everywhere (no TF32) */
+    PDB_CUDA_PREC_EXACT = 2 /* the decoder's own math: f32 weights, every product in pdb_qmat_dot's
+                               order (own kernels, no cuBLAS), the CPU's attention task order, so
+                               the rows equal the CPU engine's (slow: for validation and for a
+                               bridge that must be token-identical to native) */
+} pdb_cuda_prec;
+
+/* Where an engine runs (kept apart from the weights it loads). */
+typedef struct pdb_prefill_exec {
+    int threads;                 /* CPU threads: 0 = all cores */
+    int device;                  /* CUDA device index */
+} pdb_prefill_exec;
 
 typedef struct pdb_prefill_backend_opts {
     const pdb_config *cfg;       /* engine model config (== decoder config: checked by the caller) */
     const pdb_st *engine;        /* HF checkpoint tensors (the engine's own weights) */
     const pdb_st *decoder;       /* decoder checkpoint tensors (the hook's weights) */
-    int threads;                 /* CPU: 0 = all cores */
-    int v4_sem;                  /* DeepSeek-V4: the decoder's pdb_v4_semantics (engine and hook use it) */
-    int device;                  /* CUDA device index */
-    int precision;               /* CUDA DeepSeek-V2 engine: 0 bf16 (default), 1 f32, 2 exact (pdb_cuda_prec) */
+    int semantics;               /* the decoder's cache semantics (an index into the registry's, pdb_arch.h) */
+    pdb_cuda_prec precision;     /* CUDA DeepSeek-V2 engine */
+    pdb_prefill_exec exec;
 } pdb_prefill_backend_opts;
 
 /* By name: "cpu", "cuda" (no fallback) or "auto" (CUDA when usable, else the CPU), for the
- * architecture of o->cfg. */
+ * architecture of o->cfg (PDB_UNSUPPORTED when no engine of that architecture exists). */
 pdb_status pdb_prefill_backend_create(const pdb_prefill_backend_opts *o, const char *want, pdb_prefill_backend **out);
-/* Dispatches on cfg->arch: DeepSeek-V2 (row hook) or DeepSeek-V4 (block hook, pdb_prefill_cpu_v4.c). */
-pdb_status pdb_prefill_backend_cpu_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
+
+/* The engines of the table (pdb_prefill_backend.c). CUDA: PDB_UNSUPPORTED when built without
+ * CUDA, PDB_CUDA (with the driver's message) when no usable GPU. */
+pdb_status pdb_prefill_backend_cpu_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
+pdb_status pdb_prefill_backend_cuda_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
-/* PDB_UNSUPPORTED when built without CUDA; PDB_CUDA (with the driver's message) when no usable GPU. */
-pdb_status pdb_prefill_backend_cuda_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 /* DeepSeek-V4 on a GPU: the V4 engine and hook of pdb_prefill_cpu_v4.c with every matrix product
- * on device o->device (pdb_cuda_v4, the reference order: blocks bit-identical to the CPU
- * backend's); the rest of the layer math (hyper-connections, norms, window/compressed attention,
- * indexer top-k) stays on the host's threads. Same errors as pdb_prefill_backend_cuda_create. */
+ * and the window/compressed attention on device o->exec.device (pdb_cuda_v4, the reference
+ * order: blocks bit-identical to the CPU backend's); hyper-connections, norms and the indexer's
+ * top-k stay on the host's threads, so activations cross per product (issue 21 moves the whole
+ * chunk onto the device). */
 pdb_status pdb_prefill_backend_cuda_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 
 #ifdef __cplusplus

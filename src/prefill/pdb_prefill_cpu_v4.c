@@ -3,15 +3,16 @@
  * capture hook (a block hook, pdb_prefill_backend.h) receives every layer's attention input and
  * feeds it, with the DECODER's weights, into a second pdb_v4_cache through pdb_v4_cache_feed
  * (the decoder's own definition of its pools: K=V rows, window, compressed entries, indexer keys,
- * overlap halves); get_block copies a finished block out with pdb_dec_v4_get_block, the function
- * the decoder uses for its own blocks.
- * Invariants: the hook cache's len equals the engine cache's len between chunks; with the same
+ * overlap halves); get_block copies a finished block out with pdb_v4_pools_get_block, the
+ * function the decoder uses for its own blocks. Both caches run on one execution context (the
+ * backend's threads, and on CUDA the device's provider), held by the caches, not the weights.
+ * Invariants: the hook cache's len equals the engine cache's len between chunks (the hook's
+ * pools need every chunk from position 0, so it runs whatever `capture` says); with the same
  * weights on both sides (--scheme none) every block equals the decoder's own bit for bit, for
  * any chunking (chunks never cross a block boundary: the engine clips them). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "pdb_dec_arch.h"
 #include "pdb_cuda_v4.h"
 #include "pdb_prefill_backend.h"
 #include "pdb_v4.h"
@@ -21,14 +22,13 @@ typedef struct v4_impl {
     pdb_v4_model *dm;     /* decoder weights (the hook's) */
     pdb_v4_cache ec, dc;  /* engine cache / the decoder's pools */
     pdb_v4_semantics sem;
-    int capture;          /* this chunk runs the hook */
+    int64_t bs;           /* block size of the sequence */
     pdb_pool *pool;       /* matmul threads of both models */
     pdb_v4_mm_provider *mm; /* cuda: where both models' products run (owned) */
 } v4_impl;
 
 static pdb_status v4_hook(void *user, int64_t l, const float *x, int64_t T, int64_t p0) {
     v4_impl *v = user;
-    if (!v->capture) return PDB_OK;
     if (v->dc.len != p0) return pdb_err_set(PDB_INVALID, "prefill v4 hook: at position %lld, the hook is at %lld", (long long)p0,
                                             (long long)v->dc.len);
     return pdb_v4_cache_feed(v->dm, &v->dc, l, x, T, NULL);
@@ -40,35 +40,47 @@ static void v4_end(pdb_prefill_backend *be) {
     pdb_v4_cache_free(&v->dc);
 }
 
-static pdb_status v4_begin(pdb_prefill_backend *be, int64_t max_tokens) {
+static pdb_status v4_begin(pdb_prefill_backend *be, int64_t max_tokens, int64_t bs) {
     v4_impl *v = be->impl;
     v4_end(be);
     pdb_status s = pdb_v4_cache_init(&v->ec, v->em, max_tokens, v->sem);
     if (!s) s = pdb_v4_cache_init(&v->dc, v->dm, max_tokens, v->sem);
-    if (s) v4_end(be);
-    return s;
+    if (s) { v4_end(be); return s; }
+    v->ec.exec = v->dc.exec = (pdb_v4_exec){.pool = v->pool, .mm = v->mm};
+    v->bs = bs;
+    return PDB_OK;
 }
 
-static pdb_status v4_forward_chunk(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, float *capture,
+static pdb_status v4_forward_chunk(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, int capture,
                                    float *logits_last) {
     v4_impl *v = be->impl;
     if (!v->ec.layers || pos0 != v->ec.len)
         return pdb_err_set(PDB_INVALID, "prefill v4: chunk at %lld, the sequence is at %lld", (long long)pos0, (long long)v->ec.len);
-    if (capture && v->dc.len != pos0)
-        return pdb_err_set(PDB_INVALID, "prefill v4: the hook must run on every chunk from position 0");
-    v->capture = capture != NULL;
+    if (v->dc.len != pos0) return pdb_err_set(PDB_INVALID, "prefill v4: the hook must run on every chunk from position 0");
     pdb_v4_hook hook = {v4_hook, v};
     PDB_TRY(pdb_v4_forward_hooked(v->em, &v->ec, ids, n, 0, logits_last, &hook));
-    if (capture) v->dc.len += n;
+    v->dc.len += n;
     return PDB_OK;
 }
 
-static pdb_status v4_get_block(pdb_prefill_backend *be, int64_t b, int64_t bs, void *buf) {
+/* The hook alone: each layer's given inputs fed into the decoder's pools (the engine's cache is
+ * left behind: a sequence uses forward_chunk or hook_chunk, not both). */
+static pdb_status v4_hook_chunk(pdb_prefill_backend *be, const float *xn, int64_t pos0, int64_t n) {
     v4_impl *v = be->impl;
-    if (v->dc.len != (b + 1) * bs)
+    if (!v->dc.layers || pos0 != v->dc.len || pos0 + n > v->dc.cap)
+        return pdb_err_set(PDB_INVALID, "prefill v4: hook chunk at %lld, the hook is at %lld", (long long)pos0, (long long)v->dc.len);
+    const int64_t H = v->dm->cfg.hidden_size;
+    for (int64_t l = 0; l < v->dm->cfg.num_layers; l++) PDB_TRY(pdb_v4_cache_feed(v->dm, &v->dc, l, xn + l * n * H, n, NULL));
+    v->dc.len += n;
+    return PDB_OK;
+}
+
+static pdb_status v4_get_block(pdb_prefill_backend *be, int64_t b, void *buf) {
+    v4_impl *v = be->impl;
+    if (v->dc.len != (b + 1) * v->bs)
         return pdb_err_set(PDB_INVALID, "prefill v4: block %lld asked at position %lld (its end is %lld)", (long long)b,
-                           (long long)v->dc.len, (long long)((b + 1) * bs));
-    pdb_dec_v4_get_block(&v->dm->cfg, &v->dc, b, bs, buf);
+                           (long long)v->dc.len, (long long)((b + 1) * v->bs));
+    pdb_v4_pools_get_block(&v->dm->cfg, &v->dc, b, v->bs, buf);
     return PDB_OK;
 }
 
@@ -98,20 +110,20 @@ static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provide
     }
     v->mm = mm;
     be->name = mm ? mm->name : "cpu";
+    be->exact = 1;
     be->impl = v;
     be->begin = v4_begin;
     be->forward_chunk = v4_forward_chunk;
+    be->hook_chunk = v4_hook_chunk;
     be->get_block = v4_get_block;
     be->end = v4_end;
     be->destroy = v4_destroy;
-    v->sem = (pdb_v4_semantics)o->v4_sem;
+    v->sem = (pdb_v4_semantics)o->semantics;
     pdb_status s = pdb_v4_check_semantics(o->cfg, v->sem);
     if (!s) s = pdb_v4_load_from(o->cfg, o->engine, &v->em);
     if (!s) s = pdb_v4_load_from(o->cfg, o->decoder, &v->dm);
-    if (!s) s = pdb_pool_create(o->threads, &v->pool);
+    if (!s) s = pdb_pool_create(o->exec.threads, &v->pool);
     if (s) { v4_destroy(be); return s; }
-    v->em->pool = v->dm->pool = v->pool;
-    v->em->mm = v->dm->mm = mm;
     *out = be;
     return PDB_OK;
 }
@@ -123,6 +135,6 @@ pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, 
 pdb_status pdb_prefill_backend_cuda_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
     *out = NULL;
     pdb_v4_mm_provider *mm = NULL;
-    PDB_TRY(pdb_cuda_v4_mm_create(o->device, &mm));
+    PDB_TRY(pdb_cuda_v4_mm_create(o->exec.device, &mm));
     return v4_create(o, mm, out);
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pdb_arch.h"
 #include "pdb_clock.h"
 #include "pdb_config.h"
 #include "pdb_dec_model.h"
@@ -33,7 +34,8 @@ struct pdb_prefill_server {
     pdb_config cfg;
     pdb_st *est, *dst;
     char fp_hex[65], scheme[32], backend[16];
-    pdb_dec_layout layout; /* the decoder's store layout: what one segment holds */
+    const pdb_arch_def *arch; /* the model's architecture (the registry's) */
+    pdb_arch_layout layout; /* the decoder's store layout: what one segment holds */
     pdb_prefill_backend *engines[PS_MAX_ENGINES];
     int busy[PS_MAX_ENGINES], n_engines;
     pthread_mutex_t mu;
@@ -162,7 +164,7 @@ typedef struct {
     int enough; /* every later block is already held: the run stopped early */
 } ps_run;
 
-static pdb_status run_on_segment(void *user, int64_t block, const float *data, uint64_t bytes) {
+static pdb_status run_on_segment(void *user, int64_t block, const void *data, uint64_t bytes) {
     ps_run *r = user;
     PDB_TRY(pdb_spool_put_segment(r->x, block, data, bytes));
     if (block + 1 < pdb_spool_xfer_blocks(r->x) && pdb_spool_holds(r->x, block + 1)) { /* e.g. one corrupt file redone */
@@ -344,11 +346,9 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "token_ids", NULL, "token_ids must be a non-empty array");
         goto out;
     }
-    if (!json_is_integer(jbs) || pdb_dec_check_block_size(&s->cfg, bs)) {
-        pdb_http_respond_error(r, 400, "invalid_request_error", "block_size", NULL,
-                               s->cfg.arch == PDB_ARCH_DEEPSEEK_V4
-                                   ? "block_size must be a positive multiple of 128 and of every compression rate"
-                                   : "block_size must be a positive multiple of 128");
+    if (!json_is_integer(jbs) || s->arch->check_block_size(&s->cfg, bs)) {
+        snprintf(msg, sizeof msg, "block_size must be %s", s->arch->block_size_rule);
+        pdb_http_respond_error(r, 400, "invalid_request_error", "block_size", NULL, msg);
         goto out;
     }
     if (!fp) {
@@ -569,21 +569,6 @@ static void handler(void *user, pdb_http_request *r) {
 
 /* ---- lifecycle ---------------------------------------------------------------------------- */
 
-static int same_shape(const pdb_config *a, const pdb_config *b) {
-    if (a->arch == PDB_ARCH_DEEPSEEK_V4 || b->arch == PDB_ARCH_DEEPSEEK_V4) { /* every field matters to the pools */
-        char *ja = NULL, *jb = NULL;
-        int same = a->arch == b->arch && !pdb_config_to_json(a, &ja) && !pdb_config_to_json(b, &jb) && !strcmp(ja, jb);
-        free(ja);
-        free(jb);
-        return same;
-    }
-    return a->arch == b->arch && a->vocab_size == b->vocab_size && a->hidden_size == b->hidden_size &&
-           a->num_layers == b->num_layers && a->num_heads == b->num_heads && a->kv_lora_rank == b->kv_lora_rank &&
-           a->qk_rope_head_dim == b->qk_rope_head_dim && a->qk_nope_head_dim == b->qk_nope_head_dim &&
-           a->v_head_dim == b->v_head_dim && a->rope.type == b->rope.type && a->rope.theta == b->rope.theta &&
-           a->rope.factor == b->rope.factor && a->rms_norm_eps == b->rms_norm_eps;
-}
-
 pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefill_server **out) {
     pdb_prefill_server *s = calloc(1, sizeof *s);
     if (!s) return pdb_err_set(PDB_NOMEM, "prefill server");
@@ -594,12 +579,11 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
     uint8_t fp[32];
     pdb_status st = pdb_config_load(o->model_dir, &s->cfg);
     if (!st) st = pdb_config_load(o->decoder_dir, &dcfg);
-    if (!st && s->cfg.arch != PDB_ARCH_DEEPSEEK_V2 && s->cfg.arch != PDB_ARCH_DEEPSEEK_V4)
-        st = pdb_err_set(PDB_UNSUPPORTED, "%s: prefill supports deepseek_v2 and deepseek_v4", o->model_dir);
-    int v4_sem = 0;
-    if (!st && s->cfg.arch == PDB_ARCH_DEEPSEEK_V4) st = pdb_dec_model_v4_semantics(o->decoder_dir, &v4_sem);
-    if (!st) st = pdb_dec_layout_of(&s->cfg, &s->layout);
-    if (!st && !same_shape(&s->cfg, &dcfg))
+    if (!st && (st = pdb_arch_of(&s->cfg, &s->arch))) st = pdb_err_wrap(st, "%s", o->model_dir);
+    int sem = 0;
+    if (!st) st = pdb_dec_model_semantics_of(o->decoder_dir, &dcfg, &sem);
+    if (!st) st = s->arch->layout(&s->cfg, &s->layout);
+    if (!st && !s->arch->same_cache(&s->cfg, &dcfg))
         st = pdb_err_set(PDB_MISMATCH, "%s and %s are not the same model architecture (config.json differs)", o->model_dir,
                          o->decoder_dir);
     if (!st) st = pdb_st_open(o->model_dir, &s->est);
@@ -610,12 +594,12 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
     s->n_engines = o->parallel > 0 ? (o->parallel < PS_MAX_ENGINES ? o->parallel : PS_MAX_ENGINES) : 1;
     const char *want = o->backend ? o->backend : "auto";
     for (int i = 0; i < s->n_engines && !st; i++) {
-        pdb_prefill_backend_opts bo = {.cfg = &s->cfg, .engine = s->est, .decoder = s->dst, .device = o->device,
-                                       .threads = o->threads ? o->threads : 0, .v4_sem = v4_sem,
-                                       .precision = o->precision};
+        pdb_prefill_backend_opts bo = {.cfg = &s->cfg, .engine = s->est, .decoder = s->dst, .semantics = sem,
+                                       .precision = o->precision,
+                                       .exec = {.device = o->device, .threads = o->threads ? o->threads : 0}};
         if (!o->threads && s->n_engines > 1) {
             long nc = sysconf(_SC_NPROCESSORS_ONLN) / s->n_engines;
-            bo.threads = nc > 0 ? (int)nc : 1;
+            bo.exec.threads = nc > 0 ? (int)nc : 1;
         }
         st = pdb_prefill_backend_create(&bo, want, &s->engines[i]);
     }

@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "pdb_prefill_backend.h"
 #include "pdb_status.h"
 
 typedef struct pdb_prefill_server pdb_prefill_server;
@@ -22,7 +23,7 @@ typedef struct pdb_prefill_server_opts {
     const char *decoder_dir;   /* the decoder's checkpoint (hook weights, fingerprint) */
     const char *backend;       /* "auto" (CUDA when a GPU is usable, else CPU), "cuda", "cpu" */
     int device;                /* CUDA device */
-    int precision;             /* CUDA DeepSeek-V2 engine: 0 bf16, 1 f32, 2 exact (the decoder's math) */
+    pdb_cuda_prec precision;   /* CUDA DeepSeek-V2 engine: bf16 (default), f32, exact (the decoder's math) */
     int threads;               /* CPU threads per engine; 0 = all cores / parallel */
     int parallel;              /* engines (concurrent prefills); 0 = 1 */
     int64_t chunk;             /* prefill chunk; 0 = 512 */

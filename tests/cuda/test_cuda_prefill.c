@@ -3,7 +3,7 @@
  * "skipped: no GPU" (asserting nothing they cannot). With a GPU, on random "tiny" and "small"
  * checkpoints: logits vs pdb_v2_forward (max |dlogit|, asserted < 5e-2 in bf16), capture rows vs
  * the reference latent rows (identical fraction, worst bf16 ulp), chunkings 1/7/64/1000 vs
- * one-shot, and capture_rows on identical xn bit-identical to pdb_v2_ops_latent_rows (asserted,
+ * one-shot, and the hook alone (hook_chunk) on identical xn bit-identical to pdb_v2_ops_latent_rows (asserted,
  * also with an MXFP4/MXFP8 decoder). Engine precisions bf16, f32 and exact; the exact engine's
  * rows are asserted against the decoder's native rows (>= 99.95% identical, <= 1 bf16 ulp) and
  * every precision's chunkings against its one-shot (identical). Numbers are printed as
@@ -127,9 +127,9 @@ static void test_create_without_gpu(void **state) {
     (void)state;
     fixture f;
     fixture_open(&f, "tiny");
-    pdb_prefill_backend_opts o = {.cfg = &f.cfg, .engine = f.st, .decoder = f.dec, .threads = 1, .device = 0};
+    pdb_prefill_backend_opts o = {.cfg = &f.cfg, .engine = f.st, .decoder = f.dec, .exec = {.threads = 1, .device = 0}};
     pdb_prefill_backend *be = NULL;
-    pdb_status s = pdb_prefill_backend_cuda_create(&o, &be);
+    pdb_status s = pdb_prefill_backend_cuda_v2_create(&o, &be);
     if (!have_gpu()) {
         printf("create without a GPU: %s: %s\n", pdb_status_str(s), pdb_err_msg());
         /* a CUDA build without a device: PDB_CUDA; a build without nvcc: the stub's PDB_UNSUPPORTED */
@@ -140,24 +140,29 @@ static void test_create_without_gpu(void **state) {
     } else {
         if (s) fail_msg("create: %s", pdb_err_msg());
         be->destroy(be);
-        o.device = 99;
-        assert_int_equal(pdb_prefill_backend_cuda_create(&o, &be), PDB_CUDA);
+        o.exec.device = 99;
+        assert_int_equal(pdb_prefill_backend_cuda_v2_create(&o, &be), PDB_CUDA);
     }
     fixture_close(&f);
 }
 
-/* ---- capture_rows: identical xn gives identical rows ------------------------------------------- */
+/* ---- the hook alone: identical xn gives identical rows ---------------------------------------- */
 
-static void check_capture_rows(fixture *f, const pdb_st *dec, const char *what) {
+/* Two blocks of n rows: one at position 0, one far away (position 99840), the same xn at every
+ * layer; the rows of each block against pdb_v2_ops_latent_rows at the same positions. */
+static void check_hook_rows(fixture *f, const pdb_st *dec, const char *what) {
     const pdb_config *c = &f->cfg;
-    int64_t H = c->hidden_size, row = c->kv_lora_rank + c->qk_rope_head_dim, n = 300;
-    pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = dec, .threads = 1, .device = 0};
+    enum { n = 256 };
+    int64_t H = c->hidden_size, row = c->kv_lora_rank + c->qk_rope_head_dim, L = c->num_layers, far = 390 * n;
+    pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = dec, .exec = {.threads = 1, .device = 0}};
     pdb_prefill_backend *be = NULL;
-    PDB_TEST_OK(pdb_prefill_backend_cuda_create(&o, &be));
+    PDB_TEST_OK(pdb_prefill_backend_cuda_v2_create(&o, &be));
+    assert_non_null(be->hook_chunk);
     pdb_v2_qweights w;
     PDB_TEST_OK(pdb_v2_qweights_load(&w, c, dec, 1));
-    float *xn = malloc(sizeof(float) * (size_t)(n * H)), *ref = malloc(sizeof(float) * (size_t)(n * row));
-    float *got = malloc(sizeof(float) * (size_t)(n * row)), *kva = malloc(sizeof(float) * (size_t)(n * row));
+    float *xn = malloc(sizeof(float) * (size_t)(n * H)), *xl = malloc(sizeof(float) * (size_t)(L * n * H));
+    float *ref = malloc(sizeof(float) * (size_t)(n * row)), *got = malloc(sizeof(float) * (size_t)(L * n * row));
+    float *kva = malloc(sizeof(float) * (size_t)(n * row));
     float *rowbuf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(1, w.max_cols > H ? w.max_cols : H));
     int64_t *pos = malloc(sizeof(int64_t) * (size_t)n);
     pdb_v2_rowcache *rc = malloc(sizeof(*rc) * (size_t)n);
@@ -166,20 +171,27 @@ static void check_capture_rows(fixture *f, const pdb_st *dec, const char *what) 
         seed = seed * 1664525u + 1013904223u;
         xn[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.4f * (1.0f + (float)(i % 7));
     }
-    for (int64_t i = 0; i < n; i++) pos[i] = i < n / 2 ? i : 100000 + 37 * i;
+    for (int64_t l = 0; l < L; l++) memcpy(xl + l * n * H, xn, sizeof(float) * (size_t)(n * H));
     int64_t same = 0, total = 0;
-    for (int64_t l = 0; l < c->num_layers; l++) {
-        for (int64_t i = 0; i < n; i++) rc[i] = (pdb_v2_rowcache){.base = ref + i * row, .layer_stride = 0, .pos_stride = 0};
-        pdb_v2_ops_latent_rows(&w, l, NULL, rowbuf, xn, n, pos, rc, kva);
-        PDB_TEST_OK(be->capture_rows(be, l, xn, pos, n, got));
-        cmp r = compare(got, ref, n * row);
-        same += r.same;
-        total += r.n;
+    PDB_TEST_OK(be->begin(be, far + n, n));
+    const int64_t starts[2] = {0, far};
+    for (int k = 0; k < 2; k++) {
+        PDB_TEST_OK(be->hook_chunk(be, xl, starts[k], n));
+        PDB_TEST_OK(be->get_block(be, starts[k] / n, got));
+        for (int64_t i = 0; i < n; i++) pos[i] = starts[k] + i;
+        for (int64_t l = 0; l < L; l++) {
+            for (int64_t i = 0; i < n; i++) rc[i] = (pdb_v2_rowcache){.base = ref + i * row, .layer_stride = 0, .pos_stride = 0};
+            pdb_v2_ops_latent_rows(&w, l, NULL, rowbuf, xn, n, pos, rc, kva);
+            cmp r = compare(got + l * n * row, ref, n * row);
+            same += r.same;
+            total += r.n;
+        }
     }
-    printf("cuda-metric capture_rows decoder=%s identical=%lld/%lld (%.4f%%)\n", what, (long long)same, (long long)total,
+    be->end(be);
+    printf("cuda-metric hook_chunk decoder=%s identical=%lld/%lld (%.4f%%)\n", what, (long long)same, (long long)total,
            100.0 * (double)same / (double)total);
     assert_int_equal(same, total);
-    free(xn); free(ref); free(got); free(kva); free(rowbuf); free(pos); free(rc);
+    free(xn); free(xl); free(ref); free(got); free(kva); free(rowbuf); free(pos); free(rc);
     pdb_v2_qweights_free(&w);
     be->destroy(be);
 }
@@ -228,24 +240,23 @@ static void run_prefill(fixture *f, const char *preset) {
            100.0 * (double)rn.same / (double)rn.n, rn.worst_ulp);
 
     float *full = malloc(sizeof(float) * (size_t)(L * T * row)), *one = malloc(sizeof(float) * (size_t)(L * T * row));
-    float *chunk_cap = malloc(sizeof(float) * (size_t)(L * T * row)), *logits = malloc(sizeof(float) * (size_t)V);
+    float *logits = malloc(sizeof(float) * (size_t)V);
     float *one_logits = malloc(sizeof(float) * (size_t)V);
     pdb_cuda_prec precs[3] = {PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_F32, PDB_CUDA_PREC_EXACT};
     const char *pname[3] = {"bf16", "f32", "exact"};
     for (int pi = 0; pi < 3; pi++) {
-        pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = f->st, .threads = 1, .device = 0};
+        pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = f->st, .exec = {.threads = 1, .device = 0}};
         pdb_cuda_prefill_opts co = {.prec = precs[pi], .sub_chunk = 0, .page_tokens = 64};
         pdb_prefill_backend *be = NULL;
         PDB_TEST_OK(pdb_cuda_prefill_create(&o, &co, &be));
         int64_t chunks[] = {1000, 1, 7, 64}; /* 1000 >= T: one-shot (in passes of sub_chunk) first */
         for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
-            PDB_TEST_OK(be->begin(be, T));
+            PDB_TEST_OK(be->begin(be, T, T)); /* one block of T: its pool is [L, T, row], as ref_lat */
             for (int64_t p = 0; p < T; p += chunks[k]) {
                 int64_t n = T - p < chunks[k] ? T - p : chunks[k];
-                PDB_TEST_OK(be->forward_chunk(be, ids + p, p, n, chunk_cap, p + n == T ? logits : NULL));
-                for (int64_t l = 0; l < L; l++)
-                    memcpy(full + (l * T + p) * row, chunk_cap + l * n * row, sizeof(float) * (size_t)(n * row));
+                PDB_TEST_OK(be->forward_chunk(be, ids + p, p, n, 1, p + n == T ? logits : NULL));
             }
+            PDB_TEST_OK(be->get_block(be, 0, full));
             be->end(be);
             float dl = 0;
             for (int64_t v = 0; v < V; v++) dl = fmaxf(dl, fabsf(logits[v] - ref_logits[v]));
@@ -276,7 +287,7 @@ static void run_prefill(fixture *f, const char *preset) {
         }
         be->destroy(be);
     }
-    free(full); free(one); free(chunk_cap); free(logits); free(one_logits); free(ref_logits); free(nat_lat); free(ids);
+    free(full); free(one); free(logits); free(one_logits); free(ref_logits); free(nat_lat); free(ids);
     pdb_v2_cache_free(&cache);
     pdb_v2_free(m);
 }
@@ -285,8 +296,8 @@ static void test_gpu_preset(const char *preset) {
     if (!have_gpu()) { printf("skipped: no GPU (%s prefill and capture checks)\n", preset); return; }
     fixture f;
     fixture_open(&f, preset);
-    check_capture_rows(&f, f.st, "bf16");
-    check_capture_rows(&f, f.dec, "mxfp4+mxfp8");
+    check_hook_rows(&f, f.st, "bf16");
+    check_hook_rows(&f, f.dec, "mxfp4+mxfp8");
     run_prefill(&f, preset);
     fixture_close(&f);
 }

@@ -54,8 +54,8 @@ static int teardown(void **st) {
 static void test_layout(void **st) {
     pdb_config c;
     PDB_TEST_OK(pdb_config_load(hf, &c));
-    pdb_dec_layout lay;
-    PDB_TEST_OK(pdb_dec_layout_of(&c, &lay));
+    pdb_arch_layout lay;
+    PDB_TEST_OK(pdb_arch_layout_of(&c, &lay));
     const char *names[] = {"win", "comp_csa", "ikeys", "ov_kv", "ov_gate", "iov_kv", "iov_gate", "comp_hca"};
     int64_t layers[] = {4, 1, 1, 1, 1, 1, 1, 1};
     assert_int_equal(lay.layout.n_pools, 8);
@@ -69,11 +69,11 @@ static void test_layout(void **st) {
     assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[1], BS), BS / 4);
     assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[3], BS), 4);
     assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[7], BS), BS / 16);
-    PDB_TEST_OK(pdb_dec_check_block_size(&c, BS));
-    assert_int_equal(pdb_dec_check_block_size(&c, 100), PDB_INVALID);
+    PDB_TEST_OK(pdb_arch_check_block_size(&c, BS));
+    assert_int_equal(pdb_arch_check_block_size(&c, 100), PDB_INVALID);
     c.compress_rate_hca = 96;
-    assert_int_equal(pdb_dec_check_block_size(&c, BS), PDB_INVALID);
-    PDB_TEST_OK(pdb_dec_check_block_size(&c, 3 * BS));
+    assert_int_equal(pdb_arch_check_block_size(&c, BS), PDB_INVALID);
+    PDB_TEST_OK(pdb_arch_check_block_size(&c, 3 * BS));
 }
 
 /* Prefill ids[0..n) into s in chunks of `chunk`, never crossing a multiple of BS; when the prefill
@@ -101,8 +101,8 @@ static void test_forward_and_blocks(void **st) {
     PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m));
     const pdb_config *c = pdb_dec_model_config(m);
     int64_t V = c->vocab_size;
-    assert_string_equal(pdb_dec_model_semantics(m), PDB_DEC_CACHE_SEMANTICS_V4_OFFICIAL);
-    assert_null(pdb_dec_model_weights(m));
+    assert_string_equal(pdb_dec_model_semantics(m), "deepseek_v4/official/pools-f32/v1");
+    assert_null(pdb_dec_model_weights(m, "deepseek_v2"));
     int32_t ids[T + NDEC];
     pdb_test_ids(ids, T, 1000, 3);
     uint64_t bb = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), BS);
@@ -184,7 +184,7 @@ static void test_fingerprint_semantics(void **st) {
     pdb_dec_model *a, *b;
     PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &a));
     PDB_TEST_OK(pdb_dec_model_open(dex, NULL, &b));
-    assert_string_equal(pdb_dec_model_semantics(b), PDB_DEC_CACHE_SEMANTICS_V4_EXACT);
+    assert_string_equal(pdb_dec_model_semantics(b), "deepseek_v4/exact/pools-f32/v1");
     assert_memory_not_equal(pdb_dec_model_fingerprint(a), pdb_dec_model_fingerprint(b), 32);
     pdb_dec_model_close(a);
     pdb_dec_model_close(b);

@@ -82,22 +82,27 @@ grep -Eq "^block 0 [0-9a-f]+  win: [0-9]+/[0-9]+ differ" <<<"$OUT" || pdb_e2e_fa
 grep -E "^pool |^all pools" <<<"$OUT" | sed 's/^/     /'
 ok "diff-state, MX decoder + bf16 engine: exit 1, differences reported per pool"
 
-# 4. pool-validate on V4: the whole prefill through the backend against the decoder's native blocks,
-#    every pool; CPU: every element identical (--scheme none, and an MX decoder read by the engine
-#    too); a bf16 engine in front of the MX decoder misses (exit 1); --backend cuda passes on a GPU
-#    and is a clear exit 3 without one; less than one block is a usage error
-run "$BIN" pool-validate --decoder-model "$T/dec" --tokens 300 --threads 2
+# 4. pool-validate on V4: --check prefill, the whole prefill through the backend against the
+#    decoder's native blocks, every pool; --check hook, the hook alone on seeded attention inputs
+#    against the CPU's; CPU: every element identical (--scheme none, and an MX decoder read by the
+#    engine too); a bf16 engine in front of the MX decoder misses the prefill check (exit 1);
+#    --backend cuda passes on a GPU and is a clear exit 3 without one; less than one block is a
+#    usage error for the prefill check
+run "$BIN" pool-validate --decoder-model "$T/dec" --check prefill --tokens 300 --threads 2
 [ $RC -eq 0 ] && grep -q "^PASS" <<<"$OUT" || pdb_e2e_fail "pool-validate V4 cpu: exit $RC: $OUT"
 [ "$(grep -c "^overall .*100.000000%.*pass" <<<"$OUT")" = 3 ] || pdb_e2e_fail "pool-validate V4 cpu: not 3 exact modes: $OUT"
 [ "$(grep -c "^whole .*pool " <<<"$OUT")" = 8 ] || pdb_e2e_fail "pool-validate V4: not 8 pools: $OUT"
 ok "pool-validate V4 cpu: 8 pools, whole/chunked/odd-chunked bit-identical to the decoder's blocks"
-run "$BIN" pool-validate --decoder-model "$T/mx" --tokens 128 --threads 1
+run "$BIN" pool-validate --decoder-model "$T/dec" --check hook --tokens 300 --threads 2
+[ $RC -eq 0 ] && [ "$(grep -c "^overall hook .*100.000000%.*pass" <<<"$OUT")" = 3 ] || pdb_e2e_fail "pool-validate V4 hook: exit $RC: $OUT"
+ok "pool-validate V4 cpu --check hook: the hook alone, whole/chunked/odd-chunked, bit-identical to the CPU's"
+run "$BIN" pool-validate --decoder-model "$T/mx" --check both --tokens 128 --threads 1
 [ $RC -eq 0 ] || pdb_e2e_fail "pool-validate V4 cpu, MX decoder read by the engine: exit $RC: $OUT"
-run "$BIN" pool-validate --decoder-model "$T/mx" --model "$T/hf" --tokens 128 --threads 1
+run "$BIN" pool-validate --decoder-model "$T/mx" --model "$T/hf" --check prefill --tokens 128 --threads 1
 [ $RC -eq 1 ] && grep -q "^FAIL" <<<"$OUT" || pdb_e2e_fail "pool-validate V4, bf16 engine + MX decoder: exit $RC (want 1): $OUT"
 ok "pool-validate V4: MX decoder exact with its own weights in the engine, exit 1 with the bf16 engine"
 GPUS=$("$BIN" info | sed -n 's/^cuda_devices: //p')
-run "$BIN" pool-validate --decoder-model "$T/dec" --backend cuda --tokens 300
+run "$BIN" pool-validate --decoder-model "$T/dec" --backend cuda --check both --tokens 300
 if [ "${GPUS:-0}" -gt 0 ]; then
     [ $RC -eq 0 ] || pdb_e2e_fail "pool-validate V4 cuda on a GPU: exit $RC: $OUT"
     ok "pool-validate V4 cuda: within threshold"
@@ -105,7 +110,7 @@ else
     [ $RC -eq 3 ] && grep -q "backend cuda unavailable" <<<"$OUT" || pdb_e2e_fail "pool-validate V4 cuda without a GPU: exit $RC: $OUT"
     ok "pool-validate V4 cuda without a GPU: clear error, exit 3 (not a pass)"
 fi
-run "$BIN" pool-validate --decoder-model "$T/dec" --tokens 100
+run "$BIN" pool-validate --decoder-model "$T/dec" --check prefill --tokens 100
 [ $RC -eq 2 ] && grep -q "less than one block" <<<"$OUT" || pdb_e2e_fail "pool-validate V4, 100 tokens: exit $RC: $OUT"
 ok "pool-validate V4: fewer tokens than a block is a usage error (exit 2)"
 echo "all V4 verify end-to-end checks passed"

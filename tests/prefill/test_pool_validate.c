@@ -1,7 +1,7 @@
 /* test_pool_validate: the selftests behind `pdbridge pool-validate` and "chunked = one-shot"
  * (DESIGN section 8). (1) The CPU prefill engine's segments are byte-identical for chunkings 1,
  * 3, 7, 64, 129, the block size and 1000 (one shot), and equal to the decoder's own cache rows;
- * (2) the capture hook alone (backend->capture_rows) equals the CPU reference
+ * (2) the capture hook alone (backend->hook_chunk, then get_block) equals the CPU reference
  * pdb_v2_ops_latent_rows on random attention inputs, whole and in odd-length chunks, for the
  * decoder on unquantized and on MX weights, and its rows depend on the position (RoPE), so a
  * wrong position could not pass. */
@@ -46,7 +46,7 @@ static int teardown(void **st) {
 
 typedef struct { char *blocks; uint64_t bytes; int n; } sink;
 
-static pdb_status on_seg(void *u, int64_t b, const float *data, uint64_t bytes) {
+static pdb_status on_seg(void *u, int64_t b, const void *data, uint64_t bytes) {
     sink *s = u;
     if (b != s->n) return pdb_err_set(PDB_PROTOCOL, "segment %lld out of order (want %d)", (long long)b, s->n);
     s->bytes = bytes;
@@ -61,8 +61,8 @@ static void rig_open(rig *r, const char *dec) {
     PDB_TEST_OK(pdb_config_load(hf, &r->cfg));
     PDB_TEST_OK(pdb_st_open(hf, &r->e));
     PDB_TEST_OK(pdb_st_open(dec, &r->d));
-    pdb_prefill_backend_opts o = {.cfg = &r->cfg, .engine = r->e, .decoder = r->d, .threads = 2};
-    PDB_TEST_OK(pdb_prefill_backend_cpu_create(&o, &r->be));
+    pdb_prefill_backend_opts o = {.cfg = &r->cfg, .engine = r->e, .decoder = r->d, .exec = {.threads = 2}};
+    PDB_TEST_OK(pdb_prefill_backend_create(&o, "cpu", &r->be));
 }
 
 static void rig_close(rig *r) {
@@ -110,44 +110,62 @@ static void test_chunked_equals_one_shot(void **st) {
     rig_close(&r);
 }
 
-/* capture_rows on the backend vs the reference, for one decoder checkpoint */
+/* The hook alone on the backend vs the reference, for one decoder checkpoint: one block of HB
+ * rows at positions P0.. (block P0 / HB), the same inputs at every layer. */
+enum { HB = 256, P0 = 4 * HB };
+
+static void hook_block(rig *r, const float *xl, int64_t pos0, const int64_t *chunks, int n_chunks, float *got) {
+    PDB_TEST_OK(r->be->begin(r->be, pos0 + HB, HB));
+    const int64_t H = r->cfg.hidden_size, L = r->cfg.num_layers;
+    float *xc = malloc(sizeof(float) * (size_t)(L * HB * H));
+    for (int64_t off = 0, k = 0; off < HB; k++) {
+        int64_t c = chunks ? chunks[k % n_chunks] : HB;
+        if (c > HB - off) c = HB - off;
+        for (int64_t l = 0; l < L; l++) memcpy(xc + l * c * H, xl + (l * HB + off) * H, sizeof(float) * (size_t)(c * H));
+        PDB_TEST_OK(r->be->hook_chunk(r->be, xc, pos0 + off, c));
+        off += c;
+    }
+    PDB_TEST_OK(r->be->get_block(r->be, pos0 / HB, got));
+    r->be->end(r->be);
+    free(xc);
+}
+
 static void hook_vs_reference(const char *dec) {
     rig r;
     rig_open(&r, dec);
-    const int64_t L = r.cfg.num_layers, H = r.cfg.hidden_size, row = r.cfg.kv_lora_rank + r.cfg.qk_rope_head_dim, n = 203;
-    float *xn = malloc(sizeof(float) * (size_t)(n * H)), *ref = malloc(sizeof(float) * (size_t)(n * row));
-    float *got = malloc(sizeof(float) * (size_t)(n * row)), *kva = malloc(sizeof(float) * (size_t)(n * row));
+    const int64_t L = r.cfg.num_layers, H = r.cfg.hidden_size, row = r.cfg.kv_lora_rank + r.cfg.qk_rope_head_dim, n = HB;
+    float *xn = malloc(sizeof(float) * (size_t)(n * H)), *xl = malloc(sizeof(float) * (size_t)(L * n * H));
+    float *ref = malloc(sizeof(float) * (size_t)(n * row)), *kva = malloc(sizeof(float) * (size_t)(n * row));
+    float *got = malloc(sizeof(float) * (size_t)(L * n * row));
     int64_t *pos = malloc(sizeof(int64_t) * (size_t)n);
     pdb_v2_rowcache *rc = malloc(sizeof(*rc) * (size_t)n);
     uint32_t x = 5;
     for (int64_t i = 0; i < n * H; i++) { x = x * 1664525u + 1013904223u; xn[i] = (float)((int32_t)x) / 2147483648.0f * 2.0f; }
-    for (int64_t i = 0; i < n; i++) pos[i] = 1000 + 3 * i; /* positions need not be contiguous */
+    for (int64_t l = 0; l < L; l++) memcpy(xl + l * n * H, xn, sizeof(float) * (size_t)(n * H));
+    for (int64_t i = 0; i < n; i++) pos[i] = P0 + i;
     pdb_v2_qweights w;
     PDB_TEST_OK(pdb_v2_qweights_load(&w, &r.cfg, r.d, 1));
     float *rowbuf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(1, w.max_cols));
     static const int64_t odd[] = {1, 3, 7, 13, 31, 129};
+    float *got_odd = malloc(sizeof(float) * (size_t)(L * n * row));
+    hook_block(&r, xl, P0, NULL, 0, got);
+    hook_block(&r, xl, P0, odd, 6, got_odd);
     for (int64_t l = 0; l < L; l++) {
         for (int64_t i = 0; i < n; i++) rc[i] = (pdb_v2_rowcache){ref + i * row, 0, 0, pos[i]};
         pdb_v2_ops_latent_rows(&w, l, NULL, rowbuf, xn, n, pos, rc, kva);
-        PDB_TEST_OK(r.be->capture_rows(r.be, l, xn, pos, n, got));
-        if (memcmp(ref, got, sizeof(float) * (size_t)(n * row))) fail_msg("%s layer %lld: whole capture differs", dec, (long long)l);
-        memset(got, 0, sizeof(float) * (size_t)(n * row));
-        for (int64_t off = 0, k = 0; off < n; k++) {
-            int64_t c = odd[k % 6] < n - off ? odd[k % 6] : n - off;
-            PDB_TEST_OK(r.be->capture_rows(r.be, l, xn + off * H, pos + off, c, got + off * row));
-            off += c;
-        }
-        if (memcmp(ref, got, sizeof(float) * (size_t)(n * row))) fail_msg("%s layer %lld: odd-chunked capture differs", dec, (long long)l);
+        if (memcmp(ref, got + l * n * row, sizeof(float) * (size_t)(n * row))) fail_msg("%s layer %lld: whole capture differs", dec, (long long)l);
+        if (memcmp(ref, got_odd + l * n * row, sizeof(float) * (size_t)(n * row)))
+            fail_msg("%s layer %lld: odd-chunked capture differs", dec, (long long)l);
     }
-    /* the position matters: the same inputs one position later give other rope dims */
-    for (int64_t i = 0; i < n; i++) pos[i] += 1;
-    PDB_TEST_OK(r.be->capture_rows(r.be, 0, xn, pos, n, got));
-    for (int64_t i = 0; i < n; i++) rc[i] = (pdb_v2_rowcache){ref + i * row, 0, 0, pos[i] - 1};
-    pos[0] -= 1;
-    pdb_v2_ops_latent_rows(&w, 0, NULL, rowbuf, xn, 1, pos, rc, kva);
-    assert_memory_not_equal(ref, got, sizeof(float) * (size_t)row);
-    assert_memory_equal(ref, got, sizeof(float) * (size_t)r.cfg.kv_lora_rank); /* the non-rotary part does not move */
+    /* the position matters: the same inputs one block later give other rope dims (ref is layer
+     * L-1 at P0 now; the block at P0 + HB must differ in its rotary dims only) */
+    hook_block(&r, xl, P0 + HB, NULL, 0, got);
+    const float *last = got + (L - 1) * n * row;
+    assert_memory_not_equal(ref, last, sizeof(float) * (size_t)row);
+    assert_memory_equal(ref, last, sizeof(float) * (size_t)r.cfg.kv_lora_rank); /* the non-rotary part does not move */
     pdb_v2_qweights_free(&w);
+    free(got_odd);
+    free(xl);
     free(rowbuf);
     free(rc);
     free(pos);
@@ -161,7 +179,7 @@ static void hook_vs_reference(const char *dec) {
 static void test_hook_equals_reference(void **st) {
     hook_vs_reference(dn);
     hook_vs_reference(dq);
-    printf("  capture_rows == pdb_v2_ops_latent_rows, whole and odd-chunked, decoder none and MX\n");
+    printf("  hook_chunk == pdb_v2_ops_latent_rows, whole and odd-chunked, decoder none and MX\n");
 }
 
 int main(void) {

@@ -42,7 +42,7 @@ static int teardown(void **st) {
 
 typedef struct { float *blocks; uint64_t bytes; int64_t got[NB]; int n; } sink;
 
-static pdb_status on_seg(void *u, int64_t b, const float *data, uint64_t bytes) {
+static pdb_status on_seg(void *u, int64_t b, const void *data, uint64_t bytes) {
     sink *s = u;
     s->bytes = bytes;
     memcpy((char *)s->blocks + b * bytes, data, bytes);
@@ -70,9 +70,9 @@ static pdb_prefill_backend *make_backend(const char *dec, pdb_st **e, pdb_st **d
     PDB_TEST_OK(pdb_config_load(hf, cfg));
     PDB_TEST_OK(pdb_st_open(hf, e));
     PDB_TEST_OK(pdb_st_open(dec, d));
-    pdb_prefill_backend_opts o = {.cfg = cfg, .engine = *e, .decoder = *d, .threads = 2};
+    pdb_prefill_backend_opts o = {.cfg = cfg, .engine = *e, .decoder = *d, .exec = {.threads = 2}};
     pdb_prefill_backend *be = NULL;
-    PDB_TEST_OK(pdb_prefill_backend_cpu_create(&o, &be));
+    PDB_TEST_OK(pdb_prefill_backend_create(&o, "cpu", &be));
     return be;
 }
 

@@ -202,7 +202,7 @@ enum { BS = 128, T = 2 * BS + 44, NB = T / BS };
 
 typedef struct { char *blocks; uint64_t bytes; int n; } sink;
 
-static pdb_status on_seg(void *u, int64_t b, const float *data, uint64_t bytes) {
+static pdb_status on_seg(void *u, int64_t b, const void *data, uint64_t bytes) {
     sink *s = u;
     s->bytes = bytes;
     memcpy(s->blocks + b * bytes, data, bytes);
@@ -230,8 +230,8 @@ static void check_blocks(const char *hf, const char *dec, const int32_t *ids) {
     PDB_TEST_OK(pdb_st_open(hf, &e));
     PDB_TEST_OK(pdb_st_open(dec, &d));
     int sem = 0;
-    PDB_TEST_OK(pdb_dec_model_v4_semantics(dec, &sem));
-    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .threads = 2, .v4_sem = sem, .device = 0};
+    PDB_TEST_OK(pdb_dec_model_semantics_of(dec, &cfg, &sem));
+    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .semantics = sem, .exec = {.threads = 2, .device = 0}};
     pdb_prefill_backend *be = NULL;
     PDB_TEST_OK(pdb_prefill_backend_cuda_v4_create(&o, &be));
     assert_string_equal(be->name, "cuda");

@@ -54,7 +54,7 @@ static int teardown(void **st) {
 
 typedef struct { char *blocks; uint64_t bytes; int64_t got[NB]; int n; } sink;
 
-static pdb_status on_seg(void *u, int64_t b, const float *data, uint64_t bytes) {
+static pdb_status on_seg(void *u, int64_t b, const void *data, uint64_t bytes) {
     sink *s = u;
     s->bytes = bytes;
     memcpy(s->blocks + b * bytes, data, bytes);
@@ -78,11 +78,11 @@ static pdb_prefill_backend *make_backend_on(const char *engine, const char *dec,
     PDB_TEST_OK(pdb_st_open(engine, e));
     PDB_TEST_OK(pdb_st_open(dec, d));
     int sem = 0;
-    PDB_TEST_OK(pdb_dec_model_v4_semantics(dec, &sem));
+    PDB_TEST_OK(pdb_dec_model_semantics_of(dec, cfg, &sem));
     /* 3 threads: the pool-run products, attention and indexer tasks must match the single-threaded decoder */
-    pdb_prefill_backend_opts o = {.cfg = cfg, .engine = *e, .decoder = *d, .threads = 3, .v4_sem = sem};
+    pdb_prefill_backend_opts o = {.cfg = cfg, .engine = *e, .decoder = *d, .semantics = sem, .exec = {.threads = 3}};
     pdb_prefill_backend *be = NULL;
-    PDB_TEST_OK(pdb_prefill_backend_cpu_create(&o, &be));
+    PDB_TEST_OK(pdb_prefill_backend_create(&o, "cpu", &be));
     assert_non_null(be->get_block);
     return be;
 }
@@ -170,16 +170,16 @@ static void test_mx_decoder(void **st) {
     sink s = {.blocks = malloc(bytes * NB)};
     PDB_TEST_OK(pdb_prefill_run(be, &cfg, ids, T, BS, 0, 64, on_seg, &s, NULL));
     assert_int_equal(s.n, NB);
-    pdb_dec_layout lay;
-    PDB_TEST_OK(pdb_dec_layout_of(&cfg, &lay));
+    pdb_arch_layout lay;
+    PDB_TEST_OK(pdb_arch_layout_of(&cfg, &lay));
     const void *pa[PDB_STORE_MAX_POOLS], *pb[PDB_STORE_MAX_POOLS];
     int64_t same_all = 0, n_all = 0;
     for (int p = 0; p < lay.layout.n_pools; p++) {
         int64_t n = 0, same = 0, l0same = 1;
         double worst = 0;
         for (int b = 0; b < NB; b++) {
-            pdb_dec_block_pools(&lay.layout, BS, s.blocks + b * bytes, pa);
-            pdb_dec_block_pools(&lay.layout, BS, ref + b * bytes, pb);
+            pdb_arch_block_pools(&lay.layout, BS, s.blocks + b * bytes, pa);
+            pdb_arch_block_pools(&lay.layout, BS, ref + b * bytes, pb);
             const pdb_store_pool *q = &lay.layout.pools[p];
             int64_t k = (int64_t)(pdb_store_pool_bytes(q, BS) / sizeof(float)), k0 = k / q->n_layers;
             const float *x = pa[p], *y = pb[p];
