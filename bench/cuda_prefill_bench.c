@@ -14,8 +14,8 @@
 #include "pdb_clock.h"
 #include "pdb_config.h"
 #include "pdb_cuda.h"
-#include "pdb_cuda_prefill.h"
 #include "pdb_make_model.h"
+#include "pdb_prefill_cuda.h"
 #include "pdb_safetensors.h"
 
 static int die(const char *what) {
@@ -57,7 +57,7 @@ int main(int argc, char **argv) {
                                 .sub_chunk = chunk, .page_tokens = 64, .gemm_rows = gemm_rows};
     pdb_prefill_backend *be = NULL;
     t0 = pdb_clock_now();
-    if (pdb_cuda_prefill_create(&o, &co, &be)) return die("create");
+    if (pdb_prefill_cuda_create(&o, &co, &be)) return die("create");
     printf("cuda-bench weights uploaded in %.1f s\n", pdb_clock_now() - t0);
     int64_t V = cfg.vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)V);

@@ -18,8 +18,8 @@
 #include "pdb_block_compare.h"
 #include "pdb_cli.h"
 #include "pdb_dec_model.h"
-#include "pdb_dec_server.h"
 #include "pdb_file.h"
+#include "pdb_prompt.h"
 #include "pdb_store.h"
 #include "pdb_tokenizer.h"
 
@@ -293,7 +293,7 @@ int pdb_cli_diff_state(int argc, char **argv) {
     pdb_openai_request q = {.kind = chat ? PDB_OPENAI_CHAT : PDB_OPENAI_COMPLETION, .prompt_text = text, .prompt_len = tlen,
                             .messages = &msg, .n_messages = 1, .max_tokens = -1};
     pdb_openai_error oe;
-    if (pdb_dec_server_prompt_ids(tok, &q, &ids, &n_ids, &oe)) {
+    if (pdb_prompt_encode_request(tok, &q, &ids, &n_ids, &oe)) {
         fprintf(stderr, "pdbridge diff-state: %s: the decoder would refuse this prompt: %s\n", pfile, oe.message);
         goto out;
     }

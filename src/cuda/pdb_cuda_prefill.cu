@@ -42,8 +42,7 @@ typedef struct cu_layer {
 
 typedef struct cu_list { void **p; int n, cap; } cu_list;
 
-typedef struct cu_prefill {
-    pdb_prefill_backend be;
+typedef struct pdb_cuda_prefill {
     pdb_config cfg;
     pdb_cuda_dt dt;
     int exact;                  /* PDB_CUDA_PREC_EXACT: dot32 products and the exact attention */
@@ -82,7 +81,8 @@ typedef struct cu_prefill {
     int64_t bs, hooked;
     /* hook_chunk staging */
     float *cr_x, *cr_kva, *h_cr;
-} cu_prefill;
+} pdb_cuda_prefill;
+typedef pdb_cuda_prefill cu_prefill;
 
 enum { CR_ROWS = 256 };
 
@@ -271,8 +271,7 @@ template <typename T> static pdb_status hpin(T **p, size_t bytes) {
     return PDB_OK;
 }
 
-static pdb_status cu_begin(pdb_prefill_backend *be, int64_t max_tokens, int64_t bs) {
-    cu_prefill *c = (cu_prefill *)be->impl;
+extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, int64_t bs) {
     seq_free(c);
     if (max_tokens <= 0 || max_tokens > ((int64_t)1 << 31) || bs <= 0)
         return pdb_err_set(PDB_INVALID, "cuda begin: max_tokens %lld outside 1..2^31 or block size %lld", (long long)max_tokens,
@@ -338,8 +337,7 @@ static pdb_status cu_begin(pdb_prefill_backend *be, int64_t max_tokens, int64_t 
     return PDB_OK;
 }
 
-static void cu_end(pdb_prefill_backend *be) {
-    cu_prefill *c = (cu_prefill *)be->impl;
+extern "C" void pdb_cuda_prefill_end(cu_prefill *c) {
     cudaStreamSynchronize(c->s);
     cudaGetLastError();
     seq_free(c);
@@ -555,9 +553,8 @@ static pdb_status check_hook_span(const cu_prefill *c, int64_t pos0, int64_t n) 
     return PDB_OK;
 }
 
-static pdb_status cu_forward(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, int capture_on,
-                             float *logits_last) {
-    cu_prefill *c = (cu_prefill *)be->impl;
+extern "C" pdb_status pdb_cuda_prefill_forward(cu_prefill *c, const int32_t *ids, int64_t pos0, int64_t n, int capture_on,
+                                               float *logits_last) {
     if (!c->cache) return pdb_err_set(PDB_INVALID, "cuda forward: no sequence (call begin first)");
     if (n <= 0) return pdb_err_set(PDB_INVALID, "cuda forward: no tokens");
     if (pos0 != c->len)
@@ -585,8 +582,7 @@ static pdb_status cu_forward(pdb_prefill_backend *be, const int32_t *ids, int64_
 }
 
 /* The hook alone on xn [L, n, H]: per layer, kva on the GPU in CR_ROWS pieces, the row math on the host. */
-static pdb_status cu_hook_chunk(pdb_prefill_backend *be, const float *xn, int64_t pos0, int64_t n) {
-    cu_prefill *c = (cu_prefill *)be->impl;
+extern "C" pdb_status pdb_cuda_prefill_hook_chunk(cu_prefill *c, const float *xn, int64_t pos0, int64_t n) {
     PDB_TRY(check_hook_span(c, pos0, n));
     PDB_CU(cudaSetDevice(c->device));
     for (int64_t l = 0; l < c->nl; l++)
@@ -603,8 +599,9 @@ static pdb_status cu_hook_chunk(pdb_prefill_backend *be, const float *xn, int64_
     return PDB_OK;
 }
 
-static pdb_status cu_get_block(pdb_prefill_backend *be, int64_t b, void *buf) {
-    cu_prefill *c = (cu_prefill *)be->impl;
+extern "C" int pdb_cuda_prefill_exact(const cu_prefill *c) { return c->exact; }
+
+extern "C" pdb_status pdb_cuda_prefill_get_block(cu_prefill *c, int64_t b, void *buf) {
     if (!c->blk || c->hooked != (b + 1) * c->bs)
         return pdb_err_set(PDB_INVALID, "cuda: block %lld asked with %lld positions captured", (long long)b, (long long)c->hooked);
     memcpy(buf, c->blk, sizeof(float) * (size_t)(c->nl * c->bs * c->row));
@@ -613,9 +610,7 @@ static pdb_status cu_get_block(pdb_prefill_backend *be, int64_t b, void *buf) {
 
 /* ======================================= create / destroy =================================== */
 
-static void cu_destroy(pdb_prefill_backend *be) {
-    if (!be) return;
-    cu_prefill *c = (cu_prefill *)be->impl;
+extern "C" void pdb_cuda_prefill_free(cu_prefill *c) {
     if (c) {
         if (c->have_stream) cudaStreamSynchronize(c->s);
         cudaGetLastError();
@@ -631,10 +626,10 @@ static void cu_destroy(pdb_prefill_backend *be) {
     }
 }
 
-static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o) {
-    const pdb_config *cf = o->cfg;
-    PDB_TRY(pdb_cuda_use_device(o->exec.device, "cuda backend"));
-    c->device = o->exec.device;
+static pdb_status create_inner(cu_prefill *c, const pdb_config *cf, const pdb_st *engine, const pdb_st *decoder,
+                               int device) {
+    PDB_TRY(pdb_cuda_use_device(device, "cuda backend"));
+    c->device = device;
     PDB_CU(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking));
     c->have_stream = 1;
     PDB_TRY(pdb_cuda_blas_open(&c->blas, c->s));
@@ -642,11 +637,11 @@ static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o)
     c->blas.tile_rows = c->gemm_rows;
     PDB_TRY(pdb_rope_init(&c->rope, &cf->rope, c->rope_d));
     c->scale = (float)pdb_config_softmax_scale(cf);
-    PDB_TRY(pdb_v2_qweights_load(&c->dec, cf, o->decoder, 1));
+    PDB_TRY(pdb_v2_qweights_load(&c->dec, cf, decoder, 1));
     c->have_dec = 1;
     c->L = (cu_layer *)calloc((size_t)c->nl, sizeof(cu_layer));
     if (!c->L) return pdb_err_set(PDB_NOMEM, "layers");
-    const pdb_st *st = o->engine;
+    const pdb_st *st = engine;
     PDB_TRY(load_w(c, st, &c->embed, c->V, c->H, PDB_V2_T_EMBED, -1, 0));
     PDB_TRY(load_v(c, st, &c->final_norm, c->H, 0, PDB_V2_T_FINAL_NORM, -1, 0));
     char head[PDB_NAMES_MAX_LEN];
@@ -661,11 +656,10 @@ static pdb_status create_inner(cu_prefill *c, const pdb_prefill_backend_opts *o)
     return PDB_OK;
 }
 
-extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o, const pdb_cuda_prefill_opts *co,
-                                              pdb_prefill_backend **out) {
+extern "C" pdb_status pdb_cuda_prefill_create(const pdb_config *cf, const pdb_st *engine, const pdb_st *decoder,
+                                              int device, const pdb_cuda_prefill_opts *co, pdb_cuda_prefill **out) {
     *out = NULL;
-    if (!o || !o->cfg || !o->engine || !o->decoder) return pdb_err_set(PDB_INVALID, "cuda backend: missing options");
-    const pdb_config *cf = o->cfg;
+    if (!cf || !engine || !decoder) return pdb_err_set(PDB_INVALID, "cuda backend: missing options");
     int64_t row = cf->kv_lora_rank + cf->qk_rope_head_dim;
     if (cf->kv_lora_rank > PDB_CUDA_MAX_KVL || row > PDB_CUDA_MAX_ROW || row % 4 || cf->qk_rope_head_dim % 2 ||
         cf->n_routed_experts > PDB_CUDA_MAX_EXPERTS || cf->n_group > 256)
@@ -676,7 +670,7 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     cu_prefill *c = (cu_prefill *)calloc(1, sizeof *c);
     if (!c) return pdb_err_set(PDB_NOMEM, "cuda backend");
     c->cfg = *cf;
-    int prec = co ? (int)co->prec : (int)o->precision; /* without extra options: the backend options' */
+    int prec = co ? (int)co->prec : PDB_CUDA_PREC_BF16;
     c->exact = prec == PDB_CUDA_PREC_EXACT;
     c->dt = prec == PDB_CUDA_PREC_F32 || c->exact ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
     c->esz = c->dt == PDB_CUDA_DT_F32 ? 4 : 2;
@@ -688,26 +682,13 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o,
     c->qlr = cf->q_lora_rank; c->E = cf->n_routed_experts; c->K = cf->num_experts_per_tok;
     c->Im = cf->moe_intermediate_size; c->Is = c->Im * cf->n_shared_experts; c->I = cf->intermediate_size;
     c->V = cf->vocab_size; c->nl = cf->num_layers;
-    c->be.name = "cuda";
-    c->be.exact = c->exact;
-    c->be.impl = c;
-    c->be.begin = cu_begin;
-    c->be.forward_chunk = cu_forward;
-    c->be.hook_chunk = cu_hook_chunk;
-    c->be.get_block = cu_get_block;
-    c->be.end = cu_end;
-    c->be.destroy = cu_destroy;
-    pdb_status s = create_inner(c, o);
+    pdb_status s = create_inner(c, cf, engine, decoder, device);
     if (s) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", pdb_err_msg());
-        cu_destroy(&c->be);
+        pdb_cuda_prefill_free(c);
         return pdb_err_set(s, "%s", msg);
     }
-    *out = &c->be;
+    *out = c;
     return PDB_OK;
-}
-
-extern "C" pdb_status pdb_prefill_backend_cuda_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
-    return pdb_cuda_prefill_create(o, NULL, out);
 }

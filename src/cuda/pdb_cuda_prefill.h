@@ -1,9 +1,12 @@
-/* pdb_cuda_prefill: the CUDA prefill backend for DeepSeek-V2 (pdb_prefill_backend_cuda_create
- * and a variant with an explicit engine precision). Invariants: see pdb_cuda_prefill.cu and
- * docs/cuda.md — engine GEMMs through cuBLAS with f32 accumulation, the engine's own paged
+/* pdb_cuda_prefill: the CUDA prefill engine for DeepSeek-V2 and its capture hook, one sequence
+ * at a time (create -> begin -> forward ... -> end -> free). The prefill component wraps it as
+ * its "cuda" backend (src/prefill/pdb_prefill_cuda.c, pdb_prefill_backend_cuda_create): the
+ * functions here have the semantics of pdb_prefill_backend's of the same names, without that
+ * interface's type, which is the prefill's (above this component).
+ * Invariants: see pdb_cuda_prefill.cu and docs/cuda.md — engine GEMMs through cuBLAS with f32 accumulation, the engine's own paged
  * latent cache, and capture rows computed with the decoder's exactly-dequantized kv_a weights
  * in pdb_qmat_dot's order on the GPU plus the shared CPU row math (pdb_math_rmsnorm,
- * pdb_rope_apply) on the host. pdb_prefill_backend_cuda_v2_create is this with default options. */
+ * pdb_rope_apply) on the host. */
 #ifndef PDB_CUDA_PREFILL_H
 #define PDB_CUDA_PREFILL_H
 
@@ -11,9 +14,22 @@
 extern "C" {
 #endif
 
-#include "pdb_prefill_backend.h"
+#include <stdint.h>
 
-/* The engine precision is pdb_cuda_prec (pdb_prefill_backend.h). */
+#include "pdb_config.h"
+#include "pdb_safetensors.h"
+#include "pdb_status.h"
+
+/* Engine precision: weights, GEMM operands and the engine's latent cache. */
+typedef enum pdb_cuda_prec {
+    PDB_CUDA_PREC_BF16 = 0, /* default: bf16 weights/operands/cache, f32 accumulation and activations */
+    PDB_CUDA_PREC_F32 = 1,  /* validation: f32 everywhere (no TF32) */
+    PDB_CUDA_PREC_EXACT = 2 /* the decoder's own math: f32 weights, every product in pdb_qmat_dot's
+                               order (own kernels, no cuBLAS), the CPU's attention task order, so
+                               the rows equal the CPU engine's (slow: for validation and for a
+                               bridge that must be token-identical to native) */
+} pdb_cuda_prec;
+
 enum { PDB_CUDA_GEMM_ROWS_DEFAULT = 256 };
 
 typedef struct pdb_cuda_prefill_opts {
@@ -25,8 +41,24 @@ typedef struct pdb_cuda_prefill_opts {
                             (PDB_CUDA_GEMM_ROWS_DEFAULT), -1 = off (one call per product, fastest) */
 } pdb_cuda_prefill_opts;
 
-pdb_status pdb_cuda_prefill_create(const pdb_prefill_backend_opts *o, const pdb_cuda_prefill_opts *co,
-                                   pdb_prefill_backend **out);
+typedef struct pdb_cuda_prefill pdb_cuda_prefill;
+
+/* The engine of model cfg (DeepSeek-V2 only) from the engine's checkpoint, its hook from the
+ * decoder's checkpoint, on device `device`; co NULL = the defaults, bf16. PDB_CUDA (with the
+ * driver's message) when no usable GPU, PDB_UNSUPPORTED when built without CUDA. */
+pdb_status pdb_cuda_prefill_create(const pdb_config *cfg, const pdb_st *engine, const pdb_st *decoder, int device,
+                                   const pdb_cuda_prefill_opts *co, pdb_cuda_prefill **out);
+/* pdb_prefill_backend's begin, forward_chunk, hook_chunk, get_block, end, destroy (the capture:
+ * the block being assembled, host [L, block_size, row], the decoder's "latent" pool of one
+ * block), and whether the engine runs the decoder's own math (precision exact). */
+pdb_status pdb_cuda_prefill_begin(pdb_cuda_prefill *c, int64_t max_tokens, int64_t block_size);
+pdb_status pdb_cuda_prefill_forward(pdb_cuda_prefill *c, const int32_t *ids, int64_t pos0, int64_t n, int capture,
+                                    float *logits_last);
+pdb_status pdb_cuda_prefill_hook_chunk(pdb_cuda_prefill *c, const float *xn, int64_t pos0, int64_t n);
+pdb_status pdb_cuda_prefill_get_block(pdb_cuda_prefill *c, int64_t b, void *buf);
+int pdb_cuda_prefill_exact(const pdb_cuda_prefill *c);
+void pdb_cuda_prefill_end(pdb_cuda_prefill *c);
+void pdb_cuda_prefill_free(pdb_cuda_prefill *c);
 
 #ifdef __cplusplus
 }

@@ -35,13 +35,4 @@ const char *pdb_dec_server_model_id(const pdb_dec_server *s);
 /* Stop accepting, cancel everything in flight (clients see their stream end), join, free. */
 void pdb_dec_server_stop(pdb_dec_server *s);
 
-/* The prompt token ids of a parsed request, exactly as the decoder computes them (the front
- * calls this too so that its chain hashes match): completions with a text prompt are BOS (when
- * the tokenizer has one) + encode(text); token-id prompts are taken as they are (the vocabulary
- * is checked by the caller); chat is encode(render(messages, add_generation_prompt)), the BOS
- * being part of the rendered text. tok may be NULL (token-id mode: text and chat are 400).
- * *ids is malloc'd. On failure *err holds the 4xx answer. */
-pdb_status pdb_dec_server_prompt_ids(const pdb_tokenizer *tok, const pdb_openai_request *q, int32_t **ids, int64_t *n_ids,
-                                     pdb_openai_error *err);
-
 #endif

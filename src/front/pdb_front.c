@@ -14,12 +14,12 @@
 #include "pdb_config.h"
 #include "pdb_arch.h"
 #include "pdb_dec_model.h"
-#include "pdb_dec_server.h"
 #include "pdb_front_bridge.h"
 #include "pdb_hash.h"
 #include "pdb_http.h"
 #include "pdb_http_client.h"
 #include "pdb_openai.h"
+#include "pdb_prompt.h"
 #include "pdb_store.h"
 #include "pdb_tokenizer.h"
 
@@ -431,7 +431,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }
-    if (pdb_dec_server_prompt_ids(f->tok, &q, &ids, &n, &err)) {
+    if (pdb_prompt_encode_request(f->tok, &q, &ids, &n, &err)) {
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }

@@ -1,5 +1,5 @@
 /* pdb_front: `pdbridge front`, the OpenAI-compatible front door. For each completion/chat
- * request it tokenizes exactly as the decoder does (pdb_dec_server_prompt_ids), asks the store
+ * request it tokenizes exactly as the decoder does (pdb_prompt_encode_request), asks the store
  * how many leading blocks exist, applies the policy (and the X-PD-Bridge-Mode header), bridges
  * the missing blocks from the prefill server into the store through the decoder's block writer,
  * then forwards the original request to the decoder and relays its answer with the verdict

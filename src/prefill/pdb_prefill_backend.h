@@ -1,8 +1,8 @@
 /* pdb_prefill_backend: the prefill engine's compute backends behind one interface (a struct of
  * function pointers per backend, as ggml does). An engine is an (architecture, device) pair:
  * pdb_prefill_backend.c holds the table of them (deepseek_v2 on the CPU, pdb_prefill_cpu.c, and
- * on CUDA, src/cuda/pdb_cuda_prefill.cu; deepseek_v4 on the CPU and on CUDA,
- * pdb_prefill_cpu_v4.c). A backend owns the engine's weights (the HF checkpoint), its own cache
+ * on CUDA, pdb_prefill_cuda.c over src/cuda/pdb_cuda_prefill.cu; deepseek_v4 on the CPU and on
+ * CUDA, pdb_prefill_cpu_v4.c over src/cuda/pdb_cuda_v4.cu). A backend owns the engine's weights (the HF checkpoint), its own cache
  * for one sequence at a time, and the capture hook: at every layer, from that layer's attention
  * input, it computes the decoder's cache pieces with the DECODER's weights and the decoder's own
  * pool math (pdb_v2_ops_latent_rows; pdb_v4_cache_feed), and hands a finished block out in the
@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "pdb_config.h"
+#include "pdb_cuda_prefill.h" /* pdb_cuda_prec */
 #include "pdb_safetensors.h"
 #include "pdb_status.h"
 
@@ -53,16 +54,6 @@ struct pdb_prefill_backend {
     void (*destroy)(pdb_prefill_backend *be);  /* frees be too */
 };
 
-/* The CUDA engine's precision (DeepSeek-V2; the V4 engine always runs the reference order). */
-typedef enum pdb_cuda_prec {
-    PDB_CUDA_PREC_BF16 = 0, /* default: bf16 weights/operands/cache, f32 accumulation and activations */
-    PDB_CUDA_PREC_F32 = 1,  /* validation: f32 everywhere (no TF32) */
-    PDB_CUDA_PREC_EXACT = 2 /* the decoder's own math: f32 weights, every product in pdb_qmat_dot's
-                               order (own kernels, no cuBLAS), the CPU's attention task order, so
-                               the rows equal the CPU engine's (slow: for validation and for a
-                               bridge that must be token-identical to native) */
-} pdb_cuda_prec;
-
 /* Where an engine runs (kept apart from the weights it loads). */
 typedef struct pdb_prefill_exec {
     int threads;                 /* CPU threads: 0 = all cores */
@@ -74,7 +65,7 @@ typedef struct pdb_prefill_backend_opts {
     const pdb_st *engine;        /* HF checkpoint tensors (the engine's own weights) */
     const pdb_st *decoder;       /* decoder checkpoint tensors (the hook's weights) */
     int semantics;               /* the decoder's cache semantics (an index into the registry's, pdb_arch.h) */
-    pdb_cuda_prec precision;     /* CUDA DeepSeek-V2 engine */
+    pdb_cuda_prec precision;     /* CUDA DeepSeek-V2 engine (the V4 engine always runs the reference order) */
     pdb_prefill_exec exec;
 } pdb_prefill_backend_opts;
 

@@ -18,9 +18,9 @@
 
 #include "pdb_config.h"
 #include "pdb_cuda.h"
-#include "pdb_cuda_prefill.h"
 #include "pdb_dtype.h"
 #include "pdb_make_model.h"
+#include "pdb_prefill_cuda.h"
 #include "pdb_safetensors.h"
 #include "pdb_test_util.h"
 #include "pdb_v2.h"
@@ -248,7 +248,7 @@ static void run_prefill(fixture *f, const char *preset) {
         pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = f->st, .exec = {.threads = 1, .device = 0}};
         pdb_cuda_prefill_opts co = {.prec = precs[pi], .sub_chunk = 0, .page_tokens = 64};
         pdb_prefill_backend *be = NULL;
-        PDB_TEST_OK(pdb_cuda_prefill_create(&o, &co, &be));
+        PDB_TEST_OK(pdb_prefill_cuda_create(&o, &co, &be));
         int64_t chunks[] = {1000, 1, 7, 64}; /* 1000 >= T: one-shot (in passes of sub_chunk) first */
         for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
             PDB_TEST_OK(be->begin(be, T, T)); /* one block of T: its pool is [L, T, row], as ref_lat */
