@@ -29,7 +29,7 @@
  *              during the decode and prints the hottest functions (dladdr; static functions
  *              as executable offsets: resolve them with addr2line -f -e bench_decode)
  *   --phases   runs the same steps through the pdb_v2_ops calls of the decoder's forward with a
- *              clock around each, and the stages inside attention and FFN (pdb_v2_ops_stage_s)
+ *              clock around each, and the stages inside attention and FFN (pdb_v2_ops_opts.stage_s)
  *   --weights  the checkpoint mapped, or read into huge-page memory (the decoder's default, D18)
  *   --probe-pages  the probe buffer in 4 KB pages instead (to compare)
  *   --trace    times every thread in the last round's pool runs: how much of the threads' time in
@@ -309,7 +309,7 @@ static pdb_status phases(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweig
     int32_t tok = 1;
     for (int p = context - 1; p < context + ntok; p++) { /* a warm-up step at the prompt's last position, then ntok */
         int on = p >= context;
-        pdb_v2_ops_stage_s = on ? st : warm;
+        w->opts->stage_s = on ? st : warm;
         double t0 = pdb_clock_now(), t1;
         b.cache[0] = (pdb_v2_rowcache){lat, cap * row, row, 0};
         b.pos[0] = p;
@@ -332,8 +332,8 @@ static pdb_status phases(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweig
     for (int k = 0; k < P_N; k++) total += t[k];
     printf("phases: %d one-token steps through pdb_v2_ops, %.3f ms per step\n", ntok, 1e3 * total / ntok);
     for (int k = 0; k < P_N; k++) printf("  %-26s %8.3f ms %5.1f%%\n", nm[k], 1e3 * t[k] / ntok, 100 * t[k] / total);
-    pdb_v2_ops_stage_s = NULL;
-    printf("stages of attention and FFN, all layers (pdb_v2_ops_stage_s):\n");
+    w->opts->stage_s = NULL;
+    printf("stages of attention and FFN, all layers (pdb_v2_ops_opts.stage_s):\n");
     for (int k = 0; k < PDB_V2_ST_N; k++) printf("  %-26s %8.3f ms %5.1f%%\n", pdb_v2_ops_stage_names[k], 1e3 * st[k] / ntok, 100 * st[k] / total);
     pdb_v2_batch_free(&b);
     free(lat), free(logits);
@@ -375,7 +375,7 @@ static const char *attn_form_name(int f) {
 
 int main(int argc, char **argv) {
     int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
-    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1, trace = 0, ab = -1;
+    int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1, trace = 0, ab = -1, attn = PDB_V2_ATTN_AUTO;
     long probe_mb = 0;
     const char *pos[3] = {0};
     for (int i = 1; i < argc; i++) {
@@ -402,8 +402,8 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
             const char *a = argv[++i];
-            pdb_v2_ops_attn_path = attn_form_arg(a);
-            if (pdb_v2_ops_attn_path < 0) npos = -9;
+            attn = attn_form_arg(a);
+            if (attn < 0) npos = -9;
         }
         else if (!strcmp(argv[i], "--ab") && i + 1 < argc) {
             ab = attn_form_arg(argv[++i]);
@@ -437,6 +437,7 @@ int main(int argc, char **argv) {
     }
     const pdb_config *c = pdb_dec_model_config(m);
     const pdb_v2_qweights *w = pdb_dec_model_weights(m, "deepseek_v2");
+    w->opts->attn_path = attn;
     /* bytes touched per decode token */
     uint64_t fixed = qbytes(&w->lm_head) + (uint64_t)c->hidden_size * 2, expert = 0;
     for (int64_t l = 0; l < c->num_layers; l++) {
@@ -491,7 +492,7 @@ int main(int argc, char **argv) {
      * within seconds); the totals pair all steps with the best probe of the run (conservative) */
     if (rounds > ntok) rounds = ntok;
     if (ab >= 0 && rounds > ntok / 2) rounds = ntok / 2 > 0 ? ntok / 2 : 1; /* each round times both forms */
-    int attn_base = pdb_v2_ops_attn_path;
+    int attn_base = w->opts->attn_path;
     double ab_sum[2] = {0, 0}, r_ab[64];
     int64_t ab_n[2] = {0, 0};
     double dt = 0, dc = 0, r_frac[64], r_probe[64], r_tps[64], *trace_buf = NULL;
@@ -513,7 +514,7 @@ int main(int argc, char **argv) {
         double ab_t[2] = {0, 0};
         for (int i = 0; i < n; i++) {
             double ts = ab >= 0 ? pdb_clock_now() : 0;
-            if (ab >= 0) pdb_v2_ops_attn_path = i & 1 ? ab : attn_base;
+            if (ab >= 0) w->opts->attn_path = i & 1 ? ab : attn_base;
             sg = (pdb_dec_seg){&s, &tok, 1, logits};
             if (pdb_dec_forward(m, &sg, 1)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
             tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
@@ -527,7 +528,7 @@ int main(int argc, char **argv) {
         dt += d, dc += cpu_s() - c0, runs += pdb_pool_runs(pool) - runs0, done += n;
         r_probe[r] = p, r_tps[r] = n / d, r_frac[r] = per_tok * r_tps[r] / 1e9 / p;
     }
-    pdb_v2_ops_attn_path = attn_base;
+    w->opts->attn_path = attn_base;
     int probe_threads = pdb_pool_threads(probe_pool);
     if (probe_pool != pool) pdb_pool_destroy(probe_pool);
     double probe_map = 0, probe_hp = huge_share(probe_buf, probe_n * sizeof(float), &probe_map);
@@ -538,7 +539,7 @@ int main(int argc, char **argv) {
            (long long)c->num_layers, (long long)c->hidden_size, (long long)c->n_routed_experts, (long long)c->num_experts_per_tok);
     printf("threads %d, kernels %s, context %d + %d steps, attention %s\n", pdb_pool_threads(pool),
            pdb_qmat_isa_name(pdb_qmat_isa_detect()), context, ntok,
-           attn_form_name(pdb_v2_ops_attn_path));
+           attn_form_name(w->opts->attn_path));
     printf("weights touched per token: %.1f MB (fixed %.1f MB + routed experts %.1f MB)\n", per_tok / 1e6, fixed / 1e6, expert / 1e6);
     printf("last-level cache: %.0f MB; weights touched per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
            l3 > 0 ? per_tok / (double)l3 : 0.0);

@@ -16,13 +16,7 @@ MODE=${1:-all}
 
 build() {
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 bench_prefill_memory pdbridge
-  local inc=()
-  for d in core model tokenizer cuda prefill; do inc+=(-I"$ROOT/src/$d"); done
-  gcc -O2 -std=gnu11 -Wall -ffp-contract=off "${inc[@]}" -c "$ROOT/bench/cuda_prefill_bench.c" -o "$BUILD/cuda_prefill_bench.o"
-  nvcc -o "$BUILD/cuda_prefill_bench" "$BUILD/cuda_prefill_bench.o" "$BUILD/libpdb_cuda.a" "$BUILD/libpdb_model.a" \
-    "$BUILD/libpdb_tokenizer.a" "$BUILD/libpdb_core.a" -ljansson -lpcre2-8 -lmicrohttpd -lcurl -lopenblas -lcrypto \
-    -lm -lpthread -ldl
+  cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 bench_prefill_memory cuda_prefill_bench pdbridge
   rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
   cp "$BUILD/test_cuda_prefill" "$BUILD/test_prefill_cuda_v4" "$BUILD/cuda_prefill_bench" "$BUILD/bench_prefill_memory" \
     "$BUILD/pdbridge" "$CARRY/bin/"
@@ -54,9 +48,18 @@ run() {
   "$CARRY/bin/cuda_prefill_bench" /tmp/pdb-cuda-bench-model "${PDB_BENCH_LAYERS:-4}" "${PDB_BENCH_EXPERTS:-16}" \
     "${PDB_BENCH_CHUNK:-8192}" "${PDB_BENCH_BUDGET:-150}" 2>&1 | tee "$OUT/cuda_prefill_bench.log"
   local brc=${PIPESTATUS[0]}
+  # pool-validate on the GPU for both architectures: the hook alone and the whole prefill
+  local prc=0 m
+  for m in deepseek_v2:small deepseek_v4:tiny; do
+    "$CARRY/bin/pdbridge" make-model --arch "${m%%:*}" --preset "${m#*:}" --seed 3 --vocab 4000 --out "/tmp/pdb-pv-${m%%:*}" >/dev/null &&
+      "$CARRY/bin/pdbridge" quantize --model "/tmp/pdb-pv-${m%%:*}" --out "/tmp/pdb-pv-${m%%:*}-dec" --scheme none >/dev/null 2>&1 &&
+      "$CARRY/bin/pdbridge" pool-validate --decoder-model "/tmp/pdb-pv-${m%%:*}-dec" --backend cuda --check both --tokens 512 \
+        2>&1 | tee "$OUT/pool_validate_${m%%:*}.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || prc=1
+  done
   set -e
-  echo "test rc=$trc v4 test rc=$vrc bench rc=$brc" | tee "$OUT/rc.txt"
-  [ "$trc" = 0 ] && [ "$vrc" = 0 ] && [ "$brc" = 0 ]
+  echo "test rc=$trc v4 test rc=$vrc bench rc=$brc pool-validate rc=$prc" | tee "$OUT/rc.txt"
+  [ "$trc" = 0 ] && [ "$vrc" = 0 ] && [ "$brc" = 0 ] && [ "$prc" = 0 ]
 }
 
 case "$MODE" in

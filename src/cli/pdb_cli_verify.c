@@ -220,158 +220,206 @@ static pdb_status store_block_size(const char *dir, int64_t *bs) {
     return PDB_OK;
 }
 
-int pdb_cli_diff_state(int argc, char **argv) {
-    static const char *usage =
-        "usage: pdbridge diff-state --model DEC_DIR --prompt-file F --cache-dir DIR [--block-size N]\n"
-        "                           [--chat] [--threads N]\n\n"
-        "Tokenizes the bytes of F exactly as decode-server does (a text completion: BOS + text; with\n"
-        "--chat: one user message through the chat template), runs the decoder's own prefill over the\n"
-        "prompt's full blocks, then mounts every block of that prompt from the store DIR (the\n"
-        "decoder's layout and fingerprint; full verification incl. checksum, as the decoder mounts)\n"
-        "and compares the mounted state with the native one, pool by pool (every pool of the layout:\n"
-        "V2's latent rows, V4's window, compressed entries, indexer keys and overlap halves, each taken\n"
-        "at its block's end): bit-exact elements, worst\n"
-        "absolute and relative delta, worst ulps, and how many blocks were found. DIR must hold a\n"
-        "store.json (a decoder's cache dir); --block-size defaults to its block_size. The store's\n"
-        "own rules apply: a file that fails verification is a miss, and is removed, as the decoder\n"
-        "would.\n\n"
-        "exit: 0 at least one block found and every found block bit-identical; 1 otherwise;\n"
-        "2 usage error; 3 cannot run (model, tokenizer, prompt file or store unreadable).\n";
-    if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return EXIT_PASS; }
-    const char *model = NULL, *pfile = NULL, *cdir = NULL;
-    long long bs_opt = 0, threads = 0;
-    int chat = 0;
+static const char *const ds_usage =
+    "usage: pdbridge diff-state --model DEC_DIR --prompt-file F --cache-dir DIR [--block-size N]\n"
+    "                           [--chat] [--threads N]\n\n"
+    "Tokenizes the bytes of F exactly as decode-server does (a text completion: BOS + text; with\n"
+    "--chat: one user message through the chat template), runs the decoder's own prefill over the\n"
+    "prompt's full blocks, then mounts every block of that prompt from the store DIR (the\n"
+    "decoder's layout and fingerprint; full verification incl. checksum, as the decoder mounts)\n"
+    "and compares the mounted state with the native one, pool by pool (every pool of the layout:\n"
+    "V2's latent rows, V4's window, compressed entries, indexer keys and overlap halves, each taken\n"
+    "at its block's end): bit-exact elements, worst\n"
+    "absolute and relative delta, worst ulps, and how many blocks were found. DIR must hold a\n"
+    "store.json (a decoder's cache dir); --block-size defaults to its block_size. The store's\n"
+    "own rules apply: a file that fails verification is a miss, and is removed, as the decoder\n"
+    "would.\n\n"
+    "exit: 0 at least one block found and every found block bit-identical; 1 otherwise;\n"
+    "2 usage error; 3 cannot run (model, tokenizer, prompt file or store unreadable).\n";
+
+/* One diff-state run: the options, what the phases open (ds_close frees it), the totals. A phase
+ * returns DS_GO to go on, DS_FAIL when a call failed with the error in pdb_err_msg (the command
+ * prints it and exits EXIT_CANNOT), or the exit code after printing its own message. */
+enum { DS_GO = -1, DS_FAIL = -2 };
+typedef struct {
+    const char *model, *pfile, *cdir;
+    long long bs_opt, threads;
+    int chat;
+    int64_t bs;                  /* the block size compared: --block-size, else the store's */
+    char *text;
+    size_t tlen;
+    pdb_tokenizer *tok;
+    pdb_pool *pool;
+    pdb_dec_model *m;
+    pdb_store *store;
+    int32_t *ids;
+    int64_t n_ids, nb;           /* prompt tokens, full blocks among them */
+    uint8_t (*hashes)[32];       /* [nb] the blocks' store keys */
+    float *nat, *mnt;            /* one block buffer each: native, mounted */
+    pdb_dec_seq seq;
+    const pdb_store_layout *lay;
+    const void *natp[PDB_STORE_MAX_POOLS], *mntp[PDB_STORE_MAX_POOLS];
+    pdb_block_cmp_stats ptot[PDB_STORE_MAX_POOLS], total;
+    int64_t found, same, leading;
+} ds_run;
+
+/* The command line into d: DS_GO, EXIT_PASS after --help, EXIT_USAGE for a bad one. */
+static int ds_parse(int argc, char **argv, ds_run *d) {
+    if (pdb_cli_wants_help(argc, argv)) { fputs(ds_usage, stdout); return EXIT_PASS; }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--chat")) { chat = 1; continue; }
-        if (!v) { fprintf(stderr, "pdbridge diff-state: option '%s' needs a value or is unknown\n\n%s", a, usage); return EXIT_USAGE; }
+        if (!strcmp(a, "--chat")) { d->chat = 1; continue; }
+        if (!v) { fprintf(stderr, "pdbridge diff-state: option '%s' needs a value or is unknown\n\n%s", a, ds_usage); return EXIT_USAGE; }
         i++;
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--prompt-file")) pfile = v;
-        else if (!strcmp(a, "--cache-dir")) cdir = v;
+        if (!strcmp(a, "--model")) d->model = v;
+        else if (!strcmp(a, "--prompt-file")) d->pfile = v;
+        else if (!strcmp(a, "--cache-dir")) d->cdir = v;
         else if (!strcmp(a, "--block-size")) {
-            if (!pdb_cli_parse_int(v, 128, 1 << 24, &bs_opt) || bs_opt % 128) {
+            if (!pdb_cli_parse_int(v, 128, 1 << 24, &d->bs_opt) || d->bs_opt % 128) {
                 fprintf(stderr, "pdbridge diff-state: --block-size '%s': a multiple of 128\n", v);
                 return EXIT_USAGE;
             }
         } else if (!strcmp(a, "--threads")) {
-            if (!pdb_cli_parse_int(v, 0, 4096, &threads)) { fprintf(stderr, "pdbridge diff-state: --threads '%s'\n", v); return EXIT_USAGE; }
-        } else { fprintf(stderr, "pdbridge diff-state: unknown option '%s'\n\n%s", a, usage); return EXIT_USAGE; }
+            if (!pdb_cli_parse_int(v, 0, 4096, &d->threads)) { fprintf(stderr, "pdbridge diff-state: --threads '%s'\n", v); return EXIT_USAGE; }
+        } else { fprintf(stderr, "pdbridge diff-state: unknown option '%s'\n\n%s", a, ds_usage); return EXIT_USAGE; }
     }
-    if (!model || !pfile || !cdir) {
-        fprintf(stderr, "pdbridge diff-state: --model, --prompt-file and --cache-dir are required\n\n%s", usage);
+    if (!d->model || !d->pfile || !d->cdir) {
+        fprintf(stderr, "pdbridge diff-state: --model, --prompt-file and --cache-dir are required\n\n%s", ds_usage);
         return EXIT_USAGE;
     }
-    struct stat sd;
-    if (stat(cdir, &sd) || !S_ISDIR(sd.st_mode)) {
-        fprintf(stderr, "pdbridge diff-state: --cache-dir %s: not a directory\n", cdir);
-        return EXIT_CANNOT;
-    }
-    int64_t bs = 0;
-    if (store_block_size(cdir, &bs)) { pdb_cli_print_error("diff-state", NULL); return EXIT_CANNOT; }
-    if (!bs) { /* opening a store would create one here: refuse instead of writing into a stranger's directory */
-        fprintf(stderr, "pdbridge diff-state: --cache-dir %s: no store.json: not a prefix-cache directory\n", cdir);
-        return EXIT_CANNOT;
-    }
-    if (bs_opt) bs = bs_opt;
+    return DS_GO;
+}
 
-    int rc = EXIT_CANNOT;
-    char *text = NULL, tokp[4096];
-    size_t tlen = 0;
-    pdb_tokenizer *tok = NULL;
-    pdb_pool *pool = NULL;
-    pdb_dec_model *m = NULL;
-    pdb_store *store = NULL;
-    int32_t *ids = NULL;
-    int64_t n_ids = 0;
-    uint8_t(*hashes)[32] = NULL;
-    float *nat = NULL, *mnt = NULL;
-    pdb_dec_seq seq = {0};
-    snprintf(tokp, sizeof tokp, "%s/tokenizer.json", model);
-    if (pdb_file_read_all(pfile, PDB_TOKENIZER_MAX_TEXT, &text, &tlen) || pdb_tokenizer_load(tokp, &tok)) goto fail;
-    pdb_openai_message msg = {.role = "user", .content = text};
-    pdb_openai_request q = {.kind = chat ? PDB_OPENAI_CHAT : PDB_OPENAI_COMPLETION, .prompt_text = text, .prompt_len = tlen,
-                            .messages = &msg, .n_messages = 1, .max_tokens = -1};
+/* --cache-dir must be a store's directory (store.json); sets d->bs. DS_GO or EXIT_CANNOT. */
+static int ds_check_cache_dir(ds_run *d) {
+    struct stat sd;
+    if (stat(d->cdir, &sd) || !S_ISDIR(sd.st_mode)) {
+        fprintf(stderr, "pdbridge diff-state: --cache-dir %s: not a directory\n", d->cdir);
+        return EXIT_CANNOT;
+    }
+    if (store_block_size(d->cdir, &d->bs)) { pdb_cli_print_error("diff-state", NULL); return EXIT_CANNOT; }
+    if (!d->bs) { /* opening a store would create one here: refuse instead of writing into a stranger's directory */
+        fprintf(stderr, "pdbridge diff-state: --cache-dir %s: no store.json: not a prefix-cache directory\n", d->cdir);
+        return EXIT_CANNOT;
+    }
+    if (d->bs_opt) d->bs = d->bs_opt;
+    return DS_GO;
+}
+
+/* The prompt file's token ids as decode-server would make them (d->ids, d->n_ids). */
+static int ds_tokenize(ds_run *d) {
+    char tokp[4096];
+    snprintf(tokp, sizeof tokp, "%s/tokenizer.json", d->model);
+    if (pdb_file_read_all(d->pfile, PDB_TOKENIZER_MAX_TEXT, &d->text, &d->tlen) || pdb_tokenizer_load(tokp, &d->tok)) return DS_FAIL;
+    pdb_openai_message msg = {.role = "user", .content = d->text};
+    pdb_openai_request q = {.kind = d->chat ? PDB_OPENAI_CHAT : PDB_OPENAI_COMPLETION, .prompt_text = d->text,
+                            .prompt_len = d->tlen, .messages = &msg, .n_messages = 1, .max_tokens = -1};
     pdb_openai_error oe;
-    if (pdb_prompt_encode_request(tok, &q, &ids, &n_ids, &oe)) {
-        fprintf(stderr, "pdbridge diff-state: %s: the decoder would refuse this prompt: %s\n", pfile, oe.message);
-        goto out;
+    if (pdb_prompt_encode_request(d->tok, &q, &d->ids, &d->n_ids, &oe)) {
+        fprintf(stderr, "pdbridge diff-state: %s: the decoder would refuse this prompt: %s\n", d->pfile, oe.message);
+        return EXIT_CANNOT;
     }
-    if (pdb_pool_create((int)threads, &pool) || pdb_dec_model_open(model, pool, &m)) goto fail;
-    int64_t nb = n_ids / bs;
-    printf("prompt: %lld tokens (%s), block size %lld: %lld full block(s)\n", (long long)n_ids, chat ? "chat" : "completion",
-           (long long)bs, (long long)nb);
-    if (nb == 0) {
-        fprintf(stderr, "pdbridge diff-state: %s: %lld tokens, fewer than one block of %lld: nothing to compare\n", pfile,
-                (long long)n_ids, (long long)bs);
-        rc = EXIT_DIFF;
-        goto out;
+    return DS_GO;
+}
+
+/* The decoder (d->m on d->pool); EXIT_DIFF when the prompt has no full block, EXIT_CANNOT when
+ * a pool of its layout is not f32 (the comparison reads f32 elements). */
+static int ds_open_model(ds_run *d) {
+    if (pdb_pool_create((int)d->threads, &d->pool) || pdb_dec_model_open(d->model, d->pool, &d->m)) return DS_FAIL;
+    d->nb = d->n_ids / d->bs;
+    printf("prompt: %lld tokens (%s), block size %lld: %lld full block(s)\n", (long long)d->n_ids, d->chat ? "chat" : "completion",
+           (long long)d->bs, (long long)d->nb);
+    if (d->nb == 0) {
+        fprintf(stderr, "pdbridge diff-state: %s: %lld tokens, fewer than one block of %lld: nothing to compare\n", d->pfile,
+                (long long)d->n_ids, (long long)d->bs);
+        return EXIT_DIFF;
     }
-    const pdb_store_layout *lay = pdb_dec_model_layout(m);
-    const int np = lay->n_pools;
-    for (int p = 0; p < np; p++)
-        if (lay->pools[p].dtype != PDB_DT_F32) {
-            fprintf(stderr, "pdbridge diff-state: %s: pool %s is %s; only f32 pools are supported\n", model, lay->pools[p].name,
-                    pdb_dtype_name(lay->pools[p].dtype));
-            goto out;
+    d->lay = pdb_dec_model_layout(d->m);
+    for (int p = 0; p < d->lay->n_pools; p++)
+        if (d->lay->pools[p].dtype != PDB_DT_F32) {
+            fprintf(stderr, "pdbridge diff-state: %s: pool %s is %s; only f32 pools are supported\n", d->model, d->lay->pools[p].name,
+                    pdb_dtype_name(d->lay->pools[p].dtype));
+            return EXIT_CANNOT;
         }
-    if (pdb_store_open(cdir, lay, pdb_dec_model_fingerprint(m), bs, 0, &store)) goto fail;
-    if (pdb_dec_seq_init(&seq, m, nb * bs)) goto fail;
-    uint64_t bbytes = pdb_store_block_bytes(store);
-    hashes = malloc((size_t)nb * sizeof *hashes);
-    nat = malloc(bbytes);
-    mnt = malloc(bbytes);
-    if (!hashes || !nat || !mnt) { pdb_err_set(PDB_NOMEM, "out of memory for %llu bytes per block", (unsigned long long)bbytes); goto fail; }
-    if (pdb_store_hash_chain(pdb_dec_model_fingerprint(m), ids, nb * bs, bs, hashes)) goto fail;
+    return DS_GO;
+}
+
+/* The store, the sequence cache for the full blocks, the two block buffers and the blocks' keys. */
+static int ds_open_store(ds_run *d) {
+    if (pdb_store_open(d->cdir, d->lay, pdb_dec_model_fingerprint(d->m), d->bs, 0, &d->store)) return DS_FAIL;
+    if (pdb_dec_seq_init(&d->seq, d->m, d->nb * d->bs)) return DS_FAIL;
+    uint64_t bbytes = pdb_store_block_bytes(d->store);
+    d->hashes = malloc((size_t)d->nb * sizeof *d->hashes);
+    d->nat = malloc(bbytes);
+    d->mnt = malloc(bbytes);
+    if (!d->hashes || !d->nat || !d->mnt) {
+        pdb_err_set(PDB_NOMEM, "out of memory for %llu bytes per block", (unsigned long long)bbytes);
+        return DS_FAIL;
+    }
+    if (pdb_store_hash_chain(pdb_dec_model_fingerprint(d->m), d->ids, d->nb * d->bs, d->bs, d->hashes)) return DS_FAIL;
     char fp[65];
-    pdb_store_hash_hex(pdb_dec_model_fingerprint(m), fp);
-    printf("decoder %s (scheme %s, fingerprint %.16s...), store %s, %d pool(s)\n", model, pdb_dec_model_scheme(m), fp, cdir, np);
-    const void *natp[PDB_STORE_MAX_POOLS], *mntp[PDB_STORE_MAX_POOLS];
-    pdb_arch_block_pools(lay, bs, nat, natp);
-    pdb_arch_block_pools(lay, bs, mnt, mntp);
-    pdb_block_cmp_stats ptot[PDB_STORE_MAX_POOLS] = {{0}}, total = {0};
-    int64_t found = 0, same = 0, leading = 0, gap = 0;
-    for (int64_t b = 0; b < nb; b++) {
-        /* the decoder's native prefill of block b, taken at its end (STATE pools are the state
-         * there); chunks never cross the block's end, as in the decode service */
-        for (int64_t p = b * bs; p < (b + 1) * bs; p += 512) {
-            pdb_dec_seg sg = {&seq, ids + p, (b + 1) * bs - p < 512 ? (b + 1) * bs - p : 512, NULL};
-            if (pdb_dec_forward(m, &sg, 1)) goto fail;
-        }
-        char hx[65];
-        pdb_store_hash_hex(hashes[b], hx);
-        /* mntp points into mnt, a writable buffer (pdb_arch_block_pools hands out const pointers) */
-        pdb_status s = pdb_store_load_block(store, hashes[b], b, (void *const *)mntp);
-        if (s == PDB_NOT_FOUND || s == PDB_CORRUPT) {
-            printf("block %lld %.16s  %s\n", (long long)b, hx, s == PDB_NOT_FOUND ? "not in the store" : "corrupt (removed)");
-            gap = 1;
-            continue;
-        }
-        if (s) goto fail;
-        found++;
-        leading += !gap;
-        pdb_dec_seq_get_block(&seq, b, bs, nat);
-        int64_t n_el = 0, n_diff = 0;
-        for (int p = 0; p < np; p++) {
-            pdb_block_cmp_stats st = {0};
-            pdb_block_compare_values(PDB_DT_F32, natp[p], mntp[p], (int64_t)(pdb_store_pool_bytes(&lay->pools[p], bs) / sizeof(float)),
-                                     &st);
-            pdb_block_compare_merge_stats(&ptot[p], &st);
-            pdb_block_compare_merge_stats(&total, &st);
-            n_el += st.n;
-            n_diff += st.n_diff;
-            if (st.n_diff)
-                printf("block %lld %.16s  %s: %lld/%lld differ, worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps)\n",
-                       (long long)b, hx, lay->pools[p].name, (long long)st.n_diff, (long long)st.n, st.worst_abs, st.worst_rel,
-                       st.worst_ulps, st.worst_bf16_ulps);
-        }
-        same += n_diff == 0;
-        if (!n_diff)
-            printf("block %lld %.16s  %s: bit-identical (%lld elements)\n", (long long)b, hx, np == 1 ? lay->pools[0].name : "all pools",
-                   (long long)n_el);
+    pdb_store_hash_hex(pdb_dec_model_fingerprint(d->m), fp);
+    printf("decoder %s (scheme %s, fingerprint %.16s...), store %s, %d pool(s)\n", d->model, pdb_dec_model_scheme(d->m), fp, d->cdir,
+           d->lay->n_pools);
+    pdb_arch_block_pools(d->lay, d->bs, d->nat, d->natp);
+    pdb_arch_block_pools(d->lay, d->bs, d->mnt, d->mntp);
+    return DS_GO;
+}
+
+/* Block b: the decoder's native prefill of it, the store's copy mounted, compared pool by pool
+ * (a line per block, totals into d). *gap is set once a block is missing (later ones are not
+ * leading). Nonzero: a call failed. */
+static pdb_status ds_compare_block(ds_run *d, int64_t b, int *gap) {
+    int64_t bs = d->bs;
+    const int np = d->lay->n_pools;
+    /* the decoder's native prefill of block b, taken at its end (STATE pools are the state
+     * there); chunks never cross the block's end, as in the decode service */
+    for (int64_t p = b * bs; p < (b + 1) * bs; p += 512) {
+        pdb_dec_seg sg = {&d->seq, d->ids + p, (b + 1) * bs - p < 512 ? (b + 1) * bs - p : 512, NULL};
+        PDB_TRY(pdb_dec_forward(d->m, &sg, 1));
     }
+    char hx[65];
+    pdb_store_hash_hex(d->hashes[b], hx);
+    /* mntp points into mnt, a writable buffer (pdb_arch_block_pools hands out const pointers) */
+    pdb_status s = pdb_store_load_block(d->store, d->hashes[b], b, (void *const *)d->mntp);
+    if (s == PDB_NOT_FOUND || s == PDB_CORRUPT) {
+        printf("block %lld %.16s  %s\n", (long long)b, hx, s == PDB_NOT_FOUND ? "not in the store" : "corrupt (removed)");
+        *gap = 1;
+        return PDB_OK;
+    }
+    if (s) return s;
+    d->found++;
+    d->leading += !*gap;
+    pdb_dec_seq_get_block(&d->seq, b, bs, d->nat);
+    int64_t n_el = 0, n_diff = 0;
     for (int p = 0; p < np; p++) {
-        const pdb_block_cmp_stats *t = &ptot[p];
+        pdb_block_cmp_stats st = {0};
+        pdb_block_compare_values(PDB_DT_F32, d->natp[p], d->mntp[p],
+                                 (int64_t)(pdb_store_pool_bytes(&d->lay->pools[p], bs) / sizeof(float)), &st);
+        pdb_block_compare_merge_stats(&d->ptot[p], &st);
+        pdb_block_compare_merge_stats(&d->total, &st);
+        n_el += st.n;
+        n_diff += st.n_diff;
+        if (st.n_diff)
+            printf("block %lld %.16s  %s: %lld/%lld differ, worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps)\n",
+                   (long long)b, hx, d->lay->pools[p].name, (long long)st.n_diff, (long long)st.n, st.worst_abs, st.worst_rel,
+                   st.worst_ulps, st.worst_bf16_ulps);
+    }
+    d->same += n_diff == 0;
+    if (!n_diff)
+        printf("block %lld %.16s  %s: bit-identical (%lld elements)\n", (long long)b, hx, np == 1 ? d->lay->pools[0].name : "all pools",
+               (long long)n_el);
+    return PDB_OK;
+}
+
+/* The totals per pool, over all pools and over blocks; EXIT_PASS when at least one block was
+ * found and every found block is bit-identical, else EXIT_DIFF. */
+static int ds_report(const ds_run *d) {
+    const pdb_store_layout *lay = d->lay;
+    const int np = lay->n_pools;
+    const pdb_block_cmp_stats *total = &d->total;
+    for (int p = 0; p < np; p++) {
+        const pdb_block_cmp_stats *t = &d->ptot[p];
         printf("pool %s: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g, worst rel %.6g, worst %.6g ulps (%.6g bf16 ulps), "
                "%lld beyond 1 bf16 ulp\n",
                lay->pools[p].name, (long long)(t->n - t->n_diff), (long long)t->n,
@@ -379,25 +427,43 @@ int pdb_cli_diff_state(int argc, char **argv) {
                t->worst_bf16_ulps, (long long)t->n_beyond_bf16);
     }
     if (np > 1)
-        printf("all pools: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g\n", (long long)(total.n - total.n_diff),
-               (long long)total.n, total.n ? 100.0 * (double)(total.n - total.n_diff) / (double)total.n : 0.0, total.worst_abs);
+        printf("all pools: %lld/%lld elements bit-exact (%.6f%%), worst |d| %.6g\n", (long long)(total->n - total->n_diff),
+               (long long)total->n, total->n ? 100.0 * (double)(total->n - total->n_diff) / (double)total->n : 0.0, total->worst_abs);
     printf("blocks: %lld/%lld found (%lld leading: the prefix the decoder would mount), %lld/%lld found bit-identical\n",
-           (long long)found, (long long)nb, (long long)leading, (long long)same, (long long)found);
-    if (!found) fprintf(stderr, "pdbridge diff-state: no block of this prompt in %s: nothing was proven\n", cdir);
-    rc = found > 0 && same == found ? EXIT_PASS : EXIT_DIFF;
-    goto out;
-fail:
-    pdb_cli_print_error("diff-state", NULL);
-out:
-    pdb_dec_seq_free(&seq);
-    free(nat);
-    free(mnt);
-    free(hashes);
-    free(ids);
-    pdb_store_close(store);
-    pdb_dec_model_close(m);
-    pdb_pool_destroy(pool);
-    pdb_tokenizer_free(tok);
-    free(text);
+           (long long)d->found, (long long)d->nb, (long long)d->leading, (long long)d->same, (long long)d->found);
+    if (!d->found) fprintf(stderr, "pdbridge diff-state: no block of this prompt in %s: nothing was proven\n", d->cdir);
+    return d->found > 0 && d->same == d->found ? EXIT_PASS : EXIT_DIFF;
+}
+
+/* Frees what the phases opened (any prefix of them). */
+static void ds_close(ds_run *d) {
+    pdb_dec_seq_free(&d->seq);
+    free(d->nat);
+    free(d->mnt);
+    free(d->hashes);
+    free(d->ids);
+    pdb_store_close(d->store);
+    pdb_dec_model_close(d->m);
+    pdb_pool_destroy(d->pool);
+    pdb_tokenizer_free(d->tok);
+    free(d->text);
+}
+
+int pdb_cli_diff_state(int argc, char **argv) {
+    ds_run d = {0};
+    int rc = ds_parse(argc, argv, &d);
+    if (rc == DS_GO) rc = ds_check_cache_dir(&d);
+    if (rc != DS_GO) return rc;
+    if ((rc = ds_tokenize(&d)) == DS_GO && (rc = ds_open_model(&d)) == DS_GO && (rc = ds_open_store(&d)) == DS_GO) {
+        int gap = 0;
+        for (int64_t b = 0; b < d.nb && rc == DS_GO; b++)
+            if (ds_compare_block(&d, b, &gap)) rc = DS_FAIL;
+        if (rc == DS_GO) rc = ds_report(&d);
+    }
+    if (rc == DS_FAIL) {
+        pdb_cli_print_error("diff-state", NULL);
+        rc = EXIT_CANNOT;
+    }
+    ds_close(&d);
     return rc;
 }

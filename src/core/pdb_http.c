@@ -276,13 +276,6 @@ pdb_status pdb_http_stream_write(pdb_http_stream *s, const char *data, size_t le
     return PDB_OK;
 }
 
-int pdb_http_stream_client_gone(pdb_http_stream *s) {
-    pthread_mutex_lock(&s->mu);
-    int g = s->gone;
-    pthread_mutex_unlock(&s->mu);
-    return g;
-}
-
 void pdb_http_stream_close(pdb_http_stream *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);

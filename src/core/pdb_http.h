@@ -86,7 +86,6 @@ pdb_status pdb_http_respond_stream(pdb_http_request *r, int status, const char *
  * PDB_IO when the client is gone or the server stops, PDB_TIMEOUT when the queue stayed full,
  * PDB_TOO_LARGE when len exceeds the queue's capacity. */
 pdb_status pdb_http_stream_write(pdb_http_stream *s, const char *data, size_t len, int timeout_ms);
-int pdb_http_stream_client_gone(pdb_http_stream *s);
 /* End of stream: what is queued is still delivered. Drops the producer's reference. */
 void pdb_http_stream_close(pdb_http_stream *s);
 

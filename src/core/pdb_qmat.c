@@ -310,19 +310,16 @@ __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, co
  *
  * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead) into L1: a
  * group reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
- * prefetchers pick up too late; on a streamed lm_head this alone took one thread from ~9 to ~21
- * GB/s (bench/results/decode_kernels_session2.md), and without it the 16-thread host streams the
- * decode's products at 35-43% of its read probe. Into L1 (T0), not L2 (T1): on the 16-core Xeon host
- * T1 ran the products alone 7-11% faster in 4 of 6 rounds but not the decode; on the AMD development
- * VM it cost the streamed MXFP8 kernel 30% on one thread and the decode 4-6% at two (session 5,
- * D18). Prefetches change no value. */
+ * prefetchers pick up too late, so without it the products stream at a fraction of the memory's
+ * bandwidth. L1 (T0) rather than L2 (T1), because T1 did not speed the decode on the bandwidth-
+ * bound host and slowed it on a compute-bound machine (the measurements: decisions D18).
+ * Prefetches change no value. */
 enum { QM_FAST_MAX_E = 134, QM_CHUNK_BLOCKS = 256 };
 
 typedef struct { __m512 v[2][4][2]; } qm_acc;
 
 /* The kernels' row and token loops are unrolled by request: left as loops, GCC keeps the
- * accumulator arrays on the stack and every FMA goes through a store and a reload (measured: the
- * MXFP4 kernel at half speed). */
+ * accumulator arrays on the stack and every FMA goes through a store and a reload (decisions D15). */
 #define PDB_QM_UNROLL _Pragma("GCC unroll 8")
 
 /* A kernel's accumulators in and out of the carried qm_acc ([t][i][0] -> a, [t][i][1] -> b): the
@@ -826,10 +823,9 @@ void pdb_qmat_mix(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t 
  * long contiguous ranges (the kernels' prefetch runs ahead within a range, and there are few
  * claims) and finish on short ones (balance). Which thread computes a row, and which other jobs
  * share the run, never changes its value: every row goes through qm_rows with its own job's
- * weights, x and T, exactly as a lone matmul would. The last claims are one four-row group: with
- * 16 rows (sessions 1-4) the 16-thread host's threads spent 5.7% of their time in runs over 100
- * us waiting for the last claim, with 4 rows 4.1% (bench_decode --trace, three rounds each,
- * session 5). */
+ * weights, x and T, exactly as a lone matmul would. The last claims are one four-row group (the
+ * kernels' row group), the smallest unit, so that threads wait least for the run's last claim
+ * (the waits measured with 16- and 4-row final claims: decisions D18). */
 
 typedef struct {
     const pdb_qmat_job *jobs;

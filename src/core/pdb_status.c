@@ -45,7 +45,6 @@ void pdb_err_clear(void) { err_buf[0] = 0; }
 
 static pdb_log_level log_level = PDB_LOG_INFO;
 void pdb_log_set_level(pdb_log_level lvl) { log_level = lvl; }
-pdb_log_level pdb_log_get_level(void) { return log_level; }
 
 void pdb_log(pdb_log_level lvl, const char *fmt, ...) {
     static const char *const tags[] = {"debug", "info", "warn", "error"};

@@ -41,7 +41,6 @@ void pdb_err_clear(void);
 
 typedef enum pdb_log_level { PDB_LOG_DEBUG = 0, PDB_LOG_INFO, PDB_LOG_WARN, PDB_LOG_ERROR } pdb_log_level;
 void pdb_log_set_level(pdb_log_level lvl);
-pdb_log_level pdb_log_get_level(void);
 void pdb_log(pdb_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define PDB_DEBUG(...) pdb_log(PDB_LOG_DEBUG, __VA_ARGS__)
 #define PDB_INFO(...) pdb_log(PDB_LOG_INFO, __VA_ARGS__)

@@ -1,6 +1,6 @@
 /* pdb_cuda_prefill: the CUDA prefill engine for DeepSeek-V2 and its capture hook, one sequence
  * at a time (create -> begin -> forward ... -> end -> free). The prefill component wraps it as
- * its "cuda" backend (src/prefill/pdb_prefill_cuda.c, pdb_prefill_backend_cuda_create): the
+ * its "cuda" backend (src/prefill/pdb_prefill_cuda.c, pdb_prefill_backend_cuda_v2_create): the
  * functions here have the semantics of pdb_prefill_backend's of the same names, without that
  * interface's type, which is the prefill's (above this component).
  * Invariants: see pdb_cuda_prefill.cu and docs/cuda.md — engine GEMMs through cuBLAS with f32 accumulation, the engine's own paged

@@ -322,53 +322,71 @@ static void dec_stream_release(void *user) { dec_req_release(user); }
 
 /* ---- generation endpoints ------------------------------------------------------------------- */
 
-static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_openai_kind kind, const char *endpoint) {
+/* A request record for endpoint, holding the handler's reference; NULL when out of memory. */
+static dec_req *dec_req_new(pdb_dec_server *s, const char *endpoint) {
     dec_req *r = calloc(1, sizeof *r);
-    if (!r) { pdb_http_respond_error(hr, 500, "server_error", NULL, NULL, "out of memory"); return; }
+    if (!r) return NULL;
     r->srv = s;
     r->endpoint = endpoint;
     r->t0 = pdb_clock_now();
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     atomic_init(&r->refs, 1);
-    pdb_openai_error e;
+    return r;
+}
+
+/* Parse: the body into r->q (for this server's model) and the prompt's token ids; 0, or -1 with e set. */
+static int dec_gen_parse(pdb_dec_server *s, pdb_http_request *hr, pdb_openai_kind kind, dec_req *r, int32_t **ids,
+                         int64_t *n_ids, pdb_openai_error *e) {
     pdb_openai_limits lim = {.max_context = s->context};
-    int32_t *ids = NULL;
-    int64_t n_ids = 0;
+    if (pdb_openai_parse_request(kind, pdb_http_request_body(hr), pdb_http_request_body_len(hr), &lim, &r->q, e) != PDB_OK ||
+        pdb_openai_check_model(&r->q, s->model_id, e) != PDB_OK || pdb_prompt_encode_request(s->tok, &r->q, ids, n_ids, e) != PDB_OK)
+        return -1;
+    return 0;
+}
+
+/* Validate: what this server can run (stop strings need a tokenizer; ids in the vocabulary; prompt
+ * and generation within the context) and the tokens to generate (*mt); 0, or -1 with e set. */
+static int dec_gen_check(const pdb_dec_server *s, const pdb_openai_request *q, pdb_openai_kind kind, const int32_t *ids,
+                         int64_t n_ids, int64_t *mt, pdb_openai_error *e) {
     const char *pparam = kind == PDB_OPENAI_CHAT ? "messages" : "prompt";
-    if (pdb_openai_parse_request(kind, pdb_http_request_body(hr), pdb_http_request_body_len(hr), &lim, &r->q, &e) != PDB_OK ||
-        pdb_openai_check_model(&r->q, s->model_id, &e) != PDB_OK || pdb_prompt_encode_request(s->tok, &r->q, &ids, &n_ids, &e) != PDB_OK)
-        goto bad;
-    if (!s->tok && r->q.n_stop) {
-        pdb_openai_set_error(&e, 400, "stop", "no_tokenizer", "stop strings need a tokenizer; this model is served in token-id mode");
-        goto bad;
+    if (!s->tok && q->n_stop) {
+        pdb_openai_set_error(e, 400, "stop", "no_tokenizer", "stop strings need a tokenizer; this model is served in token-id mode");
+        return -1;
     }
-    if (n_ids == 0) { pdb_openai_set_error(&e, 400, pparam, "invalid_value", "the prompt has no tokens"); goto bad; }
+    if (n_ids == 0) { pdb_openai_set_error(e, 400, pparam, "invalid_value", "the prompt has no tokens"); return -1; }
     for (int64_t i = 0; i < n_ids; i++)
         if (ids[i] < 0 || ids[i] >= s->vocab) {
-            pdb_openai_set_error(&e, 400, pparam, "invalid_token_id", "prompt token id %d at index %lld is outside the vocabulary (0..%lld)",
+            pdb_openai_set_error(e, 400, pparam, "invalid_token_id", "prompt token id %d at index %lld is outside the vocabulary (0..%lld)",
                                  ids[i], (long long)i, (long long)s->vocab - 1);
-            goto bad;
+            return -1;
         }
     if (n_ids >= s->context) {
-        pdb_openai_set_error(&e, 400, pparam, "context_length_exceeded",
+        pdb_openai_set_error(e, 400, pparam, "context_length_exceeded",
                              "the prompt has %lld tokens; this model's maximum context length is %lld tokens", (long long)n_ids,
                              (long long)s->context);
-        goto bad;
+        return -1;
     }
-    int64_t mt = r->q.max_tokens;
-    if (mt < 0) {
+    *mt = q->max_tokens;
+    if (*mt < 0) {
         /* The engine reserves the sequence's whole cache up front, so an absent max_tokens on chat
          * (OpenAI: "the rest of the context") is capped. */
-        mt = kind == PDB_OPENAI_CHAT ? DEC_DEFAULT_CHAT_TOKENS : DEC_DEFAULT_COMPLETION_TOKENS;
-        if (mt > s->context - n_ids) mt = s->context - n_ids;
-    } else if (n_ids + mt > s->context) {
-        pdb_openai_set_error(&e, 400, "max_tokens",
+        *mt = kind == PDB_OPENAI_CHAT ? DEC_DEFAULT_CHAT_TOKENS : DEC_DEFAULT_COMPLETION_TOKENS;
+        if (*mt > s->context - n_ids) *mt = s->context - n_ids;
+    } else if (n_ids + *mt > s->context) {
+        pdb_openai_set_error(e, 400, "max_tokens",
                              "context_length_exceeded",
                              "this model's maximum context length is %lld tokens, but %lld were requested (%lld in the prompt, "
-                             "%lld to generate)", (long long)s->context, (long long)(n_ids + mt), (long long)n_ids, (long long)mt);
-        goto bad;
+                             "%lld to generate)", (long long)s->context, (long long)(n_ids + *mt), (long long)n_ids, (long long)*mt);
+        return -1;
     }
+    return 0;
+}
+
+/* The engine request for r (its id string and response metadata set here; the seed drawn when
+ * the request has none). */
+static pdb_dec_request dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai_kind kind, const int32_t *ids, int64_t n_ids,
+                                       int64_t mt) {
     r->stream = r->q.stream;
     uint64_t num = atomic_fetch_add(&s->next_req, 1) + 1;
     snprintf(r->id_str, sizeof r->id_str, "%s-%llx%06llx", kind == PDB_OPENAI_CHAT ? "chatcmpl" : "cmpl",
@@ -380,23 +398,29 @@ static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_ope
                    .seed = r->q.has_seed ? r->q.seed
                                          : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ atomic_fetch_add(&s->seed_counter, 1)},
     };
+    return dq;
+}
+
+/* Submit dq to the service (the engine's reference on r) and, for a stream, answer hr with the
+ * event stream before any event reaches r (the stream's reference; a stream that cannot be opened
+ * cancels the request). 0, or -1 with e set (pparam: the prompt's parameter) and no reference taken. */
+static int dec_gen_submit(pdb_dec_server *s, pdb_http_request *hr, dec_req *r, const pdb_dec_request *dq, const char *pparam,
+                          pdb_openai_error *e) {
     if (!srv_enter(s)) {
-        pdb_openai_set_error(&e, 503, NULL, "shutting_down", "the server is shutting down");
-        goto bad;
+        pdb_openai_set_error(e, 503, NULL, "shutting_down", "the server is shutting down");
+        return -1;
     }
     atomic_fetch_add(&r->refs, 1); /* the engine's */
     pthread_mutex_lock(&r->mu);    /* events wait until the stream is attached */
-    pdb_status st = pdb_dec_service_submit(s->svc, &dq, &r->id);
+    pdb_status st = pdb_dec_service_submit(s->svc, dq, &r->id);
     if (st != PDB_OK) {
         pthread_mutex_unlock(&r->mu);
         srv_leave(s);
         atomic_fetch_sub(&r->refs, 1);
-        pdb_openai_set_error(&e, st == PDB_NOMEM ? 503 : 400, pparam, st == PDB_TOO_LARGE ? "context_length_exceeded" : NULL, "%s",
+        pdb_openai_set_error(e, st == PDB_NOMEM ? 503 : 400, pparam, st == PDB_TOO_LARGE ? "context_length_exceeded" : NULL, "%s",
                              pdb_err_msg());
-        goto bad;
+        return -1;
     }
-    free(ids);
-    ids = NULL;
     if (r->stream) {
         pdb_http_stream_hooks hooks = {dec_stream_gone, dec_stream_release, r};
         atomic_fetch_add(&r->refs, 1); /* the stream's */
@@ -406,16 +430,19 @@ static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_ope
             r->gone = 1;
         }
         pthread_mutex_unlock(&r->mu);
-        dec_count_status(s, endpoint, st == PDB_OK ? 200 : 500);
+        dec_count_status(s, r->endpoint, st == PDB_OK ? 200 : 500);
         if (st != PDB_OK) pdb_dec_service_cancel(s->svc, r->id);
         srv_leave(s);
-        dec_req_release(r); /* the handler's */
-        return;
+        return 0;
     }
     pthread_mutex_unlock(&r->mu);
     srv_leave(s);
-    /* Non-stream: wait for the final event, cancelling if the client leaves (a server stop
-     * cancels everything itself). */
+    return 0;
+}
+
+/* Non-stream: wait for the final event, cancelling if the client leaves (a server stop cancels
+ * everything itself). */
+static void dec_gen_wait(pdb_dec_server *s, pdb_http_request *hr, dec_req *r) {
     int cancelled = 0;
     pthread_mutex_lock(&r->mu);
     while (!r->done) {
@@ -437,6 +464,12 @@ static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_ope
         }
     }
     pthread_mutex_unlock(&r->mu);
+}
+
+/* Non-stream: answer hr from the finished r (the completion, or the error its finish means) and log it. */
+static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r) {
+    const char *endpoint = r->endpoint;
+    pdb_openai_error e;
     int status = 200;
     if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
         pdb_openai_result res = {r->text, r->text_len, dec_finish_str(r->finish), r->q.return_token_ids ? (r->ids ? r->ids : dec_no_ids) : NULL,
@@ -465,7 +498,25 @@ static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_ope
     PDB_INFO("req %s %s status=%d prompt=%lld cached=%lld generated=%lld finish=%s ms=%.1f", r->id_str, endpoint, status,
              (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids, dec_finish_str(r->finish),
              (pdb_clock_now() - r->t0) * 1e3);
-    dec_req_release(r);
+}
+
+/* POST /v1/completions and /v1/chat/completions: parse, validate, submit, then (non-stream) wait
+ * and respond; a stream is answered by the engine's events. */
+static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_openai_kind kind, const char *endpoint) {
+    dec_req *r = dec_req_new(s, endpoint);
+    if (!r) { pdb_http_respond_error(hr, 500, "server_error", NULL, NULL, "out of memory"); return; }
+    pdb_openai_error e;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0, mt = 0;
+    if (dec_gen_parse(s, hr, kind, r, &ids, &n_ids, &e) || dec_gen_check(s, &r->q, kind, ids, n_ids, &mt, &e)) goto bad;
+    pdb_dec_request dq = dec_gen_request(s, r, kind, ids, n_ids, mt);
+    if (dec_gen_submit(s, hr, r, &dq, kind == PDB_OPENAI_CHAT ? "messages" : "prompt", &e)) goto bad;
+    free(ids);
+    if (!r->stream) {
+        dec_gen_wait(s, hr, r);
+        dec_gen_respond(s, hr, r);
+    }
+    dec_req_release(r); /* the handler's */
     return;
 bad:
     free(ids);

@@ -155,109 +155,139 @@ static int sample_and_emit(pdb_dec_service *s, svc_req *r) {
     return 0;
 }
 
+/* ---- the scheduler's iteration, phase by phase ---- */
+
+/* Wait: until there is work or a stop; 0 on a stop, else 1 with *admitted the queue's oldest
+ * request when fewer than max_batch are active (one admission per iteration), else NULL. */
+static int svc_next(pdb_dec_service *s, int max_batch, svc_req **admitted) {
+    pthread_mutex_lock(&s->mu);
+    int n_active = 0;
+    for (svc_req *r = s->active; r; r = r->next) n_active++;
+    while (!s->stop && !s->active && !s->queue) pthread_cond_wait(&s->cv, &s->mu);
+    if (s->stop) { pthread_mutex_unlock(&s->mu); return 0; }
+    *admitted = NULL;
+    if (s->queue && n_active < max_batch) { /* one admission per iteration */
+        *admitted = s->queue;
+        s->queue = (*admitted)->next;
+        if (!s->queue) s->queue_tail = NULL;
+        s->stats.queued--;
+        s->stats.running++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+}
+
+/* Admit: mount r's cached prefix and append it to the active list, or end it with an error
+ * event and free it. */
+static void svc_admit(pdb_dec_service *s, svc_req *r) {
+    r->next = NULL;
+    if (admit(s, r)) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", pdb_err_msg());
+        emit_final(s, r, PDB_FINISH_ERROR, msg);
+        req_free(r);
+        pthread_mutex_lock(&s->mu);
+        s->stats.running--;
+        pthread_mutex_unlock(&s->mu);
+    } else {
+        pthread_mutex_lock(&s->mu);
+        s->stats.cached_tokens += (uint64_t)r->cached;
+        svc_req **pp = &s->active;
+        while (*pp) pp = &(*pp)->next;
+        *pp = r;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Batch: every RUNNING request's next token + one chunk of the oldest PREFILL one (never past its
+ * next full block's end when there is a store) into segs / owners; returns their count. */
+static int svc_batch(pdb_dec_service *s, pdb_dec_seg *segs, svc_req **owners) {
+    int n = 0;
+    svc_req *pre = NULL;
+    for (svc_req *r = s->active; r; r = r->next) {
+        int cancelled = __atomic_load_n(&r->cancel, __ATOMIC_RELAXED);
+        if (cancelled && r->state == RQ_PREFILL) continue;
+        if (r->state == RQ_RUNNING && !cancelled) {
+            segs[n] = (pdb_dec_seg){&r->seq, &r->next_token, 1, r->logits};
+            owners[n++] = r;
+        } else if (r->state == RQ_PREFILL && !pre) {
+            pre = r;
+        }
+    }
+    if (pre) {
+        int64_t left = pre->n_ids - pre->prefilled, take = left < SVC_CHUNK ? left : SVC_CHUNK;
+        int64_t bs = s->opts.block_size, next = (pre->prefilled / bs + 1) * bs;
+        if (s->store && next <= pre->n_ids && pre->prefilled + take > next) take = next - pre->prefilled;
+        segs[n] = (pdb_dec_seg){&pre->seq, pre->ids + pre->prefilled, take, take == left ? pre->logits : NULL};
+        owners[n++] = pre;
+    }
+    return n;
+}
+
+/* Advance: after the forward of the batch (st; err its message), each owner's state moves on and
+ * its events go out (a finished one is marked for removal, state -1). */
+static void svc_advance(pdb_dec_service *s, const pdb_dec_seg *segs, svc_req **owners, int n, pdb_status st, const char *err) {
+    for (int i = 0; i < n; i++) {
+        svc_req *r = owners[i];
+        int done = 0;
+        if (st) {
+            emit_final(s, r, PDB_FINISH_ERROR, err);
+            done = 1;
+        } else if (r->state == RQ_PREFILL) {
+            r->prefilled += segs[i].n;
+            if (r->prefilled % s->opts.block_size == 0) store_block(s, r, r->prefilled / s->opts.block_size - 1);
+            if (r->prefilled == r->n_ids) {
+                store_finish(r);
+                r->state = RQ_RUNNING;
+                done = sample_and_emit(s, r);
+            }
+        } else {
+            done = sample_and_emit(s, r);
+        }
+        if (done) r->state = (rq_state)-1; /* mark for removal */
+    }
+}
+
+/* Reap: remove finished and cancelled requests from the active list; a cancelled one that has
+ * not finished gets its CANCELLED event; all are freed. */
+static void svc_reap(pdb_dec_service *s) {
+    pthread_mutex_lock(&s->mu);
+    svc_req **pp = &s->active, *gone = NULL;
+    while (*pp) {
+        svc_req *r = *pp;
+        if ((int)r->state == -1 || r->cancel) {
+            *pp = r->next;
+            r->next = gone;
+            gone = r;
+            s->stats.running--;
+        } else {
+            pp = &r->next;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    while (gone) {
+        svc_req *r = gone;
+        gone = r->next;
+        if ((int)r->state != -1) emit_final(s, r, PDB_FINISH_CANCELLED, NULL);
+        req_free(r);
+    }
+}
+
 static void *svc_main(void *arg) {
     pdb_dec_service *s = arg;
     int max_batch = s->max_batch;
     pdb_dec_seg *segs = s->segs;
     svc_req **owners = s->owners;
     for (;;) {
-        pthread_mutex_lock(&s->mu);
-        int n_active = 0;
-        for (svc_req *r = s->active; r; r = r->next) n_active++;
-        while (!s->stop && !s->active && !s->queue) pthread_cond_wait(&s->cv, &s->mu);
-        if (s->stop) { pthread_mutex_unlock(&s->mu); break; }
-        svc_req *admitted = NULL;
-        if (s->queue && n_active < max_batch) { /* one admission per iteration */
-            admitted = s->queue;
-            s->queue = admitted->next;
-            if (!s->queue) s->queue_tail = NULL;
-            s->stats.queued--;
-            s->stats.running++;
-        }
-        pthread_mutex_unlock(&s->mu);
-        if (admitted) {
-            admitted->next = NULL;
-            if (admit(s, admitted)) {
-                char msg[512];
-                snprintf(msg, sizeof msg, "%s", pdb_err_msg());
-                emit_final(s, admitted, PDB_FINISH_ERROR, msg);
-                req_free(admitted);
-                pthread_mutex_lock(&s->mu);
-                s->stats.running--;
-                pthread_mutex_unlock(&s->mu);
-            } else {
-                pthread_mutex_lock(&s->mu);
-                s->stats.cached_tokens += (uint64_t)admitted->cached;
-                svc_req **pp = &s->active;
-                while (*pp) pp = &(*pp)->next;
-                *pp = admitted;
-                pthread_mutex_unlock(&s->mu);
-            }
-        }
-        /* build the batch: every RUNNING request's next token + one PREFILL chunk */
-        int n = 0;
-        svc_req *pre = NULL;
-        for (svc_req *r = s->active; r; r = r->next) {
-            int cancelled = __atomic_load_n(&r->cancel, __ATOMIC_RELAXED);
-            if (cancelled && r->state == RQ_PREFILL) continue;
-            if (r->state == RQ_RUNNING && !cancelled) {
-                segs[n] = (pdb_dec_seg){&r->seq, &r->next_token, 1, r->logits};
-                owners[n++] = r;
-            } else if (r->state == RQ_PREFILL && !pre) {
-                pre = r;
-            }
-        }
-        if (pre) {
-            int64_t left = pre->n_ids - pre->prefilled, take = left < SVC_CHUNK ? left : SVC_CHUNK;
-            int64_t bs = s->opts.block_size, next = (pre->prefilled / bs + 1) * bs;
-            if (s->store && next <= pre->n_ids && pre->prefilled + take > next) take = next - pre->prefilled;
-            segs[n] = (pdb_dec_seg){&pre->seq, pre->ids + pre->prefilled, take, take == left ? pre->logits : NULL};
-            owners[n++] = pre;
-        }
+        svc_req *admitted;
+        if (!svc_next(s, max_batch, &admitted)) break;
+        if (admitted) svc_admit(s, admitted);
+        int n = svc_batch(s, segs, owners);
         pdb_status st = n ? pdb_dec_forward(s->model, segs, n) : PDB_OK;
         char err[512] = "";
         if (st) snprintf(err, sizeof err, "%s", pdb_err_msg());
-        /* advance states and emit events */
-        for (int i = 0; i < n; i++) {
-            svc_req *r = owners[i];
-            int done = 0;
-            if (st) {
-                emit_final(s, r, PDB_FINISH_ERROR, err);
-                done = 1;
-            } else if (r->state == RQ_PREFILL) {
-                r->prefilled += segs[i].n;
-                if (r->prefilled % s->opts.block_size == 0) store_block(s, r, r->prefilled / s->opts.block_size - 1);
-                if (r->prefilled == r->n_ids) {
-                    store_finish(r);
-                    r->state = RQ_RUNNING;
-                    done = sample_and_emit(s, r);
-                }
-            } else {
-                done = sample_and_emit(s, r);
-            }
-            if (done) r->state = (rq_state)-1; /* mark for removal */
-        }
-        /* remove finished and cancelled requests */
-        pthread_mutex_lock(&s->mu);
-        svc_req **pp = &s->active, *gone = NULL;
-        while (*pp) {
-            svc_req *r = *pp;
-            if ((int)r->state == -1 || r->cancel) {
-                *pp = r->next;
-                r->next = gone;
-                gone = r;
-                s->stats.running--;
-            } else {
-                pp = &r->next;
-            }
-        }
-        pthread_mutex_unlock(&s->mu);
-        while (gone) {
-            svc_req *r = gone;
-            gone = r->next;
-            if ((int)r->state != -1) emit_final(s, r, PDB_FINISH_CANCELLED, NULL);
-            req_free(r);
-        }
+        svc_advance(s, segs, owners, n, st, err);
+        svc_reap(s);
     }
     return NULL;
 }
@@ -396,9 +426,7 @@ void pdb_dec_service_cancel(pdb_dec_service *s, uint64_t id) {
 }
 
 const pdb_config *pdb_dec_service_config(const pdb_dec_service *s) { return pdb_dec_model_config(s->model); }
-const char *pdb_dec_service_model_dir(const pdb_dec_service *s) { return s->model_dir; }
 const char *pdb_dec_service_fingerprint_hex(const pdb_dec_service *s) { return s->fp_hex; }
-int32_t pdb_dec_service_eos_id(const pdb_dec_service *s) { return s->eos; }
 
 void pdb_dec_service_stats(const pdb_dec_service *s, pdb_dec_stats *out) {
     pdb_dec_service *m = (pdb_dec_service *)s;

@@ -67,9 +67,7 @@ pdb_status pdb_dec_service_submit(pdb_dec_service *s, const pdb_dec_request *r, 
 void pdb_dec_service_cancel(pdb_dec_service *s, uint64_t request_id);
 
 const pdb_config *pdb_dec_service_config(const pdb_dec_service *s);
-const char *pdb_dec_service_model_dir(const pdb_dec_service *s);
 const char *pdb_dec_service_fingerprint_hex(const pdb_dec_service *s); /* 64 hex chars */
-int32_t pdb_dec_service_eos_id(const pdb_dec_service *s);               /* -1 when none */
 
 typedef struct pdb_dec_stats {
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;

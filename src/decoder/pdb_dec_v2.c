@@ -36,7 +36,7 @@ static void v2_close(void *impl) {
     free(v);
 }
 
-static pdb_status v2_open(const pdb_config *cfg, const pdb_st *st, pdb_pool *pool, int v4_sem, void **impl) {
+static pdb_status v2_open(const pdb_config *cfg, const pdb_st *st, pdb_pool *pool, int sem, void **impl) {
     v2_impl *v = calloc(1, sizeof *v);
     if (!v) return pdb_err_set(PDB_NOMEM, "decoder model");
     v->pool = pool;
@@ -131,12 +131,9 @@ static const void *v2_weights(void *impl) { return &((v2_impl *)impl)->w; }
 
 const pdb_dec_arch pdb_dec_arch_v2 = {
     .name = "deepseek_v2",
-    .open = v2_open,
-    .close = v2_close,
-    .seq_init = v2_seq_init,
-    .seq_free = v2_seq_free,
+    .open = v2_open, .close = v2_close,
+    .seq_init = v2_seq_init, .seq_free = v2_seq_free,
     .forward = v2_forward,
-    .get_block = v2_get_block,
-    .put_block = v2_put_block,
+    .get_block = v2_get_block, .put_block = v2_put_block,
     .weights = v2_weights,
 };

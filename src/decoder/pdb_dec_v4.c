@@ -15,11 +15,11 @@ typedef struct v4_impl {
     pdb_pool *pool; /* the service's threads run every sequence's forward (not owned) */
 } v4_impl;
 
-static pdb_status v4_open(const pdb_config *cfg, const pdb_st *st, pdb_pool *pool, int v4_sem, void **impl) {
-    PDB_TRY(pdb_v4_check_semantics(cfg, (pdb_v4_semantics)v4_sem));
+static pdb_status v4_open(const pdb_config *cfg, const pdb_st *st, pdb_pool *pool, int sem, void **impl) {
+    PDB_TRY(pdb_v4_check_semantics(cfg, (pdb_v4_semantics)sem));
     v4_impl *v = calloc(1, sizeof *v);
     if (!v) return pdb_err_set(PDB_NOMEM, "decoder model");
-    v->sem = (pdb_v4_semantics)v4_sem;
+    v->sem = (pdb_v4_semantics)sem;
     pdb_status s = pdb_v4_load_from(cfg, st, &v->m);
     if (s) { free(v); return s; }
     v->pool = pool;
@@ -77,12 +77,9 @@ static const void *v4_weights(void *impl) { return ((v4_impl *)impl)->m; }
 
 const pdb_dec_arch pdb_dec_arch_v4 = {
     .name = "deepseek_v4",
-        .open = v4_open,
-    .close = v4_close,
-    .seq_init = v4_seq_init,
-    .seq_free = v4_seq_free,
+    .open = v4_open, .close = v4_close,
+    .seq_init = v4_seq_init, .seq_free = v4_seq_free,
     .forward = v4_forward,
-    .get_block = v4_get_block,
-    .put_block = v4_put_block,
+    .get_block = v4_get_block, .put_block = v4_put_block,
     .weights = v4_weights,
 };

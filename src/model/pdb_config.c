@@ -116,6 +116,21 @@ pdb_status pdb_cfgj_rope(json_t *root, const char *origin, int64_t max_pos, pdb_
     return pdb_cfgj_rope_dict(rp, o2, top_theta, max_pos, r);
 }
 
+json_t *pdb_cfgj_root(const char *cls, const char *model_type) {
+    json_t *o = json_object(), *arch = json_array();
+    if (!o || !arch) {
+        json_decref(o);
+        json_decref(arch);
+        return NULL;
+    }
+    if (json_object_set_new(o, "architectures", arch) || json_array_append_new(arch, json_string(cls)) ||
+        json_object_set_new(o, "model_type", json_string(model_type))) {
+        json_decref(o); /* arch with it */
+        return NULL;
+    }
+    return o;
+}
+
 pdb_status pdb_config_parse(const char *json, const char *origin, pdb_config *c) {
     memset(c, 0, sizeof *c);
     json_error_t e;

@@ -20,6 +20,9 @@ pdb_status pdb_cfgj_rope_dict(json_t *rp, const char *o2, double top_theta, int6
 /* The model's rope: rope_parameters (5.x) or rope_scaling + rope_theta (legacy). */
 pdb_status pdb_cfgj_rope(json_t *root, const char *origin, int64_t max_pos, pdb_rope_params *r);
 
+/* A new config object with "architectures": [cls] and "model_type" (NULL when out of memory). */
+json_t *pdb_cfgj_root(const char *cls, const char *model_type);
+
 pdb_status pdb_v2_config_parse(json_t *root, const char *origin, pdb_config *c);
 pdb_status pdb_v2_config_to_json(const pdb_config *c, char **out);
 pdb_status pdb_v4_config_parse(json_t *root, const char *origin, pdb_config *c);

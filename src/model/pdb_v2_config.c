@@ -87,12 +87,8 @@ pdb_status pdb_v2_config_parse(json_t *root, const char *o, pdb_config *c) {
 
 /* The layout transformers 5.x save_pretrained writes. */
 pdb_status pdb_v2_config_to_json(const pdb_config *c, char **out) {
-    json_t *o = json_object();
+    json_t *o = pdb_cfgj_root("DeepseekV2ForCausalLM", "deepseek_v2");
     if (!o) return pdb_err_set(PDB_NOMEM, "config: out of memory");
-    json_t *arch = json_array();
-    json_array_append_new(arch, json_string("DeepseekV2ForCausalLM"));
-    json_object_set_new(o, "architectures", arch);
-    json_object_set_new(o, "model_type", json_string("deepseek_v2"));
 #define SETI(k, v) json_object_set_new(o, k, json_integer(v))
     SETI("vocab_size", c->vocab_size);
     SETI("hidden_size", c->hidden_size);

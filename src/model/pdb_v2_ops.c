@@ -23,17 +23,17 @@ struct pdb_v2_head_sync {
     atomic_int done[HEAD_STEPS];
 };
 
-double *pdb_v2_ops_stage_s;
 const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N] = {
     "q/kv projections", "latent rows + rope", "W_UK^T q", "scores", "softmax", "o_lat (mix)", "W_UV o_lat",
     "o_proj + residual", "FFN norm", "router + routing", "gate/up products + SiLU", "down products", "combine + residual"};
 
 /* The stage clock: adds the time since *t0 (pdb_clock_now seconds, 0 = not started) to stage k and
- * restarts it (when the hook is set). */
-static void stage(int k, double *t0) {
-    if (!pdb_v2_ops_stage_s) return;
+ * restarts it (when the weights' options ask for stage times). */
+static void stage(const pdb_v2_batch *b, int k, double *t0) {
+    double *acc = b->w->opts ? b->w->opts->stage_s : NULL;
+    if (!acc) return;
     double t = pdb_clock_now();
-    if (*t0 != 0) pdb_v2_ops_stage_s[k] += t - *t0;
+    if (*t0 != 0) acc[k] += t - *t0;
     *t0 = t;
 }
 
@@ -188,7 +188,8 @@ pdb_status pdb_v2_qweights_load(pdb_v2_qweights *w, const pdb_config *cfg, const
     w->softmax_scale = (float)pdb_config_softmax_scale(c);
     int64_t H = c->hidden_size, V = c->vocab_size;
     w->layers = calloc((size_t)c->num_layers, sizeof *w->layers);
-    if (!w->layers) { s = pdb_err_set(PDB_NOMEM, "layers"); goto fail; }
+    w->opts = calloc(1, sizeof *w->opts);
+    if (!w->layers || !w->opts) { s = pdb_err_set(PDB_NOMEM, "layers"); goto fail; }
     if (!kv_only) {
         if ((s = load_qmat(w, st, &w->embed, V, H, PDB_V2_T_EMBED, -1, 0))) goto fail;
         if ((s = load_vec(w, st, &w->final_norm, H, PDB_V2_T_FINAL_NORM, -1, 0))) goto fail;
@@ -209,6 +210,7 @@ void pdb_v2_qweights_free(pdb_v2_qweights *w) {
     if (w->layers)
         for (int64_t l = 0; l < w->cfg.num_layers; l++) free(w->layers[l].eg);
     free(w->layers);
+    free(w->opts);
     for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
     free(w->owned);
     pdb_rope_free(&w->rope);
@@ -345,7 +347,7 @@ static void head_step(pdb_v2_batch *b, int64_t k, int step, int64_t p, int64_t p
 /* One (row, head) task: q_lat = [W_UK^T q_nope | q_pe]; softmax over rows at positions <= pos;
  * o_lat = sum_j p_j c_j in j order; out = W_UV o_lat. The two weight products are one-thread
  * pdb_qmat_matmul calls on the head's rows: the same values in pdb_qmat_dot's order for every
- * format (its contract), so bf16 W_UK^T and MXFP8 W_UV give what f32 copies gave. The task runs
+ * format (its contract), so bf16 W_UK^T and MXFP8 W_UV give what f32 copies would. The task runs
  * the five steps of head_step whole; the split tasks below run them in parts. */
 static void attn_task(void *vc, int64_t task, int thread) {
     pdb_v2_batch *b = vc;
@@ -417,23 +419,23 @@ static void attention_wide(pdb_v2_batch *b, double *t0) {
         }
     }
     pdb_qmat_matmul_multi(b->pool, b->ajobs, (int)(R * nh), b->rowbuf);
-    stage(PDB_V2_ST_UK, t0);
+    stage(b, PDB_V2_ST_UK, t0);
     wide_ctx w = {b, 16, {0}};
     int64_t total = 0;
     for (int64_t r = 0; r < R; r++) total += b->pos[r] + 1;
     while (w.blk < 256 && total / w.blk > 4 * nth) w.blk *= 2; /* a few tasks per thread */
     for (int64_t r = 0; r < R; r++) w.first[r + 1] = w.first[r] + (b->pos[r] + w.blk) / w.blk;
     pdb_pool_run(b->pool, w.first[R], wide_scores, &w);
-    stage(PDB_V2_ST_SCORES, t0);
+    stage(b, PDB_V2_ST_SCORES, t0);
     pdb_pool_run(b->pool, R * nh, wide_softmax, b);
-    stage(PDB_V2_ST_SOFTMAX, t0);
+    stage(b, PDB_V2_ST_SOFTMAX, t0);
     pdb_pool_run(b->pool, R * ((kvl + MIX_COLS - 1) / MIX_COLS), wide_mix, b);
-    stage(PDB_V2_ST_MIX, t0);
+    stage(b, PDB_V2_ST_MIX, t0);
     for (int64_t r = 0; r < R; r++)
         for (int64_t h = 0; h < nh; h++)
             b->ajobs[r * nh + h] = (pdb_qmat_job){&b->views[nh + h], b->wo + (r * nh + h) * kvl, kvl, 1, b->attn + r * nh * vd + h * vd, vd};
     pdb_qmat_matmul_multi(b->pool, b->ajobs, (int)(R * nh), b->rowbuf);
-    stage(PDB_V2_ST_UV, t0);
+    stage(b, PDB_V2_ST_UV, t0);
 }
 
 /* ---- split tasks (decode on many cores: threads >= 2 x rows x heads) ---------------------------
@@ -477,19 +479,18 @@ static void attention_split(pdb_v2_batch *b, int64_t parts) {
     pdb_pool_run(b->pool, jobs * parts, split_task, &s);
 }
 
-int pdb_v2_ops_attn_path;
-
 /* The attention form: 0 tasks, 1 stages, else the split tasks' parts per step. The stages and the
  * split tasks need their buffers (few rows, pdb_v2_batch_init); the stages win once the context is
  * long (each latent row read once for all heads instead of once per head), the tasks on short
  * contexts (one pool run per layer instead of five), and the split tasks there too when threads
  * would otherwise idle (rows x heads below half the threads). */
 static int64_t attn_form(const pdb_v2_batch *b) {
-    if (!b->wq || pdb_v2_ops_attn_path == PDB_V2_ATTN_TASKS) return 0;
-    if (pdb_v2_ops_attn_path == PDB_V2_ATTN_STAGES) return 1;
+    int path = b->w->opts ? b->w->opts->attn_path : PDB_V2_ATTN_AUTO;
+    if (!b->wq || path == PDB_V2_ATTN_TASKS) return 0;
+    if (path == PDB_V2_ATTN_STAGES) return 1;
     int64_t jobs = b->R * b->w->cfg.num_heads, parts = pdb_pool_threads(b->pool) / jobs;
     parts = parts < PDB_V2_SPLIT_MAX ? parts : PDB_V2_SPLIT_MAX;
-    if (pdb_v2_ops_attn_path == PDB_V2_ATTN_SPLIT) return parts > 2 ? parts : 2;
+    if (path == PDB_V2_ATTN_SPLIT) return parts > 2 ? parts : 2;
     int64_t longest = 0;
     for (int64_t r = 0; r < b->R; r++) longest = b->pos[r] + 1 > longest ? b->pos[r] + 1 : longest;
     if (longest > PDB_V2_TASK_MAX_POS) return 1;
@@ -506,30 +507,30 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     pdb_qmat_job jobs[2] = {{qr ? &L->q_a : &L->q_proj, b->xn, H, R, qr ? b->qa : b->q, qr ? qr : nh * qk},
                             {&L->kv_a, b->xn, H, R, b->kva, row}};
     double t0 = 0;
-    stage(PDB_V2_ST_PROJ, &t0); /* (start) */
+    stage(b, PDB_V2_ST_PROJ, &t0); /* (start) */
     pdb_qmat_matmul_multi(b->pool, jobs, 2, b->rowbuf);
     if (qr) {
         for (int64_t t = 0; t < R; t++) pdb_math_rmsnorm(b->qa + t * qr, b->qa + t * qr, L->q_a_norm, qr, c->rms_norm_eps);
         pdb_qmat_matmul(b->pool, &L->q_b, b->qa, qr, R, b->q, nh * qk, b->rowbuf);
     }
-    stage(PDB_V2_ST_PROJ, &t0);
+    stage(b, PDB_V2_ST_PROJ, &t0);
     int64_t rope = c->qk_rope_head_dim;
     for (int64_t t = 0; t < R; t++) pdb_rope_angles(&w->rope, b->pos[t], b->cs + t * rope); /* once per row, not per head */
     latent_finish(w, l, R, b->pos, b->cache, b->kva, b->cs); /* = pdb_v2_ops_latent_rows */
     for (int64_t t = 0; t < R; t++)
         for (int64_t h = 0; h < nh; h++) pdb_rope_apply_cs(&w->rope, b->cs + t * rope, b->q + t * nh * qk + h * qk + nope);
     b->layer = l;
-    stage(PDB_V2_ST_LATENT, &t0);
+    stage(b, PDB_V2_ST_LATENT, &t0);
     int64_t form = attn_form(b);
     if (form == 1) attention_wide(b, &t0);
     else {
         if (form) attention_split(b, form);
         else pdb_pool_run(b->pool, R * nh, attn_task, b);
-        stage(PDB_V2_ST_SCORES, &t0); /* the (split) per-(row, head) tasks: all of the attention core */
+        stage(b, PDB_V2_ST_SCORES, &t0); /* the (split) per-(row, head) tasks: all of the attention core */
     }
     pdb_qmat_matmul(b->pool, &L->o_proj, b->attn, nh * c->v_head_dim, R, b->tmp, H, b->rowbuf);
     for (int64_t i = 0; i < R * H; i++) b->h[i] += b->tmp[i];
-    stage(PDB_V2_ST_OPROJ, &t0);
+    stage(b, PDB_V2_ST_OPROJ, &t0);
 }
 
 /* The post of a gate/up gang (gang[0] gate, gang[1] up; pdb_qmat_matmul_gangs): g = silu(g) * u
@@ -547,9 +548,9 @@ static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const
     int64_t H = b->w->cfg.hidden_size, I = gate->rows;
     pdb_qmat_job gu[2] = {{gate, x, H, n, b->g, I}, {up, x, H, n, b->u, I}};
     pdb_qmat_matmul_gangs(b->pool, gu, 2, 2, silu_post, b->rowbuf);
-    stage(PDB_V2_ST_GU, t0);
+    stage(b, PDB_V2_ST_GU, t0);
     pdb_qmat_matmul(b->pool, down, b->g, I, n, out, H, b->rowbuf);
-    stage(PDB_V2_ST_DOWN, t0);
+    stage(b, PDB_V2_ST_DOWN, t0);
 }
 
 /* Routed and shared experts in two dispatches: every gate and up projection (SiLU in its claims),
@@ -588,11 +589,11 @@ static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, double *t0) {
         gu[2 * nj + 1] = (pdb_qmat_job){&L->su, b->xn, H, R, su, Is};
         dn[nj++] = (pdb_qmat_job){&L->sd, sg, Is, R, b->tmp, H};
     }
-    stage(PDB_V2_ST_ROUTER, t0);
+    stage(b, PDB_V2_ST_ROUTER, t0);
     pdb_qmat_matmul_gangs(b->pool, gu, 2 * nj, 2, silu_post, b->rowbuf);
-    stage(PDB_V2_ST_GU, t0);
+    stage(b, PDB_V2_ST_GU, t0);
     pdb_qmat_matmul_multi(b->pool, dn, nj, b->rowbuf);
-    stage(PDB_V2_ST_DOWN, t0);
+    stage(b, PDB_V2_ST_DOWN, t0);
     for (int64_t i = 0; i < o; i++) b->slot_row[b->erows[i]] = i;
     for (int64_t t = 0; t < R; t++) { /* combine in top-k order (a fixed order per element), element loops innermost */
         float *out = b->mlp + t * H;
@@ -611,13 +612,13 @@ void pdb_v2_ops_ffn(pdb_v2_batch *b, int64_t l) {
     const pdb_v2_qlayer *L = &b->w->layers[l];
     int64_t H = c->hidden_size;
     double t0 = 0;
-    stage(PDB_V2_ST_NORM, &t0); /* (start) */
+    stage(b, PDB_V2_ST_NORM, &t0); /* (start) */
     for (int64_t t = 0; t < b->R; t++) pdb_math_rmsnorm(b->xn + t * H, b->h + t * H, L->ffn_norm, H, c->rms_norm_eps);
-    stage(PDB_V2_ST_NORM, &t0);
+    stage(b, PDB_V2_ST_NORM, &t0);
     if (L->is_moe) moe(b, L, &t0);
     else mlp(b, &L->gate, &L->up, &L->down, b->xn, b->R, b->mlp, &t0);
     for (int64_t i = 0; i < b->R * H; i++) b->h[i] += b->mlp[i];
-    stage(PDB_V2_ST_COMBINE, &t0);
+    stage(b, PDB_V2_ST_COMBINE, &t0);
 }
 
 void pdb_v2_ops_logits(pdb_v2_batch *b, int64_t r, float *logits) {

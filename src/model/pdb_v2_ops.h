@@ -44,6 +44,7 @@ typedef struct pdb_v2_qweights {
     int64_t max_cols;            /* widest matrix input: matmul scratch is PDB_QMAT_ROWBUF_FLOATS(threads, max_cols) */
     float **owned;               /* buffers allocated at load */
     int n_owned, cap_owned;
+    struct pdb_v2_ops_opts *opts; /* [1], zeroed at load: how the layer steps run (see pdb_v2_ops_opts) */
 } pdb_v2_qweights;
 
 /* Views over st (which must outlive w). attn_kv_only: load only what the cache rows need
@@ -94,19 +95,27 @@ enum { PDB_V2_WIDE_JOBS = 256, PDB_V2_WIDE_SCORES = 16 << 20, PDB_V2_TASK_MAX_PO
  * and some row attends to more than PDB_V2_TASK_MAX_POS positions; otherwise the split tasks when
  * the batch has those buffers and the pool has at least twice as many threads as (row, head)
  * pairs (PDB_V2_SPLIT_MAX threads per pair at most), else the per-(row, head) tasks. Forced, the
- * split tasks use at least two parts per step. Process-wide: set it only while no forward runs. */
+ * split tasks use at least two parts per step. */
 enum { PDB_V2_ATTN_AUTO = 0, PDB_V2_ATTN_TASKS, PDB_V2_ATTN_STAGES, PDB_V2_ATTN_SPLIT };
 enum { PDB_V2_SPLIT_MAX = 4 };
-extern int pdb_v2_ops_attn_path;
 
-/* Diagnostics for bench_decode --phases: while pdb_v2_ops_stage_s is set, attention and FFN add
- * the wall seconds of each stage to pdb_v2_ops_stage_s[PDB_V2_ST_*] (unset, the default, costs a
- * branch per stage). Process-wide: set it only while one forward runs. */
+/* The stages of attention and FFN that pdb_v2_ops_opts.stage_s times (bench_decode --phases). */
 enum { PDB_V2_ST_PROJ, PDB_V2_ST_LATENT, PDB_V2_ST_UK, PDB_V2_ST_SCORES, PDB_V2_ST_SOFTMAX, PDB_V2_ST_MIX, PDB_V2_ST_UV,
        PDB_V2_ST_OPROJ, PDB_V2_ST_NORM, PDB_V2_ST_ROUTER, PDB_V2_ST_GU, PDB_V2_ST_DOWN, PDB_V2_ST_COMBINE,
        PDB_V2_ST_N };
-extern double *pdb_v2_ops_stage_s;
 extern const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N];
+
+/* How the layer steps over one set of weights run. All zero (as pdb_v2_qweights_load leaves it)
+ * is the automatic attention form and no diagnostics, so an engine sets nothing; a test or a
+ * benchmark holding only a const pointer to the weights (pdb_dec_model_weights) writes
+ * w->opts->... directly: the options are not weights, so they stay writable. Change them only
+ * while no forward over these weights runs; while stage_s is set, run one forward at a time over
+ * them (the sums are plain adds). */
+typedef struct pdb_v2_ops_opts {
+    int attn_path;               /* PDB_V2_ATTN_*: the attention form */
+    double *stage_s;             /* [PDB_V2_ST_N] or NULL: when set, attention and FFN add each stage's wall
+                                    seconds to stage_s[PDB_V2_ST_*] (NULL costs a branch per stage) */
+} pdb_v2_ops_opts;
 
 /* max_len: the longest position+1 of any row (attention scratch). With R * nh <= PDB_V2_WIDE_JOBS
  * and R * nh * max_len <= PDB_V2_WIDE_SCORES the batch also holds the head-parallel attention's

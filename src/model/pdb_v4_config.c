@@ -278,12 +278,8 @@ static json_t *v4_rope_json(const pdb_rope_params *r, double prf) {
 
 /* The layout transformers 5.17 save_pretrained writes. */
 pdb_status pdb_v4_config_to_json(const pdb_config *c, char **out) {
-    json_t *o = json_object();
+    json_t *o = pdb_cfgj_root("DeepseekV4ForCausalLM", "deepseek_v4");
     if (!o) return pdb_err_set(PDB_NOMEM, "config: out of memory");
-    json_t *arch = json_array();
-    json_array_append_new(arch, json_string("DeepseekV4ForCausalLM"));
-    json_object_set_new(o, "architectures", arch);
-    json_object_set_new(o, "model_type", json_string("deepseek_v4"));
 #define SETI(k, v) json_object_set_new(o, k, json_integer(v))
 #define SETR(k, v) json_object_set_new(o, k, json_real(v))
     SETI("vocab_size", c->vocab_size);

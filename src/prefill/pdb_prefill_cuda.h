@@ -8,7 +8,7 @@
 #include "pdb_cuda_prefill.h"
 #include "pdb_prefill_backend.h"
 
-/* pdb_prefill_backend_cuda_create with the engine's own options (precision, sub-chunk, page
+/* pdb_prefill_backend_cuda_v2_create with the engine's own options (precision, sub-chunk, page
  * size, GEMM rows; co NULL = o->precision and the defaults). */
 pdb_status pdb_prefill_cuda_create(const pdb_prefill_backend_opts *o, const pdb_cuda_prefill_opts *co,
                                    pdb_prefill_backend **out);

@@ -324,19 +324,17 @@ static int is_transfer_id(const char *t) {
     return 1;
 }
 
-static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
-    json_error_t e;
-    const char *body = pdb_http_request_body(r);
-    json_t *j = json_loadb(body, pdb_http_request_body_len(r), 0, &e);
+/* A /v1/prefill request after validation: the prompt (ids owned here until a transfer takes them). */
+typedef struct pf_req {
+    int32_t *ids;
+    int64_t n, bs, fb;
+    const char *tr; /* the transfer to resume, or NULL */
+} pf_req;
+
+/* Parse and validate the body j (token_ids, block_size, fingerprint, first_block, transfer); on
+ * a bad request, answers it (400 / 409 / 413 / 503) and returns -1. */
+static int pf_parse(pdb_prefill_server *s, pdb_http_request *r, json_t *j, pf_req *q) {
     char msg[600];
-    int32_t *ids = NULL;
-    pdb_spool_xfer *x = NULL;
-    if (!j || !json_is_object(j)) {
-        snprintf(msg, sizeof msg, "request body is not a JSON object (line %d column %d: %s)", j ? 0 : e.line, j ? 0 : e.column,
-                 j ? "not an object" : e.text);
-        pdb_http_respond_error(r, 400, "invalid_request_error", NULL, NULL, msg);
-        goto out;
-    }
     json_t *arr = json_object_get(j, "token_ids");
     json_t *jbs = json_object_get(j, "block_size"), *jfb = json_object_get(j, "first_block");
     json_t *jtr = json_object_get(j, "transfer");
@@ -344,25 +342,25 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     int64_t bs = json_integer_value(jbs), fb = jfb ? json_integer_value(jfb) : 0, n = (int64_t)json_array_size(arr);
     if (!json_is_array(arr) || n == 0) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "token_ids", NULL, "token_ids must be a non-empty array");
-        goto out;
+        return -1;
     }
     if (!json_is_integer(jbs) || s->arch->check_block_size(&s->cfg, bs)) {
         snprintf(msg, sizeof msg, "block_size must be %s", s->arch->block_size_rule);
         pdb_http_respond_error(r, 400, "invalid_request_error", "block_size", NULL, msg);
-        goto out;
+        return -1;
     }
     if (!fp) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "fingerprint", NULL, "fingerprint (64 hex) is required");
-        goto out;
+        return -1;
     }
     if (jfb && !json_is_integer(jfb)) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "first_block", NULL, "first_block must be an integer");
-        goto out;
+        return -1;
     }
     if (jtr && !json_is_null(jtr) && !is_transfer_id(tr)) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "transfer", NULL,
                                "transfer must be the 32 lowercase hex digits of an earlier answer's X-PD-Transfer");
-        goto out;
+        return -1;
     }
     if (strcmp(fp, s->fp_hex)) {
         snprintf(msg, sizeof msg, "decoder fingerprint mismatch: this prefill server computes for %s (scheme %s), the request is for %.64s",
@@ -371,20 +369,20 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
         s->refused++;
         pthread_mutex_unlock(&s->mu);
         pdb_http_respond_error(r, 409, "invalid_request_error", "fingerprint", "fingerprint_mismatch", msg);
-        goto out;
+        return -1;
     }
     int64_t maxt = s->o.max_tokens ? s->o.max_tokens : s->cfg.max_position_embeddings;
     if (n > maxt) {
         snprintf(msg, sizeof msg, "%lld tokens exceed this server's limit of %lld", (long long)n, (long long)maxt);
         pdb_http_respond_error(r, 413, "invalid_request_error", "token_ids", NULL, msg);
-        goto out;
+        return -1;
     }
     if (fb < 0 || fb > n / bs) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "first_block", NULL, "first_block outside 0..full blocks of the prompt");
-        goto out;
+        return -1;
     }
-    ids = malloc(sizeof(int32_t) * (size_t)n);
-    if (!ids) { pdb_http_respond_error(r, 503, "server_error", NULL, NULL, "out of memory"); goto out; }
+    q->ids = malloc(sizeof(int32_t) * (size_t)n);
+    if (!q->ids) { pdb_http_respond_error(r, 503, "server_error", NULL, NULL, "out of memory"); return -1; }
     for (int64_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, (size_t)i);
         int64_t id = json_integer_value(v);
@@ -392,57 +390,72 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
             snprintf(msg, sizeof msg, "token_ids[%lld] is not a token id of this model (0..%lld)", (long long)i,
                      (long long)s->cfg.vocab_size - 1);
             pdb_http_respond_error(r, 400, "invalid_request_error", "token_ids", NULL, msg);
-            goto out;
+            return -1;
         }
-        ids[i] = (int32_t)id;
+        q->ids[i] = (int32_t)id;
     }
-    uint8_t key[32];
-    request_key(s->fp_hex, bs, ids, n, key);
-    int resumed = 0;
-    if (tr && is_transfer_id(tr)) {
-        if (!pdb_spool_find_xfer(s->spool, tr, &x)) {
-            if (memcmp(pdb_spool_xfer_key(x), key, 32)) {
-                snprintf(msg, sizeof msg, "transfer %s was for other token_ids, block_size or fingerprint; a resume repeats them", tr);
-                pdb_http_respond_error(r, 409, "invalid_request_error", "transfer", "transfer_mismatch", msg);
-                goto out;
-            }
-            resumed = 1;
-        } else {
-            PDB_INFO("prefill: transfer %s is no longer retained; recomputing", tr);
-            pthread_mutex_lock(&s->mu);
-            s->resumes_recomputed++;
-            pthread_mutex_unlock(&s->mu);
+    q->n = n, q->bs = bs, q->fb = fb, q->tr = tr && is_transfer_id(tr) ? tr : NULL;
+    return 0;
+}
+
+/* The transfer a resume names, when the spool still holds it (*x, *resumed = 1); a transfer for
+ * other ids is answered 409 (-1); one no longer held is recomputed (*x NULL). */
+static int pf_find_resume(pdb_prefill_server *s, pdb_http_request *r, const pf_req *q, const uint8_t key[32],
+                          pdb_spool_xfer **x, int *resumed) {
+    char msg[600];
+    *resumed = 0;
+    if (!q->tr) return 0;
+    if (!pdb_spool_find_xfer(s->spool, q->tr, x)) {
+        if (memcmp(pdb_spool_xfer_key(*x), key, 32)) {
+            snprintf(msg, sizeof msg, "transfer %s was for other token_ids, block_size or fingerprint; a resume repeats them", q->tr);
+            pdb_http_respond_error(r, 409, "invalid_request_error", "transfer", "transfer_mismatch", msg);
+            return -1;
         }
+        *resumed = 1;
+        return 0;
     }
-    int need_engine = !resumed || !pdb_spool_covers(x, fb), eng = -1;
+    PDB_INFO("prefill: transfer %s is no longer retained; recomputing", q->tr);
+    pthread_mutex_lock(&s->mu);
+    s->resumes_recomputed++;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* Answer with the stream and start its job: an engine unless the spool covers the resume, the
+ * transfer (taking q->ids) when there is none yet, the worker thread. On failure the request is
+ * answered (503) and everything taken is given back. *x: the caller's reference, NULL once the
+ * job holds it. */
+static void pf_start(pdb_prefill_server *s, pdb_http_request *r, pf_req *q, const uint8_t key[32], pdb_spool_xfer **x,
+                     int resumed) {
+    int need_engine = !resumed || !pdb_spool_covers(*x, q->fb), eng = -1;
     if (need_engine && (eng = engine_take(s, s->o.wait_s > 0 ? s->o.wait_s : 120)) < 0) {
         pdb_http_respond_error(r, 503, "server_error", NULL, "busy", "all prefill engines are busy; try again");
-        goto out;
+        return;
     }
-    if (!x) {
+    if (!*x) {
         ps_xinfo *xi = calloc(1, sizeof *xi);
-        uint64_t block_bytes = pdb_store_layout_block_bytes(&s->layout.layout, bs);
-        if (!xi || pdb_spool_create_xfer(s->spool, key, n / bs, block_bytes, xi, xinfo_free, &x)) {
+        uint64_t block_bytes = pdb_store_layout_block_bytes(&s->layout.layout, q->bs);
+        if (!xi || pdb_spool_create_xfer(s->spool, key, q->n / q->bs, block_bytes, xi, xinfo_free, x)) {
             free(xi);
             engine_give(s, eng);
             pdb_http_respond_error(r, 503, "server_error", NULL, NULL, "out of memory (transfer)");
-            goto out;
+            return;
         }
-        *xi = (ps_xinfo){.ids = ids, .n = n, .bs = bs, .block_bytes = block_bytes};
-        ids = NULL; /* owned by the transfer */
+        *xi = (ps_xinfo){.ids = q->ids, .n = q->n, .bs = q->bs, .block_bytes = block_bytes};
+        q->ids = NULL; /* owned by the transfer */
     }
     ps_job *job = calloc(1, sizeof *job);
     if (!job) {
         if (eng >= 0) engine_give(s, eng);
         pdb_http_respond_error(r, 503, "server_error", NULL, NULL, "out of memory");
-        goto out;
+        return;
     }
-    *job = (ps_job){.s = s, .x = x, .eng = eng, .resumed = resumed, .fb = fb};
-    pdb_http_header hdr = {"X-PD-Transfer", pdb_spool_xfer_id(x)};
+    *job = (ps_job){.s = s, .x = *x, .eng = eng, .resumed = resumed, .fb = q->fb};
+    pdb_http_header hdr = {"X-PD-Transfer", pdb_spool_xfer_id(*x)};
     if (pdb_http_respond_stream(r, 200, "application/x-pdbridge-segments", &hdr, 1, PS_HTTP_QUEUE, NULL, &job->w.hs)) {
         if (eng >= 0) engine_give(s, eng);
         free(job);
-        goto out;
+        return;
     }
     job->w.s = s;
     pthread_mutex_lock(&s->mu);
@@ -459,12 +472,30 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
         free(job);
         job_done(s);
     } else {
-        x = NULL; /* the job's reference */
+        *x = NULL; /* the job's reference */
     }
     pthread_attr_destroy(&at);
-out:
+}
+
+/* POST /v1/prefill: parse -> find a resumed transfer -> start the streamed job. */
+static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
+    json_error_t e;
+    json_t *j = json_loadb(pdb_http_request_body(r), pdb_http_request_body_len(r), 0, &e);
+    pf_req q = {0};
+    pdb_spool_xfer *x = NULL;
+    if (!j || !json_is_object(j)) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "request body is not a JSON object (line %d column %d: %s)", j ? 0 : e.line, j ? 0 : e.column,
+                 j ? "not an object" : e.text);
+        pdb_http_respond_error(r, 400, "invalid_request_error", NULL, NULL, msg);
+    } else if (!pf_parse(s, r, j, &q)) {
+        uint8_t key[32];
+        int resumed;
+        request_key(s->fp_hex, q.bs, q.ids, q.n, key);
+        if (!pf_find_resume(s, r, &q, key, &x, &resumed)) pf_start(s, r, &q, key, &x, resumed);
+    }
     pdb_spool_unref_xfer(x);
-    free(ids);
+    free(q.ids);
     json_decref(j);
 }
 
@@ -624,7 +655,6 @@ fail:
 
 int pdb_prefill_server_port(const pdb_prefill_server *s) { return pdb_http_server_port(s->http); }
 const char *pdb_prefill_server_backend(const pdb_prefill_server *s) { return s->backend; }
-const char *pdb_prefill_server_spill_dir(const pdb_prefill_server *s) { return s->spool ? pdb_spool_dir(s->spool) : ""; }
 
 void pdb_prefill_server_stop(pdb_prefill_server *s) {
     if (!s) return;

@@ -41,7 +41,6 @@ typedef struct pdb_prefill_server_opts {
 pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefill_server **out);
 int pdb_prefill_server_port(const pdb_prefill_server *s);
 const char *pdb_prefill_server_backend(const pdb_prefill_server *s);
-const char *pdb_prefill_server_spill_dir(const pdb_prefill_server *s);
 void pdb_prefill_server_stop(pdb_prefill_server *s);
 
 #endif

@@ -590,7 +590,6 @@ void pdb_store_set_io(pdb_store *s, const pdb_store_io *io) {
     s->io = io ? *io : *pdb_block_default_io();
 }
 
-int64_t pdb_store_block_size(const pdb_store *s) { return s->block_size; }
 uint64_t pdb_store_block_bytes(const pdb_store *s) { return s->block_bytes; }
 
 void pdb_store_get_stats(pdb_store *s, pdb_store_stats *out) {

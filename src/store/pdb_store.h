@@ -72,7 +72,6 @@ pdb_status pdb_store_open(const char *dir, const pdb_store_layout *layout,
                           uint64_t max_bytes, pdb_store **out);
 void pdb_store_close(pdb_store *store); /* finish or abort its streams first */
 
-int64_t pdb_store_block_size(const pdb_store *store);
 /* Sum of pdb_store_pool_bytes over the layout (the caller's buffers for one block). */
 uint64_t pdb_store_block_bytes(const pdb_store *store);
 

@@ -41,6 +41,11 @@ static int teardown(void **st) {
     return 0;
 }
 
+/* The V2 decoder's layer options (the attention form the tests force). */
+static pdb_v2_ops_opts *v2_opts(const pdb_dec_model *m) {
+    return ((const pdb_v2_qweights *)pdb_dec_model_weights(m, "deepseek_v2"))->opts;
+}
+
 /* prefill ids in chunks of `chunk`, return last logits and the cache */
 static void run_chunked(pdb_dec_model *m, const int32_t *ids, int64_t T, int64_t chunk, pdb_dec_seq *s, float *logits) {
     for (int64_t p = 0; p < T; p += chunk) {
@@ -111,7 +116,7 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     /* every attention form (per-(row, head) tasks, head-parallel stages, split tasks), forced, on
      * calls of one and of seven rows */
     for (int path = PDB_V2_ATTN_TASKS; path <= PDB_V2_ATTN_SPLIT; path++) {
-        pdb_v2_ops_attn_path = path;
+        v2_opts(m)->attn_path = path;
         for (int64_t chunk = 1; chunk <= 7; chunk += 6) {
             s1.len = 0;
             run_chunked(m, ids, T, chunk, &s1, got);
@@ -119,7 +124,7 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
                 fail_msg("attention %s, chunk %lld: not bit-identical to one-shot", attn_names[path], (long long)chunk);
         }
     }
-    pdb_v2_ops_attn_path = PDB_V2_ATTN_AUTO;
+    v2_opts(m)->attn_path = PDB_V2_ATTN_AUTO;
     pdb_qmat_isa best = pdb_qmat_isa_detect();
     for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
         pdb_qmat_isa_set((pdb_qmat_isa)isa);
@@ -143,7 +148,7 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
     /* decode steps of two sequences at different positions in one forward equal each sequence's
      * step alone, in every attention form */
     for (int path = PDB_V2_ATTN_TASKS; path <= PDB_V2_ATTN_SPLIT; path++) {
-        pdb_v2_ops_attn_path = path;
+        v2_opts(m)->attn_path = path;
         pdb_dec_seq a[2], b[2];
         float *la = malloc(sizeof(float) * V), *lb = malloc(sizeof(float) * V), *ka = malloc(sizeof(float) * V),
               *kb = malloc(sizeof(float) * V);
@@ -166,7 +171,7 @@ static void test_bit_exact_chunking_isa_batch(void **st) {
         for (int k = 0; k < 2; k++) pdb_dec_seq_free(&a[k]), pdb_dec_seq_free(&b[k]);
         free(la), free(lb), free(ka), free(kb);
     }
-    pdb_v2_ops_attn_path = PDB_V2_ATTN_AUTO;
+    v2_opts(m)->attn_path = PDB_V2_ATTN_AUTO;
     /* single thread */
     pdb_dec_model *m1;
     PDB_TEST_OK(pdb_dec_model_open(dq, NULL, &m1));

@@ -13,18 +13,12 @@
 set -euo pipefail
 source "$(dirname "$0")/../common/pdb_e2e.sh"
 pdb_e2e_init verify
-TOK=.cache/tokenizer/deepseek_v3/tokenizer.json
-[ -f "$TOK" ] || pdb_e2e_fail "$TOK missing: run scripts/setup.sh"
-ok() { echo "ok   $*"; }
+source "$(dirname "$0")/../common/pdb_verify_e2e.sh"
 fail() { pdb_e2e_fail "$@"; }
 start() { pdb_e2e_start "$@"; }
-# run CMD...: capture stdout+stderr in $OUT and the exit status in $RC (never aborts the script)
-run() { set +e; OUT=$("$@" 2>&1); RC=$?; set -e; }
 
 BS=128
-"$BIN" make-model --arch deepseek_v2 --preset small --seed 11 --out "$T/hf" --tokenizer "$TOK" >/dev/null
-"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
-"$BIN" quantize --model "$T/hf" --out "$T/mx" --scheme mx >/dev/null 2>&1
+pdb_verify_models --arch deepseek_v2 --preset small --seed 11
 start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size $BS --threads 1
 NATIVE=$URL
 start mxnative "$BIN" decode-server --model "$T/mx" --cache-dir "$T/cache-mx" --port 0 --block-size $BS --threads 1
@@ -40,10 +34,9 @@ FRONT=$URL
 # The prompts as files (their exact bytes are the prompt), then one request each to the front
 # (must be bridged) and to the native decoders.
 python3 tests/common/pdb_e2e_text.py prompts "$T" 7 520 400
-j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
 NBLK=0
 for kind in text chat; do
-    f="$T/prompt.txt"; [ $kind = chat ] && f="$T/chat.txt"
+    pdb_verify_prompt $kind; f=$PF
     R=$(python3 tests/common/pdb_e2e_text.py ask "$FRONT" $kind "$f" auto) || fail "front request ($kind)"
     [ "$(j "$R" "d['verdict'].split(';')[0]")" = complete ] || fail "$kind prompt was not bridged: $R"
     n=$(j "$R" "d['prompt'] // $BS")
@@ -54,17 +47,12 @@ for kind in text chat; do
     ok "$kind prompt bridged ($(j "$R" "d['verdict'].split(';')[0]"), $n blocks, $(j "$R" "d['prompt']") tokens)"
 done
 # the native decoders publish their blocks when their prefill ends: wait until all are there
-for _ in $(seq 1 300); do
-    [ "$(find "$T/cache-native" -name '*.pdbblk' | wc -l)" -ge $NBLK ] && [ "$(find "$T/cache-mx" -name '*.pdbblk' | wc -l)" -ge $NBLK ] && break
-    sleep 0.1
-done
+pdb_verify_wait_blocks $NBLK "$T/cache-native" "$T/cache-mx"
 [ "$(find "$T/cache-bridged" -name '*.pdbblk' | wc -l)" -eq $NBLK ] || fail "bridged dir holds $(find "$T/cache-bridged" -name '*.pdbblk' | wc -l) blocks, want $NBLK"
 
 # 1. bridged dir == native dir, tensor by tensor
-run "$BIN" verify-blocks "$T/cache-bridged" "$T/cache-native"
+pdb_verify_identical "$T/cache-bridged" "$T/cache-native" $NBLK
 echo "$OUT" | sed 's/^/     /'
-[ $RC -eq 0 ] || fail "verify-blocks bridged native: exit $RC"
-grep -q "^$NBLK/$NBLK identical" <<<"$OUT" || fail "verify-blocks summary, want $NBLK/$NBLK identical"
 [ "$(echo "$OUT" | grep -c '  identical (2 tensors')" -eq $NBLK ] || fail "verify-blocks: not one 'identical' line per block"
 ok "verify-blocks: $NBLK/$NBLK bridged blocks identical to the decoder's own"
 run "$BIN" verify-blocks "$T/cache-bridged" "$T/cache-native" --strict-meta
@@ -73,8 +61,8 @@ ok "verify-blocks --strict-meta: exit $RC (only created_at may differ)"
 
 # 2. diff-state: the decoder's native state vs the mounted bridged blocks
 for kind in text chat; do
-    f="$T/prompt.txt"; flag=""; [ $kind = chat ] && { f="$T/chat.txt"; flag="--chat"; }
-    run "$BIN" diff-state --model "$T/dec" --prompt-file "$f" --cache-dir "$T/cache-bridged" $flag --threads 1
+    pdb_verify_prompt $kind
+    run "$BIN" diff-state --model "$T/dec" --prompt-file "$PF" --cache-dir "$T/cache-bridged" $FLAG --threads 1
     echo "$OUT" | tail -2 | sed 's/^/     /'
     [ $RC -eq 0 ] || fail "diff-state ($kind): exit $RC: $OUT"
     grep -Eq "^blocks: ([0-9]+)/\1 found" <<<"$OUT" || fail "diff-state ($kind): not every block found"
@@ -149,16 +137,7 @@ echo "$OUT" | tail -4 | sed 's/^/     /'
 ok "pool-validate cpu: every row identical, whole/chunked/odd-chunked"
 run "$BIN" pool-validate --decoder-model "$T/mx" --model "$T/hf" --tokens 64 --threads 1
 [ $RC -eq 0 ] || fail "pool-validate cpu (MX decoder weights): exit $RC: $OUT"
-GPUS=$("$BIN" info | sed -n 's/^cuda_devices: //p')
-run "$BIN" pool-validate --decoder-model "$T/dec" --model "$T/hf" --backend cuda --tokens 300
-if [ "${GPUS:-0}" -gt 0 ]; then
-    echo "$OUT" | tail -4 | sed 's/^/     /'
-    [ $RC -eq 0 ] || fail "pool-validate cuda on a GPU: exit $RC: $OUT"
-    ok "pool-validate cuda: within threshold"
-else
-    [ $RC -eq 3 ] && grep -q "backend cuda unavailable" <<<"$OUT" || fail "pool-validate cuda without a GPU: exit $RC: $OUT"
-    ok "pool-validate cuda without a GPU: clear error, exit 3 (not a pass)"
-fi
+pdb_verify_cuda pool-validate --decoder-model "$T/dec" --model "$T/hf" --tokens 300
 
 # 6. usage errors
 for args in "verify-blocks $T/nope $T/cache-native" "verify-blocks $T/cache-native $VICTIM.x" "verify-blocks $T/cache-native" \

@@ -12,16 +12,10 @@
 set -euo pipefail
 source "$(dirname "$0")/../common/pdb_e2e.sh"
 pdb_e2e_init verifyv4
-TOK=.cache/tokenizer/deepseek_v3/tokenizer.json
-[ -f "$TOK" ] || pdb_e2e_fail "$TOK missing: run scripts/setup.sh"
-ok() { echo "ok   $*"; }
-run() { set +e; OUT=$("$@" 2>&1); RC=$?; set -e; }
-j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
+source "$(dirname "$0")/../common/pdb_verify_e2e.sh"
 
 BS=128
-"$BIN" make-model --arch deepseek_v4 --preset tiny --vocab 129280 --seed 12 --out "$T/hf" --tokenizer "$TOK" >/dev/null
-"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
-"$BIN" quantize --model "$T/hf" --out "$T/mx" --scheme mx >/dev/null 2>&1
+pdb_verify_models --arch deepseek_v4 --preset tiny --vocab 129280 --seed 12
 SRV=(--port 0 --block-size $BS --threads 1)
 pdb_e2e_start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" "${SRV[@]}"; NATIVE=$URL
 pdb_e2e_start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-bridged" "${SRV[@]}"; DEC=$URL
@@ -39,7 +33,7 @@ FRONTMX=$URL
 python3 tests/common/pdb_e2e_text.py prompts "$T" 5 500 380
 NBLK=0
 for kind in text chat; do
-    f="$T/prompt.txt"; [ $kind = chat ] && f="$T/chat.txt"
+    pdb_verify_prompt $kind; f=$PF
     for fr in "$FRONT" "$FRONTMX"; do
         R=$(python3 tests/common/pdb_e2e_text.py ask "$fr" $kind "$f" auto) || pdb_e2e_fail "front request ($kind)"
         [ "$(j "$R" "d['verdict'].split(';')[0]")" = complete ] || pdb_e2e_fail "$kind prompt was not bridged: $R"
@@ -50,19 +44,17 @@ for kind in text chat; do
     python3 tests/common/pdb_e2e_text.py ask "$NATIVE" $kind "$f" off >/dev/null || pdb_e2e_fail "native request ($kind)"
     ok "V4 $kind prompt bridged for the unquantized and the MX decoder ($n blocks, $(j "$R" "d['prompt']") tokens)"
 done
-for _ in $(seq 1 300); do [ "$(find "$T/cache-native" -name '*.pdbblk' | wc -l)" -ge $NBLK ] && break; sleep 0.1; done
+pdb_verify_wait_blocks $NBLK "$T/cache-native"
 
 # 1. bridged dir == native dir, block by block (8 pool tensors + tokens each)
-run "$BIN" verify-blocks "$T/cache-bridged" "$T/cache-native"
-[ $RC -eq 0 ] || pdb_e2e_fail "verify-blocks: exit $RC: $OUT"
-grep -q "^$NBLK/$NBLK identical" <<<"$OUT" || pdb_e2e_fail "verify-blocks summary, want $NBLK/$NBLK identical: $OUT"
+pdb_verify_identical "$T/cache-bridged" "$T/cache-native" $NBLK
 ok "verify-blocks: $NBLK/$NBLK bridged V4 blocks identical to the native decoder's"
 
 # 2. diff-state: the decoder's native state, each block taken at its end, vs the mounted blocks
 POOLS="win comp_csa ikeys ov_kv ov_gate iov_kv iov_gate comp_hca"
 for kind in text chat; do
-    f="$T/prompt.txt"; flag=""; [ $kind = chat ] && { f="$T/chat.txt"; flag=--chat; }
-    run "$BIN" diff-state --model "$T/dec" --prompt-file "$f" --cache-dir "$T/cache-bridged" $flag --threads 1
+    pdb_verify_prompt $kind
+    run "$BIN" diff-state --model "$T/dec" --prompt-file "$PF" --cache-dir "$T/cache-bridged" $FLAG --threads 1
     [ $RC -eq 0 ] || pdb_e2e_fail "diff-state ($kind): exit $RC: $OUT"
     grep -Eq "^blocks: ([0-9]+)/\1 found \(\1 leading" <<<"$OUT" || pdb_e2e_fail "diff-state ($kind): not every block found: $OUT"
     for p in $POOLS; do
@@ -101,15 +93,7 @@ run "$BIN" pool-validate --decoder-model "$T/mx" --check both --tokens 128 --thr
 run "$BIN" pool-validate --decoder-model "$T/mx" --model "$T/hf" --check prefill --tokens 128 --threads 1
 [ $RC -eq 1 ] && grep -q "^FAIL" <<<"$OUT" || pdb_e2e_fail "pool-validate V4, bf16 engine + MX decoder: exit $RC (want 1): $OUT"
 ok "pool-validate V4: MX decoder exact with its own weights in the engine, exit 1 with the bf16 engine"
-GPUS=$("$BIN" info | sed -n 's/^cuda_devices: //p')
-run "$BIN" pool-validate --decoder-model "$T/dec" --backend cuda --check both --tokens 300
-if [ "${GPUS:-0}" -gt 0 ]; then
-    [ $RC -eq 0 ] || pdb_e2e_fail "pool-validate V4 cuda on a GPU: exit $RC: $OUT"
-    ok "pool-validate V4 cuda: within threshold"
-else
-    [ $RC -eq 3 ] && grep -q "backend cuda unavailable" <<<"$OUT" || pdb_e2e_fail "pool-validate V4 cuda without a GPU: exit $RC: $OUT"
-    ok "pool-validate V4 cuda without a GPU: clear error, exit 3 (not a pass)"
-fi
+pdb_verify_cuda "pool-validate V4" --decoder-model "$T/dec" --check both --tokens 300
 run "$BIN" pool-validate --decoder-model "$T/dec" --check prefill --tokens 100
 [ $RC -eq 2 ] && grep -q "less than one block" <<<"$OUT" || pdb_e2e_fail "pool-validate V4, 100 tokens: exit $RC: $OUT"
 ok "pool-validate V4: fewer tokens than a block is a usage error (exit 2)"
