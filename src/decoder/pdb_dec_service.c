@@ -296,8 +296,8 @@ static void *svc_main(void *arg) {
 static void svc_free(pdb_dec_service *s) {
     free(s->segs);
     free(s->owners);
-    free(s->block_buf);
     if (s->store) pdb_store_close(s->store);
+    free(s->block_buf);
     pdb_dec_model_close(s->model);
     pdb_pool_destroy(s->pool);
     free(s);
