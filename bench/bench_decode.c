@@ -48,10 +48,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/time.h>
-#include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
 
+#include "pdb_clock.h"
 #include "pdb_dec_model.h"
 #include "pdb_math.h"
 #include "pdb_mem.h"
@@ -84,12 +84,6 @@ static double huge_share(const void *p, size_t n, double *mapped) {
     return huge;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct { const float *p; size_t n; double *sums; } probe_ctx;
 
 static void probe_task(void *vc, int64_t task, int thread) {
@@ -119,9 +113,9 @@ static double bandwidth_probe(pdb_pool *pool, float *buf, size_t n, int reps, do
     for (int form = 0; form < 2; form++) {
         double b = 0;
         for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
+            double t0 = pdb_clock_now();
             pdb_pool_run(pool, 64, form ? probe_line_task : probe_task, &c);
-            double gbs = n * sizeof(float) / (now_s() - t0) / 1e9;
+            double gbs = n * sizeof(float) / (pdb_clock_now() - t0) / 1e9;
             if (gbs > b) b = gbs;
         }
         *(form ? per_line : half_line) = b;
@@ -249,9 +243,9 @@ static const char *cl_name[CL_N] = {"attention projections", "dense MLP", "share
 typedef struct { double s[CL_N]; uint64_t bytes[CL_N]; } cl_stat;
 
 static void cl_run(pdb_pool *pool, pdb_qmat_job *jobs, int n, int cls, float *rowbuf, cl_stat *st) {
-    double t0 = now_s();
+    double t0 = pdb_clock_now();
     pdb_qmat_matmul_multi(pool, jobs, n, rowbuf);
-    st->s[cls] += now_s() - t0;
+    st->s[cls] += pdb_clock_now() - t0;
     for (int i = 0; i < n; i++) st->bytes[cls] += qbytes(jobs[i].w);
 }
 
@@ -316,24 +310,24 @@ static pdb_status phases(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweig
     for (int p = context - 1; p < context + ntok; p++) { /* a warm-up step at the prompt's last position, then ntok */
         int on = p >= context;
         w->opts->stage_s = on ? st : warm;
-        double t0 = now_s(), t1;
+        double t0 = pdb_clock_now(), t1;
         b.cache[0] = (pdb_v2_rowcache){lat, cap * row, row, 0};
         b.pos[0] = p;
         pdb_v2_ops_embed(&b, 0, tok);
-        t1 = now_s(), t[P_EMBED] += on * (t1 - t0), t0 = t1;
+        t1 = pdb_clock_now(), t[P_EMBED] += on * (t1 - t0), t0 = t1;
         for (int64_t l = 0; l < L; l++) {
             int moe = w->layers[l].is_moe;
             pdb_v2_ops_attn_norm(&b, l);
-            t1 = now_s(), t[P_NORM] += on * (t1 - t0), t0 = t1;
+            t1 = pdb_clock_now(), t[P_NORM] += on * (t1 - t0), t0 = t1;
             pdb_v2_ops_attention(&b, l);
-            t1 = now_s(), t[moe ? P_ATTN_MOE : P_ATTN] += on * (t1 - t0), t0 = t1;
+            t1 = pdb_clock_now(), t[moe ? P_ATTN_MOE : P_ATTN] += on * (t1 - t0), t0 = t1;
             pdb_v2_ops_ffn(&b, l);
-            t1 = now_s(), t[moe ? P_FFN_MOE : P_FFN_DENSE] += on * (t1 - t0), t0 = t1;
+            t1 = pdb_clock_now(), t[moe ? P_FFN_MOE : P_FFN_DENSE] += on * (t1 - t0), t0 = t1;
         }
         pdb_v2_ops_logits(&b, 0, logits);
-        t1 = now_s(), t[P_LOGITS] += on * (t1 - t0), t0 = t1;
+        t1 = pdb_clock_now(), t[P_LOGITS] += on * (t1 - t0), t0 = t1;
         tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
-        t1 = now_s(), t[P_ARGMAX] += on * (t1 - t0);
+        t1 = pdb_clock_now(), t[P_ARGMAX] += on * (t1 - t0);
     }
     for (int k = 0; k < P_N; k++) total += t[k];
     printf("phases: %d one-token steps through pdb_v2_ops, %.3f ms per step\n", ntok, 1e3 * total / ntok);
@@ -516,19 +510,19 @@ int main(int argc, char **argv) {
             if (trace_buf) pdb_pool_trace(pool, trace_buf, trace_cap, &trace_n), trace_steps = n;
         }
         uint64_t runs0 = pdb_pool_runs(pool);
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = pdb_clock_now(), c0 = cpu_s();
         double ab_t[2] = {0, 0};
         for (int i = 0; i < n; i++) {
-            double ts = ab >= 0 ? now_s() : 0;
+            double ts = ab >= 0 ? pdb_clock_now() : 0;
             if (ab >= 0) w->opts->attn_path = i & 1 ? ab : attn_base;
             sg = (pdb_dec_seg){&s, &tok, 1, logits};
             if (pdb_dec_forward(m, &sg, 1)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
             tok = (int32_t)pdb_math_argmax(logits, c->vocab_size);
-            if (ab >= 0) ab_t[i & 1] += now_s() - ts;
+            if (ab >= 0) ab_t[i & 1] += pdb_clock_now() - ts;
         }
         if (ab >= 0) ab_sum[0] += ab_t[0], ab_sum[1] += ab_t[1], ab_n[0] += (n + 1) / 2, ab_n[1] += n / 2,
                      r_ab[r] = (n / 2) / ab_t[1] / (((n + 1) / 2) / ab_t[0]);
-        double d = now_s() - t0;
+        double d = pdb_clock_now() - t0;
         if (profile) prof_set(0);
         pdb_pool_trace(pool, NULL, 0, NULL);
         dt += d, dc += cpu_s() - c0, runs += pdb_pool_runs(pool) - runs0, done += n;
@@ -585,9 +579,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 1 << 16; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
         cl_stat st = {0}, warm = {0};
         cl_step(pool, c, w, x, y, rowbuf, &warm);
-        double t1 = now_s();
+        double t1 = pdb_clock_now();
         for (int i = 0; i < ntok; i++) cl_step(pool, c, w, x, y, rowbuf, &st);
-        double step = (now_s() - t1) / ntok, prod = 0;
+        double step = (pdb_clock_now() - t1) / ntok, prod = 0;
         uint64_t bytes = 0;
         printf("classes: the step's matrix products alone (%d steps, same dispatch groups, x arbitrary)\n", ntok);
         for (int k = 0; k < CL_N; k++) {

@@ -5,16 +5,10 @@
  * Usage: bench_pool_dispatch [max_threads] [runs] (defaults: online CPUs, 20000). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "pdb_clock.h"
 #include "pdb_pool.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void nothing(void *ctx, int64_t task, int thread) { (void)ctx, (void)task, (void)thread; }
 
@@ -27,9 +21,9 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 1000; i++) pdb_pool_run(pool, t, nothing, NULL); /* warm */
         double best = 1e9;
         for (int rep = 0; rep < 5; rep++) {
-            double t0 = now_s();
+            double t0 = pdb_clock_now();
             for (int i = 0; i < runs; i++) pdb_pool_run(pool, t, nothing, NULL);
-            double e = (now_s() - t0) / runs;
+            double e = (pdb_clock_now() - t0) / runs;
             if (e < best) best = e;
         }
         printf("%8d %16.2f\n", t, best * 1e6);

@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "pdb_clock.h"
 #include "pdb_dec_model.h"
 #include "pdb_prefill_engine.h"
 
@@ -38,12 +38,10 @@ static int child(const char *hf, const char *dec, const char *backend, int64_t T
     for (int64_t i = 0; i < T; i++) ids[i] = (int32_t)((i * 7919 + 13) % cfg.vocab_size);
     uint64_t got = 0;
     pdb_prefill_stats st;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = pdb_clock_now();
     s = pdb_prefill_run(be, &cfg, ids, T, bs, 0, chunk, drop, &got, &st);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = pdb_clock_now() - t0;
     if (s) { fprintf(stderr, "bench: %s\n", pdb_err_msg()); return 1; }
-    double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     char line[256];
     int n = snprintf(line, sizeof line, "%lld %llu %.3f %llu\n", (long long)st.blocks_sent, (unsigned long long)st.capture_bytes_peak,
                      secs, (unsigned long long)got);

@@ -9,17 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "pdb_clock.h"
 #include "pdb_mem.h"
 #include "pdb_pool.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct {
     const char *p;
@@ -86,9 +80,9 @@ int main(int argc, char **argv) {
             rp_ctx c = {buf, bytes / 64, forms[f].row, forms[f].pf, {0}};
             double best = 0;
             for (int r = 0; r < 5; r++) {
-                double t0 = now_s();
+                double t0 = pdb_clock_now();
                 pdb_pool_run(pool, 64, rp_task, &c);
-                double gbs = bytes / (now_s() - t0) / 1e9;
+                double gbs = bytes / (pdb_clock_now() - t0) / 1e9;
                 best = gbs > best ? gbs : best;
             }
             printf("round %d  %-48s %7.2f GB/s\n", round + 1, forms[f].name, best);

@@ -10,19 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "pdb_clock.h"
 #include "pdb_config.h"
 #include "pdb_cuda.h"
 #include "pdb_make_model.h"
 #include "pdb_prefill_cuda.h"
 #include "pdb_safetensors.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int die(const char *what) {
     fprintf(stderr, "cuda_prefill_bench: %s: %s\n", what, pdb_err_msg());
@@ -43,7 +37,7 @@ int main(int argc, char **argv) {
     char cfgp[600];
     snprintf(cfgp, sizeof cfgp, "%s/config.json", dir);
     struct stat sb;
-    double t0 = now_s();
+    double t0 = pdb_clock_now();
     if (stat(cfgp, &sb)) {
         pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = "v2-lite", .seed = 3, .layers = layers,
                                  .experts = experts, .vocab = 32000, .out_dir = dir};
@@ -53,7 +47,7 @@ int main(int argc, char **argv) {
     pdb_st *st = NULL;
     if (pdb_config_load(dir, &cfg) || pdb_st_open(dir, &st)) return die("open model");
     printf("cuda-bench model ready in %.1f s (hidden %lld, layers %lld, experts %lld top-%lld, vocab %lld)\n",
-           now_s() - t0, (long long)cfg.hidden_size, (long long)cfg.num_layers, (long long)cfg.n_routed_experts,
+           pdb_clock_now() - t0, (long long)cfg.hidden_size, (long long)cfg.num_layers, (long long)cfg.n_routed_experts,
            (long long)cfg.num_experts_per_tok, (long long)cfg.vocab_size);
     pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = st, .decoder = st};
     int64_t gemm_rows = argc > 6 ? atoll(argv[6]) : 0; /* 0 default M-invariant tiles, -1 one call per product */
@@ -62,9 +56,9 @@ int main(int argc, char **argv) {
                                         : !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16,
                                 .sub_chunk = chunk, .page_tokens = 64, .gemm_rows = gemm_rows};
     pdb_prefill_backend *be = NULL;
-    t0 = now_s();
+    t0 = pdb_clock_now();
     if (pdb_prefill_cuda_create(&o, &co, &be)) return die("create");
-    printf("cuda-bench weights uploaded in %.1f s\n", now_s() - t0);
+    printf("cuda-bench weights uploaded in %.1f s\n", pdb_clock_now() - t0);
     int64_t V = cfg.vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)V);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)Ts[2]);
@@ -85,13 +79,13 @@ int main(int argc, char **argv) {
                 continue;
             }
             if (be->begin(be, T, chunk)) return die("begin"); /* one chunk per block: the hook keeps one block of rows */
-            double s0 = now_s();
+            double s0 = pdb_clock_now();
             for (int64_t p = 0; p < T; p += chunk) {
                 int64_t n = T - p < chunk ? T - p : chunk;
                 if (be->forward_chunk(be, ids + p, p, n, withcap, p + n == T ? logits : NULL))
                     return die("forward");
             }
-            dt[withcap] = now_s() - s0;
+            dt[withcap] = pdb_clock_now() - s0;
             be->end(be);
             printf("cuda-bench T=%lld capture=%s time=%.3f s tokens_per_s=%.0f\n", (long long)T, withcap ? "on" : "off",
                    dt[withcap], (double)T / dt[withcap]);

@@ -3,7 +3,6 @@
  * (and DEC_DIR when given); block sizes agree; the front's cache dir is writable and is the
  * decoder's store; decoder and front tokenize with the same tokenizer.json. Exit 0 only when
  * every check passes. */
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,46 +12,21 @@
 #include "pdb_cli.h"
 #include "pdb_config.h"
 #include "pdb_dec_model.h"
-#include "pdb_http.h"
+#include "pdb_http_client.h"
 #include "pdb_store.h"
-
-typedef struct { char *buf; size_t len; } dr_buf;
-
-static size_t dr_write(char *p, size_t sz, size_t nm, void *u) {
-    dr_buf *b = u;
-    size_t n = sz * nm;
-    char *nb = b->len + n < (1u << 20) ? realloc(b->buf, b->len + n + 1) : NULL;
-    if (!nb) return 0;
-    b->buf = nb;
-    memcpy(b->buf + b->len, p, n);
-    b->len += n;
-    b->buf[b->len] = 0;
-    return n;
-}
 
 /* GET url/health; NULL (and why in err) when it does not answer with JSON. */
 static json_t *dr_health(const char *url, const char *key, char *err, size_t errn) {
     char full[600];
     snprintf(full, sizeof full, "%s/health", url);
-    dr_buf b = {0};
-    CURL *h = curl_easy_init();
-    struct curl_slist *hd = pdb_http_client_headers(0, key);
-    curl_easy_setopt(h, CURLOPT_URL, full);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dr_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    CURLcode cc = curl_easy_perform(h);
-    long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hd);
+    pdb_http_call call = {.url = full, .bearer = key, .timeout_ms = 5000L};
+    pdb_http_reply rp;
+    pdb_status st = pdb_http_client_call(&call, &rp);
     json_t *j = NULL;
-    if (cc != CURLE_OK) snprintf(err, errn, "%s", curl_easy_strerror(cc));
-    else if (code != 200) snprintf(err, errn, "HTTP %ld", code);
-    else if (!(j = b.buf ? json_loadb(b.buf, b.len, 0, NULL) : NULL)) snprintf(err, errn, "not a JSON health answer");
-    free(b.buf);
+    if (st != PDB_OK) snprintf(err, errn, "%s", rp.error);
+    else if (rp.status != 200) snprintf(err, errn, "HTTP %d", rp.status);
+    else if (!(j = rp.body ? json_loadb(rp.body, rp.len, 0, NULL) : NULL)) snprintf(err, errn, "not a JSON health answer");
+    free(rp.body);
     return j;
 }
 
@@ -90,7 +64,7 @@ int pdb_cli_doctor(int argc, char **argv) {
         else { fprintf(stderr, "pdbridge doctor: bad option '%s'\n\n%s", a, usage); return 2; }
     }
     if (!front && (!dec || !pre)) { fprintf(stderr, "pdbridge doctor: give --front, or --decoder and --prefill\n\n%s", usage); return 2; }
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (pdb_http_client_init()) { fprintf(stderr, "pdbridge doctor: %s\n", pdb_err_msg()); return 1; }
     n_fail = 0;
     char err[256], msg[1024];
     json_t *jf = NULL, *jd = NULL, *jp = NULL;

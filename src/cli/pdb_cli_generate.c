@@ -3,38 +3,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pdb_chat.h"
 #include "pdb_cli.h"
+#include "pdb_clock.h"
+#include "pdb_file.h"
 #include "pdb_math.h"
 #include "pdb_tokenizer.h"
 #include "pdb_v2.h"
-
-static double gen_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *b = malloc(cap);
-    while (b) {
-        size_t r = fread(b + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-        if (n + 1 == cap) {
-            char *nb = cap < (1u << 30) ? realloc(b, cap * 2) : NULL;
-            if (!nb) { free(b); return NULL; }
-            b = nb;
-            cap *= 2;
-        }
-    }
-    if (b) b[n] = 0;
-    *len = n;
-    return b;
-}
 
 int pdb_cli_generate(int argc, char **argv) {
     static const char *usage =
@@ -57,8 +33,9 @@ int pdb_cli_generate(int argc, char **argv) {
     if (!model || n_gen < 0 || n_gen > 100000) { fprintf(stderr, "pdbridge generate: --model is required, 0 <= n <= 100000\n\n%s", usage); return 2; }
     char *text = NULL;
     size_t len = 0;
+    pdb_status rs = PDB_OK;
     if (prompt) { text = strdup(prompt); len = strlen(prompt); }
-    else text = read_all(stdin, &len);
+    else rs = pdb_file_read_stream(stdin, "stdin", PDB_TOKENIZER_MAX_TEXT, &text, &len);
     pdb_tokenizer *tok = NULL;
     pdb_v2_model *m = NULL;
     int32_t *ids = NULL;
@@ -66,7 +43,7 @@ int pdb_cli_generate(int argc, char **argv) {
     float *logits = NULL;
     pdb_v2_cache c = {0};
     int rc = 1;
-    if (!text) { pdb_err_set(PDB_NOMEM, "prompt"); goto done; }
+    if (!text) { if (!rs) pdb_err_set(PDB_NOMEM, "prompt"); goto done; }
     if (pdb_tokenizer_load(model, &tok)) goto done;
     if (chat) {
         pdb_chat_message msg = {"user", text};
@@ -79,7 +56,7 @@ int pdb_cli_generate(int argc, char **argv) {
     }
     if (pdb_tokenizer_encode(tok, text, len, &ids, &n)) goto done;
     if (n == 0) { pdb_err_set(PDB_INVALID, "empty prompt"); goto done; }
-    double t0 = gen_now();
+    double t0 = pdb_clock_now();
     if (pdb_v2_load(model, &m)) goto done;
     if (pdb_tokenizer_vocab_size(tok) > m->cfg.vocab_size) {
         pdb_err_set(PDB_MISMATCH, "%s: tokenizer has %d ids but the model's vocab_size is %lld", model,
@@ -89,9 +66,9 @@ int pdb_cli_generate(int argc, char **argv) {
     logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
     if (!logits) { pdb_err_set(PDB_NOMEM, "logits"); goto done; }
     if (pdb_v2_cache_init(&c, m, n + n_gen + 1)) goto done;
-    double t1 = gen_now();
+    double t1 = pdb_clock_now();
     if (pdb_v2_forward(m, &c, ids, n, 0, logits)) goto done;
-    double t2 = gen_now();
+    double t2 = pdb_clock_now();
     int64_t produced = 0;
     for (; produced < n_gen; produced++) {
         int32_t next = (int32_t)pdb_math_argmax(logits, m->cfg.vocab_size);
@@ -102,7 +79,7 @@ int pdb_cli_generate(int argc, char **argv) {
         if (next == pdb_tokenizer_eos_id(tok)) { produced++; break; }
         if (produced + 1 < n_gen && pdb_v2_forward(m, &c, &next, 1, 0, logits)) goto done;
     }
-    double t3 = gen_now();
+    double t3 = pdb_clock_now();
     printf("\n");
     fflush(stdout);
     fprintf(stderr, "generate: load %.2fs, prompt %lld tokens in %.2fs (%.1f tok/s), %lld tokens in %.2fs (%.1f tok/s)\n",

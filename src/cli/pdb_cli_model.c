@@ -6,10 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pdb_arch.h"
 #include "pdb_cli.h"
+#include "pdb_clock.h"
 #include "pdb_make_model.h"
 #include "pdb_math.h"
 #include "pdb_safetensors.h"
@@ -88,12 +88,6 @@ static pdb_status read_ids(const char *path, int32_t **ids, int64_t *n) {
     return s;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int pdb_cli_forward(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge forward --model DIR --ids-file F --decode N --out OUT.safetensors [--chunk N]\n"
@@ -129,7 +123,7 @@ int pdb_cli_forward(int argc, char **argv) {
     int64_t T = 0;
     if (read_ids(idsf, &ids, &T)) return fail("forward");
     void *ref = NULL;
-    double t0 = now_s();
+    double t0 = pdb_clock_now();
     int64_t V = mcfg.vocab_size;
     float *pl = malloc(sizeof(float) * (size_t)(T * V)), *dl = malloc(sizeof(float) * (size_t)((ndec ? ndec : 1) * V));
     int32_t *dt = malloc(sizeof(int32_t) * (size_t)(ndec ? ndec : 1));
@@ -137,20 +131,20 @@ int pdb_cli_forward(int argc, char **argv) {
     double t1 = 0, t2 = 0, t3 = 0;
     if (!pl || !dl || !dt) { pdb_err_set(PDB_NOMEM, "logits for %lld tokens", (long long)T); goto done; }
     if (arch->ref_open(model, sem, T + ndec, &ref)) goto done;
-    t1 = now_s();
+    t1 = pdb_clock_now();
     if (chunk <= 0) chunk = T;
     for (int64_t p = 0; p < T; p += chunk) {
         int64_t n = T - p < chunk ? T - p : chunk;
         if (arch->ref_forward(ref, ids + p, n, pl + p * V)) goto done;
     }
-    t2 = now_s();
+    t2 = pdb_clock_now();
     const float *last = pl + (T - 1) * V;
     for (int64_t i = 0; i < ndec; i++) {
         dt[i] = (int32_t)pdb_math_argmax(last, V);
         if (arch->ref_forward(ref, &dt[i], 1, dl + i * V)) goto done;
         last = dl + i * V;
     }
-    t3 = now_s();
+    t3 = pdb_clock_now();
     pdb_st_writer *w = NULL;
     if (pdb_st_writer_init(&w)) goto done;
     int64_t s_pl[2] = {T, V}, s_dt[1] = {ndec}, s_dl[2] = {ndec, V};

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "pdb_cli.h"
+#include "pdb_file.h"
 #include "pdb_tokenizer.h"
 
 static void pdb_cli_tokenize_usage(FILE *f) {
@@ -24,40 +25,6 @@ static void pdb_cli_tokenize_usage(FILE *f) {
             "  --decode       read ids (separated by spaces, newlines or commas) and print the\n"
             "                 text they decode to, byte for byte, with no newline added\n"
             "  --text STRING  encode STRING instead of stdin\n");
-}
-
-/* Read all of f into a malloc'd buffer (NUL-terminated; *len excludes the NUL). */
-static int pdb_cli_read_all(FILE *f, char **out, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    if (!buf) return -1;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= PDB_TOKENIZER_MAX_TEXT) {
-                fprintf(stderr, "pdbridge tokenize: stdin is longer than %zu bytes\n", PDB_TOKENIZER_MAX_TEXT);
-                free(buf);
-                return -1;
-            }
-            cap *= 2;
-            char *b = realloc(buf, cap + 1);
-            if (!b) { free(buf); fprintf(stderr, "pdbridge tokenize: out of memory reading stdin\n"); return -1; }
-            buf = b;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) {
-            if (ferror(f)) {
-                fprintf(stderr, "pdbridge tokenize: reading stdin: %s\n", strerror(errno));
-                free(buf);
-                return -1;
-            }
-            break;
-        }
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
 }
 
 /* Parse ids separated by whitespace or commas. Returns 0, or -1 after printing the error. */
@@ -126,8 +93,8 @@ int pdb_cli_tokenize(int argc, char **argv) {
         in = strdup(text_arg);
         in_len = in ? strlen(in) : 0;
         if (!in) fprintf(stderr, "pdbridge tokenize: out of memory\n");
-    } else if (pdb_cli_read_all(stdin, &in, &in_len) != 0) {
-        in = NULL;
+    } else if (pdb_file_read_stream(stdin, "stdin", PDB_TOKENIZER_MAX_TEXT, &in, &in_len)) {
+        fprintf(stderr, "pdbridge tokenize: %s\n", pdb_err_msg());
     }
     if (!in) goto done;
     if (decode) {

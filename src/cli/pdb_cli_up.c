@@ -6,7 +6,6 @@
  * from the Python standard library's sources with a needle sentence in the middle, then a warm
  * follow-up; prints tokens, verdict, time to first token, total, bridged vs native and whether
  * the answers are equal; stops everything it started. */
-#include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,12 +17,12 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "pdb_arch.h"
 #include "pdb_cli.h"
-#include "pdb_http.h"
+#include "pdb_clock.h"
+#include "pdb_http_client.h"
 #include "pdb_make_model.h"
 #include "pdb_quantize.h"
 #include "pdb_tokenizer.h"
@@ -33,12 +32,6 @@
 #define UP_FOLLOWUP "\n\nQuestion: which module of the text above defines the most functions?"
 
 typedef struct { pid_t pid; char url[128]; char log[512]; } up_proc;
-
-static double up_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Start `pdbridge ARGS...` with output to log; wait for "listening on URL". */
 static int up_start(up_proc *p, const char *name, const char *dir, char *const argv[]) {
@@ -107,24 +100,36 @@ static char *up_stdlib_dir(void) {
     return strdup(buf);
 }
 
-/* Concatenate sorted stdlib .py files until about `target` tokens, needle in the middle. */
-static char *up_build_context(const pdb_tokenizer *tok, int64_t target) {
+/* Concatenate sorted stdlib .py files until about `target` tokens, needle in the middle (*out,
+ * NUL-terminated; free it). */
+static pdb_status up_build_context(const pdb_tokenizer *tok, int64_t target, char **out) {
+    *out = NULL;
     char *dir = up_stdlib_dir();
+    if (!dir) return pdb_err_set(PDB_NOMEM, "the path of the Python standard library");
     DIR *d = opendir(dir);
-    if (!d) { fprintf(stderr, "up: cannot read the Python standard library at %s\n", dir); free(dir); return NULL; }
+    pdb_status st = PDB_OK;
+    if (!d) {
+        st = pdb_err_set(PDB_IO, "cannot read the Python standard library at %s", dir);
+        free(dir);
+        return st;
+    }
     char *names[4096];
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 4096) {
+    while (!st && (e = readdir(d)) && n < 4096) {
         size_t l = strlen(e->d_name);
-        if (l > 3 && !strcmp(e->d_name + l - 3, ".py") && e->d_name[0] != '_') names[n++] = strdup(e->d_name);
+        if (l > 3 && !strcmp(e->d_name + l - 3, ".py") && e->d_name[0] != '_') {
+            if ((names[n] = strdup(e->d_name))) n++;
+            else st = pdb_err_set(PDB_NOMEM, "the file name %s", e->d_name);
+        }
     }
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str);
     size_t cap = 1 << 20, len = 0;
-    char *text = malloc(cap);
+    char *text = st ? NULL : malloc(cap);
+    if (!st && !text) st = pdb_err_set(PDB_NOMEM, "%zu bytes for the prompt", cap);
     int64_t toks = 0, placed = 0;
-    for (int i = 0; i < n && toks < target && text; i++) {
+    for (int i = 0; i < n && toks < target && !st; i++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         FILE *f = fopen(path, "rb");
@@ -143,11 +148,12 @@ static char *up_build_context(const pdb_tokenizer *tok, int64_t target) {
         char head[1200];
         int hl = snprintf(head, sizeof head, "\n# ---- file %s ----\n", names[i]);
         while (len + r + (size_t)hl + 200 > cap) {
+            char *t = realloc(text, cap * 2);
+            if (!t) { st = pdb_err_set(PDB_NOMEM, "%zu bytes for the prompt", cap * 2); break; }
+            text = t;
             cap *= 2;
-            text = realloc(text, cap);
-            if (!text) break;
         }
-        if (!text) break;
+        if (st) break;
         memcpy(text + len, head, (size_t)hl);
         len += (size_t)hl;
         memcpy(text + len, buf, r);
@@ -160,8 +166,13 @@ static char *up_build_context(const pdb_tokenizer *tok, int64_t target) {
     }
     for (int i = 0; i < n; i++) free(names[i]);
     free(dir);
-    if (text) text[len] = 0;
-    return text;
+    if (st) {
+        free(text);
+        return st;
+    }
+    text[len] = 0;
+    *out = text;
+    return PDB_OK;
 }
 
 /* ---- a streaming chat request -------------------------------------------------------------- */
@@ -174,16 +185,20 @@ typedef struct {
     char line[1 << 16];
     size_t ll;
     int64_t prompt_tokens, cached_tokens;
+    int no_memory; /* the answer's text could not grow: the request stops */
 } up_req;
 
-static void up_append(up_req *r, const char *s, size_t n) {
+static int up_append(up_req *r, const char *s, size_t n) {
     if (r->len + n + 1 > r->cap) {
+        char *t = realloc(r->text, (r->len + n + 1) * 2);
+        if (!t) { r->no_memory = 1; return 0; }
+        r->text = t;
         r->cap = (r->len + n + 1) * 2;
-        r->text = realloc(r->text, r->cap);
     }
     memcpy(r->text + r->len, s, n);
     r->len += n;
     r->text[r->len] = 0;
+    return 1;
 }
 
 static void up_event(up_req *r, const char *data) {
@@ -193,7 +208,7 @@ static void up_event(up_req *r, const char *data) {
     json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
     const char *t = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
     if (t && *t) {
-        if (r->ttft == 0) r->ttft = up_now() - r->t0;
+        if (r->ttft == 0) r->ttft = pdb_clock_now() - r->t0;
         up_append(r, t, strlen(t));
     }
     json_t *u = json_object_get(j, "usage");
@@ -204,9 +219,9 @@ static void up_event(up_req *r, const char *data) {
     json_decref(j);
 }
 
-static size_t up_write(char *p, size_t sz, size_t nm, void *u) {
+static int up_body(void *u, int status, const char *p, size_t n) {
     up_req *r = u;
-    for (size_t i = 0; i < sz * nm; i++) {
+    for (size_t i = 0; i < n; i++) {
         if (p[i] == '\n') {
             r->line[r->ll] = 0;
             if (!strncmp(r->line, "data: ", 6)) up_event(r, r->line + 6);
@@ -215,16 +230,15 @@ static size_t up_write(char *p, size_t sz, size_t nm, void *u) {
             r->line[r->ll++] = p[i];
         }
     }
-    return sz * nm;
+    return !r->no_memory;
 }
 
-static size_t up_header(char *b, size_t sz, size_t nm, void *u) {
+static void up_header(void *u, const char *b, size_t n) {
     up_req *r = u;
-    if (!strncasecmp(b, "X-PD-Bridge:", 12)) {
-        snprintf(r->verdict, sizeof r->verdict, "%.*s", (int)(sz * nm - 12), b + 12);
+    if (n >= 12 && !strncasecmp(b, "X-PD-Bridge:", 12)) {
+        snprintf(r->verdict, sizeof r->verdict, "%.*s", (int)(n - 12), b + 12);
         r->verdict[strcspn(r->verdict, "\r\n")] = 0;
     }
-    return sz * nm;
 }
 
 static int up_chat(const char *url, const char *content, int max_tokens, up_req *r) {
@@ -232,34 +246,32 @@ static int up_chat(const char *url, const char *content, int max_tokens, up_req 
     snprintf(r->verdict, sizeof r->verdict, " (native: no front)");
     json_t *b = json_pack("{s:[{s:s,s:s}], s:i, s:f, s:b, s:{s:b}}", "messages", "role", "user", "content", content,
                           "max_tokens", max_tokens, "temperature", 0.0, "stream", 1, "stream_options", "include_usage", 1);
-    char *body = json_dumps(b, JSON_COMPACT);
+    char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
     json_decref(b);
     char full[256];
     snprintf(full, sizeof full, "%s/v1/chat/completions", url);
-    CURL *h = curl_easy_init();
-    struct curl_slist *hd = pdb_http_client_headers(1, NULL);
-    curl_easy_setopt(h, CURLOPT_URL, full);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, up_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, up_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, 1800L);
-    r->t0 = up_now();
-    CURLcode cc = curl_easy_perform(h);
-    double total = up_now() - r->t0;
-    long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    curl_slist_free_all(hd);
-    curl_easy_cleanup(h);
-    free(body);
-    r->t0 = total; /* reuse: total seconds */
-    if (cc != CURLE_OK || code != 200) {
-        fprintf(stderr, "up: request to %s failed: %s (HTTP %ld)\n", full, curl_easy_strerror(cc), code);
+    if (!body) {
+        pdb_err_set(PDB_NOMEM, "the request body for %s", full);
+        fprintf(stderr, "up: %s\n", pdb_err_msg());
         return 0;
     }
-    if (!r->text) up_append(r, "", 0);
+    pdb_http_call call = {.url = full, .body = body, .json = 1, .timeout_ms = 1800L * 1000, .on_body = up_body,
+                          .on_header = up_header, .user = r};
+    pdb_http_reply rp;
+    r->t0 = pdb_clock_now();
+    pdb_status st = pdb_http_client_call(&call, &rp);
+    double total = pdb_clock_now() - r->t0;
+    free(body);
+    r->t0 = total; /* reuse: total seconds */
+    if (!r->no_memory && (st != PDB_OK || rp.status != 200)) {
+        fprintf(stderr, "up: request to %s failed: %s (HTTP %d)\n", full, st ? rp.error : "No error", rp.status);
+        return 0;
+    }
+    if (r->no_memory || (!r->text && !up_append(r, "", 0))) {
+        pdb_err_set(PDB_NOMEM, "the answer's text from %s (%zu bytes so far)", full, r->len);
+        fprintf(stderr, "up: %s\n", pdb_err_msg());
+        return 0;
+    }
     return 1;
 }
 
@@ -333,10 +345,11 @@ int pdb_cli_up(int argc, char **argv) {
     }
     pdb_tokenizer *tok = NULL;
     if (pdb_tokenizer_load(dec, &tok)) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
-    char *ctx = up_build_context(tok, tokens);
+    char *ctx;
+    pdb_status cst = up_build_context(tok, tokens, &ctx);
     pdb_tokenizer_free(tok);
-    if (!ctx) return 1;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if (cst) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
+    if (pdb_http_client_init()) { fprintf(stderr, "up: %s\n", pdb_err_msg()); free(ctx); return 1; }
     up_proc pd = {0}, pp = {0}, pf = {0}, pn = {0};
     int rc = 1;
     char *dargs[] = {"pdbridge", "decode-server", "--model", dec, "--cache-dir", cache, "--port", "0", "--block-size", "512", NULL};
@@ -352,6 +365,13 @@ int pdb_cli_up(int argc, char **argv) {
     if (!up_start(&pf, "front", logs, fargs)) goto done;
     size_t cl = strlen(ctx);
     char *cold = malloc(cl + 200), *warm = malloc(cl + 200);
+    if (!cold || !warm) {
+        pdb_err_set(PDB_NOMEM, "the two prompts of %zu bytes", cl + 200);
+        fprintf(stderr, "up: %s\n", pdb_err_msg());
+        free(cold);
+        free(warm);
+        goto done;
+    }
     snprintf(cold, cl + 200, "%s%s", ctx, UP_QUESTION);
     snprintf(warm, cl + 200, "%s%s", ctx, UP_FOLLOWUP);
     up_req rc1, rw, rn;

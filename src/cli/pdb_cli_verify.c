@@ -18,6 +18,7 @@
 #include "pdb_block_compare.h"
 #include "pdb_cli.h"
 #include "pdb_dec_model.h"
+#include "pdb_file.h"
 #include "pdb_prompt.h"
 #include "pdb_store.h"
 #include "pdb_tokenizer.h"
@@ -200,35 +201,6 @@ int pdb_cli_verify_blocks(int argc, char **argv) {
 
 /* ======================================== diff-state ======================================== */
 
-static pdb_status read_file(const char *path, char **out, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pdb_err_set(errno == ENOENT ? PDB_NOT_FOUND : PDB_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    pdb_status s = buf ? PDB_OK : pdb_err_set(PDB_NOMEM, "%s", path);
-    while (!s) {
-        if (n == cap) {
-            if (cap >= PDB_TOKENIZER_MAX_TEXT) { s = pdb_err_set(PDB_TOO_LARGE, "%s: larger than %zu bytes", path, (size_t)PDB_TOKENIZER_MAX_TEXT); break; }
-            char *b = realloc(buf, 2 * cap + 1);
-            if (!b) { s = pdb_err_set(PDB_NOMEM, "%s", path); break; }
-            buf = b;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (r == 0) {
-            if (ferror(f)) s = pdb_err_set(PDB_IO, "%s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (s) { free(buf); return s; }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return PDB_OK;
-}
-
 /* block_size recorded in DIR/store.json; 0 when the file is absent. */
 static pdb_status store_block_size(const char *dir, int64_t *bs) {
     char p[4096];
@@ -338,7 +310,7 @@ static int ds_check_cache_dir(ds_run *d) {
 static int ds_tokenize(ds_run *d) {
     char tokp[4096];
     snprintf(tokp, sizeof tokp, "%s/tokenizer.json", d->model);
-    if (read_file(d->pfile, &d->text, &d->tlen) || pdb_tokenizer_load(tokp, &d->tok)) return DS_FAIL;
+    if (pdb_file_read_all(d->pfile, PDB_TOKENIZER_MAX_TEXT, &d->text, &d->tlen) || pdb_tokenizer_load(tokp, &d->tok)) return DS_FAIL;
     pdb_openai_message msg = {.role = "user", .content = d->text};
     pdb_openai_request q = {.kind = d->chat ? PDB_OPENAI_CHAT : PDB_OPENAI_COMPLETION, .prompt_text = d->text,
                             .prompt_len = d->tlen, .messages = &msg, .n_messages = 1, .max_tokens = -1};

@@ -1,8 +1,11 @@
-/* pdb_file: the atomic whole-file copy (64 KiB reads, DST.tmp, rename) and mkdir -p. */
+/* pdb_file: the atomic whole-file copy (64 KiB reads, DST.tmp, rename), mkdir -p, and whole-file
+ * reads (a buffer doubling from 64 KiB, never past max + 1 bytes). */
 #include "pdb_file.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -47,4 +50,53 @@ pdb_status pdb_file_copy(const char *src, const char *dst) {
         return pdb_err_set(PDB_IO, "writing %s failed", dst);
     }
     return PDB_OK;
+}
+
+pdb_status pdb_file_read_stream(FILE *f, const char *name, size_t max, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    if (max >= SIZE_MAX / 2) return pdb_err_set(PDB_INVALID, "%s: read bound %zu too large", name, max);
+    /* the buffer holds at most max + 1 bytes: one past the bound tells "too large" from "exactly max" */
+    size_t cap = max < ((size_t)1 << 16) ? max + 1 : (size_t)1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) return pdb_err_set(PDB_NOMEM, "%s: cannot allocate %zu bytes to read it", name, cap + 1);
+    for (;;) {
+        if (n == cap) {
+            if (n > max) {
+                free(buf);
+                return pdb_err_set(PDB_TOO_LARGE, "%s: longer than %zu bytes", name, max);
+            }
+            size_t nc = cap > max / 2 ? max + 1 : 2 * cap;
+            char *b = realloc(buf, nc + 1);
+            if (!b) {
+                free(buf);
+                return pdb_err_set(PDB_NOMEM, "%s: cannot allocate %zu bytes to read it", name, nc + 1);
+            }
+            buf = b;
+            cap = nc;
+        }
+        size_t r = fread(buf + n, 1, cap - n, f);
+        n += r;
+        if (r == 0) {
+            if (ferror(f)) {
+                free(buf);
+                return pdb_err_set(PDB_IO, "%s: read error", name);
+            }
+            break;
+        }
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return PDB_OK;
+}
+
+pdb_status pdb_file_read_all(const char *path, size_t max, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return pdb_err_set(PDB_IO, "%s: cannot open: %s", path, strerror(errno));
+    pdb_status s = pdb_file_read_stream(f, path, max, out, len);
+    fclose(f);
+    return s;
 }

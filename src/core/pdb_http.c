@@ -7,7 +7,6 @@
 #include "pdb_http.h"
 
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -472,16 +471,4 @@ void pdb_http_server_stop(pdb_http_server *s) {
     if (s->d) MHD_stop_daemon(s->d);
     free(s->api_key);
     free(s);
-}
-
-/* ---- client side ------------------------------------------------------------------------------ */
-
-struct curl_slist *pdb_http_client_headers(int json, const char *key) {
-    struct curl_slist *h = json ? curl_slist_append(NULL, "Content-Type: application/json") : NULL;
-    if (key && *key) {
-        char auth[600];
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
-        h = curl_slist_append(h, auth);
-    }
-    return h;
 }

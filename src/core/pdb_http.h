@@ -92,11 +92,4 @@ void pdb_http_stream_close(pdb_http_stream *s);
 /* Constant-time equality of two byte strings (time depends only on the lengths). */
 int pdb_http_equal_secret(const char *a, size_t alen, const char *b, size_t blen);
 
-/* ---- client side (libcurl) ------------------------------------------------------------------ */
-struct curl_slist;
-/* The request headers every pdbridge client sends: "Content-Type: application/json" when json,
- * and "Authorization: Bearer KEY" when key is non-empty; NULL when neither. Free with
- * curl_slist_free_all. */
-struct curl_slist *pdb_http_client_headers(int json, const char *key);
-
 #endif

@@ -13,8 +13,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "pdb_clock.h"
 
 enum { PDB_POOL_SPIN = 4000 }; /* ~10-100 us of _mm_pause: bridges the gaps inside a step, not idle time */
 
@@ -41,12 +42,6 @@ struct pdb_pool {
 
 typedef struct { pdb_pool *p; int id; } pool_arg;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void pool_work(pdb_pool *p, int id) {
     for (;;) {
         int64_t i = atomic_fetch_add(&p->next, 1);
@@ -58,9 +53,9 @@ static void pool_work(pdb_pool *p, int id) {
 /* pool_work with thread id's entries in the run's trace record (when the run is traced) */
 static void pool_work_traced(pdb_pool *p, int id) {
     double *t = p->trace;
-    if (t) t[2 + 2 * id] = now_s();
+    if (t) t[2 + 2 * id] = pdb_clock_now();
     pool_work(p, id);
-    if (t) t[3 + 2 * id] = now_s();
+    if (t) t[3 + 2 * id] = pdb_clock_now();
 }
 
 static void *pool_main(void *arg) {
@@ -156,7 +151,7 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
         if (k < p->trace_cap) {
             p->trace = p->trace_buf + k * (2 + 2 * (int64_t)p->n);
             memset(p->trace, 0, sizeof(double) * (size_t)(2 + 2 * p->n));
-            p->trace[0] = now_s();
+            p->trace[0] = pdb_clock_now();
         }
     }
     atomic_store(&p->next, 0);
@@ -176,5 +171,5 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
         while (atomic_load(&p->active) > 0) pthread_cond_wait(&p->done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
-    if (p->trace) p->trace[1] = now_s();
+    if (p->trace) p->trace[1] = pdb_clock_now();
 }

@@ -29,7 +29,7 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx);
  * between runs. */
 uint64_t pdb_pool_runs(const pdb_pool *p);
 /* Diagnosis: while buf is set, each run that goes to the workers writes one record of 2 + 2n
- * doubles (CLOCK_MONOTONIC seconds, n = pdb_pool_threads): [0] the caller publishes the run, [1]
+ * doubles (pdb_clock_now seconds, n = pdb_pool_threads): [0] the caller publishes the run, [1]
  * the caller returns, [2 + 2i] thread i starts claiming tasks, [3 + 2i] thread i finds none left
  * (a thread that misses the run entirely records 0, 0). Records go to buf[k * (2 + 2n)] for
  * k < cap; *count counts them (past cap too). buf NULL stops tracing. Set between runs. */

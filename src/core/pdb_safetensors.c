@@ -18,9 +18,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "pdb_clock.h"
 #include "pdb_mem.h"
 
 #define ST_MAX_HEADER (100ull * 1000 * 1000) /* a header larger than this is refused */
@@ -270,8 +270,7 @@ static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
                            strerror(errno));
     f->map = a; /* from here pdb_st_close unmaps it */
     f->map_len = len;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    double t0 = pdb_clock_now();
     for (uint64_t off = 0, shown = 0; off < size;) {
         if (off - shown >= ST_PROGRESS) { /* a large checkpoint takes a while: say how far */
             PDB_INFO("safetensors: %s: %.1f of %.1f GB read into memory", f->path, off / 1e9, size / 1e9);
@@ -287,10 +286,9 @@ static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
     }
     if (mprotect(a, len, PROT_READ) != 0)
         return pdb_err_set(PDB_IO, "%s: mprotect of the in-memory copy: %s", f->path, strerror(errno));
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (size >= ST_PROGRESS / 32)
         PDB_INFO("safetensors: %s: %.2f GB read into memory in %.1f s", f->path, size / 1e9,
-                 (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+                 pdb_clock_now() - t0);
     return PDB_OK;
 }
 

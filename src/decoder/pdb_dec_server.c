@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "pdb_clock.h"
 #include "pdb_http.h"
 #include "pdb_prompt.h"
 
@@ -58,7 +59,7 @@ typedef struct dec_req {
     pdb_openai_meta meta;
     char id_str[48];
     const char *endpoint;
-    struct timespec t0;
+    double t0; /* pdb_clock_now() at arrival */
     /* after submit, under mu */
     pdb_http_stream *hs;
     int stream, sent_first, done, stop_matched, gone;
@@ -72,12 +73,6 @@ typedef struct dec_req {
 } dec_req;
 
 /* ---- small helpers -------------------------------------------------------------------------- */
-
-static double dec_ms_since(const struct timespec *t0) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
-}
 
 static int srv_enter(pdb_dec_server *s) {
     pthread_mutex_lock(&s->mu);
@@ -288,7 +283,7 @@ static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
     if (r->stream)
         PDB_INFO("req %s %s stream prompt=%lld cached=%lld generated=%lld finish=%s%s ms=%.1f", r->id_str, r->endpoint,
                  (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids, dec_finish_str(r->finish),
-                 r->gone ? " (client gone)" : "", dec_ms_since(&r->t0));
+                 r->gone ? " (client gone)" : "", (pdb_clock_now() - r->t0) * 1e3);
 }
 
 static int dec_on_event(void *user, const pdb_dec_event *ev) {
@@ -333,7 +328,7 @@ static dec_req *dec_req_new(pdb_dec_server *s, const char *endpoint) {
     if (!r) return NULL;
     r->srv = s;
     r->endpoint = endpoint;
-    clock_gettime(CLOCK_MONOTONIC, &r->t0);
+    r->t0 = pdb_clock_now();
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     atomic_init(&r->refs, 1);
@@ -502,7 +497,7 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
     }
     PDB_INFO("req %s %s status=%d prompt=%lld cached=%lld generated=%lld finish=%s ms=%.1f", r->id_str, endpoint, status,
              (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids, dec_finish_str(r->finish),
-             dec_ms_since(&r->t0));
+             (pdb_clock_now() - r->t0) * 1e3);
 }
 
 /* POST /v1/completions and /v1/chat/completions: parse, validate, submit, then (non-stream) wait

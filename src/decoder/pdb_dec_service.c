@@ -46,6 +46,9 @@ struct pdb_dec_service {
     pdb_dec_model *model;
     pdb_store *store;
     float *block_buf;
+    int max_batch;         /* RUNNING requests per forward (a PREFILL chunk comes on top) */
+    pdb_dec_seg *segs;     /* [max_batch + 1] the scheduler's batch, allocated at open */
+    svc_req **owners;      /* [max_batch + 1] the request of each segment */
     char fp_hex[65];
     int32_t eos;
     pthread_t thread;
@@ -272,9 +275,9 @@ static void svc_reap(pdb_dec_service *s) {
 
 static void *svc_main(void *arg) {
     pdb_dec_service *s = arg;
-    int max_batch = s->opts.max_batch > 0 ? s->opts.max_batch : 16;
-    pdb_dec_seg *segs = malloc(sizeof(*segs) * (size_t)(max_batch + 1));
-    svc_req **owners = malloc(sizeof(*owners) * (size_t)(max_batch + 1));
+    int max_batch = s->max_batch;
+    pdb_dec_seg *segs = s->segs;
+    svc_req **owners = s->owners;
     for (;;) {
         svc_req *admitted;
         if (!svc_next(s, max_batch, &admitted)) break;
@@ -286,9 +289,18 @@ static void *svc_main(void *arg) {
         svc_advance(s, segs, owners, n, st, err);
         svc_reap(s);
     }
-    free(segs);
-    free(owners);
     return NULL;
+}
+
+/* What open acquired, released (any of it may be missing after a failed open); frees s. */
+static void svc_free(pdb_dec_service *s) {
+    free(s->segs);
+    free(s->owners);
+    if (s->store) pdb_store_close(s->store);
+    free(s->block_buf);
+    pdb_dec_model_close(s->model);
+    pdb_pool_destroy(s->pool);
+    free(s);
 }
 
 pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service **out) {
@@ -319,15 +331,18 @@ pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service *
         s->block_buf = malloc(pdb_store_block_bytes(s->store));
         if (!s->block_buf) { st = pdb_err_set(PDB_NOMEM, "block buffer"); goto fail; }
     }
+    s->max_batch = s->opts.max_batch > 0 ? s->opts.max_batch : 16;
+    s->segs = malloc(sizeof(*s->segs) * (size_t)(s->max_batch + 1));
+    s->owners = malloc(sizeof(*s->owners) * (size_t)(s->max_batch + 1));
+    if (!s->segs || !s->owners) {
+        st = pdb_err_set(PDB_NOMEM, "decoder service: the scheduler's batch of %d requests", s->max_batch);
+        goto fail;
+    }
     if (pthread_create(&s->thread, NULL, svc_main, s)) { st = pdb_err_set(PDB_NOMEM, "scheduler thread"); goto fail; }
     *out = s;
     return PDB_OK;
 fail:
-    free(s->block_buf);
-    if (s->store) pdb_store_close(s->store);
-    pdb_dec_model_close(s->model);
-    pdb_pool_destroy(s->pool);
-    free(s);
+    svc_free(s);
     return st;
 }
 
@@ -346,13 +361,9 @@ void pdb_dec_service_close(pdb_dec_service *s) {
             emit_final(s, r, PDB_FINISH_CANCELLED, NULL);
             req_free(r);
         }
-    free(s->block_buf);
-    if (s->store) pdb_store_close(s->store);
-    pdb_dec_model_close(s->model);
-    pdb_pool_destroy(s->pool);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s);
+    svc_free(s);
 }
 
 pdb_status pdb_dec_service_submit(pdb_dec_service *s, const pdb_dec_request *q, uint64_t *request_id) {

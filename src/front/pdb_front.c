@@ -3,21 +3,21 @@
  * config (read-only after start), a bridge counter and verdict counters under mu. */
 #include "pdb_front.h"
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
+#include "pdb_clock.h"
 #include "pdb_config.h"
 #include "pdb_arch.h"
 #include "pdb_dec_model.h"
 #include "pdb_front_bridge.h"
 #include "pdb_hash.h"
 #include "pdb_http.h"
+#include "pdb_http_client.h"
 #include "pdb_openai.h"
 #include "pdb_prompt.h"
 #include "pdb_store.h"
@@ -41,12 +41,6 @@ struct pdb_front {
     int bridges_running;
     uint64_t v_complete, v_partial, v_declined, v_skipped, requests, errors, bridge_bytes, bridge_blocks;
 };
-
-static double fr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ======================================= options ============================================ */
 
@@ -200,7 +194,7 @@ static void count_verdict(pdb_front *f, const pdb_front_verdict *v) {
 
 static void finish_verdict(relay *r, int64_t decoder_cached) {
     pdb_front_verdict_finish(r->v, r->attempted, decoder_cached);
-    r->v->total_ms = (fr_now() - r->t_start) * 1e3;
+    r->v->total_ms = (pdb_clock_now() - r->t_start) * 1e3;
     count_verdict(r->f, r->v);
 }
 
@@ -274,10 +268,10 @@ static int on_sse_event(relay *r, const char *ev, size_t n) {
     return 1;
 }
 
-static size_t fr_write_cb(char *p, size_t sz, size_t nm, void *u) {
+static int fr_body(void *u, int status, const char *p, size_t n) {
     relay *r = u;
-    size_t n = sz * nm;
-    if (!r->stream || r->status != 200) return buf_add(r, p, n) ? n : 0;
+    r->status = status;
+    if (!r->stream || r->status != 200) return buf_add(r, p, n);
     if (!buf_add(r, p, n)) return 0;
     char *s;
     while ((s = strstr(r->buf, "\n\n"))) {
@@ -286,61 +280,43 @@ static size_t fr_write_cb(char *p, size_t sz, size_t nm, void *u) {
         memmove(r->buf, s + 2, r->len - ev - 2 + 1);
         r->len -= ev + 2;
     }
-    return n;
-}
-
-static size_t fr_header_cb(char *b, size_t sz, size_t nm, void *u) {
-    relay *r = u;
-    int code;
-    if (sz * nm > 9 && !strncmp(b, "HTTP/", 5) && sscanf(b, "HTTP/%*s %d", &code) == 1) r->status = code;
-    return sz * nm;
+    return 1;
 }
 
 /* Forward the (rewritten) body to the decoder and answer the client. */
 /* POST body (or GET when body is NULL) to decoder_url + path, answer into r (status, body or the
- * relayed stream) with the upstream key; returns curl's result (cerr: its message, may be NULL). */
-static CURLcode decoder_call(pdb_front *f, const char *path, const char *body, long timeout_ms, relay *r, char *cerr) {
-    CURL *h = curl_easy_init();
-    if (!h) return CURLE_OUT_OF_MEMORY;
+ * relayed stream) with the upstream key; why (may be NULL) gets the reason of a failure. */
+static pdb_status decoder_call(pdb_front *f, const char *path, const char *body, long timeout_ms, relay *r, char *why,
+                               size_t why_len) {
     char url[1024];
     snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
-    struct curl_slist *hd = pdb_http_client_headers(body != NULL, f->upstream_key);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    if (body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    if (hd) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fr_write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, fr_header_cb);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (cerr) curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-    CURLcode cc = curl_easy_perform(h);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hd);
-    return cc;
+    pdb_http_call call = {.url = url, .body = body, .json = body != NULL, .bearer = f->upstream_key,
+                          .connect_timeout_ms = 5000L, .timeout_ms = timeout_ms, .on_body = fr_body, .user = r};
+    pdb_http_reply rp;
+    pdb_status st = pdb_http_client_call(&call, &rp);
+    r->status = rp.status;
+    if (why) snprintf(why, why_len, "%s", rp.error);
+    return st;
 }
 
 static void forward(relay *r, const char *path, const char *body) {
     pdb_front *f = r->f;
-    char cerr[CURL_ERROR_SIZE] = "", url[1024];
+    char why[256] = "", url[1024];
     snprintf(url, sizeof url, "%s%s", f->decoder_url, path);
-    CURLcode cc = decoder_call(f, path, body, f->o.decoder_timeout_ms, r, cerr);
+    pdb_status cs = decoder_call(f, path, body, f->o.decoder_timeout_ms, r, why, sizeof why);
     if (r->hs) { /* a stream was open: finish it */
-        if (cc != CURLE_OK && !r->failed) {
+        if (cs != PDB_OK && !r->failed) {
             const char *e = "data: {\"error\":{\"message\":\"decoder connection lost\",\"type\":\"server_error\"}}\n\n";
             pdb_http_stream_write(r->hs, e, strlen(e), 1000);
         }
         pdb_http_stream_close(r->hs);
         return;
     }
-    if (cc != CURLE_OK) {
+    if (cs != PDB_OK) {
         finish_verdict(r, 0);
-        PDB_WARN("front: decoder %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
+        PDB_WARN("front: decoder %s: %s", url, why);
         pdb_openai_error e = {.status = 502, .type = "server_error"};
-        snprintf(e.message, sizeof e.message, "the decoder at %.200s did not answer: %.200s", f->decoder_url,
-                 cerr[0] ? cerr : curl_easy_strerror(cc));
+        snprintf(e.message, sizeof e.message, "the decoder at %.200s did not answer: %.200s", f->decoder_url, why);
         char *ej = pdb_openai_error_json(&e);
         relay_respond(r, 502, ej ? ej : "{}", ej ? strlen(ej) : 2);
         free(ej);
@@ -430,7 +406,7 @@ static void respond_err(pdb_http_request *req, const pdb_openai_error *e, const 
 static const char *decoder_model_id(pdb_front *f);
 
 static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_kind kind, const char *path) {
-    double t0 = fr_now();
+    double t0 = pdb_clock_now();
     pdb_openai_request q;
     pdb_openai_error err;
     memset(&err, 0, sizeof err);
@@ -540,7 +516,7 @@ out:
 
 static void proxy_get(pdb_front *f, pdb_http_request *req, const char *path) {
     relay r = {.f = f};
-    if (decoder_call(f, path, NULL, 10000L, &r, NULL) != CURLE_OK)
+    if (decoder_call(f, path, NULL, 10000L, &r, NULL, 0) != PDB_OK)
         pdb_http_respond_error(req, 502, "server_error", NULL, NULL, "the decoder did not answer");
     else pdb_http_respond(req, r.status, "application/json", r.buf ? r.buf : "", r.len, NULL, 0);
     free(r.buf);
@@ -553,8 +529,8 @@ static const char *decoder_model_id(pdb_front *f) {
     pthread_mutex_unlock(&f->mu);
     if (known) return f->model_id;
     relay r = {.f = f};
-    CURLcode cc = decoder_call(f, "/v1/models", NULL, 5000L, &r, NULL);
-    json_t *j = cc == CURLE_OK && r.status == 200 && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
+    pdb_status cs = decoder_call(f, "/v1/models", NULL, 5000L, &r, NULL, 0);
+    json_t *j = cs == PDB_OK && r.status == 200 && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
     const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
     pthread_mutex_lock(&f->mu);
     if (id) snprintf(f->model_id, sizeof f->model_id, "%s", id);
@@ -647,7 +623,7 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
     if ((s = pdb_arch_check_block_size(&f->cfg, f->o.block_size))) goto fail;
     if ((s = pdb_store_open(o->cache_dir, &f->layout.layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
     if (!realpath(o->cache_dir, f->cache_real)) snprintf(f->cache_real, sizeof f->cache_real, "%s", o->cache_dir);
-    curl_global_init(CURL_GLOBAL_DEFAULT);
+    if ((s = pdb_http_client_init())) goto fail;
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = o->max_body,
                         .handler = handler, .user = f};
     if ((s = pdb_http_server_start(&ho, &f->http))) goto fail;

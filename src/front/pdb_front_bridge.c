@@ -1,21 +1,20 @@
-/* pdb_front_bridge: libcurl POST to /v1/prefill, the PDBF parser fed from curl's write callback,
- * and store writes from the parser's segment callback; acknowledgements are short POSTs to
- * /v1/prefill/ack on their own curl handle. State (bridge_ctx): the parser, the store stream,
+/* pdb_front_bridge: a POST to /v1/prefill (pdb_http_client), the PDBF parser fed from its body
+ * callback, and store writes from the parser's segment callback; acknowledgements are short POSTs
+ * to /v1/prefill/ack, calls of their own. State (bridge_ctx): the parser, the store stream,
  * counters, the transfer id, the blocks acknowledged so far, and the first failure reason (which
  * stops the transfer). */
 #include "pdb_front_bridge.h"
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "pdb_arch.h"
+#include "pdb_clock.h"
 #include "pdb_dec_model.h"
-#include "pdb_http.h"
+#include "pdb_http_client.h"
 #include "pdb_segment.h"
 
 typedef struct {
@@ -42,12 +41,6 @@ typedef struct {
 enum { ACK_EVERY_BLOCKS = 8 };
 #define ACK_EVERY_BYTES ((uint64_t)64 << 20)
 
-static double br_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void set_reason(bridge_ctx *c, const char *r) {
     if (!c->res->reason[0]) snprintf(c->res->reason, sizeof c->res->reason, "%s", r);
 }
@@ -66,49 +59,39 @@ static pdb_status on_header(void *u, const pdb_segment_header *h) {
     return PDB_OK;
 }
 
-static size_t discard_cb(char *ptr, size_t sz, size_t nm, void *u) { return sz * nm; }
+static int discard_body(void *u, int status, const char *data, size_t n) { return 1; }
 
 /* POST /v1/prefill/ack: blocks < through are in the store (or no longer wanted). Best effort: a
  * failed acknowledgement only leaves the segments to the server's TTL. */
 static void bridge_ack(bridge_ctx *c, int64_t through) {
     if (!c->res->transfer[0] || through <= c->acked_through || c->ack_failed > 2) return;
     const pdb_front_bridge_opts *o = c->o;
-    CURL *h = curl_easy_init();
-    if (!h) return;
     char url[1024], body[128];
     snprintf(url, sizeof url, "%s/v1/prefill/ack", o->prefill_url);
     snprintf(body, sizeof body, "{\"transfer\":\"%s\",\"through_block\":%lld}", c->res->transfer, (long long)through);
-    struct curl_slist *hdrs = pdb_http_client_headers(1, o->api_key);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard_cb);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms ? o->connect_timeout_ms : 2000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    CURLcode cc = curl_easy_perform(h);
-    long code = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-    if (cc == CURLE_OK && code == 200) {
+    pdb_http_call call = {.url = url, .body = body, .json = 1, .bearer = o->api_key,
+                          .connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : 2000L, .timeout_ms = 5000L,
+                          .on_body = discard_body};
+    pdb_http_reply rp;
+    pdb_status cs = pdb_http_client_call(&call, &rp);
+    if (cs == PDB_OK && rp.status == 200) {
         c->acked_through = through;
         c->res->acks++;
     } else {
         c->ack_failed++;
-        PDB_DEBUG("bridge: acknowledging transfer %s through block %lld: %s (HTTP %ld)", c->res->transfer, (long long)through,
-                  cc ? curl_easy_strerror(cc) : "refused", code);
+        PDB_DEBUG("bridge: acknowledging transfer %s through block %lld: %s (HTTP %d)", c->res->transfer, (long long)through,
+                  cs ? rp.error : "refused", rp.status);
     }
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(h);
 }
 
 static pdb_status on_segment(void *u, int64_t b, const void *data, uint64_t len) {
     bridge_ctx *c = u;
     if (b >= c->end) return PDB_OK; /* more than asked: ignore */
-    double t0 = br_now();
+    double t0 = pdb_clock_now();
     const void *in[PDB_ARCH_MAX_POOLS] = {data};
     if (c->layout) pdb_arch_block_pools(c->layout, c->bs, data, in);
     pdb_status s = pdb_store_stream_put(c->stream, b, in);
-    c->res->write_ms += (br_now() - t0) * 1e3;
+    c->res->write_ms += (pdb_clock_now() - t0) * 1e3;
     if (s) {
         set_reason(c, "store_write_failed");
         PDB_WARN("bridge: block %lld not written: %s", (long long)b, pdb_err_msg());
@@ -139,15 +122,15 @@ static void on_end(void *u, int32_t status, const char *msg) {
     json_decref(j);
 }
 
-static size_t write_cb(char *ptr, size_t sz, size_t nm, void *u) {
+static int body_cb(void *u, int status, const char *ptr, size_t n) {
     bridge_ctx *c = u;
-    size_t n = sz * nm;
+    c->http_status = status;
     if (c->http_status != 200) { /* keep the error body for the log */
         size_t take = n < sizeof c->errbody - 1 - c->errlen ? n : sizeof c->errbody - 1 - c->errlen;
         memcpy(c->errbody + c->errlen, ptr, take);
         c->errlen += take;
         c->errbody[c->errlen] = 0;
-        return n;
+        return 1;
     }
     if (pdb_segment_parser_feed(c->parser, ptr, n)) {
         if (!c->res->reason[0]) {
@@ -156,14 +139,11 @@ static size_t write_cb(char *ptr, size_t sz, size_t nm, void *u) {
         }
         return 0; /* abort the transfer */
     }
-    return n;
+    return 1;
 }
 
-static size_t header_cb(char *buf, size_t sz, size_t nm, void *u) {
+static void header_cb(void *u, const char *buf, size_t n) {
     bridge_ctx *c = u;
-    int code;
-    size_t n = sz * nm;
-    if (n > 9 && !strncmp(buf, "HTTP/", 5) && sscanf(buf, "HTTP/%*s %d", &code) == 1) c->http_status = code;
     static const char th[] = "x-pd-transfer:";
     if (n > sizeof th - 1 && !strncasecmp(buf, th, sizeof th - 1)) { /* the id a resume and an ack name */
         size_t i = sizeof th - 1, k = 0;
@@ -176,7 +156,6 @@ static size_t header_cb(char *buf, size_t sz, size_t nm, void *u) {
             memcpy(c->res->transfer, id, 33);
         }
     }
-    return n;
 }
 
 static char *request_body(const int32_t *ids, int64_t n, int64_t bs, int64_t first, const char *fp, const char *transfer) {
@@ -205,8 +184,7 @@ static void bridge_attempt(const pdb_front_bridge_opts *o, bridge_ctx *c, const 
         return;
     }
     char *body = request_body(ids, c->end * c->bs, c->bs, c->first, c->fp, res->transfer);
-    CURL *h = body ? curl_easy_init() : NULL;
-    if (!h) {
+    if (!body) {
         set_reason(c, "out_of_memory");
         free(body);
         pdb_segment_parser_free(c->parser);
@@ -215,25 +193,18 @@ static void bridge_attempt(const pdb_front_bridge_opts *o, bridge_ctx *c, const 
     }
     char url[1024];
     snprintf(url, sizeof url, "%s/v1/prefill", o->prefill_url);
-    struct curl_slist *hdrs = pdb_http_client_headers(1, o->api_key);
-    char cerr[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, c);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, c);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms ? o->connect_timeout_ms : 2000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
-    CURLcode cc = curl_easy_perform(h);
-    if (cc != CURLE_OK && !res->reason[0]) {
-        if (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST) set_reason(c, "prefill_unreachable");
-        else if (cc == CURLE_OPERATION_TIMEDOUT) set_reason(c, c->http_status ? "prefill_timeout" : "prefill_unreachable");
+    pdb_http_call call = {.url = url, .body = body, .json = 1, .bearer = o->api_key,
+                          .connect_timeout_ms = o->connect_timeout_ms ? o->connect_timeout_ms : 2000L,
+                          .timeout_ms = timeout_ms, .on_body = body_cb, .on_header = header_cb, .user = c};
+    pdb_http_reply rp;
+    pdb_status cs = pdb_http_client_call(&call, &rp);
+    c->http_status = rp.status;
+    if (cs != PDB_OK && !res->reason[0]) {
+        if (cs == PDB_NOMEM) set_reason(c, "out_of_memory");
+        else if (rp.unreachable) set_reason(c, "prefill_unreachable");
+        else if (cs == PDB_TIMEOUT) set_reason(c, c->http_status ? "prefill_timeout" : "prefill_unreachable");
         else set_reason(c, "prefill_connection_lost");
-        PDB_WARN("bridge: %s: %s", url, cerr[0] ? cerr : curl_easy_strerror(cc));
+        PDB_WARN("bridge: %s: %s", url, rp.error);
     }
     if (!res->reason[0] && c->http_status != 200) {
         char r[64];
@@ -242,8 +213,6 @@ static void bridge_attempt(const pdb_front_bridge_opts *o, bridge_ctx *c, const 
         PDB_WARN("bridge: %s answered %d: %s", url, c->http_status, c->errbody);
     }
     if (!res->reason[0] && !c->got_end) set_reason(c, "prefill_stream_truncated");
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(h);
     free(body);
     pdb_segment_parser_free(c->parser);
     c->parser = NULL;
@@ -259,7 +228,7 @@ static int bridge_resumable(const char *reason) {
 pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store, const char *fp, const int32_t *ids,
                                 int64_t bs, int64_t first, int64_t end, pdb_front_bridge_result *res) {
     memset(res, 0, sizeof *res);
-    double t0 = br_now();
+    double t0 = pdb_clock_now();
     bridge_ctx c = {.store = store, .fp = fp, .bs = bs, .first = first, .end = end, .res = res, .layout = o->layout, .o = o,
                     .acked_through = first};
     if (o->layout && o->layout->n_pools > PDB_ARCH_MAX_POOLS)
@@ -268,7 +237,7 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
     long budget = o->total_timeout_ms ? o->total_timeout_ms : 600000L;
     for (;;) {
         c.first = first + res->blocks_written;
-        long left = budget - (long)((br_now() - t0) * 1e3);
+        long left = budget - (long)((pdb_clock_now() - t0) * 1e3);
         if (left <= 0) { set_reason(&c, "prefill_timeout"); break; }
         bridge_attempt(o, &c, ids, left);
         if (!res->reason[0] && res->blocks_written < end - first) set_reason(&c, "prefill_sent_fewer");
@@ -285,7 +254,7 @@ pdb_status pdb_front_bridge_run(const pdb_front_bridge_opts *o, pdb_store *store
     if (res->resumes)
         PDB_INFO("bridge: transfer %s: %lld blocks written after %d resume(s), %lld of them from the prefill server's spool",
                  res->transfer, (long long)res->blocks_written, res->resumes, (long long)res->spool_blocks);
-    res->total_ms = (br_now() - t0) * 1e3;
+    res->total_ms = (pdb_clock_now() - t0) * 1e3;
     res->engine_ms = c.engine_s * 1e3;
     res->transfer_ms = res->total_ms - res->write_ms;
     return PDB_OK;

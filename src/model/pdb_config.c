@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pdb_file.h"
+
 /* ---- field readers: each names origin and key on error ------------------------------------ */
 
 pdb_status pdb_cfgj_int(json_t *o, const char *origin, const char *key, int64_t def, int required,
@@ -171,26 +173,9 @@ pdb_status pdb_config_load(const char *path, pdb_config *cfg) {
     size_t n = strlen(path);
     if (n >= 5 && !strcmp(path + n - 5, ".json")) snprintf(file, sizeof file, "%s", path);
     else snprintf(file, sizeof file, "%s/config.json", path);
-    FILE *f = fopen(file, "rb");
-    if (!f) return pdb_err_set(PDB_IO, "%s: cannot open: %m", file);
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 16384;
-            if (cap > (64u << 20)) { free(buf); fclose(f); return pdb_err_set(PDB_TOO_LARGE, "%s: larger than 64 MiB", file); }
-            char *nb = realloc(buf, cap);
-            if (!nb) { free(buf); fclose(f); return pdb_err_set(PDB_NOMEM, "%s: out of memory", file); }
-            buf = nb;
-        }
-        size_t r = fread(buf + len, 1, 4096, f);
-        len += r;
-        if (r < 4096) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) { free(buf); return pdb_err_set(PDB_IO, "%s: read error", file); }
-    buf[len] = 0;
+    char *buf;
+    size_t len;
+    PDB_TRY(pdb_file_read_all(file, (size_t)64 << 20, &buf, &len));
     pdb_status st = pdb_config_parse(buf, file, cfg);
     free(buf);
     return st;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "pdb_arch.h"
+#include "pdb_clock.h"
 #include "pdb_config.h"
 #include "pdb_dec_model.h"
 #include "pdb_http.h"
@@ -45,12 +46,6 @@ struct pdb_prefill_server {
     int jobs, stopping;
     uint64_t requests, ok, failed, refused, tokens, blocks, bytes, spool_blocks, resumes, resumes_recomputed, acks;
 };
-
-static double ps_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* ---- engine checkout ---------------------------------------------------------------------- */
 
@@ -247,7 +242,7 @@ static void *prefill_job(void *arg) {
     ps_run runs[PS_MAX_RUNS];
     int nr = 0, gone = 0;
     int64_t cur = fb, from_spool = 0, from_engine = 0;
-    double t0 = ps_now();
+    double t0 = pdb_clock_now();
     pdb_status st = write_all(w, prefix, 16);
     if (!st) st = write_all(w, hj, (uint64_t)hl);
     if (st) gone = 1;
@@ -304,7 +299,7 @@ static void *prefill_job(void *arg) {
              "%.2fs), %.1f MB in %.2fs%s%s",
              pdb_spool_xfer_id(x), job->resumed ? " (resume)" : "", (long long)n, (long long)fb, (long long)nb - 1,
              (long long)from_spool, (long long)from_engine, (long long)tot.tokens_run, tot.engine_s, w->bytes / 1e6,
-             ps_now() - t0, st ? ": " : "", st ? msg : "");
+             pdb_clock_now() - t0, st ? ": " : "", st ? msg : "");
     pthread_mutex_lock(&s->mu);
     if (st) s->failed++;
     else s->ok++;

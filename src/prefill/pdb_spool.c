@@ -5,6 +5,7 @@
  * and the current writer's generation. An entry's `ver` changes whenever it is released, so a
  * thread finishing I/O on it can tell that its result is no longer wanted. */
 #include "pdb_spool.h"
+#include "pdb_clock.h"
 #include "pdb_dtype.h"
 
 #include <errno.h>
@@ -60,12 +61,6 @@ struct pdb_spool {
     int closing, reaper_on;
     pthread_t reaper;
 };
-
-static double sp_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 
 static uint64_t file_bytes(const pdb_spool_xfer *x) { return PDB_SPOOL_FILE_HEAD + x->seg_bytes; }
@@ -283,7 +278,7 @@ static void xfer_drop(pdb_spool_xfer *x) {
 }
 
 static void reap_locked(pdb_spool *sp) {
-    double now = sp_now(), ttl = (sp->o.ttl_ms > 0 ? sp->o.ttl_ms : 120000) / 1e3;
+    double now = pdb_clock_now(), ttl = (sp->o.ttl_ms > 0 ? sp->o.ttl_ms : 120000) / 1e3;
     for (pdb_spool_xfer *x = sp->xfers, *nx; x; x = nx) {
         nx = x->next;
         if (x->refs == 0 && now - x->last_touch > ttl) {
@@ -404,7 +399,7 @@ pdb_status pdb_spool_create_xfer(pdb_spool *sp, const uint8_t key[32], int64_t n
     x->user = user;
     x->user_free = user_free;
     pthread_mutex_lock(&sp->mu);
-    x->last_touch = sp_now();
+    x->last_touch = pdb_clock_now();
     x->next = sp->xfers;
     sp->xfers = x;
     sp->st.transfers++;
@@ -418,7 +413,7 @@ pdb_status pdb_spool_find_xfer(pdb_spool *sp, const char *id, pdb_spool_xfer **o
     for (pdb_spool_xfer *x = sp->xfers; x; x = x->next)
         if (!strcmp(x->id, id)) {
             x->refs++;
-            x->last_touch = sp_now();
+            x->last_touch = pdb_clock_now();
             pthread_mutex_unlock(&sp->mu);
             *out = x;
             return PDB_OK;
@@ -431,7 +426,7 @@ void pdb_spool_unref_xfer(pdb_spool_xfer *x) {
     if (!x) return;
     pdb_spool *sp = x->sp;
     pthread_mutex_lock(&sp->mu);
-    x->last_touch = sp_now();
+    x->last_touch = pdb_clock_now();
     int gone = --x->refs == 0 && !x->in_table;
     pthread_mutex_unlock(&sp->mu);
     if (gone) xfer_free(x);
@@ -488,7 +483,7 @@ pdb_status pdb_spool_put_segment(pdb_spool_xfer *x, int64_t block, const void *d
     pdb_status st = PDB_OK;
     int paused = 0;
     for (;;) {
-        x->last_touch = sp_now();
+        x->last_touch = pdb_clock_now();
         if (sp->closing || !x->in_table || x->prod_cancel) {
             x->prod_stopped = 1;
             st = pdb_err_set(PDB_IO, "spool: transfer %s %s", x->id,
@@ -556,7 +551,7 @@ void pdb_spool_end_production(pdb_spool_xfer *x, pdb_status st, const char *msg)
     x->prod_running = 0;
     x->prod_err = st && !x->prod_stopped ? st : PDB_OK;
     snprintf(x->prod_msg, sizeof x->prod_msg, "%s", st && msg ? msg : "");
-    x->last_touch = sp_now();
+    x->last_touch = pdb_clock_now();
     pthread_cond_broadcast(&sp->cv);
     pthread_mutex_unlock(&sp->mu);
 }
@@ -579,7 +574,7 @@ uint64_t pdb_spool_attach_writer(pdb_spool_xfer *x, int *base_gen) {
     uint64_t g = ++x->writer_gen;
     x->writer_attached = 1;
     if (base_gen) *base_gen = x->prod_gen;
-    x->last_touch = sp_now();
+    x->last_touch = pdb_clock_now();
     pthread_cond_broadcast(&sp->cv);
     pthread_mutex_unlock(&sp->mu);
     return g;
@@ -606,7 +601,7 @@ void pdb_spool_detach_writer(pdb_spool_xfer *x, uint64_t gen) {
             retain_to_disk(x, b, m, e->ver);
         }
     }
-    x->last_touch = sp_now();
+    x->last_touch = pdb_clock_now();
     pthread_cond_broadcast(&sp->cv);
     pthread_mutex_unlock(&sp->mu);
 }
@@ -618,7 +613,7 @@ pdb_status pdb_spool_take_segment(pdb_spool_xfer *x, uint64_t gen, int64_t block
     pdb_status st;
     for (;;) {
         sp_entry *e = &x->e[block];
-        x->last_touch = sp_now();
+        x->last_touch = pdb_clock_now();
         if (sp->closing || !x->in_table || x->writer_gen != gen) {
             st = pdb_err_set(PDB_IO, "spool: transfer %s %s", x->id,
                              sp->closing ? "is shutting down" : !x->in_table ? "was released" : "was taken over by a resume");
@@ -669,7 +664,7 @@ void pdb_spool_done_segment(pdb_spool_xfer *x, pdb_spool_seg *seg, int delivered
     pdb_spool *sp = x->sp;
     pthread_mutex_lock(&sp->mu);
     sp_entry *e = &x->e[seg->block];
-    x->last_touch = sp_now();
+    x->last_touch = pdb_clock_now();
     if (seg->from_mem) {
         if (e->ver == seg->ver && e->state == E_TAKEN && !delivered && x->in_table) {
             e->state = E_MEM; /* back to the queue */
@@ -711,7 +706,7 @@ pdb_status pdb_spool_ack(pdb_spool_xfer *x, int64_t through, int64_t *released) 
             n++;
         }
     if (through >= x->n_blocks) xfer_drop(x); /* everything acknowledged: released at once */
-    x->last_touch = sp_now();
+    x->last_touch = pdb_clock_now();
     pthread_cond_broadcast(&sp->cv);
     pthread_mutex_unlock(&sp->mu);
     if (released) *released = n;

@@ -44,6 +44,7 @@
 #include <jansson.h>
 
 #include "pdb_block.h"
+#include "pdb_file.h"
 
 #define PDB_STORE_TOUCH_S 2                 /* min seconds between mtime updates of one block */
 #define PDB_STORE_TMP_MAX_AGE_S 3600        /* temp files older than this are stale regardless */
@@ -522,19 +523,6 @@ static pdb_status mkdir_p1(const char *path) {
     return pdb_err_set(PDB_IO, "mkdir %s: %s", path, strerror(errno));
 }
 
-/* mkdir -p for the store directory itself */
-static pdb_status mkdir_p(const char *path) {
-    char buf[PATH_CAP];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        PDB_TRY(mkdir_p1(buf));
-        *p = '/';
-    }
-    return mkdir_p1(buf);
-}
-
 pdb_status pdb_store_open(const char *dir, const pdb_store_layout *layout,
                           const uint8_t fingerprint[PDB_STORE_HASH_BYTES], int64_t block_size,
                           uint64_t max_bytes, pdb_store **out) {
@@ -575,7 +563,7 @@ pdb_status pdb_store_open(const char *dir, const pdb_store_layout *layout,
     s->lru.next = s->lru.prev = &s->lru;
     pthread_mutex_init(&s->mu, NULL);
     pdb_block_root_hash(); /* initialize once, before threads */
-    pdb_status st = mkdir_p(s->dir);
+    pdb_status st = pdb_file_mkdirs(s->dir); /* the store directory and its parents */
     if (st == PDB_OK) st = store_meta_init(s);
     if (st == PDB_OK) st = scan_dir(s);
     if (st != PDB_OK) {

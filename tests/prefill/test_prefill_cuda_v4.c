@@ -18,10 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "pdb_clock.h"
 #include "pdb_cuda.h"
 #include "pdb_cuda_v4.h"
 #include "pdb_dec_model.h"
@@ -93,12 +93,6 @@ static void test_mm_matches_reference(void **st) {
     p->destroy(p->ctx);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A random attention case: kind 0 sliding, 1 CSA (picks of K among n_comp, some tokens with
  * fewer), 2 HCA. */
 typedef struct { pdb_v4_attn_desc d; float *q, *keys, *comp, *sinks; int32_t *sel; int64_t *nsel; } att_case;
@@ -146,12 +140,12 @@ static int64_t att_compare(pdb_v4_mm_provider *p, att_case *c, pdb_pool *pool, c
     pdb_v4_attn_desc d = c->d;
     d.o = og;
     PDB_TEST_OK(p->attn(p->ctx, &d)); /* warm-up: buffers grown, kernels loaded */
-    double t0 = now_s();
+    double t0 = pdb_clock_now();
     PDB_TEST_OK(p->attn(p->ctx, &d));
-    double t1 = now_s();
+    double t1 = pdb_clock_now();
     d.o = oh;
     PDB_TEST_OK(pdb_v4_attn_ref(&d, pool));
-    double t2 = now_s();
+    double t2 = pdb_clock_now();
     for (int64_t i = 0; i < n; i++) same += memcmp(og + i, oh + i, sizeof(float)) == 0;
     printf("cuda-metric v4 attention %s: %lld/%lld output floats identical to pdb_v4_attn_ref\n", what, (long long)same,
            (long long)n);

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "pdb_clock.h"
 #include "pdb_math.h"
 #include "pdb_v2.h"
 #include "pdb_v2_names.h"
@@ -27,14 +27,13 @@ const char *const pdb_v2_ops_stage_names[PDB_V2_ST_N] = {
     "q/kv projections", "latent rows + rope", "W_UK^T q", "scores", "softmax", "o_lat (mix)", "W_UV o_lat",
     "o_proj + residual", "FFN norm", "router + routing", "gate/up products + SiLU", "down products", "combine + residual"};
 
-/* The stage clock: adds the time since *t0 to stage k and restarts it (when the weights' options
- * ask for stage times). */
-static void stage(const pdb_v2_batch *b, int k, struct timespec *t0) {
+/* The stage clock: adds the time since *t0 (pdb_clock_now seconds, 0 = not started) to stage k and
+ * restarts it (when the weights' options ask for stage times). */
+static void stage(const pdb_v2_batch *b, int k, double *t0) {
     double *acc = b->w->opts ? b->w->opts->stage_s : NULL;
     if (!acc) return;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    if (t0->tv_sec) acc[k] += (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+    double t = pdb_clock_now();
+    if (*t0 != 0) acc[k] += t - *t0;
     *t0 = t;
 }
 
@@ -403,7 +402,7 @@ static void wide_mix(void *vc, int64_t task, int thread) {
                  rc->base + b->layer * rc->layer_stride + c0, rc->pos_stride, b->pos[r] + 1, kvl - c0 < MIX_COLS ? kvl - c0 : MIX_COLS);
 }
 
-static void attention_wide(pdb_v2_batch *b, struct timespec *t0) {
+static void attention_wide(pdb_v2_batch *b, double *t0) {
     const pdb_config *c = &b->w->cfg;
     const pdb_v2_qlayer *L = &b->w->layers[b->layer];
     int64_t R = b->R, nh = c->num_heads, nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
@@ -507,7 +506,7 @@ void pdb_v2_ops_attention(pdb_v2_batch *b, int64_t l) {
     int64_t qr = c->q_lora_rank, row = c->kv_lora_rank + c->qk_rope_head_dim;
     pdb_qmat_job jobs[2] = {{qr ? &L->q_a : &L->q_proj, b->xn, H, R, qr ? b->qa : b->q, qr ? qr : nh * qk},
                             {&L->kv_a, b->xn, H, R, b->kva, row}};
-    struct timespec t0 = {0, 0};
+    double t0 = 0;
     stage(b, PDB_V2_ST_PROJ, &t0); /* (start) */
     pdb_qmat_matmul_multi(b->pool, jobs, 2, b->rowbuf);
     if (qr) {
@@ -545,7 +544,7 @@ static void silu_post(const pdb_qmat_job *gang, int64_t r0, int64_t r1) {
 
 /* out [n, H] = down(silu(x gate^T) * (x up^T)): gate and up in one dispatch, SiLU in it */
 static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const pdb_qmat *down, const float *x,
-                int64_t n, float *out, struct timespec *t0) {
+                int64_t n, float *out, double *t0) {
     int64_t H = b->w->cfg.hidden_size, I = gate->rows;
     pdb_qmat_job gu[2] = {{gate, x, H, n, b->g, I}, {up, x, H, n, b->u, I}};
     pdb_qmat_matmul_gangs(b->pool, gu, 2, 2, silu_post, b->rowbuf);
@@ -558,7 +557,7 @@ static void mlp(pdb_v2_batch *b, const pdb_qmat *gate, const pdb_qmat *up, const
  * then every down projection (each job is the matmul the expert's own mlp() would run, on the same rows). Routed
  * expert e takes its rows in slot order at row offset o_e of the expert-major lists (erows, xe,
  * g/u at o_e * Im); the shared experts' g/u follow at R * K * Im. */
-static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, struct timespec *t0) {
+static void moe(pdb_v2_batch *b, const pdb_v2_qlayer *L, double *t0) {
     const pdb_config *c = &b->w->cfg;
     int64_t R = b->R, H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok, Im = c->moe_intermediate_size;
     pdb_qmat_matmul(b->pool, &L->router, b->xn, H, R, b->probs, E, b->rowbuf);
@@ -612,7 +611,7 @@ void pdb_v2_ops_ffn(pdb_v2_batch *b, int64_t l) {
     const pdb_config *c = &b->w->cfg;
     const pdb_v2_qlayer *L = &b->w->layers[l];
     int64_t H = c->hidden_size;
-    struct timespec t0 = {0, 0};
+    double t0 = 0;
     stage(b, PDB_V2_ST_NORM, &t0); /* (start) */
     for (int64_t t = 0; t < b->R; t++) pdb_math_rmsnorm(b->xn + t * H, b->h + t * H, L->ffn_norm, H, c->rms_norm_eps);
     stage(b, PDB_V2_ST_NORM, &t0);
