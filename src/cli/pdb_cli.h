@@ -24,6 +24,9 @@ int pdb_cli_doctor(int argc, char **argv);
  * wait for one of them in the main thread (returns the signal). */
 void pdb_cli_signals_block(void);
 int pdb_cli_signals_wait(void);
+/* A started server's main thread: print "listening on http://HOST:PORT[ (NOTE)]" (the line the
+ * e2e harness and `up` read), wait for SIGINT/SIGTERM and log it; the caller then stops it. */
+void pdb_cli_serve_until_signal(const char *cmd, const char *host, int port, const char *note);
 /* Parse an integer in [lo, hi]; 0 when s is not one. */
 int pdb_cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 /* Apply --log-level NAME; 0 when NAME is unknown. */

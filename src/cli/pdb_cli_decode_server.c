@@ -74,11 +74,9 @@ int pdb_cli_decode_server(int argc, char **argv) {
         pdb_cli_print_error("decode-server", pdb_status_str(st));
         return 1;
     }
-    printf("listening on http://%s:%d (model %s)\n", o.host ? o.host : "127.0.0.1", pdb_dec_server_port(srv),
-           pdb_dec_server_model_id(srv));
-    fflush(stdout);
-    int sig = pdb_cli_signals_wait();
-    PDB_INFO("decode-server: signal %d, stopping", sig);
+    char note[300];
+    snprintf(note, sizeof note, "model %s", pdb_dec_server_model_id(srv));
+    pdb_cli_serve_until_signal("decode-server", o.host, pdb_dec_server_port(srv), note);
     pdb_dec_server_stop(srv);
     return 0;
 }

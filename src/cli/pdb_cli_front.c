@@ -66,10 +66,7 @@ int pdb_cli_front(int argc, char **argv) {
         pdb_cli_print_error("front", NULL);
         return 1;
     }
-    printf("listening on http://%s:%d\n", o.host ? o.host : "127.0.0.1", pdb_front_port(f));
-    fflush(stdout);
-    int sig = pdb_cli_signals_wait();
-    PDB_INFO("front: signal %d, stopping", sig);
+    pdb_cli_serve_until_signal("front", o.host, pdb_front_port(f), NULL);
     pdb_front_stop(f);
     return 0;
 }

@@ -56,6 +56,13 @@ int pdb_cli_signals_wait(void) {
     return sig;
 }
 
+void pdb_cli_serve_until_signal(const char *cmd, const char *host, int port, const char *note) {
+    printf("listening on http://%s:%d%s%s%s\n", host ? host : "127.0.0.1", port, note ? " (" : "", note ? note : "", note ? ")" : "");
+    fflush(stdout);
+    int sig = pdb_cli_signals_wait();
+    PDB_INFO("%s: signal %d, stopping", cmd, sig);
+}
+
 int pdb_cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
     char *end = NULL;
     errno = 0;

@@ -75,11 +75,9 @@ int pdb_cli_prefill_server(int argc, char **argv) {
         pdb_cli_print_error("prefill-server", NULL);
         return 1;
     }
-    printf("listening on http://%s:%d (backend %s)\n", o.host ? o.host : "127.0.0.1", pdb_prefill_server_port(s),
-           pdb_prefill_server_backend(s));
-    fflush(stdout);
-    int sig = pdb_cli_signals_wait();
-    PDB_INFO("prefill-server: signal %d, stopping", sig);
+    char note[64];
+    snprintf(note, sizeof note, "backend %s", pdb_prefill_server_backend(s));
+    pdb_cli_serve_until_signal("prefill-server", o.host, pdb_prefill_server_port(s), note);
     pdb_prefill_server_stop(s);
     return 0;
 }

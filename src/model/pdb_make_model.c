@@ -14,6 +14,7 @@
 #include "pdb_dtype.h"
 #include "pdb_file.h"
 #include "pdb_pool.h"
+#include "pdb_ptrs.h"
 #include "pdb_safetensors.h"
 #include "pdb_arch.h"
 
@@ -53,7 +54,7 @@ static uint64_t mm_hash(const char *s, uint64_t seed) {
     return h;
 }
 
-struct pdb_make_ctx { pdb_st_writer *w; uint16_t **bufs; int n, cap; uint64_t seed, bytes, next_report; pdb_pool *pool; };
+struct pdb_make_ctx { pdb_st_writer *w; pdb_ptrs bufs; uint64_t seed, bytes, next_report; pdb_pool *pool; };
 
 /* A tensor's values in chunks on the pool: element pair p takes draws 2p + 1 and 2p + 2 of its
  * tensor's splitmix64 stream, whose state after k draws is seed + k * increment, so a chunk
@@ -76,15 +77,7 @@ static void mm_fill_task(void *vc, int64_t task, int thread) {
 pdb_status pdb_make_model_normal(pdb_make_ctx *x, const char *name, int64_t d0, int64_t d1, double mean, double std) {
     int64_t n = d0 * (d1 ? d1 : 1);
     uint16_t *b = malloc(sizeof(uint16_t) * (size_t)n);
-    if (!b) return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name);
-    if (x->n == x->cap) {
-        int nc = x->cap ? x->cap * 2 : 256;
-        uint16_t **nb = realloc(x->bufs, sizeof(*nb) * (size_t)nc);
-        if (!nb) { free(b); return pdb_err_set(PDB_NOMEM, "make-model"); }
-        x->bufs = nb;
-        x->cap = nc;
-    }
-    x->bufs[x->n++] = b;
+    if (pdb_ptrs_push(&x->bufs, b)) return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name);
     mm_fill f = {b, n, mm_hash(name, x->seed), mean, std};
     pdb_pool_run(x->pool, (n + MM_CHUNK - 1) / MM_CHUNK, mm_fill_task, &f);
     x->bytes += (uint64_t)n * 2;
@@ -105,15 +98,10 @@ pdb_status pdb_make_model_norm(pdb_make_ctx *x, const char *name, int64_t n) { r
 pdb_status pdb_make_model_picks(pdb_make_ctx *x, const char *name, int64_t V, int64_t K, int64_t E) {
     int64_t *b = malloc(sizeof(int64_t) * (size_t)(V * K));
     int64_t *perm = malloc(sizeof(int64_t) * (size_t)E);
-    if (!b || !perm || K > E) { free(b); free(perm); return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name); }
-    if (x->n == x->cap) {
-        int nc = x->cap ? x->cap * 2 : 256;
-        uint16_t **nb = realloc(x->bufs, sizeof(*nb) * (size_t)nc);
-        if (!nb) { free(b); free(perm); return pdb_err_set(PDB_NOMEM, "make-model"); }
-        x->bufs = nb;
-        x->cap = nc;
+    if (pdb_ptrs_push(&x->bufs, b) || !perm || K > E) { /* b is the list's either way */
+        free(perm);
+        return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name);
     }
-    x->bufs[x->n++] = (uint16_t *)b;
     mm_rng r = {mm_hash(name, x->seed)};
     for (int64_t v = 0; v < V; v++) {
         for (int64_t e = 0; e < E; e++) perm[e] = e;
@@ -173,8 +161,7 @@ pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {
     }
     pdb_st_writer_free(x.w);
     pdb_pool_destroy(x.pool);
-    for (int i = 0; i < x.n; i++) free(x.bufs[i]);
-    free(x.bufs);
+    pdb_ptrs_free(&x.bufs);
     if (s) return s;
     if (o->tokenizer && c.vocab_size >= 129280) {
         snprintf(path, sizeof path, "%s/tokenizer.json", o->out_dir);

@@ -40,15 +40,8 @@ static void stage(const pdb_v2_batch *b, int k, double *t0) {
 /* ======================================= loading ============================================ */
 
 static pdb_status own(pdb_v2_qweights *w, void *p) {
-    if (w->n_owned == w->cap_owned) {
-        int nc = w->cap_owned ? w->cap_owned * 2 : 64;
-        float **n = realloc(w->owned, sizeof(*n) * (size_t)nc);
-        if (!n) { free(p); return pdb_err_set(PDB_NOMEM, "weights"); }
-        w->owned = n;
-        w->cap_owned = nc;
-    }
-    w->owned[w->n_owned++] = p;
-    return PDB_OK;
+    pdb_status s = pdb_ptrs_push(&w->owned, p);
+    return s ? pdb_err_wrap(s, "weights") : PDB_OK;
 }
 
 /* A linear weight [rows, cols], role `role` (pdb_v2_names) of layer l / expert e: BF16/F32 views,
@@ -211,8 +204,7 @@ void pdb_v2_qweights_free(pdb_v2_qweights *w) {
         for (int64_t l = 0; l < w->cfg.num_layers; l++) free(w->layers[l].eg);
     free(w->layers);
     free(w->opts);
-    for (int i = 0; i < w->n_owned; i++) free(w->owned[i]);
-    free(w->owned);
+    pdb_ptrs_free(&w->owned);
     pdb_rope_free(&w->rope);
     memset(w, 0, sizeof *w);
 }

@@ -14,6 +14,7 @@
 
 #include "pdb_config.h"
 #include "pdb_pool.h"
+#include "pdb_ptrs.h"
 #include "pdb_qmat.h"
 #include "pdb_rope.h"
 #include "pdb_safetensors.h"
@@ -42,8 +43,7 @@ typedef struct pdb_v2_qweights {
     float *final_norm;
     pdb_v2_qlayer *layers;
     int64_t max_cols;            /* widest matrix input: matmul scratch is PDB_QMAT_ROWBUF_FLOATS(threads, max_cols) */
-    float **owned;               /* buffers allocated at load */
-    int n_owned, cap_owned;
+    pdb_ptrs owned;              /* buffers allocated at load */
     struct pdb_v2_ops_opts *opts; /* [1], zeroed at load: how the layer steps run (see pdb_v2_ops_opts) */
 } pdb_v2_qweights;
 
