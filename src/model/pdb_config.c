@@ -7,6 +7,7 @@
 
 #include "pdb_arch.h"
 #include "pdb_config_json.h"
+#include "pdb_safetensors.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -179,6 +180,17 @@ pdb_status pdb_config_load(const char *path, pdb_config *cfg) {
     pdb_status st = pdb_config_parse(buf, file, cfg);
     free(buf);
     return st;
+}
+
+pdb_status pdb_config_load_dir(const char *dir, pdb_status (*from)(const pdb_config *cfg, const pdb_st *st, void *out),
+                               void *out) {
+    pdb_config cfg;
+    pdb_st *st = NULL;
+    PDB_TRY(pdb_config_load(dir, &cfg));
+    PDB_TRY(pdb_st_open(dir, &st));
+    pdb_status s = from(&cfg, st, out);
+    pdb_st_close(st);
+    return s;
 }
 
 int pdb_config_layer_is_moe(const pdb_config *c, int64_t l) {

@@ -78,6 +78,11 @@ typedef struct pdb_config {
 pdb_status pdb_config_load(const char *path, pdb_config *cfg);
 /* Parse from a JSON string; `origin` names the source in errors. */
 pdb_status pdb_config_parse(const char *json, const char *origin, pdb_config *cfg);
+/* Run a loader on a model directory: its config and its opened checkpoint (closed again after
+ * from returns); from's status is returned. The one opener of a model directory for loaders. */
+struct pdb_st;
+pdb_status pdb_config_load_dir(const char *dir, pdb_status (*from)(const pdb_config *cfg, const struct pdb_st *st, void *out),
+                               void *out);
 /* Serialise (the HF layout transformers 5.x writes: rope_parameters form). malloc'd string. */
 pdb_status pdb_config_to_json(const pdb_config *cfg, char **out);
 

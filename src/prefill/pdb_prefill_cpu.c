@@ -14,6 +14,7 @@
 #include "pdb_v2_ops.h"
 
 typedef struct cpu_impl {
+    pdb_prefill_backend be;   /* the interface (be.impl == this) */
     pdb_pool *pool;
     pdb_v2_qweights ew;       /* engine weights */
     pdb_v2_qweights dw;       /* decoder weights (kv rows only) */
@@ -135,33 +136,23 @@ static pdb_status cpu_forward_chunk(pdb_prefill_backend *be, const int32_t *ids,
 }
 
 static void cpu_destroy(pdb_prefill_backend *be) {
-    if (!be) return;
-    cpu_impl *c = be->impl;
-    if (c) {
-        cpu_end(be);
-        free(c->rowbuf);
-        free(c->kva);
-        pdb_v2_qweights_free(&c->ew);
-        pdb_v2_qweights_free(&c->dw);
-        pdb_pool_destroy(c->pool);
-        free(c);
-    }
-    free(be);
+    cpu_impl *c = be ? be->impl : NULL;
+    if (!c) return;
+    cpu_end(be);
+    free(c->rowbuf);
+    free(c->kva);
+    pdb_v2_qweights_free(&c->ew);
+    pdb_v2_qweights_free(&c->dw);
+    pdb_pool_destroy(c->pool);
+    free(c);
 }
 
 pdb_status pdb_prefill_backend_cpu_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
-    pdb_prefill_backend *be = calloc(1, sizeof *be);
     cpu_impl *c = calloc(1, sizeof *c);
-    if (!be || !c) { free(be); free(c); return pdb_err_set(PDB_NOMEM, "prefill cpu backend"); }
-    be->name = "cpu";
-    be->exact = 1;
-    be->impl = c;
-    be->begin = cpu_begin;
-    be->forward_chunk = cpu_forward_chunk;
-    be->hook_chunk = cpu_hook_chunk;
-    be->get_block = cpu_get_block;
-    be->end = cpu_end;
-    be->destroy = cpu_destroy;
+    if (!c) return pdb_err_set(PDB_NOMEM, "prefill cpu backend");
+    c->be = (pdb_prefill_backend){.name = "cpu", .exact = 1, .impl = c, .begin = cpu_begin, .forward_chunk = cpu_forward_chunk,
+                                  .hook_chunk = cpu_hook_chunk, .get_block = cpu_get_block, .end = cpu_end,
+                                  .destroy = cpu_destroy};
     c->row = o->cfg->kv_lora_rank + o->cfg->qk_rope_head_dim;
     pdb_status s = pdb_pool_create(o->exec.threads, &c->pool);
     if (!s) s = pdb_v2_qweights_load(&c->ew, o->cfg, o->engine, 0);
@@ -171,7 +162,7 @@ pdb_status pdb_prefill_backend_cpu_v2_create(const pdb_prefill_backend_opts *o, 
         c->rowbuf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(c->pool), mc));
         if (!c->rowbuf) s = pdb_err_set(PDB_NOMEM, "prefill cpu backend");
     }
-    if (s) { cpu_destroy(be); return s; }
-    *out = be;
+    if (s) { cpu_destroy(&c->be); return s; }
+    *out = &c->be;
     return PDB_OK;
 }

@@ -122,15 +122,8 @@ fail:
     return s;
 }
 
-pdb_status pdb_v2_load(const char *dir, pdb_v2_model **out) {
-    pdb_config cfg;
-    PDB_TRY(pdb_config_load(dir, &cfg));
-    pdb_st *st = NULL;
-    PDB_TRY(pdb_st_open(dir, &st));
-    pdb_status s = pdb_v2_load_from(&cfg, st, out);
-    pdb_st_close(st);
-    return s;
-}
+static pdb_status load_from_dir(const pdb_config *cfg, const pdb_st *st, void *out) { return pdb_v2_load_from(cfg, st, out); }
+pdb_status pdb_v2_load(const char *dir, pdb_v2_model **out) { return pdb_config_load_dir(dir, load_from_dir, out); }
 
 void pdb_v2_free(pdb_v2_model *m) {
     if (!m) return;

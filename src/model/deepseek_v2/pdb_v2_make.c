@@ -8,40 +8,40 @@
 #include "pdb_make_model.h"
 #include "pdb_v2_names.h"
 
+/* The presets' shapes, one row each. Every preset also has YaRN RoPE (theta 10000, beta 32 / 1,
+ * original 4096 positions, mscale and mscale_all_dim 0.707), routed_scaling_factor 1 and its
+ * first layer dense. tiny: unit tests, no tokenizer; small: the demo and end-to-end tests (the
+ * real tokenizer's vocabulary); v2-lite: DeepSeek-V2-Lite's shapes (15.7B; use overrides). */
+typedef struct v2_shape {
+    const char *name;
+    int64_t vocab, hidden, layers, heads, q_lora, kv_lora, nope, rope, v, inter, moe_inter, experts, topk, shared, max_pos;
+    int64_t bos, eos;
+    double rope_factor;
+} v2_shape;
+
+static const v2_shape V2_PRESETS[] = {
+    /* name      vocab   hidden L   heads qlora kvlora nope rope v    inter  moe   E   K  sh  max_pos bos     eos     yarn */
+    {"tiny",    1000,   64,    3,  4,    0,    32,    16,  8,   16,  128,   32,   8,  2, 1,  16384,  0,      1,      4},
+    {"small",   129280, 256,   4,  4,    96,   64,    32,  16,  32,  512,   128,  16, 4, 2,  163840, 0,      1,      40},
+    {"v2-lite", 102400, 2048,  27, 16,   0,    512,   128, 64,  128, 10944, 1408, 64, 6, 2,  163840, 100000, 100001, 40},
+};
+
 pdb_status pdb_v2_make_preset(const char *preset, pdb_config *c) {
+    const v2_shape *p = NULL;
+    for (size_t i = 0; i < sizeof V2_PRESETS / sizeof V2_PRESETS[0]; i++)
+        if (!strcmp(preset, V2_PRESETS[i].name)) p = &V2_PRESETS[i];
+    if (!p) return pdb_err_set(PDB_NOT_FOUND, "make-model: unknown preset '%s' (tiny, small, v2-lite)", preset);
     pdb_make_model_defaults(c, PDB_ARCH_DEEPSEEK_V2, "deepseek_v2");
     c->topk_method = PDB_TOPK_GREEDY;
-    c->rope.type = PDB_ROPE_YARN;
-    c->rope.theta = 10000;
-    c->rope.beta_fast = 32;
-    c->rope.beta_slow = 1;
-    c->rope.attention_factor = -1;
-    c->rope.truncate = 1;
-    if (!strcmp(preset, "tiny")) { /* unit tests: tiny, no tokenizer */
-        c->vocab_size = 1000; c->hidden_size = 64; c->num_layers = 3; c->num_heads = 4;
-        c->q_lora_rank = 0; c->kv_lora_rank = 32; c->qk_nope_head_dim = 16; c->qk_rope_head_dim = 8;
-        c->v_head_dim = 16; c->intermediate_size = 128; c->moe_intermediate_size = 32;
-        c->n_routed_experts = 8; c->num_experts_per_tok = 2; c->n_shared_experts = 1; c->first_k_dense_replace = 1;
-        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 16384;
-        c->rope.factor = 4; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
-    } else if (!strcmp(preset, "small")) { /* demo and end-to-end tests: real tokenizer vocabulary */
-        c->vocab_size = 129280; c->hidden_size = 256; c->num_layers = 4; c->num_heads = 4;
-        c->q_lora_rank = 96; c->kv_lora_rank = 64; c->qk_nope_head_dim = 32; c->qk_rope_head_dim = 16;
-        c->v_head_dim = 32; c->intermediate_size = 512; c->moe_intermediate_size = 128;
-        c->n_routed_experts = 16; c->num_experts_per_tok = 4; c->n_shared_experts = 2; c->first_k_dense_replace = 1;
-        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 163840;
-        c->rope.factor = 40; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
-    } else if (!strcmp(preset, "v2-lite")) { /* DeepSeek-V2-Lite's shapes (15.7B; use overrides) */
-        c->vocab_size = 102400; c->hidden_size = 2048; c->num_layers = 27; c->num_heads = 16;
-        c->q_lora_rank = 0; c->kv_lora_rank = 512; c->qk_nope_head_dim = 128; c->qk_rope_head_dim = 64;
-        c->v_head_dim = 128; c->intermediate_size = 10944; c->moe_intermediate_size = 1408;
-        c->n_routed_experts = 64; c->num_experts_per_tok = 6; c->n_shared_experts = 2; c->first_k_dense_replace = 1;
-        c->routed_scaling_factor = 1.0; c->max_position_embeddings = 163840; c->bos_token_id = 100000;
-        c->eos_token_id = 100001;
-        c->rope.factor = 40; c->rope.original_max_pos = 4096; c->rope.mscale = 0.707; c->rope.mscale_all_dim = 0.707;
-    } else {
-        return pdb_err_set(PDB_NOT_FOUND, "make-model: unknown preset '%s' (tiny, small, v2-lite)", preset);
-    }
+    c->rope = (pdb_rope_params){.type = PDB_ROPE_YARN, .theta = 10000, .factor = p->rope_factor, .original_max_pos = 4096,
+                                .beta_fast = 32, .beta_slow = 1, .mscale = 0.707, .mscale_all_dim = 0.707,
+                                .attention_factor = -1, .truncate = 1};
+    c->vocab_size = p->vocab, c->hidden_size = p->hidden, c->num_layers = p->layers, c->num_heads = p->heads;
+    c->q_lora_rank = p->q_lora, c->kv_lora_rank = p->kv_lora, c->qk_nope_head_dim = p->nope, c->qk_rope_head_dim = p->rope;
+    c->v_head_dim = p->v, c->intermediate_size = p->inter, c->moe_intermediate_size = p->moe_inter;
+    c->n_routed_experts = p->experts, c->num_experts_per_tok = p->topk, c->n_shared_experts = p->shared;
+    c->first_k_dense_replace = 1, c->routed_scaling_factor = 1.0, c->max_position_embeddings = p->max_pos;
+    c->bos_token_id = p->bos, c->eos_token_id = p->eos;
     return PDB_OK;
 }
 

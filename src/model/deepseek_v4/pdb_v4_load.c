@@ -194,15 +194,8 @@ fail:
     return s;
 }
 
-pdb_status pdb_v4_load(const char *dir, pdb_v4_model **out) {
-    pdb_config cfg;
-    PDB_TRY(pdb_config_load(dir, &cfg));
-    pdb_st *st = NULL;
-    PDB_TRY(pdb_st_open(dir, &st));
-    pdb_status s = pdb_v4_load_from(&cfg, st, out);
-    pdb_st_close(st);
-    return s;
-}
+static pdb_status load_from_dir(const pdb_config *cfg, const pdb_st *st, void *out) { return pdb_v4_load_from(cfg, st, out); }
+pdb_status pdb_v4_load(const char *dir, pdb_v4_model **out) { return pdb_config_load_dir(dir, load_from_dir, out); }
 
 static void free_comp(pdb_v4_compressor *cp) {
     free(cp->wkv);
