@@ -3,7 +3,8 @@
  * (bandwidth measured by a read probe in the same process); touched bytes count every matrix a
  * decode step reads: attention projections, router, shared experts, the routed experts actually
  * selected, lm_head and one embedding row. It also counts the pool dispatches per token
- * (pdb_pool_runs).
+ * (pdb_pool_runs). Only deepseek_v2 decoders: another architecture's checkpoint is refused
+ * (exit 1, naming its model_type).
  *
  * The decode runs in rounds, each after a probe: the median over rounds of (decode rate / the
  * probe just before it) is the paired figure; all steps over the best probe of the run is the
@@ -437,6 +438,13 @@ int main(int argc, char **argv) {
     }
     const pdb_config *c = pdb_dec_model_config(m);
     const pdb_v2_qweights *w = pdb_dec_model_weights(m, "deepseek_v2");
+    if (!w) { /* the bytes a step touches are counted from V2's weights: no other family is measured (yet) */
+        fprintf(stderr, "bench_decode: %s is a %s checkpoint; this benchmark measures deepseek_v2 decoders only\n", pos[0],
+                c->model_type);
+        pdb_dec_model_close(m);
+        pdb_pool_destroy(pool);
+        return 1;
+    }
     w->opts->attn_path = attn;
     /* bytes touched per decode token */
     uint64_t fixed = qbytes(&w->lm_head) + (uint64_t)c->hidden_size * 2, expert = 0;

@@ -6,6 +6,9 @@
  * overlap halves); get_block copies a finished block out with pdb_v4_pools_get_block, the
  * function the decoder uses for its own blocks. Both caches run on one execution context (the
  * backend's threads, and on CUDA the device's provider), held by the caches, not the weights.
+ * The decoder's model is loaded with PDB_V4_PART_HOOK: only the tensors pdb_v4_cache_feed reads
+ * (the same f32 arrays a full load makes, so the pools are the same), not the decoder's experts
+ * or the rest of its forward (issue 17 item 4).
  * Invariants: the hook cache's len equals the engine cache's len between chunks (the hook's
  * pools need every chunk from position 0, so it runs whatever `capture` says); with the same
  * weights on both sides (--scheme none) every block equals the decoder's own bit for bit, for
@@ -19,7 +22,7 @@
 
 typedef struct v4_impl {
     pdb_v4_model *em;     /* engine weights */
-    pdb_v4_model *dm;     /* decoder weights (the hook's) */
+    pdb_v4_model *dm;     /* decoder weights: the hook's part only (PDB_V4_PART_HOOK: wkv, kv_norm, compressors) */
     pdb_v4_cache ec, dc;  /* engine cache / the decoder's pools */
     pdb_v4_semantics sem;
     int64_t bs;           /* block size of the sequence */
@@ -121,7 +124,7 @@ static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provide
     v->sem = (pdb_v4_semantics)o->semantics;
     pdb_status s = pdb_v4_check_semantics(o->cfg, v->sem);
     if (!s) s = pdb_v4_load_from(o->cfg, o->engine, &v->em);
-    if (!s) s = pdb_v4_load_from(o->cfg, o->decoder, &v->dm);
+    if (!s) s = pdb_v4_load_part(o->cfg, o->decoder, PDB_V4_PART_HOOK, &v->dm);
     if (!s) s = pdb_pool_create(o->exec.threads, &v->pool);
     if (s) { v4_destroy(be); return s; }
     *out = be;

@@ -2,7 +2,8 @@
 # test_bench_decode: the decode benchmark runs end to end on a tiny checkpoint and reports what it
 # claims to: both figures of the roofline (conservative and paired rounds), the attention form
 # asked for, the weights' residency, fewer pool runs per token with the per-(row, head) tasks than with the stages, the
-# stage clock, the step-by-step a/b of two attention forms; bad options get the usage and exit 2. (A smoke test: the numbers are not judged.)
+# stage clock, the step-by-step a/b of two attention forms; bad options get the usage and exit 2; a deepseek_v4 checkpoint
+# is refused (exit 1, its model_type named; it used to crash). (A smoke test: the numbers are not judged.)
 set -u
 source "$(dirname "$0")/../common/pdb_e2e.sh"
 pdb_e2e_init bench
@@ -65,6 +66,16 @@ for args in "--rounds 0" "--attn sideways" "--ab" "--ab diagonal" "--probe-mb 0"
   if [ $rc -eq 2 ] && grep -q "^usage: bench_decode" "$T/u.err"; then pdb_e2e_ok "bad option '$args': usage, exit 2"
   else pdb_e2e_bad "bad option '$args': exit $rc, $(head -c 200 "$T/u.err")"; fi
 done
+
+# a V4 decoder checkpoint is refused with its model_type named and exit 1 (it used to crash, exit 139)
+if "$BIN" make-model --arch deepseek_v4 --preset tiny --seed 4 --out "$T/v4hf" >/dev/null 2>&1 &&
+  "$BIN" quantize --model "$T/v4hf" --out "$T/v4mx" >/dev/null 2>&1; then
+  "$BENCH" "$T/v4mx" 4 1 --probe-mb 4 >"$T/v4.out" 2>"$T/v4.err"
+  rc=$?
+  if [ $rc -eq 1 ] && grep -q "is a deepseek_v4 checkpoint; this benchmark measures deepseek_v2 decoders only" "$T/v4.err"; then
+    pdb_e2e_ok "deepseek_v4 checkpoint: refused, exit 1"
+  else pdb_e2e_bad "deepseek_v4 checkpoint: exit $rc, $(head -c 200 "$T/v4.err")"; fi
+else pdb_e2e_bad "setup: make-model/quantize of deepseek_v4 tiny"; fi
 
 "$BENCH" --help >"$T/h.out" 2>&1 && grep -q "^usage: bench_decode" "$T/h.out" && pdb_e2e_ok "--help: usage, exit 0" || pdb_e2e_bad "--help"
 

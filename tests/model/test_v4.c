@@ -3,12 +3,15 @@
  * the quantization simulations (FP8/FP4 round-trips, ties, power-of-two scales, Hadamard), and
  * the reference forward on a random `make-model --arch deepseek_v4 --preset tiny` checkpoint:
  * chunked prefill (chunks not aligned to 4 or 16) equals one shot bit for bit, pools included, and cached
- * decode equals one full forward, in both semantics. */
+ * decode equals one full forward, in both semantics; the capture hook's part of the checkpoint
+ * (PDB_V4_PART_HOOK) fills the same pools bit for bit, holds a small share of the bytes, and
+ * refuses a forward. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 #include <sys/wait.h>
 
@@ -378,6 +381,101 @@ static void test_deepseek_fp4_experts(void **st) {
     pdb_test_rmrf(d32);
 }
 
+/* The capture hook's part (PDB_V4_PART_HOOK) of the same checkpoint: fed the same attention inputs,
+ * in chunks not aligned to 4 or 16, its pools are bit for bit the full model's in both
+ * semantics; a forward on it is refused naming what is missing; it holds far fewer bytes. */
+static int layer_pools_equal(const pdb_v4_model *m, const pdb_v4_cache *a, const pdb_v4_cache *b) {
+    const pdb_config *c = &m->cfg;
+    int64_t hd = c->head_dim, ihd = c->index_head_dim, W = c->sliding_window;
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        const pdb_v4_layer *L = &m->layers[l];
+        const pdb_v4_layer_cache *x = &a->layers[l], *y = &b->layers[l];
+        if (memcmp(x->win, y->win, sizeof(float) * (size_t)(W * hd))) return 0;
+        if (!L->rate) continue;
+        size_t n = (size_t)(a->cap / L->rate + 1), r = (size_t)L->rate, coff = (size_t)L->comp.coff;
+        if (memcmp(x->comp, y->comp, sizeof(float) * n * hd) || memcmp(x->buf_kv, y->buf_kv, sizeof(float) * r * coff * hd) ||
+            memcmp(x->buf_gate, y->buf_gate, sizeof(float) * r * coff * hd))
+            return 0;
+        if (L->attn == PDB_V4_ATTN_CSA &&
+            (memcmp(x->ov_kv, y->ov_kv, sizeof(float) * r * hd) || memcmp(x->ov_gate, y->ov_gate, sizeof(float) * r * hd) ||
+             memcmp(x->ikeys, y->ikeys, sizeof(float) * n * ihd) || memcmp(x->ibuf_kv, y->ibuf_kv, sizeof(float) * r * 2 * ihd) ||
+             memcmp(x->ibuf_gate, y->ibuf_gate, sizeof(float) * r * 2 * ihd) ||
+             memcmp(x->iov_kv, y->iov_kv, sizeof(float) * r * ihd) || memcmp(x->iov_gate, y->iov_gate, sizeof(float) * r * ihd)))
+            return 0;
+    }
+    return 1;
+}
+
+static void test_hook_part(void **st) {
+    pdb_config cfg;
+    pdb_st *rd;
+    PDB_TEST_OK(pdb_config_load(g_dir, &cfg));
+    PDB_TEST_OK(pdb_st_open(g_dir, &rd));
+    pdb_v4_model *h = NULL;
+    PDB_TEST_OK(pdb_v4_load_part(&cfg, rd, PDB_V4_PART_HOOK, &h));
+    const int64_t T = 75, H = cfg.hidden_size, L = cfg.num_layers;
+    /* what it holds: the hook's tensors only, a small share of the full model's bytes */
+    int64_t hb = pdb_v4_model_bytes(h), fb = pdb_v4_model_bytes(g_m), want = 0;
+    for (int64_t l = 0; l < L; l++) {
+        const pdb_v4_layer *y = &h->layers[l];
+        assert_non_null(y->wkv);
+        assert_non_null(y->kv_norm);
+        assert_null(y->wq_a);
+        assert_null(y->w1);
+        assert_null(y->gate);
+        assert_null(y->hc_attn_fn);
+        want += cfg.head_dim * (H + 1);
+        const pdb_v4_compressor *cp[2] = {&y->comp, &y->icomp};
+        for (int k = 0; k < 2; k++)
+            if (cp[k]->wkv) want += cp[k]->coff * cp[k]->dim * (2 * H + cp[k]->rate) + cp[k]->dim;
+    }
+    assert_null(h->embed);
+    assert_null(h->head);
+    printf("  hook part: %lld bytes of weights, the full model %lld (%.1f%%)\n", (long long)hb, (long long)fb, 100.0 * hb / fb);
+    assert_int_equal(hb, want * (int64_t)sizeof(float));
+    assert_true(hb * 5 < fb);
+    /* the same inputs into both models' cache feeds give the same pools, bit for bit */
+    float *x = malloc(sizeof(float) * (size_t)(L * T * H));
+    assert_non_null(x);
+    uint32_t r = 99;
+    for (int64_t i = 0; i < L * T * H; i++) { r = r * 1103515245u + 12345u; x[i] = (float)((int32_t)(r >> 8) % 2001 - 1000) / 500.0f; }
+    int64_t chunks[] = {1, 7, 33, 75};
+    for (int sem = 0; sem < 2; sem++)
+        for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+            pdb_v4_cache cf, ch;
+            PDB_TEST_OK(pdb_v4_cache_init(&cf, g_m, T, (pdb_v4_semantics)sem));
+            PDB_TEST_OK(pdb_v4_cache_init(&ch, h, T, (pdb_v4_semantics)sem));
+            for (int64_t p = 0; p < T; p += chunks[k]) {
+                int64_t n = T - p < chunks[k] ? T - p : chunks[k];
+                for (int64_t l = 0; l < L; l++) {
+                    /* layer l's inputs for positions p..p+n-1 */
+                    PDB_TEST_OK(pdb_v4_cache_feed(g_m, &cf, l, x + (l * T + p) * H, n, NULL));
+                    PDB_TEST_OK(pdb_v4_cache_feed(h, &ch, l, x + (l * T + p) * H, n, NULL));
+                }
+                cf.len += n;
+                ch.len += n;
+            }
+            if (!layer_pools_equal(g_m, &cf, &ch))
+                fail_msg("[%s] chunk %lld: the hook part's pools differ from the full model's", pdb_v4_semantics_name((pdb_v4_semantics)sem),
+                         (long long)chunks[k]);
+            pdb_v4_cache_free(&cf);
+            pdb_v4_cache_free(&ch);
+        }
+    free(x);
+    /* the forward is refused, naming what is missing */
+    pdb_v4_cache c;
+    PDB_TEST_OK(pdb_v4_cache_init(&c, h, 8, PDB_V4_SEM_OFFICIAL));
+    int32_t ids[4] = {2, 3, 4, 5};
+    float logits[300];
+    assert_int_equal(pdb_v4_forward(h, &c, ids, 4, 0, logits), PDB_INVALID);
+    assert_non_null(strstr(pdb_err_msg(), "only the capture hook's weights"));
+    assert_non_null(strstr(pdb_err_msg(), "experts"));
+    assert_int_equal(c.len, 0);
+    pdb_v4_cache_free(&c);
+    pdb_v4_free(h);
+    pdb_st_close(rd);
+}
+
 static void test_bad_inputs(void **st) {
     pdb_v4_cache c;
     PDB_TEST_OK(pdb_v4_cache_init(&c, g_m, 4, PDB_V4_SEM_OFFICIAL));
@@ -437,7 +535,7 @@ int main(void) {
     };
     const struct CMUnitTest fwd_tests[] = {
         cmocka_unit_test(test_chunked_equals_one_shot), cmocka_unit_test(test_decode_equals_full_forward),
-        cmocka_unit_test(test_deepseek_fp4_experts),
+        cmocka_unit_test(test_deepseek_fp4_experts), cmocka_unit_test(test_hook_part),
         cmocka_unit_test(test_bad_inputs), cmocka_unit_test(test_cli_forward),
     };
     int rc = cmocka_run_group_tests(cfg_tests, NULL, NULL);

@@ -673,6 +673,10 @@ pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const 
                                  float *logits, const pdb_v4_hook *hook) {
     const pdb_config *c = &m->cfg;
     int64_t H = c->hidden_size, hc = c->hc_mult, V = c->vocab_size;
+    if (m->part != PDB_V4_PART_ALL)
+        return pdb_err_set(PDB_INVALID, "v4 forward: this model holds only the capture hook's weights (per layer wkv, kv_norm "
+                                        "and the compressors); the embedding, head, hyper-connections, query, output and "
+                                        "indexer projections, router and experts were not loaded (pdb_v4_load_part)");
     if (T <= 0) return pdb_err_set(PDB_INVALID, "v4 forward: no tokens");
     if (cc->len + T > cc->cap)
         return pdb_err_set(PDB_TOO_LARGE, "v4 forward: %lld cached + %lld new positions exceed the cache capacity %lld",

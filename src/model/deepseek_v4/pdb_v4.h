@@ -73,8 +73,18 @@ typedef struct pdb_v4_layer {
     float *sh_w2;                    /* [H, I] */
 } pdb_v4_layer;
 
+/* Which tensors a load holds (pdb_v4_load_part). */
+typedef enum pdb_v4_part {
+    PDB_V4_PART_ALL = 0,  /* every tensor: pdb_v4_forward runs on it */
+    PDB_V4_PART_HOOK = 1  /* the capture hook's: per layer wkv, kv_norm, comp, icomp (and the layer kinds and
+                             ropes), all the rest NULL; pdb_v4_cache_init / pdb_v4_cache_feed run on it, the
+                             forward refuses it (PDB_INVALID) */
+} pdb_v4_part;
+
 typedef struct pdb_v4_model {
     pdb_config cfg;
+    pdb_v4_part part;                /* what was loaded */
+    int64_t bytes;                   /* bytes of the weight arrays held (f32 tensors, tid2eid; rope tables not counted) */
     pdb_rope rope_main, rope_compress;
     float *embed;                    /* [V, H] */
     float *head;                     /* [V, H] (== embed when tied) */
@@ -170,8 +180,12 @@ typedef struct pdb_v4_cache {
 
 /* dir: HF model directory (config.json + safetensors). */
 pdb_status pdb_v4_load(const char *dir, pdb_v4_model **out);
-/* Load from an open reader with a parsed config. */
+/* Load from an open reader with a parsed config (every tensor: pdb_v4_load_part's PDB_V4_PART_ALL). */
 pdb_status pdb_v4_load_from(const pdb_config *cfg, const pdb_st *st, pdb_v4_model **out);
+/* Load part of the tensors (pdb_v4_part); each loaded tensor is the same f32 array in any part. */
+pdb_status pdb_v4_load_part(const pdb_config *cfg, const pdb_st *st, pdb_v4_part part, pdb_v4_model **out);
+/* The bytes of weights m holds (pdb_v4_model.bytes). */
+int64_t pdb_v4_model_bytes(const pdb_v4_model *m);
 void pdb_v4_free(pdb_v4_model *m);
 
 /* PDB_UNSUPPORTED (naming the field) when `official` cannot run on this config: the non-rotary

@@ -8,7 +8,13 @@
  * writes ("NAME" + "NAME_mx_scale") all go through pdb_st_load_f32, which dequantizes exactly, so
  * the decoder and the prefill engine's capture hook see the same f32 weights from one checkpoint.
  * Invariant: every tensor is found under one of its names and has exactly the shape the config
- * implies, or the load fails naming the tensor (first candidate) and the file. */
+ * implies, or the load fails naming the tensor (first candidate) and the file.
+ * Parts (pdb_v4_load_part): PDB_V4_PART_ALL loads every tensor (the forward's);
+ * PDB_V4_PART_HOOK only what pdb_v4_cache_init and pdb_v4_cache_feed read (per layer wkv,
+ * kv_norm, the compressor and the indexer's compressor; the layer kinds and the rope tables come
+ * from the config), every other weight pointer NULL: the prefill engine's capture hook holds the
+ * decoder's attention side, not its experts (issue 17 item 4). The same tensors are loaded the
+ * same way in both parts, so the hook's pools are bit-identical either way. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +25,12 @@
 
 #define T (&pdb_v4_names_table)
 
+/* One load: the reader, and the bytes of the weight arrays the model keeps (pdb_v4_model_bytes). */
+typedef struct v4_ld {
+    const pdb_st *st;
+    int64_t bytes;
+} v4_ld;
+
 static pdb_status missing(const pdb_st *st, const char *name) {
     const pdb_tensor_view *any = pdb_st_count(st) ? pdb_st_at(st, 0) : NULL;
     return pdb_err_set(PDB_NOT_FOUND, "%s: tensor '%s' is missing (DeepSeek or transformers naming)",
@@ -27,20 +39,30 @@ static pdb_status missing(const pdb_st *st, const char *name) {
 
 /* Role `role` of (layer, expert) in the first spelling the checkpoint has (pdb_v4_names' order),
  * as f32 of exactly the given shape. */
-static pdb_status load_te(const pdb_st *st, int64_t layer, int64_t expert, int role, int nd, int64_t d0, int64_t d1,
-                          int64_t d2, float **dst) {
+static pdb_status load_raw(const pdb_st *st, int64_t layer, int64_t expert, int role, int nd, int64_t d0, int64_t d1,
+                           int64_t d2, float **dst) {
     char buf[PDB_NAMES_MAX_LEN];
     if (!pdb_names_find(T, st, role, layer, expert, buf)) return missing(st, buf);
     int64_t shape[3] = {d0, d1, d2};
     return pdb_st_load_f32(st, buf, nd, shape, dst);
 }
 
-static pdb_status load_t(const pdb_st *st, int64_t layer, int role, int nd, int64_t d0, int64_t d1, int64_t d2,
-                         float **dst) {
-    return load_te(st, layer, 0, role, nd, d0, d1, d2, dst);
+/* load_raw of a tensor the model keeps (counted in ld->bytes). */
+static pdb_status load_te(v4_ld *ld, int64_t layer, int64_t expert, int role, int nd, int64_t d0, int64_t d1, int64_t d2,
+                          float **dst) {
+    PDB_TRY(load_raw(ld->st, layer, expert, role, nd, d0, d1, d2, dst));
+    int64_t d[3] = {d0, d1, d2}, n = 1;
+    for (int i = 0; i < nd; i++) n *= d[i];
+    ld->bytes += n * (int64_t)sizeof(float);
+    return PDB_OK;
 }
 
-static pdb_status load_experts(const pdb_config *c, const pdb_st *st, int64_t l, pdb_v4_layer *L) {
+static pdb_status load_t(v4_ld *ld, int64_t layer, int role, int nd, int64_t d0, int64_t d1, int64_t d2, float **dst) {
+    return load_te(ld, layer, 0, role, nd, d0, d1, d2, dst);
+}
+
+static pdb_status load_experts(const pdb_config *c, v4_ld *ld, int64_t l, pdb_v4_layer *L) {
+    const pdb_st *st = ld->st;
     int64_t E = c->n_routed_experts, I = c->moe_intermediate_size, H = c->hidden_size;
     char buf[PDB_NAMES_MAX_LEN];
     if (pdb_names_find(T, st, PDB_V4_T_EXPERTS_GATE_UP, l, 0, buf)) { /* fused */
@@ -50,22 +72,24 @@ static pdb_status load_experts(const pdb_config *c, const pdb_st *st, int64_t l,
         L->w1 = malloc(sizeof(float) * (size_t)(E * I * H));
         L->w3 = malloc(sizeof(float) * (size_t)(E * I * H));
         if (!L->w1 || !L->w3) { free(gu); return pdb_err_set(PDB_NOMEM, "%s: out of memory", buf); }
+        ld->bytes += 2 * E * I * H * (int64_t)sizeof(float);
         for (int64_t e = 0; e < E; e++) {
             memcpy(L->w1 + e * I * H, gu + e * 2 * I * H, sizeof(float) * (size_t)(I * H));
             memcpy(L->w3 + e * I * H, gu + e * 2 * I * H + I * H, sizeof(float) * (size_t)(I * H));
         }
         free(gu);
-        return load_t(st, l, PDB_V4_T_EXPERTS_DOWN, 3, E, H, I, &L->w2);
+        return load_t(ld, l, PDB_V4_T_EXPERTS_DOWN, 3, E, H, I, &L->w2);
     }
     L->w1 = malloc(sizeof(float) * (size_t)(E * I * H));
     L->w3 = malloc(sizeof(float) * (size_t)(E * I * H));
     L->w2 = malloc(sizeof(float) * (size_t)(E * I * H));
     if (!L->w1 || !L->w2 || !L->w3) return pdb_err_set(PDB_NOMEM, "experts of layer %lld: out of memory", (long long)l);
+    ld->bytes += 3 * E * I * H * (int64_t)sizeof(float);
     for (int64_t e = 0; e < E; e++) {
         float *a = NULL, *b = NULL, *d = NULL;
-        pdb_status s = load_te(st, l, e, PDB_V4_T_EXPERT_W1, 2, I, H, 0, &a);
-        if (!s) s = load_te(st, l, e, PDB_V4_T_EXPERT_W3, 2, I, H, 0, &b);
-        if (!s) s = load_te(st, l, e, PDB_V4_T_EXPERT_W2, 2, H, I, 0, &d);
+        pdb_status s = load_raw(st, l, e, PDB_V4_T_EXPERT_W1, 2, I, H, 0, &a);
+        if (!s) s = load_raw(st, l, e, PDB_V4_T_EXPERT_W3, 2, I, H, 0, &b);
+        if (!s) s = load_raw(st, l, e, PDB_V4_T_EXPERT_W2, 2, H, I, 0, &d);
         if (!s) {
             memcpy(L->w1 + e * I * H, a, sizeof(float) * (size_t)(I * H));
             memcpy(L->w3 + e * I * H, b, sizeof(float) * (size_t)(I * H));
@@ -79,7 +103,8 @@ static pdb_status load_experts(const pdb_config *c, const pdb_st *st, int64_t l,
     return PDB_OK;
 }
 
-static pdb_status load_tid2eid(const pdb_config *c, const pdb_st *st, int64_t l, pdb_v4_layer *L) {
+static pdb_status load_tid2eid(const pdb_config *c, v4_ld *ld, int64_t l, pdb_v4_layer *L) {
+    const pdb_st *st = ld->st;
     char buf[PDB_NAMES_MAX_LEN];
     if (!pdb_names_find(T, st, PDB_V4_T_GATE_TID2EID, l, 0, buf)) return missing(st, buf);
     int64_t V = c->vocab_size, K = c->num_experts_per_tok;
@@ -90,6 +115,7 @@ static pdb_status load_tid2eid(const pdb_config *c, const pdb_st *st, int64_t l,
         return pdb_err_set(PDB_MISMATCH, "%s: tensor '%s' must be I32 or I64, not %s", v->file, buf, pdb_dtype_name(v->dtype));
     L->tid2eid = malloc(sizeof(int32_t) * (size_t)(V * K));
     if (!L->tid2eid) return pdb_err_set(PDB_NOMEM, "%s: out of memory", buf);
+    ld->bytes += V * K * (int64_t)sizeof(int32_t);
     for (int64_t i = 0; i < V * K; i++) {
         int64_t e;
         if (v->dtype == PDB_DT_I64) memcpy(&e, (const char *)v->data + 8 * i, 8);
@@ -102,24 +128,27 @@ static pdb_status load_tid2eid(const pdb_config *c, const pdb_st *st, int64_t l,
     return PDB_OK;
 }
 
-static pdb_status load_compressor(const pdb_st *st, int64_t l, int indexer, int64_t rate, int64_t dim, int64_t coff,
+static pdb_status load_compressor(v4_ld *ld, int64_t l, int indexer, int64_t rate, int64_t dim, int64_t coff,
                                   int64_t H, pdb_v4_compressor *cp) {
     cp->rate = rate;
     cp->dim = dim;
     cp->coff = coff;
     if (!indexer) {
-        PDB_TRY(load_t(st, l, PDB_V4_T_COMP_WKV, 2, coff * dim, H, 0, &cp->wkv));
-        PDB_TRY(load_t(st, l, PDB_V4_T_COMP_WGATE, 2, coff * dim, H, 0, &cp->wgate));
-        PDB_TRY(load_t(st, l, PDB_V4_T_COMP_APE, 2, rate, coff * dim, 0, &cp->ape));
-        return load_t(st, l, PDB_V4_T_COMP_NORM, 1, dim, 0, 0, &cp->norm);
+        PDB_TRY(load_t(ld, l, PDB_V4_T_COMP_WKV, 2, coff * dim, H, 0, &cp->wkv));
+        PDB_TRY(load_t(ld, l, PDB_V4_T_COMP_WGATE, 2, coff * dim, H, 0, &cp->wgate));
+        PDB_TRY(load_t(ld, l, PDB_V4_T_COMP_APE, 2, rate, coff * dim, 0, &cp->ape));
+        return load_t(ld, l, PDB_V4_T_COMP_NORM, 1, dim, 0, 0, &cp->norm);
     }
-    PDB_TRY(load_t(st, l, PDB_V4_T_IDX_COMP_WKV, 2, coff * dim, H, 0, &cp->wkv));
-    PDB_TRY(load_t(st, l, PDB_V4_T_IDX_COMP_WGATE, 2, coff * dim, H, 0, &cp->wgate));
-    PDB_TRY(load_t(st, l, PDB_V4_T_IDX_COMP_APE, 2, rate, coff * dim, 0, &cp->ape));
-    return load_t(st, l, PDB_V4_T_IDX_COMP_NORM, 1, dim, 0, 0, &cp->norm);
+    PDB_TRY(load_t(ld, l, PDB_V4_T_IDX_COMP_WKV, 2, coff * dim, H, 0, &cp->wkv));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_IDX_COMP_WGATE, 2, coff * dim, H, 0, &cp->wgate));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_IDX_COMP_APE, 2, rate, coff * dim, 0, &cp->ape));
+    return load_t(ld, l, PDB_V4_T_IDX_COMP_NORM, 1, dim, 0, 0, &cp->norm);
 }
 
-static pdb_status load_layer(const pdb_v4_model *m, const pdb_st *st, int64_t l, pdb_v4_layer *L) {
+/* Layer l's kind and rope, and its tensors: the capture hook's (pdb_v4_cache_feed reads wkv,
+ * kv_norm, the compressor and the indexer's compressor) first, then, for PDB_V4_PART_ALL, the
+ * rest of the forward's. */
+static pdb_status load_layer(const pdb_v4_model *m, v4_ld *ld, int64_t l, pdb_v4_layer *L) {
     const pdb_config *c = &m->cfg;
     int64_t H = c->hidden_size, hc = c->hc_mult, mix = (2 + hc) * hc, nh = c->num_heads, hd = c->head_dim;
     int64_t qlr = c->q_lora_rank, G = c->o_groups, olr = c->o_lora_rank, E = c->n_routed_experts;
@@ -128,71 +157,89 @@ static pdb_status load_layer(const pdb_v4_model *m, const pdb_st *st, int64_t l,
     L->rate = pdb_config_v4_rate(c, l);
     L->hash = c->v4_hash_moe[l];
     L->rope = L->attn == PDB_V4_ATTN_SLIDING ? &m->rope_main : &m->rope_compress;
-    PDB_TRY(load_t(st, l, PDB_V4_T_ATTN_NORM, 1, H, 0, 0, &L->attn_norm));
-    PDB_TRY(load_t(st, l, PDB_V4_T_FFN_NORM, 1, H, 0, 0, &L->ffn_norm));
-    PDB_TRY(load_t(st, l, PDB_V4_T_HC_ATTN_FN, 2, mix, hc * H, 0, &L->hc_attn_fn));
-    PDB_TRY(load_t(st, l, PDB_V4_T_HC_ATTN_BASE, 1, mix, 0, 0, &L->hc_attn_base));
-    PDB_TRY(load_t(st, l, PDB_V4_T_HC_ATTN_SCALE, 1, 3, 0, 0, &L->hc_attn_scale));
-    PDB_TRY(load_t(st, l, PDB_V4_T_HC_FFN_FN, 2, mix, hc * H, 0, &L->hc_ffn_fn));
-    PDB_TRY(load_t(st, l, PDB_V4_T_HC_FFN_BASE, 1, mix, 0, 0, &L->hc_ffn_base));
-    PDB_TRY(load_t(st, l, PDB_V4_T_HC_FFN_SCALE, 1, 3, 0, 0, &L->hc_ffn_scale));
-    PDB_TRY(load_t(st, l, PDB_V4_T_WQ_A, 2, qlr, H, 0, &L->wq_a));
-    PDB_TRY(load_t(st, l, PDB_V4_T_Q_NORM, 1, qlr, 0, 0, &L->q_norm));
-    PDB_TRY(load_t(st, l, PDB_V4_T_WQ_B, 2, nh * hd, qlr, 0, &L->wq_b));
-    PDB_TRY(load_t(st, l, PDB_V4_T_WKV, 2, hd, H, 0, &L->wkv));
-    PDB_TRY(load_t(st, l, PDB_V4_T_KV_NORM, 1, hd, 0, 0, &L->kv_norm));
-    PDB_TRY(load_t(st, l, PDB_V4_T_WO_A, 2, G * olr, nh * hd / G, 0, &L->wo_a));
-    PDB_TRY(load_t(st, l, PDB_V4_T_WO_B, 2, H, G * olr, 0, &L->wo_b));
-    PDB_TRY(load_t(st, l, PDB_V4_T_ATTN_SINK, 1, nh, 0, 0, &L->sink));
-    if (L->rate) PDB_TRY(load_compressor(st, l, 0, L->rate, hd, L->attn == PDB_V4_ATTN_CSA ? 2 : 1, H, &L->comp));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_WKV, 2, hd, H, 0, &L->wkv));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_KV_NORM, 1, hd, 0, 0, &L->kv_norm));
+    if (L->rate) PDB_TRY(load_compressor(ld, l, 0, L->rate, hd, L->attn == PDB_V4_ATTN_CSA ? 2 : 1, H, &L->comp));
+    if (L->attn == PDB_V4_ATTN_CSA) PDB_TRY(load_compressor(ld, l, 1, L->rate, c->index_head_dim, 2, H, &L->icomp));
+    if (m->part == PDB_V4_PART_HOOK) return PDB_OK;
+    PDB_TRY(load_t(ld, l, PDB_V4_T_ATTN_NORM, 1, H, 0, 0, &L->attn_norm));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_FFN_NORM, 1, H, 0, 0, &L->ffn_norm));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_HC_ATTN_FN, 2, mix, hc * H, 0, &L->hc_attn_fn));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_HC_ATTN_BASE, 1, mix, 0, 0, &L->hc_attn_base));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_HC_ATTN_SCALE, 1, 3, 0, 0, &L->hc_attn_scale));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_HC_FFN_FN, 2, mix, hc * H, 0, &L->hc_ffn_fn));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_HC_FFN_BASE, 1, mix, 0, 0, &L->hc_ffn_base));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_HC_FFN_SCALE, 1, 3, 0, 0, &L->hc_ffn_scale));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_WQ_A, 2, qlr, H, 0, &L->wq_a));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_Q_NORM, 1, qlr, 0, 0, &L->q_norm));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_WQ_B, 2, nh * hd, qlr, 0, &L->wq_b));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_WO_A, 2, G * olr, nh * hd / G, 0, &L->wo_a));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_WO_B, 2, H, G * olr, 0, &L->wo_b));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_ATTN_SINK, 1, nh, 0, 0, &L->sink));
     if (L->attn == PDB_V4_ATTN_CSA) {
         int64_t nih = c->index_n_heads, ihd = c->index_head_dim;
-        PDB_TRY(load_compressor(st, l, 1, L->rate, ihd, 2, H, &L->icomp));
-        PDB_TRY(load_t(st, l, PDB_V4_T_IDX_WQ_B, 2, nih * ihd, qlr, 0, &L->idx_wq_b));
-        PDB_TRY(load_t(st, l, PDB_V4_T_IDX_WPROJ, 2, nih, H, 0, &L->idx_wproj));
+        PDB_TRY(load_t(ld, l, PDB_V4_T_IDX_WQ_B, 2, nih * ihd, qlr, 0, &L->idx_wq_b));
+        PDB_TRY(load_t(ld, l, PDB_V4_T_IDX_WPROJ, 2, nih, H, 0, &L->idx_wproj));
     }
-    PDB_TRY(load_t(st, l, PDB_V4_T_GATE, 2, E, H, 0, &L->gate));
-    if (L->hash) PDB_TRY(load_tid2eid(c, st, l, L));
-    else PDB_TRY(load_t(st, l, PDB_V4_T_GATE_BIAS, 1, E, 0, 0, &L->gate_bias));
-    PDB_TRY(load_experts(c, st, l, L));
+    PDB_TRY(load_t(ld, l, PDB_V4_T_GATE, 2, E, H, 0, &L->gate));
+    if (L->hash) PDB_TRY(load_tid2eid(c, ld, l, L));
+    else PDB_TRY(load_t(ld, l, PDB_V4_T_GATE_BIAS, 1, E, 0, 0, &L->gate_bias));
+    PDB_TRY(load_experts(c, ld, l, L));
     if (c->n_shared_experts) {
-        PDB_TRY(load_t(st, l, PDB_V4_T_SHARED_W1, 2, I, H, 0, &L->sh_w1));
-        PDB_TRY(load_t(st, l, PDB_V4_T_SHARED_W3, 2, I, H, 0, &L->sh_w3));
-        PDB_TRY(load_t(st, l, PDB_V4_T_SHARED_W2, 2, H, I, 0, &L->sh_w2));
+        PDB_TRY(load_t(ld, l, PDB_V4_T_SHARED_W1, 2, I, H, 0, &L->sh_w1));
+        PDB_TRY(load_t(ld, l, PDB_V4_T_SHARED_W3, 2, I, H, 0, &L->sh_w3));
+        PDB_TRY(load_t(ld, l, PDB_V4_T_SHARED_W2, 2, H, I, 0, &L->sh_w2));
     }
     return PDB_OK;
 }
 
-pdb_status pdb_v4_load_from(const pdb_config *cfg, const pdb_st *st, pdb_v4_model **out) {
+/* The forward's tensors outside the layers: embedding, final norm, head (tied: the embedding's
+ * when the checkpoint has none), the head's hyper-connection. */
+static pdb_status load_globals(pdb_v4_model *m, v4_ld *ld) {
+    const pdb_config *c = &m->cfg;
+    int64_t V = c->vocab_size, H = c->hidden_size, hc = c->hc_mult;
+    PDB_TRY(load_t(ld, -1, PDB_V4_T_EMBED, 2, V, H, 0, &m->embed));
+    PDB_TRY(load_t(ld, -1, PDB_V4_T_NORM, 1, H, 0, 0, &m->norm));
+    char buf[PDB_NAMES_MAX_LEN];
+    if (c->tie_word_embeddings && !pdb_names_find(T, ld->st, PDB_V4_T_HEAD, -1, 0, buf)) m->head = m->embed;
+    else PDB_TRY(load_t(ld, -1, PDB_V4_T_HEAD, 2, V, H, 0, &m->head));
+    PDB_TRY(load_t(ld, -1, PDB_V4_T_HC_HEAD_FN, 2, hc, hc * H, 0, &m->hc_head_fn));
+    PDB_TRY(load_t(ld, -1, PDB_V4_T_HC_HEAD_BASE, 1, hc, 0, 0, &m->hc_head_base));
+    return load_t(ld, -1, PDB_V4_T_HC_HEAD_SCALE, 1, 1, 0, 0, &m->hc_head_scale);
+}
+
+pdb_status pdb_v4_load_part(const pdb_config *cfg, const pdb_st *st, pdb_v4_part part, pdb_v4_model **out) {
     *out = NULL;
     if (cfg->arch != PDB_ARCH_DEEPSEEK_V4)
         return pdb_err_set(PDB_MISMATCH, "pdb_v4_load: config is not deepseek_v4 (model_type '%s')", cfg->model_type);
+    if (part != PDB_V4_PART_ALL && part != PDB_V4_PART_HOOK) return pdb_err_set(PDB_INVALID, "pdb_v4_load: no part %d", (int)part);
     pdb_v4_model *m = calloc(1, sizeof *m);
     if (!m) return pdb_err_set(PDB_NOMEM, "v4 model: out of memory");
     m->cfg = *cfg;
+    m->part = part;
+    v4_ld ld_ = {.st = st}, *ld = &ld_;
     const pdb_config *c = &m->cfg;
-    int64_t V = c->vocab_size, H = c->hidden_size, hc = c->hc_mult;
     pdb_status s;
     if ((s = pdb_rope_init(&m->rope_main, &c->rope, c->qk_rope_head_dim))) goto fail;
     if ((s = pdb_rope_init(&m->rope_compress, &c->rope_compress, c->qk_rope_head_dim))) goto fail;
     m->layers = calloc((size_t)c->num_layers, sizeof *m->layers);
     if (!m->layers) { s = pdb_err_set(PDB_NOMEM, "v4 layers: out of memory"); goto fail; }
-    if ((s = load_t(st, -1, PDB_V4_T_EMBED, 2, V, H, 0, &m->embed))) goto fail;
-    if ((s = load_t(st, -1, PDB_V4_T_NORM, 1, H, 0, 0, &m->norm))) goto fail;
-    char buf[PDB_NAMES_MAX_LEN];
-    if (c->tie_word_embeddings && !pdb_names_find(T, st, PDB_V4_T_HEAD, -1, 0, buf)) m->head = m->embed;
-    else if ((s = load_t(st, -1, PDB_V4_T_HEAD, 2, V, H, 0, &m->head))) goto fail;
-    if ((s = load_t(st, -1, PDB_V4_T_HC_HEAD_FN, 2, hc, hc * H, 0, &m->hc_head_fn))) goto fail;
-    if ((s = load_t(st, -1, PDB_V4_T_HC_HEAD_BASE, 1, hc, 0, 0, &m->hc_head_base))) goto fail;
-    if ((s = load_t(st, -1, PDB_V4_T_HC_HEAD_SCALE, 1, 1, 0, 0, &m->hc_head_scale))) goto fail;
+    if (part == PDB_V4_PART_ALL && (s = load_globals(m, ld))) goto fail; /* the hook reads no global tensor */
     for (int64_t l = 0; l < c->num_layers; l++)
-        if ((s = load_layer(m, st, l, &m->layers[l]))) goto fail;
+        if ((s = load_layer(m, ld, l, &m->layers[l]))) goto fail;
+    m->bytes = ld->bytes;
     *out = m;
     return PDB_OK;
 fail:
     pdb_v4_free(m);
     return s;
 }
+
+pdb_status pdb_v4_load_from(const pdb_config *cfg, const pdb_st *st, pdb_v4_model **out) {
+    return pdb_v4_load_part(cfg, st, PDB_V4_PART_ALL, out);
+}
+
+int64_t pdb_v4_model_bytes(const pdb_v4_model *m) { return m->bytes; }
 
 static pdb_status load_from_dir(const pdb_config *cfg, const pdb_st *st, void *out) { return pdb_v4_load_from(cfg, st, out); }
 pdb_status pdb_v4_load(const char *dir, pdb_v4_model **out) { return pdb_config_load_dir(dir, load_from_dir, out); }
