@@ -58,13 +58,7 @@ int pdb_cli_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--preset") && v) o.preset = argv[++i];
         else if (!strcmp(a, "--out") && v) o.out_dir = argv[++i];
         else if (!strcmp(a, "--tokenizer") && v) o.tokenizer = argv[++i];
-        else if (!strcmp(a, "--format") && v) {
-            o.format = argv[++i];
-            if (strcmp(o.format, "bf16") && strcmp(o.format, "deepseek")) {
-                fprintf(stderr, "pdbridge make-model: --format '%s' is not a format (bf16, deepseek)\n", o.format);
-                return 2;
-            }
-        }
+        else if (!strcmp(a, "--format") && v) o.format = argv[++i]; /* checked by pdb_make_model_write, before any file */
         else if (!strcmp(a, "--seed")) { if (!parse_i64("make-model", a, v, &x)) return 2; o.seed = (uint64_t)x; i++; }
         else if (!strcmp(a, "--layers")) { if (!parse_i64("make-model", a, v, &o.layers)) return 2; i++; }
         else if (!strcmp(a, "--experts")) { if (!parse_i64("make-model", a, v, &o.experts)) return 2; i++; }
