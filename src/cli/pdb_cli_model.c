@@ -32,10 +32,16 @@ static int parse_i64(const char *cmd, const char *opt, const char *v, int64_t *o
 int pdb_cli_make_model(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge make-model --arch deepseek_v2|deepseek_v4 --preset NAME --seed S --out DIR\n"
-        "                           [--layers N] [--experts N] [--vocab N] [--hidden N] [--tokenizer FILE]\n\n"
+        "                           [--layers N] [--experts N] [--vocab N] [--hidden N] [--tokenizer FILE]\n"
+        "                           [--format bf16|deepseek]\n\n"
         "Writes a random checkpoint in the Hugging Face layout: config.json, model.safetensors (bf16)\n"
         "and tokenizer.json when the vocabulary covers the DeepSeek tokenizer (--tokenizer, default\n"
         ".cache/tokenizer/deepseek_v3/tokenizer.json when it exists).\n"
+        "--format deepseek writes the weights quantize --scheme mx would make MX in DeepSeek's own layout\n"
+        "instead (docs/formats/deepseek.md): routed experts FP4 (I8 [out, in/2], two e2m1 per byte, low\n"
+        "nibble first, + '<name minus .weight>.scale' e8m0 [out, in/32]), the other MX weights FP8 e4m3\n"
+        "with one e8m0 scale per 128x128 block; the values are the bf16 checkpoint's, rounded per block.\n"
+        "It holds one tensor in memory at a time. Default: bf16.\n"
         "Presets: tiny (unit tests), small (demo: real tokenizer vocabulary), v2-lite (DeepSeek-V2-Lite\n"
         "shapes; 15.7B parameters, use --layers/--experts to shrink).\n"
         "deepseek_v4 presets: tiny (every attention path on short prompts), v4-flash (V4-Flash's\n"
@@ -52,6 +58,7 @@ int pdb_cli_make_model(int argc, char **argv) {
         else if (!strcmp(a, "--preset") && v) o.preset = argv[++i];
         else if (!strcmp(a, "--out") && v) o.out_dir = argv[++i];
         else if (!strcmp(a, "--tokenizer") && v) o.tokenizer = argv[++i];
+        else if (!strcmp(a, "--format") && v) o.format = argv[++i]; /* checked by pdb_make_model_write, before any file */
         else if (!strcmp(a, "--seed")) { if (!parse_i64("make-model", a, v, &x)) return 2; o.seed = (uint64_t)x; i++; }
         else if (!strcmp(a, "--layers")) { if (!parse_i64("make-model", a, v, &o.layers)) return 2; i++; }
         else if (!strcmp(a, "--experts")) { if (!parse_i64("make-model", a, v, &o.experts)) return 2; i++; }
@@ -61,7 +68,10 @@ int pdb_cli_make_model(int argc, char **argv) {
     }
     if (!o.out_dir) { fprintf(stderr, "pdbridge make-model: --out DIR is required\n\n%s", usage); return 2; }
     if (pdb_make_model_write(&o)) return fail("make-model");
-    printf("wrote %s (%s, preset %s, seed %llu)\n", o.out_dir, o.arch, o.preset, (unsigned long long)o.seed);
+    if (o.format && !strcmp(o.format, "deepseek"))
+        printf("wrote %s (%s, preset %s, seed %llu, DeepSeek FP8/FP4 layout)\n", o.out_dir, o.arch, o.preset, (unsigned long long)o.seed);
+    else
+        printf("wrote %s (%s, preset %s, seed %llu)\n", o.out_dir, o.arch, o.preset, (unsigned long long)o.seed);
     return 0;
 }
 

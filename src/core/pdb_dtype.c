@@ -368,3 +368,64 @@ void pdb_quant_mxfp8_row(const float *x, int64_t n, uint8_t *q, uint8_t *scales)
             q[b * 32 + i] = scales[b] == 0xFF ? 0 : pdb_f32_to_e4m3(xb[i] * inv);
     }
 }
+
+/* ---- DeepSeek's fitting scales ------------------------------------------------------------ */
+
+/* The e8m0 code of the smallest 2^e (e in [-127, 127]) with amax <= fmax * 2^e; amax finite and
+ * >= 0. fmax * 2^e is exact in f32 for every e here (or inf past the top, which compares above
+ * any finite amax). *inv receives 2^-e. */
+static uint8_t fit_scale(float amax, float fmax, float *inv) {
+    int e = -127;
+    if (amax > 0.0f) {
+        int k;
+        (void)frexpf(amax, &k);      /* amax in [2^(k-1), 2^k) */
+        e = k - 1 - (int)floorf(log2f(fmax)); /* within one of the answer */
+        if (e < -127) e = -127;
+        while (e < 127 && ldexpf(fmax, e) < amax) e++;
+        while (e > -127 && ldexpf(fmax, e - 1) >= amax) e--;
+    }
+    *inv = ldexpf(1.0f, -e);
+    return (uint8_t)(e + 127);
+}
+
+void pdb_quant_fp8_block128(const float *x, int64_t rows, int64_t cols, uint8_t *q, uint8_t *scales) {
+    PDB_ASSERT(rows >= 0 && cols >= 0, "negative FP8 weight shape");
+    int64_t rb = (rows + 127) / 128, cb = (cols + 127) / 128;
+    for (int64_t bi = 0; bi < rb; bi++)
+        for (int64_t bj = 0; bj < cb; bj++) {
+            int64_t r0 = bi * 128, r1 = r0 + 128 < rows ? r0 + 128 : rows, c0 = bj * 128, c1 = c0 + 128 < cols ? c0 + 128 : cols;
+            float amax = 0.0f;
+            int bad = 0;
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++) {
+                    float a = fabsf(x[r * cols + c]);
+                    if (!(a <= 3.4028235e38f)) bad = 1;
+                    else if (a > amax) amax = a;
+                }
+            float inv = 0.0f;
+            uint8_t code = bad ? 0xFF : fit_scale(amax, 448.0f, &inv);
+            scales[bi * cb + bj] = code;
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++) q[r * cols + c] = bad ? 0 : pdb_f32_to_e4m3(x[r * cols + c] * inv);
+        }
+}
+
+void pdb_quant_fp4_row32(const float *x, int64_t n, uint8_t *packed, uint8_t *scales) {
+    PDB_ASSERT(n >= 0 && n % 32 == 0, "FP4 row length must be a multiple of 32");
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.0f;
+        int bad = 0;
+        for (int i = 0; i < 32; i++) {
+            float a = fabsf(xb[i]);
+            if (!(a <= 3.4028235e38f)) bad = 1;
+            else if (a > amax) amax = a;
+        }
+        float inv = 0.0f;
+        scales[b] = bad ? 0xFF : fit_scale(amax, 6.0f, &inv);
+        for (int i = 0; i < 16; i++) {
+            uint8_t lo = bad ? 0 : pdb_f32_to_e2m1(xb[2 * i] * inv), hi = bad ? 0 : pdb_f32_to_e2m1(xb[2 * i + 1] * inv);
+            packed[b * 16 + i] = (uint8_t)(lo | (hi << 4));
+        }
+    }
+}

@@ -72,6 +72,18 @@ void pdb_dequant_mxfp8_row(const uint8_t *q, const uint8_t *scales, int64_t n, f
 void pdb_quant_mxfp4_row(const float *x, int64_t n, uint8_t *packed, uint8_t *scales);
 void pdb_quant_mxfp8_row(const float *x, int64_t n, uint8_t *q, uint8_t *scales);
 
+/* DeepSeek's rounding (make-model --format deepseek): a block's scale is the smallest power of two
+ * 2^e, e in [-127, 127], with max|x| <= fmax * 2^e (fmax 448 for e4m3, 6 for e2m1), so nothing
+ * saturates (OCP's floor rule above may clip the block's largest element); an all-zero block
+ * gets e = -127 (code 0); elements are x * 2^-e rounded to nearest even. A block holding NaN or
+ * inf gets scale 0xFF and zero elements.
+ * pdb_quant_fp8_block128: [rows, cols] into e4m3 q [rows, cols] and e8m0 scales
+ * [ceil(rows/128), ceil(cols/128)], one per 128x128 block (edge blocks partial).
+ * pdb_quant_fp4_row32: one row of n (n % 32 == 0) into packed e2m1 [n/2] (element 2i in the low
+ * nibble, as MXFP4) and e8m0 scales [n/32]: an MXFP4 row. */
+void pdb_quant_fp8_block128(const float *x, int64_t rows, int64_t cols, uint8_t *q, uint8_t *scales);
+void pdb_quant_fp4_row32(const float *x, int64_t n, uint8_t *packed, uint8_t *scales);
+
 /* Little-endian integers in byte buffers (every on-disk and on-wire format of pdbridge). */
 static inline void pdb_put_le32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
 static inline void pdb_put_le64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }

@@ -784,8 +784,10 @@ typedef struct st_wtensor {
     pdb_dtype dtype;
     int ndim;
     int64_t shape[PDB_ST_MAX_DIMS];
-    const void *data; /* [nbytes], the caller's */
+    const void *data; /* [nbytes], the caller's; NULL for a fill tensor */
     uint64_t nbytes;
+    pdb_st_fill_fn fill; /* NULL: data holds the bytes */
+    void *fill_ctx;
 } st_wtensor;
 
 struct pdb_st_writer {
@@ -814,8 +816,8 @@ pdb_status pdb_st_writer_meta(pdb_st_writer *w, const char *key, const char *val
     return PDB_OK;
 }
 
-pdb_status pdb_st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, int ndim, const int64_t *shape,
-                             const void *data) {
+static pdb_status st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, int ndim, const int64_t *shape,
+                                const void *data, pdb_st_fill_fn fill, void *fill_ctx) {
     PDB_ASSERT(w && name, "pdb_st_writer_add: NULL argument");
     if (strcmp(name, "__metadata__") == 0)
         return pdb_err_set(PDB_INVALID, "safetensors writer: '__metadata__' is reserved, not a tensor name");
@@ -830,6 +832,8 @@ pdb_status pdb_st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, i
     t.dtype = dt;
     t.ndim = ndim;
     t.data = data;
+    t.fill = fill;
+    t.fill_ctx = fill_ctx;
     uint64_t numel = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
@@ -840,7 +844,7 @@ pdb_status pdb_st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, i
     }
     if (__builtin_mul_overflow(numel, (uint64_t)pdb_dtype_size(dt), &t.nbytes) || t.nbytes > (uint64_t)INT64_MAX)
         return pdb_err_set(PDB_INVALID, "safetensors writer: tensor '%s': byte size overflows", name);
-    if (t.nbytes && !data)
+    if (t.nbytes && !data && !fill)
         return pdb_err_set(PDB_INVALID, "safetensors writer: tensor '%s': NULL data", name);
     if (w->n == w->cap) {
         int64_t cap = w->cap ? w->cap * 2 : 64;
@@ -858,6 +862,17 @@ pdb_status pdb_st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, i
     }
     w->n++;
     return PDB_OK;
+}
+
+pdb_status pdb_st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, int ndim, const int64_t *shape,
+                             const void *data) {
+    return st_writer_add(w, name, dt, ndim, shape, data, NULL, NULL);
+}
+
+pdb_status pdb_st_writer_add_fill(pdb_st_writer *w, const char *name, pdb_dtype dt, int ndim, const int64_t *shape,
+                                  pdb_st_fill_fn fill, void *ctx) {
+    PDB_ASSERT(fill, "pdb_st_writer_add_fill: NULL fill");
+    return st_writer_add(w, name, dt, ndim, shape, NULL, fill, ctx);
 }
 
 static pdb_status write_all(int fd, const void *buf, uint64_t n, const char *path) {
@@ -973,7 +988,18 @@ pdb_status pdb_st_writer_finish(pdb_st_writer *w, const char *path) {
     pdb_put_le64(lenb, hlen);
     rc = write_all(fd, lenb, 8, path);
     if (rc == PDB_OK) rc = write_all(fd, header, hlen, path);
-    for (int64_t i = 0; rc == PDB_OK && i < w->n; i++) rc = write_all(fd, w->t[i].data, w->t[i].nbytes, path);
+    for (int64_t i = 0; rc == PDB_OK && i < w->n; i++) {
+        const st_wtensor *t = &w->t[i];
+        if (!t->fill) {
+            rc = write_all(fd, t->data, t->nbytes, path);
+            continue;
+        }
+        void *buf = malloc(t->nbytes ? (size_t)t->nbytes : 1);
+        if (!buf) rc = pdb_err_set(PDB_NOMEM, "%s: tensor '%s': out of memory for %llu bytes", path, t->name,
+                                   (unsigned long long)t->nbytes);
+        else if ((rc = t->fill(t->fill_ctx, buf, t->nbytes)) == PDB_OK) rc = write_all(fd, buf, t->nbytes, path);
+        free(buf);
+    }
     if (rc == PDB_OK && fsync(fd) != 0) rc = pdb_err_set(PDB_IO, "%s: fsync: %s", path, strerror(errno));
     if (close(fd) != 0 && rc == PDB_OK) rc = pdb_err_set(PDB_IO, "%s: close: %s", path, strerror(errno));
     if (rc == PDB_OK && rename(tmp, path) != 0)

@@ -82,6 +82,12 @@ pdb_status pdb_st_writer_init(pdb_st_writer **out);
 pdb_status pdb_st_writer_meta(pdb_st_writer *w, const char *key, const char *value);
 pdb_status pdb_st_writer_add(pdb_st_writer *w, const char *name, pdb_dtype dt, int ndim,
                              const int64_t *shape, const void *data);
+/* A tensor whose bytes are produced at finish, in add order, into a buffer of exactly its size
+ * that is freed once written: a writer of fill tensors holds one tensor's bytes at a time. fill's
+ * error aborts finish (no file is published). ctx must stay valid until finish. */
+typedef pdb_status (*pdb_st_fill_fn)(void *ctx, void *dst, uint64_t nbytes);
+pdb_status pdb_st_writer_add_fill(pdb_st_writer *w, const char *name, pdb_dtype dt, int ndim, const int64_t *shape,
+                                  pdb_st_fill_fn fill, void *ctx);
 pdb_status pdb_st_writer_finish(pdb_st_writer *w, const char *path);
 void pdb_st_writer_free(pdb_st_writer *w);
 

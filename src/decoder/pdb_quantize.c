@@ -33,6 +33,50 @@ static pdb_arch_quant choose(const pdb_arch_def *a, const pdb_tensor_view *v, co
     return a->quant_kind(v->name);
 }
 
+/* DeepSeek's layout converted without loss (docs/formats/deepseek.md). A weight stored as
+ * e4m3 [R, C] with an e8m0 scale per 128x128 block (a "<name minus .weight>.scale" or
+ * NAME_scale_inv companion, F8_E8M0, or F32/BF16 holding only powers of two 2^-127..2^127) is
+ * MXFP8 already: its codes are kept and each block's scale repeated for the block's 32-wide
+ * groups (C % 32 == 0, so no group straddles two blocks). Returns 1 and the [R, C/32] e8m0 scales
+ * (malloc'd) when v is such a weight; 0 when it is not (other FP8 goes through f32, as before). */
+static int ds_fp8_scales(const pdb_st *st, const pdb_tensor_view *v, uint8_t **out) {
+    *out = NULL;
+    if (v->dtype != PDB_DT_F8_E4M3 || v->ndim != 2 || v->shape[1] % 32) return 0;
+    int64_t R = v->shape[0], C = v->shape[1], rb = (R + 127) / 128, cb = (C + 127) / 128;
+    size_t n = strlen(v->name);
+    char *nm = malloc(n + 16);
+    if (!nm) return 0;
+    snprintf(nm, n + 16, "%s_scale_inv", v->name);
+    const pdb_tensor_view *s = pdb_st_find(st, nm);
+    if (!s && ends(v->name, ".weight")) {
+        snprintf(nm, n + 16, "%.*s.scale", (int)(n - 7), v->name);
+        s = pdb_st_find(st, nm);
+    }
+    if (!s) {
+        snprintf(nm, n + 16, "%s.scale", v->name);
+        s = pdb_st_find(st, nm);
+    }
+    free(nm);
+    if (!s || s->ndim != 2 || s->shape[0] != rb || s->shape[1] != cb) return 0;
+    uint8_t *bs = malloc((size_t)(rb * cb)), *sc = malloc((size_t)(R * C / 32));
+    float *f = malloc(sizeof(float) * (size_t)(rb * cb));
+    int ok = bs && sc && f;
+    if (ok && s->dtype == PDB_DT_F8_E8M0) memcpy(bs, s->data, (size_t)(rb * cb));
+    else if (ok && (s->dtype == PDB_DT_F32 || s->dtype == PDB_DT_BF16) && !pdb_dtype_to_f32(s->dtype, s->data, rb * cb, f))
+        for (int64_t i = 0; ok && i < rb * cb; i++) { /* a power of two exactly, inside e8m0's range */
+            bs[i] = pdb_f32_to_e8m0(f[i]);
+            ok = bs[i] != 0xFF && pdb_e8m0_to_f32(bs[i]) == f[i];
+        }
+    else ok = 0;
+    for (int64_t r = 0; ok && r < R; r++)
+        for (int64_t g = 0; g < C / 32; g++) sc[r * (C / 32) + g] = bs[(r / 128) * cb + g * 32 / 128];
+    free(bs);
+    free(f);
+    if (!ok) { free(sc); return 0; }
+    *out = sc;
+    return 1;
+}
+
 /* What quantize writes into its output directory, all it ever removes when it replaces one: the
  * checkpoint and its record, then the files copied from the source (OUT_COPIED on; config.json
  * first, the only one that must exist). */
@@ -133,21 +177,49 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
         if (ends(v->name, "_scale_inv") || ends(v->name, ".scale")) continue; /* consumed with their FP8 weight */
         in_bytes += v->nbytes;
         pdb_arch_quant k = choose(arch, v, scheme);
-        if (k == PDB_ARCH_Q_KEEP && v->dtype != PDB_DT_F8_E4M3) {
+        const pdb_tensor_view *dq = NULL, *dsc = NULL;
+        int dfp4 = 0;
+        if ((v->dtype == PDB_DT_I8 || v->dtype == PDB_DT_U8) && v->ndim == 2 &&
+            (s = pdb_st_get_mx(st, v->name, -1, -1, &dq, &dsc, &dfp4)))
+            goto done;
+        if (dq && ends(dsc->name, "_mx_scale")) dq = NULL; /* already ours: kept as before */
+        int64_t lshape[2] = {v->shape[0], dq ? 2 * v->shape[1] : v->shape[1]}; /* FP4: [R, C] of [R, C/2] bytes */
+        if (dq && !strcmp(scheme, "mx")) { /* DeepSeek's FP4 (or an MX weight already): MXFP4 as it is */
+            int64_t ss[2] = {dsc->shape[0], dsc->shape[1]};
+            snprintf(spath, sizeof spath, "%s_mx_scale", v->name);
+            if ((s = pdb_st_writer_add(w, v->name, dfp4 ? PDB_DT_U8 : PDB_DT_F8_E4M3, 2, v->shape, v->data)) ||
+                (s = pdb_st_writer_add(w, spath, PDB_DT_F8_E8M0, 2, ss, dsc->data)))
+                goto done;
+            out_bytes += v->nbytes + dsc->nbytes;
+            continue;
+        }
+        uint8_t *rep = NULL;
+        if (k != PDB_ARCH_Q_KEEP && ds_fp8_scales(st, v, &rep)) { /* FP8 128x128 with e8m0 scales: MXFP8 as it is */
+            int64_t ss[2] = {v->shape[0], v->shape[1] / 32};
+            bufs[nb++] = rep;
+            snprintf(spath, sizeof spath, "%s_mx_scale", v->name);
+            if ((s = pdb_st_writer_add(w, v->name, PDB_DT_F8_E4M3, 2, v->shape, v->data)) ||
+                (s = pdb_st_writer_add(w, spath, PDB_DT_F8_E8M0, 2, ss, rep)))
+                goto done;
+            out_bytes += v->nbytes + (uint64_t)(ss[0] * ss[1]);
+            continue;
+        }
+        if (k == PDB_ARCH_Q_KEEP && v->dtype != PDB_DT_F8_E4M3 && !dq) {
             if ((s = pdb_st_writer_add(w, v->name, v->dtype, v->ndim, v->shape, v->data))) goto done;
             out_bytes += v->nbytes;
             continue;
         }
         float *f = NULL;
-        if ((s = pdb_st_load_f32(st, v->name, v->ndim, v->shape, &f))) goto done;
-        if (k == PDB_ARCH_Q_KEEP) { /* block-scaled FP8 kept as bf16 under scheme none */
-            uint16_t *b = malloc(sizeof(uint16_t) * (size_t)v->numel);
+        if ((s = pdb_st_load_f32(st, v->name, v->ndim, dq ? lshape : v->shape, &f))) goto done;
+        if (k == PDB_ARCH_Q_KEEP) { /* block-scaled FP8 and FP4 kept as bf16 under scheme none (exact) */
+            int64_t numel = dq ? 2 * v->numel : v->numel;
+            uint16_t *b = malloc(sizeof(uint16_t) * (size_t)numel);
             if (!b) { free(f); s = pdb_err_set(PDB_NOMEM, "quantize"); goto done; }
-            for (int64_t j = 0; j < v->numel; j++) b[j] = pdb_f32_to_bf16(f[j]);
+            for (int64_t j = 0; j < numel; j++) b[j] = pdb_f32_to_bf16(f[j]);
             free(f);
             bufs[nb++] = b;
-            if ((s = pdb_st_writer_add(w, v->name, PDB_DT_BF16, v->ndim, v->shape, b))) goto done;
-            out_bytes += (uint64_t)v->numel * 2;
+            if ((s = pdb_st_writer_add(w, v->name, PDB_DT_BF16, v->ndim, dq ? lshape : v->shape, b))) goto done;
+            out_bytes += (uint64_t)numel * 2;
             continue;
         }
         int64_t R = v->shape[0], C = v->shape[1];

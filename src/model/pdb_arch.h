@@ -71,7 +71,9 @@ typedef struct pdb_arch_def {
     pdb_status (*check_semantics)(const pdb_config *cfg, int sem);
     /* 1 when a prefill engine of config a computes exactly the cache a decoder of config b holds. */
     int (*same_cache)(const pdb_config *a, const pdb_config *b);
-    /* The decoder checkpoint's format of weight `name` under scheme mx (by its tensor name). */
+    /* The decoder checkpoint's format of weight `name` under scheme mx (by its tensor name); also
+     * which weights make-model --format deepseek writes as FP4 (MXFP4) and FP8 128x128 (MXFP8),
+     * so that quantize converts that layout without loss (docs/formats/deepseek.md). */
     pdb_arch_quant (*quant_kind)(const char *name);
     /* make-model: a preset into cfg (PDB_NOT_FOUND listing the presets), --layers applied to it,
      * and every tensor of a random checkpoint of cfg written through ctx. */

@@ -1,8 +1,12 @@
 /* pdb_make_model: random checkpoints of real architectures in the Hugging Face layout
  * (config.json, model.safetensors in bf16, tokenizer.json when the vocabulary covers the real
- * DeepSeek tokenizer). Invariant: the output is a pure function of (preset, overrides, seed):
+ * DeepSeek tokenizer), or in DeepSeek's own layout (format "deepseek": the weights the
+ * architecture's quantization rule makes MX stored as DeepSeek ships them, FP8 e4m3 with an e8m0
+ * scale per 128x128 block or packed FP4 e2m1 with an e8m0 scale per 32 inputs; docs/formats/
+ * deepseek.md). Invariant: the output is a pure function of (preset, overrides, seed, format):
  * each tensor draws from its own stream seeded by (seed, tensor name), so changing one
- * override never changes unrelated tensors. */
+ * override never changes unrelated tensors, and a deepseek-format weight holds its bf16
+ * checkpoint's values rounded per block. */
 #ifndef PDB_MAKE_MODEL_H
 #define PDB_MAKE_MODEL_H
 
@@ -21,12 +25,16 @@ typedef struct pdb_make_model_opts {
     int64_t layers, experts, vocab, hidden; /* 0 = preset value */
     const char *tokenizer;  /* tokenizer.json to copy when vocab >= its size; NULL = none */
     const char *out_dir;
+    const char *format;     /* "bf16" (NULL: the default) or "deepseek" */
 } pdb_make_model_opts;
 
 /* The architecture side (pdb_<arch>_make.c through the registry): a tensor of the checkpoint
  * being written, drawn from its own stream seeded by (seed, name), in bf16 (normal: N(mean,
  * std^2); linear: N(0, 1/in); norm: 1 + N(0, 0.05^2)), or an I64 [V, K] table of K distinct
- * picks among E per row (V4's tid2eid). */
+ * picks among E per row (V4's tid2eid). Under format "deepseek" a linear weight whose
+ * architecture quantization rule (pdb_arch_def.quant_kind) is MXFP8 or MXFP4, and whose input
+ * dim is a multiple of 32 (what quantize's scheme mx converts), is written as FP8 128x128 or
+ * FP4 per 32 instead, generated while the file is written (one tensor in memory at a time). */
 typedef struct pdb_make_ctx pdb_make_ctx;
 pdb_status pdb_make_model_normal(pdb_make_ctx *x, const char *name, int64_t d0, int64_t d1, double mean, double std);
 pdb_status pdb_make_model_linear(pdb_make_ctx *x, const char *name, int64_t out, int64_t in);

@@ -38,6 +38,7 @@ PY
 expect_once "make-model bad preset" make-model "'bogus'" -- "$BIN" make-model --preset bogus --out "$T/x"
 expect_once "make-model bad v4 preset" make-model "'bogus'" -- "$BIN" make-model --arch deepseek_v4 --preset bogus --out "$T/x"
 expect_once "make-model bad arch" make-model "'gpt2'" -- "$BIN" make-model --arch gpt2 --out "$T/x"
+expect_once "make-model bad format" make-model "--format 'fp3'" -- "$BIN" make-model --format fp3 --out "$T/x"
 expect_once "make-model --out is a file" make-model "$T/file" -- "$BIN" make-model --preset tiny --out "$T/file"
 expect_once "make-model cannot create config.json" make-model "$T/cfgdir/config.json" -- \
   "$BIN" make-model --preset tiny --out "$T/cfgdir"

@@ -41,7 +41,9 @@ static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; 
 /* DeepSeek's and transformers' names: routed experts MXFP4; the attention projections (incl.
  * the compressors' and the indexer's, under attn. / self_attn.), the shared expert and the head
  * MXFP8. Norms (*norm*), the router (ffn.gate / mlp.gate), hash tables, sinks, hc mixing and
- * compressor position biases stay as they are. */
+ * compressor position biases stay as they are. make-model --format deepseek follows this rule:
+ * V4-Flash's split (experts FP4, attention and shared expert FP8), except the head (FP8 here,
+ * bf16 in DeepSeek's checkpoint). */
 static pdb_arch_quant v4_quant_kind(const char *name) {
     if (has(name, "norm")) return PDB_ARCH_Q_KEEP;
     if (has(name, ".experts.")) return PDB_ARCH_Q_MXFP4;
