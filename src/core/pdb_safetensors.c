@@ -22,6 +22,7 @@
 
 #include "pdb_clock.h"
 #include "pdb_mem.h"
+#include "pdb_proc.h"
 
 #define ST_MAX_HEADER (100ull * 1000 * 1000) /* a header larger than this is refused */
 #define ST_MAX_INDEX (100ll * 1000 * 1000)   /* same limit for model.safetensors.index.json */
@@ -250,18 +251,6 @@ int pdb_st_resident_fits(uint64_t file_bytes, uint64_t available_bytes) {
     return available_bytes > keep && file_bytes <= available_bytes - keep;
 }
 
-/* MemAvailable of /proc/meminfo in bytes, 0 when it cannot be read */
-static uint64_t st_mem_available(void) {
-    FILE *m = fopen("/proc/meminfo", "r");
-    if (!m) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, m))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(m);
-    return (uint64_t)kb * 1024;
-}
-
 static pdb_status st_read_resident(st_file *f, int fd, uint64_t size) {
     size_t len = pdb_mem_len((size_t)size);
     uint8_t *a = pdb_mem_map((size_t)size, 1);
@@ -330,7 +319,7 @@ static pdb_status st_add_file(pdb_st *st, const char *path) {
     }
     int resident = (st->flags & PDB_ST_RESIDENT) != 0;
     if (resident) {
-        uint64_t avail = st_mem_available();
+        uint64_t avail = pdb_proc_mem_available();
         if (!pdb_st_resident_fits(size, avail)) {
             PDB_WARN("safetensors: %s: %.1f GB does not fit in the %.1f GB of available memory with room to spare: "
                      "mapped instead of read into memory", path, size / 1e9, avail / 1e9);

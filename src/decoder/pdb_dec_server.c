@@ -20,6 +20,7 @@
 
 #include "pdb_clock.h"
 #include "pdb_http.h"
+#include "pdb_proc.h"
 #include "pdb_prompt.h"
 
 #define DEC_MAX_TEXT_BYTES ((size_t)256 << 20) /* generated text of one request */
@@ -588,6 +589,7 @@ static void dec_handle_metrics(pdb_dec_server *s, pdb_http_request *hr) {
                             "pdb_dec_requests_running %llu\n", (unsigned long long)st.running);
     dec_metric(&b, &n, CAP, "# HELP pdb_dec_requests_queued Requests waiting to start.\n# TYPE pdb_dec_requests_queued gauge\n"
                             "pdb_dec_requests_queued %llu\n", (unsigned long long)st.queued);
+    if (n < CAP) n += pdb_proc_metrics_text(b + n, CAP - n);
     pdb_http_respond(hr, 200, "text/plain; version=0.0.4", b, n, NULL, 0);
     free(b);
 }

@@ -19,6 +19,7 @@
 #include "pdb_http.h"
 #include "pdb_http_client.h"
 #include "pdb_openai.h"
+#include "pdb_proc.h"
 #include "pdb_prompt.h"
 #include "pdb_store.h"
 #include "pdb_tokenizer.h"
@@ -562,7 +563,9 @@ static void handle_metrics(pdb_front *f, pdb_http_request *req) {
                      f->bridges_running, (unsigned long long)f->bridge_blocks, (unsigned long long)f->bridge_bytes,
                      (unsigned long long)ss.n_blocks);
     pthread_mutex_unlock(&f->mu);
-    pdb_http_respond(req, 200, "text/plain; version=0.0.4", b, (size_t)n, NULL, 0);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof b ? (size_t)n : sizeof b - 1;
+    len += pdb_proc_metrics_text(b + len, sizeof b - len);
+    pdb_http_respond(req, 200, "text/plain; version=0.0.4", b, len, NULL, 0);
 }
 
 static void handler(void *user, pdb_http_request *req) {

@@ -21,6 +21,7 @@
 #include "pdb_dec_model.h"
 #include "pdb_http.h"
 #include "pdb_prefill_engine.h"
+#include "pdb_proc.h"
 #include "pdb_segment.h"
 #include "pdb_spool.h"
 #include "pdb_store.h"
@@ -585,7 +586,9 @@ static void handler(void *user, pdb_http_request *r) {
                          (unsigned long long)ss.mem_bytes, ss.transfers, (unsigned long long)ss.pauses,
                          (unsigned long long)ss.evicted, (unsigned long long)ss.corrupt, (unsigned long long)ss.expired);
         pthread_mutex_unlock(&s->mu);
-        pdb_http_respond(r, 200, "text/plain; version=0.0.4", buf, (size_t)n, NULL, 0);
+        size_t len = n < 0 ? 0 : (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1;
+        len += pdb_proc_metrics_text(buf + len, sizeof buf - len);
+        pdb_http_respond(r, 200, "text/plain; version=0.0.4", buf, len, NULL, 0);
     } else if (!strcmp(p, "/v1/prefill/ack")) {
         if (strcmp(m, "POST")) pdb_http_respond_error(r, 405, "invalid_request_error", NULL, NULL, "use POST /v1/prefill/ack");
         else handle_ack(s, r);

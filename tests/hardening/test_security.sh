@@ -2,8 +2,9 @@
 # test_security: the security defaults of the three servers (decode-server, prefill-server,
 # front) on a random tiny DeepSeek-V2 (CPU, --scheme none, block 128): every server listens on
 # 127.0.0.1 by default; with --api-key every endpoint but /health answers 401 (OpenAI-style,
-# code invalid_api_key) without or with a wrong key; the front passes its upstream key (a bridge
-# completes, so the prefill server accepted it); request paths and fields cannot name files
+# code invalid_api_key) without or with a wrong key; each server's /metrics reports its own
+# resident and peak resident memory (pdb_process_rss_bytes, pdb_process_peak_rss_bytes > 0); the
+# front passes its upstream key (a bridge completes, so the prefill server accepted it); request paths and fields cannot name files
 # (traversal attempts are 404s); limits answer with clear OpenAI-style errors: request headers
 # over 16 KiB -> 431, bodies over the limit -> 413, prompts over the context / --max-tokens ->
 # 400 / 413, token ids outside the vocabulary -> 400, more concurrent bridges than --max-bridges
@@ -89,8 +90,11 @@ for name, (url, k, lst) in eps.items():
             check(r["status"] == 401 and is_openai_error(r, "invalid_api_key"), "%s %s %s, %s: 401 invalid_api_key (got %s)" % (name, m, path, label, r["status"]))
     st, _ = pdbh.get(url, "/health")
     check(st == 200, "%s GET /health without a key: 200 (got %s)" % (name, st))
-    st, _ = pdbh.get(url, "/metrics", auth(k))
+    st, txt = pdbh.get(url, "/metrics", auth(k))
     check(st == 200, "%s GET /metrics with the key: 200 (got %s)" % (name, st))
+    for g in ("pdb_process_rss_bytes", "pdb_process_peak_rss_bytes"):  # each server's own memory (VmRSS, VmHWM)
+        vals = [float(l.split()[1]) for l in txt.splitlines() if l.split(" ")[0] == g]
+        check(len(vals) == 1 and vals[0] > 0, "%s /metrics has %s > 0 (got %s)" % (name, g, vals))
 
 # 3. the front passes its upstream key: a bridge completes (prefill accepted it), the decoder answers
 p = pdbh.prompt(11, 700)
