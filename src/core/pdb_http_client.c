@@ -59,7 +59,7 @@ static size_t client_write(char *p, size_t sz, size_t nm, void *u) {
     return n;
 }
 
-/* The request headers: the JSON content type and the bearer key, as asked. */
+/* The request headers: the JSON content type, the bearer key and the caller's lines, as asked. */
 static pdb_status client_headers(const pdb_http_call *call, struct curl_slist **out) {
     struct curl_slist *h = NULL, *t;
     *out = NULL;
@@ -73,6 +73,13 @@ static pdb_status client_headers(const pdb_http_call *call, struct curl_slist **
         t = auth ? (snprintf(auth, need, "Authorization: Bearer %s", call->bearer), curl_slist_append(h, auth)) : NULL;
         free(auth);
         if (!t) {
+            curl_slist_free_all(h);
+            return pdb_err_set(PDB_NOMEM, "%s: request headers", call->url);
+        }
+        h = t;
+    }
+    for (const char *const *x = call->headers; x && *x; x++) {
+        if (!(t = curl_slist_append(h, *x))) {
             curl_slist_free_all(h);
             return pdb_err_set(PDB_NOMEM, "%s: request headers", call->url);
         }

@@ -3,8 +3,8 @@
  * bound on a body collected in memory); a call returns PDB_OK exactly when a complete answer
  * arrived, whatever its HTTP status (the caller judges the status); on any other outcome
  * pdb_err_msg() names the URL and why, and the reply says whether the server was reached at
- * all. Requests carry "Content-Type: application/json" when asked and "Authorization: Bearer
- * KEY" when a key is given. Calls are independent (one libcurl handle each), so any thread may
+ * all. Requests carry "Content-Type: application/json" when asked, "Authorization: Bearer
+ * KEY" when a key is given and the caller's extra header lines. Calls are independent (one libcurl handle each), so any thread may
  * make them once pdb_http_client_init has run. */
 #ifndef PDB_HTTP_CLIENT_H
 #define PDB_HTTP_CLIENT_H
@@ -34,6 +34,7 @@ typedef struct pdb_http_call {
     void (*on_header)(void *user, const char *line, size_t n);
     void *user;
     size_t max_body; /* 0 = PDB_HTTP_CLIENT_DEFAULT_MAX_BODY */
+    const char *const *headers; /* NULL, or more request header lines ("Name: value"), NULL-terminated */
 } pdb_http_call;
 
 typedef struct pdb_http_reply {

@@ -1,6 +1,6 @@
 /* test_http_client: pdb_http_client against a pdb_http server started in the test: GET and POST
  * (body and headers as sent), the bearer key, status codes passed through, the body bound,
- * streamed bodies and a receiver that stops them, header lines, timeouts and an unreachable
+ * streamed bodies and a receiver that stops them, header lines (and extra request headers), timeouts and an unreachable
  * server (errors name the URL). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -25,7 +25,7 @@
 static pdb_http_server *g_srv;
 static char g_base[64];
 
-/* /echo: "METHOD|content-type|body"; /big: 3000 bytes; /missing: 404; /slow: answers after 1.5 s;
+/* /echo: "METHOD|content-type|body"; /hdr: the X-PD-Bridge-Mode header (or "-"); /big: 3000 bytes; /missing: 404; /slow: answers after 1.5 s;
  * /stream: three chunks of 1000 bytes ('a', 'b', 'c'). Every path but /health needs the key. */
 static void handler(void *user, pdb_http_request *r) {
     const char *path = pdb_http_request_path(r);
@@ -36,6 +36,9 @@ static void handler(void *user, pdb_http_request *r) {
         pdb_http_header h = {"X-Test", "seen"};
         pdb_http_respond(r, 200, "text/plain", out, (size_t)n, &h, 1);
         free(out);
+    } else if (!strcmp(path, "/hdr")) { /* the caller's extra header */
+        const char *m = pdb_http_request_header(r, "X-PD-Bridge-Mode");
+        pdb_http_respond(r, 200, "text/plain", m ? m : "-", strlen(m ? m : "-"), NULL, 0);
     } else if (!strcmp(path, "/big")) {
         char big[3000];
         memset(big, 'x', sizeof big);
@@ -87,6 +90,22 @@ static void test_get_and_post(void **state) {
     PDB_TEST_OK(pdb_http_client_call(&c, &rp));
     assert_int_equal(rp.status, 200);
     assert_string_equal(rp.body, "POST|application/json|{\"a\":1}");
+    free(rp.body);
+}
+
+static void test_extra_headers(void **state) {
+    char u[128];
+    url(u, sizeof u, "/hdr");
+    const char *const hs[] = {"X-PD-Bridge-Mode: force", NULL};
+    pdb_http_call c = {.url = u, .bearer = KEY, .timeout_ms = 5000, .headers = hs};
+    pdb_http_reply rp;
+    PDB_TEST_OK(pdb_http_client_call(&c, &rp));
+    assert_int_equal(rp.status, 200);
+    assert_string_equal(rp.body, "force");
+    free(rp.body);
+    c.headers = NULL;
+    PDB_TEST_OK(pdb_http_client_call(&c, &rp));
+    assert_string_equal(rp.body, "-");
     free(rp.body);
 }
 
@@ -200,6 +219,7 @@ static void test_unreachable(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_and_post),
+        cmocka_unit_test(test_extra_headers),
         cmocka_unit_test(test_key_and_status),
         cmocka_unit_test(test_body_bound),
         cmocka_unit_test(test_stream),
