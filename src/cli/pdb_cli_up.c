@@ -6,21 +6,20 @@
  * from the Python standard library's sources with a needle sentence in the middle, then a warm
  * follow-up; prints tokens, verdict, time to first token, total, bridged vs native and whether
  * the answers are equal; stops everything it started. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "pdb_arch.h"
 #include "pdb_cli.h"
+#include "pdb_cli_prompt.h"
+#include "pdb_cli_stream.h"
 #include "pdb_clock.h"
 #include "pdb_http_client.h"
 #include "pdb_make_model.h"
@@ -84,194 +83,15 @@ static void up_stop(up_proc *p) {
     p->pid = 0;
 }
 
-/* ---- prompt from the Python standard library ----------------------------------------------- */
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static char *up_stdlib_dir(void) {
-    FILE *p = popen("python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])' 2>/dev/null", "r");
-    char buf[512] = "";
-    if (p) {
-        if (!fgets(buf, sizeof buf, p)) buf[0] = 0;
-        pclose(p);
-    }
-    buf[strcspn(buf, "\n")] = 0;
-    if (!buf[0]) snprintf(buf, sizeof buf, "/usr/lib/python3.11");
-    return strdup(buf);
-}
-
-/* Concatenate sorted stdlib .py files until about `target` tokens, needle in the middle (*out,
- * NUL-terminated; free it). */
-static pdb_status up_build_context(const pdb_tokenizer *tok, int64_t target, char **out) {
-    *out = NULL;
-    char *dir = up_stdlib_dir();
-    if (!dir) return pdb_err_set(PDB_NOMEM, "the path of the Python standard library");
-    DIR *d = opendir(dir);
-    pdb_status st = PDB_OK;
-    if (!d) {
-        st = pdb_err_set(PDB_IO, "cannot read the Python standard library at %s", dir);
-        free(dir);
-        return st;
-    }
-    char *names[4096];
-    int n = 0;
-    struct dirent *e;
-    while (!st && (e = readdir(d)) && n < 4096) {
-        size_t l = strlen(e->d_name);
-        if (l > 3 && !strcmp(e->d_name + l - 3, ".py") && e->d_name[0] != '_') {
-            if ((names[n] = strdup(e->d_name))) n++;
-            else st = pdb_err_set(PDB_NOMEM, "the file name %s", e->d_name);
-        }
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
-    size_t cap = 1 << 20, len = 0;
-    char *text = st ? NULL : malloc(cap);
-    if (!st && !text) st = pdb_err_set(PDB_NOMEM, "%zu bytes for the prompt", cap);
-    int64_t toks = 0, placed = 0;
-    for (int i = 0; i < n && toks < target && !st; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        char buf[1 << 16];
-        size_t r = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        int32_t *ids = NULL;
-        int64_t ni = 0;
-        if (pdb_tokenizer_encode(tok, buf, r, &ids, &ni)) continue;
-        free(ids);
-        if (toks + ni > target) { /* take a proportional prefix */
-            r = (size_t)((double)r * (double)(target - toks) / (double)ni);
-            ni = target - toks;
-        }
-        char head[1200];
-        int hl = snprintf(head, sizeof head, "\n# ---- file %s ----\n", names[i]);
-        while (len + r + (size_t)hl + 200 > cap) {
-            char *t = realloc(text, cap * 2);
-            if (!t) { st = pdb_err_set(PDB_NOMEM, "%zu bytes for the prompt", cap * 2); break; }
-            text = t;
-            cap *= 2;
-        }
-        if (st) break;
-        memcpy(text + len, head, (size_t)hl);
-        len += (size_t)hl;
-        memcpy(text + len, buf, r);
-        len += r;
-        toks += ni;
-        if (!placed && toks >= target / 2) {
-            len += (size_t)snprintf(text + len, cap - len, "\n# %s\n", UP_NEEDLE);
-            placed = 1;
-        }
-    }
-    for (int i = 0; i < n; i++) free(names[i]);
-    free(dir);
-    if (st) {
-        free(text);
-        return st;
-    }
-    text[len] = 0;
-    *out = text;
-    return PDB_OK;
-}
-
-/* ---- a streaming chat request -------------------------------------------------------------- */
-
-typedef struct {
-    double t0, ttft;
-    char verdict[512];
-    char *text;
-    size_t len, cap;
-    char line[1 << 16];
-    size_t ll;
-    int64_t prompt_tokens, cached_tokens;
-    int no_memory; /* the answer's text could not grow: the request stops */
-} up_req;
-
-static int up_append(up_req *r, const char *s, size_t n) {
-    if (r->len + n + 1 > r->cap) {
-        char *t = realloc(r->text, (r->len + n + 1) * 2);
-        if (!t) { r->no_memory = 1; return 0; }
-        r->text = t;
-        r->cap = (r->len + n + 1) * 2;
-    }
-    memcpy(r->text + r->len, s, n);
-    r->len += n;
-    r->text[r->len] = 0;
-    return 1;
-}
-
-static void up_event(up_req *r, const char *data) {
-    if (!strncmp(data, "[DONE]", 6)) return;
-    json_t *j = json_loads(data, 0, NULL);
-    if (!j) return;
-    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
-    const char *t = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
-    if (t && *t) {
-        if (r->ttft == 0) r->ttft = pdb_clock_now() - r->t0;
-        up_append(r, t, strlen(t));
-    }
-    json_t *u = json_object_get(j, "usage");
-    if (u) {
-        r->prompt_tokens = json_integer_value(json_object_get(u, "prompt_tokens"));
-        r->cached_tokens = json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
-    }
-    json_decref(j);
-}
-
-static int up_body(void *u, int status, const char *p, size_t n) {
-    up_req *r = u;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] == '\n') {
-            r->line[r->ll] = 0;
-            if (!strncmp(r->line, "data: ", 6)) up_event(r, r->line + 6);
-            r->ll = 0;
-        } else if (r->ll + 1 < sizeof r->line) {
-            r->line[r->ll++] = p[i];
-        }
-    }
-    return !r->no_memory;
-}
-
-static void up_header(void *u, const char *b, size_t n) {
-    up_req *r = u;
-    if (n >= 12 && !strncasecmp(b, "X-PD-Bridge:", 12)) {
-        snprintf(r->verdict, sizeof r->verdict, "%.*s", (int)(n - 12), b + 12);
-        r->verdict[strcspn(r->verdict, "\r\n")] = 0;
-    }
-}
-
-static int up_chat(const char *url, const char *content, int max_tokens, up_req *r) {
-    memset(r, 0, sizeof *r);
-    snprintf(r->verdict, sizeof r->verdict, " (native: no front)");
-    json_t *b = json_pack("{s:[{s:s,s:s}], s:i, s:f, s:b, s:{s:b}}", "messages", "role", "user", "content", content,
-                          "max_tokens", max_tokens, "temperature", 0.0, "stream", 1, "stream_options", "include_usage", 1);
-    char *body = b ? json_dumps(b, JSON_COMPACT) : NULL;
-    json_decref(b);
-    char full[256];
-    snprintf(full, sizeof full, "%s/v1/chat/completions", url);
-    if (!body) {
-        pdb_err_set(PDB_NOMEM, "the request body for %s", full);
+/* The cold prompt via a server, streamed (pdb_cli_stream); on failure the message on stderr. */
+static int up_chat(const char *url, const char *content, int max_tokens, pdb_cli_stream_result *r) {
+    pdb_cli_stream_opts o = {.url = url, .chat = 1, .text = content, .max_tokens = max_tokens};
+    if (pdb_cli_stream_request(&o, r)) {
         fprintf(stderr, "up: %s\n", pdb_err_msg());
+        pdb_cli_stream_free(r);
         return 0;
     }
-    pdb_http_call call = {.url = full, .body = body, .json = 1, .timeout_ms = 1800L * 1000, .on_body = up_body,
-                          .on_header = up_header, .user = r};
-    pdb_http_reply rp;
-    r->t0 = pdb_clock_now();
-    pdb_status st = pdb_http_client_call(&call, &rp);
-    double total = pdb_clock_now() - r->t0;
-    free(body);
-    r->t0 = total; /* reuse: total seconds */
-    if (!r->no_memory && (st != PDB_OK || rp.status != 200)) {
-        fprintf(stderr, "up: request to %s failed: %s (HTTP %d)\n", full, st ? rp.error : "No error", rp.status);
-        return 0;
-    }
-    if (r->no_memory || (!r->text && !up_append(r, "", 0))) {
-        pdb_err_set(PDB_NOMEM, "the answer's text from %s (%zu bytes so far)", full, r->len);
-        fprintf(stderr, "up: %s\n", pdb_err_msg());
-        return 0;
-    }
+    if (!r->verdict[0]) snprintf(r->verdict, sizeof r->verdict, "(native: no front)");
     return 1;
 }
 
@@ -346,7 +166,7 @@ int pdb_cli_up(int argc, char **argv) {
     pdb_tokenizer *tok = NULL;
     if (pdb_tokenizer_load(dec, &tok)) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
     char *ctx;
-    pdb_status cst = up_build_context(tok, tokens, &ctx);
+    pdb_status cst = pdb_cli_prompt_build(tok, tokens, 0, UP_NEEDLE, &ctx, NULL);
     pdb_tokenizer_free(tok);
     if (cst) { fprintf(stderr, "up: %s\n", pdb_err_msg()); return 1; }
     if (pdb_http_client_init()) { fprintf(stderr, "up: %s\n", pdb_err_msg()); free(ctx); return 1; }
@@ -374,7 +194,7 @@ int pdb_cli_up(int argc, char **argv) {
     }
     snprintf(cold, cl + 200, "%s%s", ctx, UP_QUESTION);
     snprintf(warm, cl + 200, "%s%s", ctx, UP_FOLLOWUP);
-    up_req rc1, rw, rn;
+    static pdb_cli_stream_result rc1, rw, rn; /* 64 KiB line buffers each; zero: freeing an unsent one is a no-op */
     printf("up: cold prompt via the front (bridged)...\n");
     fflush(stdout);
     int ok = up_chat(pf.url, cold, (int)max_tokens, &rc1);
@@ -384,26 +204,32 @@ int pdb_cli_up(int argc, char **argv) {
     printf("up: the cold prompt on the native decoder (no bridge, empty cache)...\n");
     fflush(stdout);
     ok = ok && up_chat(pn.url, cold, (int)max_tokens, &rn);
-    if (!ok) goto done;
+    if (!ok) {
+        pdb_cli_stream_free(&rc1);
+        pdb_cli_stream_free(&rw);
+        free(cold);
+        free(warm);
+        goto done;
+    }
     int equal = rc1.len == rn.len && !memcmp(rc1.text, rn.text, rc1.len);
     printf("\n%-22s %7s %7s %9s %9s  %s\n", "request", "tokens", "cached", "TTFT s", "total s", "verdict (X-PD-Bridge)");
-    up_req *rs[3] = {&rc1, &rw, &rn};
+    pdb_cli_stream_result *rs[3] = {&rc1, &rw, &rn};
     const char *names[3] = {"cold, bridged", "warm follow-up", "cold, native"};
     for (int i = 0; i < 3; i++) {
         char v[600];
-        snprintf(v, sizeof v, "%s", rs[i]->verdict[0] == ' ' ? rs[i]->verdict + 1 : rs[i]->verdict);
+        snprintf(v, sizeof v, "%s", rs[i]->verdict);
         v[strcspn(v, ";")] = 0;
         printf("%-22s %7lld %7lld %9.2f %9.2f  %s\n", names[i], (long long)rs[i]->prompt_tokens, (long long)rs[i]->cached_tokens,
-               rs[i]->ttft, rs[i]->t0, v);
+               rs[i]->ttft_s, rs[i]->total_s, v);
     }
     printf("\nbridged TTFT %.2f s vs native %.2f s (%.1fx); bridged answer %s the native one (random weights: the words are "
            "nonsense)\n  bridged: %.70s\n  native:  %.70s\n",
-           rc1.ttft, rn.ttft, rn.ttft / (rc1.ttft > 0 ? rc1.ttft : 1), equal ? "EQUALS" : "DIFFERS FROM", rc1.text, rn.text);
-    rc = !strncmp(rc1.verdict, " complete", 9) || !strncmp(rc1.verdict, "complete", 8) ? (equal || strcmp(scheme, "none") ? 0 : 1) : 1;
+           rc1.ttft_s, rn.ttft_s, rn.ttft_s / (rc1.ttft_s > 0 ? rc1.ttft_s : 1), equal ? "EQUALS" : "DIFFERS FROM", rc1.text, rn.text);
+    rc = !strncmp(rc1.verdict, "complete", 8) ? (equal || strcmp(scheme, "none") ? 0 : 1) : 1;
     if (rc) fprintf(stderr, "up: expected a complete bridge%s\n", strcmp(scheme, "none") ? "" : " and equal answers");
-    free(rc1.text);
-    free(rw.text);
-    free(rn.text);
+    pdb_cli_stream_free(&rc1);
+    pdb_cli_stream_free(&rw);
+    pdb_cli_stream_free(&rn);
     free(cold);
     free(warm);
 done:
