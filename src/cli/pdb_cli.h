@@ -14,6 +14,7 @@ int pdb_cli_decode_server(int argc, char **argv);
 int pdb_cli_prefill_server(int argc, char **argv);
 int pdb_cli_front(int argc, char **argv);
 int pdb_cli_up(int argc, char **argv);
+int pdb_cli_bench_cold(int argc, char **argv);
 /* Exactness tools (pdb_cli_verify.c). */
 int pdb_cli_verify_blocks(int argc, char **argv);
 int pdb_cli_diff_state(int argc, char **argv);

@@ -27,6 +27,7 @@ static const pdb_cli_cmd cmds[] = {
     {"decode-server", pdb_cli_decode_server, "the decode engine: OpenAI-compatible server with a prefix-cache store"},
     {"prefill-server", pdb_cli_prefill_server, "the prefill engine: streams the decoder's finished cache per block"},
     {"front", pdb_cli_front, "the front door: bridges cold long prompts, serves everything, says what happened"},
+    {"bench-cold", pdb_cli_bench_cold, "measure one cold prompt through a front (and a native decoder): TTFT, verdict, memory, CSV"},
     {"doctor", pdb_cli_doctor, "check every link of a deployment and say how to fix what fails"},
     {"verify-blocks", pdb_cli_verify_blocks, "compare two block files or cache dirs tensor by tensor: N/M identical"},
     {"diff-state", pdb_cli_diff_state, "the decoder's native cache for a prompt vs the blocks mounted from a store"},

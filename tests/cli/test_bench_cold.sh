@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# test_bench_cold: `pdbridge bench-cold` against real servers on loopback: decode-server + CPU
+# prefill-server + front, and a native decoder, on a one-layer random DeepSeek-V2 with the real
+# tokenizer (preset small, --layers 1; decoder on unquantized weights), block 128, a ~1,500-token
+# prompt. Checks: --help exits 0 and names every CSV column; the CSV gets its header once and a
+# row per request: a `bridged` row with verdict complete and a `native` row, both with positive
+# times to first token and totals, positive peak RSS of every server measured (the front row:
+# front, decoder, prefill; the native row: its decoder), the needle column 0 or 1; a second run
+# appends without a second header; a dead --front URL exits 1 naming the URL, and so does a dead
+# --native URL; a bad option exits 2. No timing is asserted beyond "positive".
+set -euo pipefail
+source "$(dirname "$0")/../common/pdb_e2e.sh"
+pdb_e2e_init benchcold
+fail() { pdb_e2e_fail "$@"; }
+start() { pdb_e2e_start "$@"; }
+TOK=.cache/tokenizer/deepseek_v3/tokenizer.json  # installed by scripts/setup.sh
+[ -f "$TOK" ] || { echo "skip: $TOK missing (scripts/setup.sh fetches it)"; exit 77; }
+
+# --help and usage errors first (no servers needed)
+"$BIN" bench-cold --help >"$T/help.txt" || fail "bench-cold --help exited $?"
+for c in mode verdict prompt_tokens ttft_s total_s decode_tok_s bytes engine_ms transfer_ms write_ms \
+         front_peak_rss_bytes decoder_peak_rss_bytes prefill_peak_rss_bytes needle; do
+    grep -q "$c" "$T/help.txt" || fail "--help does not document the column $c"
+done
+set +e; "$BIN" bench-cold --front http://127.0.0.1:1 --tokens 100 --bogus 2>"$T/bad.txt"; rc=$?; set -e
+[ "$rc" = 2 ] && grep -q -- "--bogus" "$T/bad.txt" || fail "a bad option: exit $rc, $(cat "$T/bad.txt")"
+set +e; "$BIN" bench-cold --front http://127.0.0.1:1 --tokens 1500 --csv "$T/dead.csv" 2>"$T/dead.txt"; rc=$?; set -e
+[ "$rc" = 1 ] && grep -q "http://127.0.0.1:1" "$T/dead.txt" || fail "a dead --front: exit $rc, $(cat "$T/dead.txt")"
+[ ! -e "$T/dead.csv" ] || fail "a dead --front wrote a CSV"
+echo "ok   --help exits 0 and documents the columns; a bad option exits 2; a dead --front exits 1 naming the URL"
+
+"$BIN" make-model --arch deepseek_v2 --preset small --layers 1 --seed 5 --out "$T/hf" --tokenizer "$TOK" >/dev/null
+"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+BS=128
+start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size $BS --threads 1
+NATIVE=$URL
+start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port 0 --block-size $BS --threads 1
+DEC=$URL
+start pre "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port 0 --backend cpu --threads 1
+PRE=$URL
+start front "$BIN" front --decoder "$DEC" --prefill "$PRE" --decoder-model "$T/dec" --cache-dir "$T/cache" --port 0 \
+    --block-size $BS
+FRONT=$URL
+
+set +e; "$BIN" bench-cold --front "$FRONT" --native http://127.0.0.1:1 --tokens 1500 2>"$T/deadn.txt"; rc=$?; set -e
+[ "$rc" = 1 ] && grep -q "native.*http://127.0.0.1:1" "$T/deadn.txt" || fail "a dead --native: exit $rc, $(cat "$T/deadn.txt")"
+echo "ok   a dead --native exits 1 naming the URL (before any request)"
+
+"$BIN" bench-cold --front "$FRONT" --native "$NATIVE" --tokens 1500 --seed 3 --max-tokens 8 --csv "$T/out.csv" \
+    >"$T/run.txt" 2>"$T/run.err" || fail "bench-cold: $(cat "$T/run.err")"
+cat "$T/run.txt"
+grep -q "first token after" "$T/run.err" || fail "no progress on stderr: $(cat "$T/run.err")"
+grep -q "^time to first token: bridged .* / native " "$T/run.txt" || fail "no ratio line: $(cat "$T/run.txt")"
+
+cat >"$T/check.py" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+want = int(sys.argv[2])
+assert len(rows) == want, "%d rows, want %d" % (len(rows), want)
+assert sum(1 for l in open(sys.argv[1]) if l.startswith("time_utc,")) == 1, "the header must appear once"
+for r in rows:
+    for k in ("ttft_s", "total_s"):
+        assert float(r[k]) > 0, "%s %s = %s" % (r["mode"], k, r[k])
+    assert r["needle"] in ("0", "1"), "needle = %r" % r["needle"]
+    assert int(r["prompt_tokens"]) > 1200, "prompt_tokens %s for ~1500 asked" % r["prompt_tokens"]
+    assert r["mode"] != "bridged" or r["verdict"] == "complete", "a bridged row must be complete: %s" % r
+fr = [r for r in rows if r["mode"] == "bridged"]
+na = [r for r in rows if r["mode"] == "native"]
+assert fr and na, "modes: %s" % [r["mode"] for r in rows]
+b = fr[0]
+assert int(b["cached_tokens"]) == (int(b["prompt_tokens"]) - 1) // 128 * 128, "cached %s of %s" % (b["cached_tokens"], b["prompt_tokens"])
+assert int(b["blocks_written"]) > 0 and b["blocks_written"] == b["blocks_requested"], b
+for k in ("bytes", "engine_ms", "front_peak_rss_bytes", "decoder_peak_rss_bytes", "prefill_peak_rss_bytes"):
+    assert float(b[k]) > 0, "bridged %s = %r" % (k, b[k])
+n = na[0]
+assert n["verdict"] == "native" and int(n["cached_tokens"]) == 0, n
+assert float(n["decoder_peak_rss_bytes"]) > 0 and n["front_peak_rss_bytes"] == "" and n["bytes"] == "", n
+assert n["prompt_tokens"] == b["prompt_tokens"], "the same prompt: %s vs %s" % (n["prompt_tokens"], b["prompt_tokens"])
+print("ok   CSV: bridged row (complete, %s/%s cached, TTFT %s s, peak RSS front %s decoder %s prefill %s) and native row "
+      "(TTFT %s s, decoder peak %s), needle %s/%s" % (b["cached_tokens"], b["prompt_tokens"], b["ttft_s"], b["front_peak_rss_bytes"],
+      b["decoder_peak_rss_bytes"], b["prefill_peak_rss_bytes"], n["ttft_s"], n["decoder_peak_rss_bytes"], b["needle"], n["needle"]))
+PY
+python3 "$T/check.py" "$T/out.csv" 2 || fail "CSV: $(cat "$T/out.csv")"
+
+# a second run (another seed: a cold prompt again) appends its row under the same header
+"$BIN" bench-cold --front "$FRONT" --tokens 1500 --seed 4 --max-tokens 4 --chat --csv "$T/out.csv" >"$T/run2.txt" 2>"$T/run2.err" \
+    || fail "bench-cold --chat: $(cat "$T/run2.err")"
+python3 "$T/check.py" "$T/out.csv" 3 >/dev/null || fail "CSV after a second run: $(cat "$T/out.csv")"
+python3 -c "import csv,sys; r=list(csv.DictReader(open(sys.argv[1])))[-1]; sys.exit(0 if r['endpoint']=='chat' and r['mode']=='bridged' else 1)" \
+    "$T/out.csv" || fail "the chat row: $(tail -1 "$T/out.csv")"
+echo "ok   a second run (--chat, another seed) appends a bridged row under the one header"
