@@ -9,26 +9,20 @@
 # Prints only what the programs measured.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+source "$ROOT/scripts/pdb_carry.sh"
 CARRY=$ROOT/.cache/benchcarry
 OUT=${OUT:-$ROOT/.cache/bench-out}
 
 stage() {
   cmake --build "$ROOT/build" --target pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch bench_read_patterns
-  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
-  for b in pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch bench_read_patterns; do cp "$ROOT/build/$b" "$CARRY/bin/"; done
+  local bins=()
+  for b in pdbridge bench_decode bench_prefill_memory bench_qmat_kernels bench_pool_dispatch bench_read_patterns; do bins+=("$ROOT/build/$b"); done
   # VARIANTS='name=path ...': other builds of bench_decode, carried as bench_decode.NAME (side by side)
-  for v in ${VARIANTS:-}; do cp "${v#*=}" "$CARRY/bin/bench_decode.${v%%=*}"; done
-  for b in "$CARRY"/bin/*; do
-    ldd "$b" | awk '/=> \//{print $3}' | while read -r so; do
-      case "$(basename "$so")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*) ;;
-        *) cp -Ln "$so" "$CARRY/lib/" 2>/dev/null || true ;;
-      esac
-    done
-  done
-  tar cJf "$CARRY.tar.xz" -C "$(dirname "$CARRY")" "$(basename "$CARRY")"   # the device carry limit is 64 MiB
-  rm -rf "$CARRY"
-  mkdir -p "$CARRY" && mv "$CARRY.tar.xz" "$CARRY/"
-  du -sh "$CARRY"
+  local tmpv
+  tmpv=$(mktemp -d)
+  for v in ${VARIANTS:-}; do cp "${v#*=}" "$tmpv/bench_decode.${v%%=*}" && bins+=("$tmpv/bench_decode.${v%%=*}"); done
+  pdb_carry_pack "$CARRY" "${bins[@]}"
+  rm -rf "$tmpv"
 }
 
 # unpack the staged binaries (there), note the machine

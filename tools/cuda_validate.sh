@@ -9,6 +9,7 @@
 #   tools/cuda_validate.sh all     # both, on a machine that has the build dependencies and a GPU
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+source "$ROOT/scripts/pdb_carry.sh"
 BUILD=${PDB_CUDA_BUILD:-$ROOT/build-cuda}
 CARRY=$ROOT/.cache/devcarry
 OUT=${OUT:-$ROOT/.cache/cuda-out}
@@ -17,20 +18,8 @@ MODE=${1:-all}
 build() {
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
   cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 bench_prefill_memory cuda_prefill_bench pdbridge
-  rm -rf "$CARRY" && mkdir -p "$CARRY/bin" "$CARRY/lib"
-  cp "$BUILD/test_cuda_prefill" "$BUILD/test_prefill_cuda_v4" "$BUILD/cuda_prefill_bench" "$BUILD/bench_prefill_memory" \
-    "$BUILD/pdbridge" "$CARRY/bin/"
-  # non-system shared libraries the binaries need (the GPU image has no -dev packages)
-  for b in "$CARRY"/bin/*; do
-    ldd "$b" | awk '/=> \//{print $3}' | while read -r so; do
-      case "$(basename "$so")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*) ;;
-        *) cp -Ln "$so" "$CARRY/lib/" 2>/dev/null || true ;;
-      esac
-    done
-  done
-  tar cJf "$CARRY.tar.xz" -C "$(dirname "$CARRY")" "$(basename "$CARRY")"   # the device carry limit is 64 MiB
-  rm -rf "$CARRY" && mkdir -p "$CARRY" && mv "$CARRY.tar.xz" "$CARRY/"
-  du -sh "$CARRY"
+  pdb_carry_pack "$CARRY" "$BUILD/test_cuda_prefill" "$BUILD/test_prefill_cuda_v4" "$BUILD/cuda_prefill_bench" \
+    "$BUILD/bench_prefill_memory" "$BUILD/pdbridge"
 }
 
 run() {

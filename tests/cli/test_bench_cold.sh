@@ -29,13 +29,9 @@ set +e; "$BIN" bench-cold --front http://127.0.0.1:1 --tokens 1500 --csv "$T/dea
 [ ! -e "$T/dead.csv" ] || fail "a dead --front wrote a CSV"
 echo "ok   --help exits 0 and documents the columns; a bad option exits 2; a dead --front exits 1 naming the URL"
 
-"$BIN" make-model --arch deepseek_v2 --preset small --layers 1 --seed 5 --out "$T/hf" --tokenizer "$TOK" >/dev/null
-"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+pdb_e2e_model deepseek_v2 small 5 --layers 1 --tokenizer "$TOK"
 BS=128
-start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size $BS --threads 1
-NATIVE=$URL
-start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port 0 --block-size $BS --threads 1
-DEC=$URL
+pdb_e2e_decoders $BS
 start pre "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port 0 --backend cpu --threads 1
 PRE=$URL
 start front "$BIN" front --decoder "$DEC" --prefill "$PRE" --decoder-model "$T/dec" --cache-dir "$T/cache" --port 0 \

@@ -5,6 +5,9 @@
 #   source tests/common/pdb_e2e.sh; pdb_e2e_init TAG      -> $T (temp dir), $BIN
 #   pdb_e2e_start NAME CMD...                              -> $URL, $PID (log in $T/NAME.log)
 #   pdb_e2e_fail MESSAGE                                   -> prints the logs' tails, exits 1
+#   pdb_e2e_model ARCH PRESET SEED [MAKE-MODEL ARGS]       -> $T/hf, and its decoder copy $T/dec (--scheme none)
+#   pdb_e2e_decoders BS                                    -> $NATIVE ($T/cache-native), $DEC ($T/cache): two
+#                                                             decode-servers of $T/dec, one thread each
 # Counted checks, for tests that report every check and fail at the end:
 #   pdb_e2e_ok MESSAGE, pdb_e2e_bad MESSAGE (counts a failure), pdb_e2e_finish (exit 1 if any)
 PDB_E2E_PIDS=()
@@ -51,4 +54,18 @@ pdb_e2e_start() {
         sleep 0.1
     done
     pdb_e2e_fail "$name did not start within 90 s"
+}
+
+pdb_e2e_model() {
+    local arch=$1 preset=$2 seed=$3
+    shift 3
+    "$BIN" make-model --arch "$arch" --preset "$preset" --seed "$seed" --out "$T/hf" "$@" >/dev/null
+    "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+}
+
+pdb_e2e_decoders() {
+    pdb_e2e_start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size "$1" --threads 1
+    NATIVE=$URL
+    pdb_e2e_start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port 0 --block-size "$1" --threads 1
+    DEC=$URL
 }

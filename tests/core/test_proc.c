@@ -73,10 +73,8 @@ static void test_metrics_text(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fixture),
-        cmocka_unit_test(test_missing_file),
-        cmocka_unit_test(test_self),
-        cmocka_unit_test(test_metrics_text),
+        cmocka_unit_test(test_fixture), cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_self), cmocka_unit_test(test_metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -259,10 +259,8 @@ static void test_decoder(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rounding),
-        cmocka_unit_test(test_lossless_quantize),
-        cmocka_unit_test(test_reference_forward),
-        cmocka_unit_test(test_decoder),
+        cmocka_unit_test(test_rounding), cmocka_unit_test(test_lossless_quantize),
+        cmocka_unit_test(test_reference_forward), cmocka_unit_test(test_decoder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

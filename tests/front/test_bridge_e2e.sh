@@ -15,13 +15,9 @@ fail() { pdb_e2e_fail "$@"; }
 start() { pdb_e2e_start "$@"; }
 ok() { echo "ok   $*"; }
 
-"$BIN" make-model --arch deepseek_v2 --preset tiny --seed 41 --out "$T/hf" >/dev/null
-"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+pdb_e2e_model deepseek_v2 tiny 41
 BS=128
-start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size $BS --threads 1
-NATIVE=$URL
-start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port 0 --block-size $BS --threads 1
-DEC=$URL
+pdb_e2e_decoders $BS
 start pre "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port 0 --backend cpu --parallel 4 --threads 1 --chunk 64
 PRE=$URL; PRE_PID=$PID
 start front "$BIN" front --decoder "$DEC" --prefill "$PRE" --decoder-model "$T/dec" --cache-dir "$T/cache" --port 0 \

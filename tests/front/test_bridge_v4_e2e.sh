@@ -26,10 +26,7 @@ start() { pdb_e2e_start "$@"; }
 grep -q '"scheme": "mx"' "$T/dec-mx/pdbridge_decoder.json" || fail "MX decoder identity: $(cat "$T/dec-mx/pdbridge_decoder.json")"
 grep -q '"v4_semantics": "official"' "$T/dec/pdbridge_decoder.json" || fail "decoder identity: $(cat "$T/dec/pdbridge_decoder.json")"
 BS=128
-start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size $BS --threads 1
-NATIVE=$URL
-start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port 0 --block-size $BS --threads 1
-DEC=$URL
+pdb_e2e_decoders $BS
 start pre "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port 0 --backend cpu --threads 1 --chunk 45
 PRE=$URL
 start pre_exact "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec-exact" --port 0 --backend cpu --threads 1

@@ -29,6 +29,7 @@
 #include "pdb_pool.h"
 #include "pdb_prefill_engine.h"
 #include "pdb_quantize.h"
+#include "pdb_test_blocks.h"
 #include "pdb_test_util.h"
 
 static int have_gpu(void) {
@@ -200,30 +201,9 @@ static void test_attention_matches_reference(void **st) {
 
 enum { BS = 128, T = 2 * BS + 44, NB = T / BS };
 
-typedef struct { char *blocks; uint64_t bytes; int n; } sink;
-
-static pdb_status on_seg(void *u, int64_t b, const void *data, uint64_t bytes) {
-    sink *s = u;
-    s->bytes = bytes;
-    memcpy(s->blocks + b * bytes, data, bytes);
-    s->n++;
-    return PDB_OK;
-}
-
-/* The decoder's own blocks: one block per forward, snapshot at each end. */
-static char *decoder_blocks(const char *dec, const int32_t *ids, uint64_t *bytes) {
-    pdb_dec_model *m;
-    PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m));
-    *bytes = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), BS);
-    char *out = malloc(*bytes * NB);
-    PDB_TEST_OK(pdb_dec_model_native_blocks(m, ids, NB, BS, out));
-    pdb_dec_model_close(m);
-    return out;
-}
-
 static void check_blocks(const char *hf, const char *dec, const int32_t *ids) {
     uint64_t bytes;
-    char *ref = decoder_blocks(dec, ids, &bytes);
+    char *ref = pdb_test_decoder_blocks(dec, ids, NB, BS, &bytes);
     pdb_config cfg;
     pdb_st *e, *d;
     PDB_TEST_OK(pdb_config_load(hf, &cfg));
@@ -235,12 +215,12 @@ static void check_blocks(const char *hf, const char *dec, const int32_t *ids) {
     pdb_prefill_backend *be = NULL;
     PDB_TEST_OK(pdb_prefill_backend_cuda_v4_create(&o, &be));
     assert_string_equal(be->name, "cuda");
-    sink s = {.blocks = malloc(bytes * NB)};
+    pdb_test_sink s = {.blocks = malloc(bytes * NB)};
     int64_t chunks[] = {7, 45, 130, 1000};
     for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
         memset(s.blocks, 0x5a, bytes * NB);
         s.n = 0;
-        PDB_TEST_OK(pdb_prefill_run(be, &cfg, ids, T, BS, 0, chunks[k], on_seg, &s, NULL));
+        PDB_TEST_OK(pdb_prefill_run(be, &cfg, ids, T, BS, 0, chunks[k], pdb_test_on_segment, &s, NULL));
         assert_int_equal(s.n, NB);
         int64_t same = 0;
         for (uint64_t i = 0; i < bytes * NB; i++) same += s.blocks[i] == ref[i];
@@ -276,10 +256,8 @@ static void test_blocks_match_decoder(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_without_gpu),
-        cmocka_unit_test(test_mm_matches_reference),
-        cmocka_unit_test(test_attention_matches_reference),
-        cmocka_unit_test(test_blocks_match_decoder),
+        cmocka_unit_test(test_without_gpu), cmocka_unit_test(test_mm_matches_reference),
+        cmocka_unit_test(test_attention_matches_reference), cmocka_unit_test(test_blocks_match_decoder),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 #include "pdb_prefill_engine.h"
 #include "pdb_quantize.h"
 #include "pdb_segment.h"
+#include "pdb_test_blocks.h"
 #include "pdb_test_util.h"
 
 enum { BS = 128, T = 2 * BS + 44, NB = T / BS, MAXC = 6 };
@@ -73,28 +74,10 @@ static int teardown(void **st) {
     return 0;
 }
 
-typedef struct { char *blocks; uint64_t bytes; int64_t got[NB]; int n; } sink;
+/* The decoder's own blocks for the prompt. */
+static char *decoder_blocks(const char *dec, uint64_t *bytes) { return pdb_test_decoder_blocks(dec, ids, NB, BS, bytes); }
 
-static pdb_status on_seg(void *u, int64_t b, const void *data, uint64_t bytes) {
-    sink *s = u;
-    s->bytes = bytes;
-    memcpy(s->blocks + b * bytes, data, bytes);
-    s->got[s->n++] = b;
-    return PDB_OK;
-}
-
-/* The decoder's own blocks for the prompt: prefill one block per forward, snapshot at each end. */
-static char *decoder_blocks(const char *dec, uint64_t *bytes) {
-    pdb_dec_model *m;
-    PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m));
-    *bytes = pdb_store_layout_block_bytes(pdb_dec_model_layout(m), BS);
-    char *out = malloc(*bytes * NB);
-    PDB_TEST_OK(pdb_dec_model_native_blocks(m, ids, NB, BS, out));
-    pdb_dec_model_close(m);
-    return out;
-}
-
-typedef struct { pdb_config cfg; pdb_st *e, *d; pdb_prefill_backend *be; sink s; uint64_t bytes; } rig;
+typedef struct { pdb_config cfg; pdb_st *e, *d; pdb_prefill_backend *be; pdb_test_sink s; uint64_t bytes; } rig;
 
 /* The CPU backend on engine weights `engine` with the hook on decoder `dec` (more than one
  * thread: the pool-run products and tasks must match the decoder's results). */
@@ -106,14 +89,14 @@ static void rig_open(rig *r, const fixture *f, const char *engine, const char *d
     PDB_TEST_OK(pdb_dec_model_semantics_of(dec, &r->cfg, &sem));
     pdb_prefill_backend_opts o = {.cfg = &r->cfg, .engine = r->e, .decoder = r->d, .semantics = sem, .exec = {.threads = f->threads}};
     PDB_TEST_OK(pdb_prefill_backend_create(&o, "cpu", &r->be));
-    r->s = (sink){.blocks = malloc(bytes * NB)};
+    r->s = (pdb_test_sink){.blocks = malloc(bytes * NB)};
     r->bytes = bytes;
 }
 
 static void rig_run(rig *r, int64_t first, int64_t chunk, pdb_prefill_stats *ps) {
     memset(r->s.blocks, 0x5a, r->bytes * NB);
     r->s.n = 0;
-    PDB_TEST_OK(pdb_prefill_run(r->be, &r->cfg, ids, T, BS, first, chunk, on_seg, &r->s, ps));
+    PDB_TEST_OK(pdb_prefill_run(r->be, &r->cfg, ids, T, BS, first, chunk, pdb_test_on_segment, &r->s, ps));
 }
 
 static void rig_close(rig *r) {
@@ -157,21 +140,28 @@ static void test_segments_equal_decoder_blocks(void **st) {
     }
 }
 
+/* The engine on the fixture's bf16 weights with the hook on decoder `dec`, run in chunks of 64;
+ * returns decoder ref_dec's own blocks to compare with. */
+static char *run_against(rig *r, const fixture *f, const char *dec, const char *ref_dec, uint64_t *bytes) {
+    char *ref = decoder_blocks(ref_dec, bytes);
+    rig_open(r, f, f->hf, dec, *bytes);
+    rig_run(r, 0, 64, NULL);
+    assert_int_equal(r->s.n, NB);
+    return ref;
+}
+
 /* (2) + (3): another decoder's weights give other segments; refused block sizes are refused. */
 static void test_hook_uses_decoder_weights(void **st) {
     for (int i = 0; i < NFIX; i++) {
         const fixture *f = &FIX[i];
         uint64_t bytes;
-        char *ref = decoder_blocks(f->none, &bytes);
         rig r;
-        rig_open(&r, f, f->hf, f->other, bytes);
-        rig_run(&r, 0, 64, NULL);
-        assert_int_equal(r.s.n, NB);
+        char *ref = run_against(&r, f, f->other, f->none, &bytes);
         assert_memory_not_equal(r.s.blocks, ref, bytes);
-        assert_int_equal(pdb_prefill_run(r.be, &r.cfg, ids, T, 100, 0, 64, on_seg, &r.s, NULL), PDB_INVALID);
+        assert_int_equal(pdb_prefill_run(r.be, &r.cfg, ids, T, 100, 0, 64, pdb_test_on_segment, &r.s, NULL), PDB_INVALID);
         if (r.cfg.compress_rate_hca > 0) { /* V4: a block must also be a multiple of every compression rate */
             r.cfg.compress_rate_hca = 96;
-            assert_int_equal(pdb_prefill_run(r.be, &r.cfg, ids, T, BS, 0, 64, on_seg, &r.s, NULL), PDB_INVALID);
+            assert_int_equal(pdb_prefill_run(r.be, &r.cfg, ids, T, BS, 0, 64, pdb_test_on_segment, &r.s, NULL), PDB_INVALID);
         }
         rig_close(&r);
         free(ref);
@@ -183,11 +173,8 @@ static void test_mx_decoder_agreement(void **st) {
     for (int i = 0; i < NFIX; i++) {
         const fixture *f = &FIX[i];
         uint64_t bytes;
-        char *ref = decoder_blocks(f->mx, &bytes);
         rig r;
-        rig_open(&r, f, f->hf, f->mx, bytes);
-        rig_run(&r, 0, 64, NULL);
-        assert_int_equal(r.s.n, NB);
+        char *ref = run_against(&r, f, f->mx, f->mx, &bytes);
         pdb_arch_layout lay;
         PDB_TEST_OK(pdb_arch_layout_of(&r.cfg, &lay));
         const void *pa[PDB_STORE_MAX_POOLS], *pb[PDB_STORE_MAX_POOLS];
@@ -283,10 +270,8 @@ static void test_stream_format(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_segments_equal_decoder_blocks),
-        cmocka_unit_test(test_hook_uses_decoder_weights),
-        cmocka_unit_test(test_mx_decoder_agreement),
-        cmocka_unit_test(test_stream_format),
+        cmocka_unit_test(test_segments_equal_decoder_blocks), cmocka_unit_test(test_hook_uses_decoder_weights),
+        cmocka_unit_test(test_mx_decoder_agreement), cmocka_unit_test(test_stream_format),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -18,13 +18,9 @@ ok() { echo "ok   $*"; }
 j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
 m() { python3 -c "import sys;sys.path.insert(0,'$(dirname "$C")');import spool_client as c;print(int(c.metric(sys.argv[1],sys.argv[2])))" "$1" "$2"; }
 
-"$BIN" make-model --arch deepseek_v2 --preset tiny --seed 43 --out "$T/hf" >/dev/null
-"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+pdb_e2e_model deepseek_v2 tiny 43
 BS=128
-pdb_e2e_start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size $BS --threads 1
-NATIVE=$URL
-pdb_e2e_start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port 0 --block-size $BS --threads 1
-DEC=$URL
+pdb_e2e_decoders $BS
 mkdir -p "$T/spill"
 pdb_e2e_start pre "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port 0 --backend cpu --threads 1 --chunk 64 \
     --spill-dir "$T/spill" --spill-max-mb 64 --spool-mem-mb 1
