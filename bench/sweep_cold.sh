@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# sweep_cold.sh: `pdbridge bench-cold` over prompt sizes, bridged and native, with FRESH servers
+# per size (so each server's peak RSS is that prompt's), then PNG plots drawn by gnuplot.
+#
+#   bench/sweep_cold.sh [--sizes "2000 4000 8000"] [--arch deepseek_v2|deepseek_v4] [--preset NAME]
+#                       [--models DIR] [--out DIR] [--block-size N] [--threads N] [--seed S]
+#                       [--max-tokens K] [--replot]
+#
+# Per size: a decoder, a native decoder (empty cache), a prefill server (CPU backend) and a front
+# start on port 0 (their "listening on" line gives the URL); one `bench-cold --native` measures
+# the cold prompt through the front and on the native decoder, a second `bench-cold` with the
+# same --seed sends the same prompt again through the front: its row (verdict `skipped warm`,
+# mode `front`) is the warm mount's time to first token. Then the four servers are stopped.
+# bench-cold never labels a row whose verdict is not `complete` bridged (mode `front`); this
+# script plots and tabulates a bridged TTFT and a ratio only from `bridged` rows.
+# Models (make-model --seed 1, then quantize --scheme none for the decoder) are generated once
+# under --models (default .cache/sweep) and reused when present, as `pdbridge up` does.
+# Output in --out (default bench/results/sweep_cold; its CSVs are rewritten):
+#   bench_cold.csv   every bench-cold row, as bench-cold wrote them (3 per size)
+#   sweep.csv        one line per size: the table below, numbers only (empty: not measured)
+#   ttft.png ratio.png prefill_rss.png warm_ttft.png   the plots (640x400)
+# --replot redraws the PNGs and the table from an existing --out's sweep.csv, measuring nothing.
+# Progress goes to stderr, the table to stdout. Needs build/pdbridge (PDB_BIN overrides) and gnuplot.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+SIZES="2000 4000 8000" ARCH=deepseek_v2 PRESET="" MODELS=.cache/sweep OUT=bench/results/sweep_cold
+BS=512 THREADS="" SEED=7 MAXTOK=16 REPLOT=0
+BIN="${PDB_BIN:-build/pdbridge}"
+PIDS=()
+
+# Print a progress line on stderr.
+say() { echo "sweep: $*" >&2; }
+
+# Print an error on stderr and exit 1.
+die() { echo "sweep_cold.sh: $*" >&2; exit 1; }
+
+# Parse the options into the globals above; --help prints the header comment.
+parse_args() {
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+            --replot) REPLOT=1; shift; continue ;;
+        esac
+        [ $# -ge 2 ] || die "$1 needs a value"
+        case "$1" in
+            --sizes) SIZES="$2" ;; --arch) ARCH="$2" ;; --preset) PRESET="$2" ;; --models) MODELS="$2" ;;
+            --out) OUT="$2" ;; --block-size) BS="$2" ;; --threads) THREADS="$2" ;; --seed) SEED="$2" ;;
+            --max-tokens) MAXTOK="$2" ;;
+            *) die "bad option '$1' (--help lists them)" ;;
+        esac
+        shift 2
+    done
+    case "$ARCH" in deepseek_v2) : "${PRESET:=small}" ;; deepseek_v4) : "${PRESET:=tiny}" ;; *) die "--arch deepseek_v2 or deepseek_v4" ;; esac
+}
+
+# Refuse to start without the binary or gnuplot, saying how to get each.
+check_tools() {
+    [ -x "$BIN" ] || die "$BIN is missing: build it first (cmake -S . -B build -G Ninja && cmake --build build --target pdbridge)"
+    command -v gnuplot >/dev/null || die "gnuplot is missing: install it (Debian: apt-get install -y gnuplot-nox)"
+}
+
+# Generate the model and its decoder copy under $MODELS once; sets HF and DEC.
+prepare_models() {
+    HF="$MODELS/$ARCH-$PRESET" DEC="$MODELS/$ARCH-$PRESET-dec-none"
+    local vocab=()
+    [ "$ARCH" = deepseek_v4 ] && vocab=(--vocab 129280)   # the real tokenizer's vocabulary, as `up` does
+    mkdir -p "$MODELS"
+    if [ ! -f "$HF/model.safetensors" ]; then
+        say "writing a random $ARCH checkpoint (preset $PRESET, seed 1) to $HF"
+        "$BIN" make-model --arch "$ARCH" --preset "$PRESET" --seed 1 --out "$HF" "${vocab[@]}" >&2
+    fi
+    if [ ! -f "$DEC/pdbridge_decoder.json" ]; then
+        say "writing the decoder's checkpoint (scheme none) to $DEC"
+        "$BIN" quantize --model "$HF" --out "$DEC" --scheme none >&2
+    fi
+}
+
+# Start a server (NAME CMD...) with its log in $W/NAME.log; wait for "listening on"; sets URL.
+start() {
+    local name="$1"; shift
+    : >"$W/$name.log"
+    "$@" >>"$W/$name.log" 2>&1 &
+    PIDS+=("$!")
+    for _ in $(seq 1 900); do
+        URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$W/$name.log" | head -1)
+        [ -n "$URL" ] && return 0
+        kill -0 "${PIDS[-1]}" 2>/dev/null || die "$name exited: $(tail -5 "$W/$name.log")"
+        sleep 0.1
+    done
+    die "$name did not start within 90 s (log $W/$name.log)"
+}
+
+# Stop every server this script started (by its pid).
+stop_all() {
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+    PIDS=()
+}
+
+# A column of a bench-cold CSV row (FILE, row number counting from 1 after the header, COLUMN).
+col() {
+    awk -F, -v r="$2" -v c="$3" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next }
+                                 NR == r + 1 { print (k ? $k : "") }' "$1"
+}
+
+# Measure one size N with fresh servers and append its line to sweep.csv.
+run_size() {
+    local n=$1 t=()
+    [ -n "$THREADS" ] && t=(--threads "$THREADS")
+    rm -rf "$W/cache" "$W/cache-n" "$W"/*.csv
+    start decoder "$BIN" decode-server --model "$DEC" --cache-dir "$W/cache" --port 0 --block-size "$BS" "${t[@]}"; local dec=$URL
+    start native "$BIN" decode-server --model "$DEC" --cache-dir "$W/cache-n" --port 0 --block-size "$BS" "${t[@]}"; local nat=$URL
+    start prefill "$BIN" prefill-server --model "$HF" --decoder-model "$DEC" --port 0 --backend cpu "${t[@]}"; local pre=$URL
+    start front "$BIN" front --decoder "$dec" --prefill "$pre" --decoder-model "$DEC" --cache-dir "$W/cache" --port 0 --block-size "$BS"
+    local fr=$URL
+    say "$n tokens: cold prompt, bridged then native"
+    "$BIN" bench-cold --front "$fr" --native "$nat" --tokens "$n" --seed "$SEED" --max-tokens "$MAXTOK" --csv "$W/cold.csv" >&2
+    say "$n tokens: the same prompt again through the front (warm)"
+    "$BIN" bench-cold --front "$fr" --tokens "$n" --seed "$SEED" --max-tokens "$MAXTOK" --csv "$W/warm.csv" >&2
+    stop_all
+    [ -s "$OUT/bench_cold.csv" ] || head -1 "$W/cold.csv" >"$OUT/bench_cold.csv"
+    tail -n +2 "$W/cold.csv" >>"$OUT/bench_cold.csv"; tail -n +2 "$W/warm.csv" >>"$OUT/bench_cold.csv"
+    local mode ttft nttft ratio="" bttft="" rss
+    mode=$(col "$W/cold.csv" 1 mode) ttft=$(col "$W/cold.csv" 1 ttft_s) nttft=$(col "$W/cold.csv" 2 ttft_s)
+    if [ "$mode" = bridged ]; then   # only a `complete` bridge is a bridged TTFT and a ratio
+        bttft=$ttft ratio=$(awk -v b="$bttft" -v a="$nttft" 'BEGIN { if (a > 0) printf "%.3f", b / a }')
+    fi
+    rss=$(awk -v b="$(col "$W/cold.csv" 1 prefill_peak_rss_bytes)" 'BEGIN { if (b != "") printf "%.1f", b / 1e6 }')
+    echo "$n,$(col "$W/cold.csv" 1 prompt_tokens),$nttft,$bttft,$ratio,$(col "$W/cold.csv" 1 verdict),$rss,$(col "$W/warm.csv" 1 ttft_s),$(col "$W/warm.csv" 1 verdict),$(col "$W/warm.csv" 1 cached_tokens)" >>"$OUT/sweep.csv"
+}
+
+# Draw the four PNGs from sweep.csv (an empty field is a missing point, not a zero).
+plot() {
+    gnuplot <<EOF
+set terminal pngcairo size 640,400 font ",10"
+set datafile separator ","
+set key top left; set grid; set xlabel "prompt tokens"; set format x "%.0f"
+set output "$OUT/ttft.png"; set title "Time to first token, cold prompt ($ARCH $PRESET, block $BS)" noenhanced; set ylabel "seconds"
+plot "$OUT/sweep.csv" every ::1 using 2:3 with linespoints title "native (decoder alone)", \
+     "" every ::1 using 2:4 with linespoints title "bridged (verdict complete)"
+set output "$OUT/ratio.png"; set title "Bridged / native time to first token"; set ylabel "ratio"; set yrange [0:*]
+plot "$OUT/sweep.csv" every ::1 using 2:5 with linespoints title "bridged TTFT / native TTFT", 1 with lines dt 2 title "1.0"
+set output "$OUT/prefill_rss.png"; set title "Prefill server peak RSS (fresh server per prompt)"; set ylabel "MB (10^6 bytes)"
+plot "$OUT/sweep.csv" every ::1 using 2:7 with linespoints title "prefill peak RSS"
+set output "$OUT/warm_ttft.png"; set title "Warm follow-up: the same prompt again (blocks mounted, the uncached tail computed)"
+set ylabel "seconds"; set offsets 0, 0, graph 0.1, 0
+plot "$OUT/sweep.csv" every ::1 using 2:(strcol(9) eq "skipped warm" ? \$8 : NaN) with linespoints title "warm TTFT (verdict skipped warm)", \
+     "" every ::1 using 2:8:(sprintf("tail %d", \$2 - \$10)) with labels offset 0,1 notitle
+EOF
+}
+
+# Print the table from sweep.csv on stdout (tail: the warm request's uncached tokens, computed by the decoder).
+table() {
+    local f='%6s %7s %9s %10s %6s %-9s %11s %7s %5s  %s\n'
+    printf "$f" size tokens "native s" "bridged s" ratio verdict "prefill MB" "warm s" tail "warm verdict"
+    tail -n +2 "$OUT/sweep.csv" | while IFS=, read -r n p nt bt r v rss wt wv wc; do
+        printf "$f" "$n" "$p" "${nt:--}" "${bt:--}" "${r:--}" "$v" "${rss:--}" "${wt:--}" "$([ -n "$wc" ] && echo $((p - wc)) || echo -)" "$wv"
+    done
+}
+
+main() {
+    parse_args "$@"
+    check_tools
+    if [ "$REPLOT" = 1 ]; then plot; table; return; fi
+    prepare_models
+    mkdir -p "$OUT"
+    W=$(mktemp -d /tmp/sweep-cold-XXXXXX)
+    trap 'stop_all; rm -rf "$W"' EXIT
+    rm -f "$OUT/bench_cold.csv"
+    echo "tokens_target,prompt_tokens,native_ttft_s,bridged_ttft_s,ratio,verdict,prefill_peak_rss_mb,warm_ttft_s,warm_verdict,warm_cached_tokens" >"$OUT/sweep.csv"
+    for n in $SIZES; do run_size "$n"; done
+    plot
+    say "CSV and plots in $OUT"
+    table
+}
+
+main "$@"
