@@ -409,6 +409,24 @@ pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size
     return st;
 }
 
+pdb_status pdb_openai_check_context(const pdb_openai_request *req, pdb_openai_kind kind, int64_t n_prompt, int64_t context,
+                                    pdb_openai_error *err) {
+    if (n_prompt >= context) {
+        pdb_openai_set_error(err, 400, kind == PDB_OPENAI_CHAT ? "messages" : "prompt", "context_length_exceeded",
+                             "the prompt has %lld tokens; this model's maximum context length is %lld tokens", (long long)n_prompt,
+                             (long long)context);
+        return PDB_INVALID;
+    }
+    if (req->max_tokens >= 0 && n_prompt + req->max_tokens > context) {
+        pdb_openai_set_error(err, 400, "max_tokens", "context_length_exceeded",
+                             "this model's maximum context length is %lld tokens, but %lld were requested (%lld in the prompt, "
+                             "%lld to generate)", (long long)context, (long long)(n_prompt + req->max_tokens), (long long)n_prompt,
+                             (long long)req->max_tokens);
+        return PDB_INVALID;
+    }
+    return PDB_OK;
+}
+
 pdb_status pdb_openai_check_model(const pdb_openai_request *req, const char *served_id, pdb_openai_error *err) {
     if (!req->model || !strcmp(req->model, served_id)) return PDB_OK;
     return pdb_openai_set_error(err, 404, "model", "model_not_found", "The model '%.200s' does not exist (this server serves '%.200s')",

@@ -75,6 +75,13 @@ pdb_status pdb_openai_set_error(pdb_openai_error *err, int status, const char *p
                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* The request's model is served? (absent = yes). Else 404 model_not_found naming it. */
 pdb_status pdb_openai_check_model(const pdb_openai_request *req, const char *served_id, pdb_openai_error *err);
+/* PDB_INVALID (err: 400 context_length_exceeded naming both numbers, param "messages"/"prompt"
+ * or "max_tokens") unless a prompt of n_prompt tokens leaves room in a context of `context`
+ * positions (at least one position to generate) and an explicit max_tokens fits beside it. The
+ * one definition of the rule: the decoder applies it to its context, the front to the served
+ * window before it bridges anything. */
+pdb_status pdb_openai_check_context(const pdb_openai_request *req, pdb_openai_kind kind, int64_t n_prompt, int64_t context,
+                                    pdb_openai_error *err);
 
 /* {"error": {"message", "type", "param", "code"}} as a malloc'd compact JSON string. */
 char *pdb_openai_error_json(const pdb_openai_error *err);

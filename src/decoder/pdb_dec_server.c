@@ -362,24 +362,13 @@ static int dec_gen_check(const pdb_dec_server *s, const pdb_openai_request *q, p
                                  ids[i], (long long)i, (long long)s->vocab - 1);
             return -1;
         }
-    if (n_ids >= s->context) {
-        pdb_openai_set_error(e, 400, pparam, "context_length_exceeded",
-                             "the prompt has %lld tokens; this model's maximum context length is %lld tokens", (long long)n_ids,
-                             (long long)s->context);
-        return -1;
-    }
+    if (pdb_openai_check_context(q, kind, n_ids, s->context, e)) return -1;
     *mt = q->max_tokens;
     if (*mt < 0) {
         /* The engine reserves the sequence's whole cache up front, so an absent max_tokens on chat
          * (OpenAI: "the rest of the context") is capped. */
         *mt = kind == PDB_OPENAI_CHAT ? DEC_DEFAULT_CHAT_TOKENS : DEC_DEFAULT_COMPLETION_TOKENS;
         if (*mt > s->context - n_ids) *mt = s->context - n_ids;
-    } else if (n_ids + *mt > s->context) {
-        pdb_openai_set_error(e, 400, "max_tokens",
-                             "context_length_exceeded",
-                             "this model's maximum context length is %lld tokens, but %lld were requested (%lld in the prompt, "
-                             "%lld to generate)", (long long)s->context, (long long)(n_ids + *mt), (long long)n_ids, (long long)*mt);
-        return -1;
     }
     return 0;
 }

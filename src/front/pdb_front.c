@@ -436,6 +436,11 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }
+    /* past the served window: refused here, before any block is bridged (the decoder would refuse it after) */
+    if (pdb_openai_check_context(&q, kind, n, f->cfg.max_position_embeddings, &err)) {
+        respond_err(req, &err, "skipped invalid_request");
+        goto out;
+    }
     pdb_front_verdict v = {0};
     v.prompt_tokens = n;
     v.block_size = f->o.block_size;

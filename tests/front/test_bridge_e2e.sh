@@ -91,6 +91,28 @@ R=$(python3 "$T/c.py" one "$FRONT" "$NATIVE" 2 40)
 [ "$(j "$R" "d['equal']")" = True ] || fail "short answer differs: $R"
 ok "short prompt: skipped short"
 
+# 6. past the served window (the tiny preset's max_position_embeddings): the front refuses it
+#    at once, naming the limit, before it bridges a block; an explicit max_tokens past the
+#    window with the prompt likewise
+W=$(python3 -c "import json;print(json.load(open('$T/hf/config.json'))['max_position_embeddings'])")
+python3 - "$FRONT" "$W" <<'PY' || fail "prompts past the window"
+import json, sys, time, urllib.request, urllib.error
+front, W = sys.argv[1], int(sys.argv[2])
+for n, mt, param in ((W + 1, 4, "prompt"), (W - 100, 200, "max_tokens")):
+    body = {"prompt": [(i * 7 + 3) % 1000 for i in range(n)], "max_tokens": mt, "temperature": 0}
+    rq = urllib.request.Request(front + "/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    t0 = time.time()
+    try:
+        urllib.request.urlopen(rq, timeout=120)
+        sys.exit("a prompt of %d tokens (max_tokens %d) past a window of %d was served" % (n, mt, W))
+    except urllib.error.HTTPError as e:
+        code, err, v, secs = e.code, json.loads(e.read())["error"], e.headers.get("X-PD-Bridge", ""), time.time() - t0
+    ok = code == 400 and err["code"] == "context_length_exceeded" and err["param"] == param and str(W) in err["message"]
+    ok = ok and v.startswith("skipped") and secs < 10
+    if not ok: sys.exit("prompt %d max_tokens %d: %d %s %s in %.1f s" % (n, mt, code, err, v, secs))
+PY
+ok "past the window: 400 context_length_exceeded naming the window, verdict skipped, before any bridge"
+
 # 4. prefill unreachable: declined, correct, quick
 R=$(python3 "$T/c.py" one "$FRONT_DEAD" "$NATIVE" 3 700)
 [ "$(j "$R" "d['verdict'].split(';')[0]")" = "declined prefill_unreachable" ] || fail "unreachable verdict: $R"
