@@ -23,11 +23,11 @@
 # Progress goes to stderr, the table to stdout. Needs build/pdbridge (PDB_BIN overrides) and gnuplot.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source tests/common/pdb_e2e.sh
 
 SIZES="2000 4000 8000" ARCH=deepseek_v2 PRESET="" MODELS=.cache/sweep OUT=bench/results/sweep_cold
 BS=512 THREADS="" SEED=7 MAXTOK=16 REPLOT=0
 BIN="${PDB_BIN:-build/pdbridge}"
-PIDS=()
 
 # Print a progress line on stderr.
 say() { echo "sweep: $*" >&2; }
@@ -76,27 +76,10 @@ prepare_models() {
     fi
 }
 
-# Start a server (NAME CMD...) with its log in $W/NAME.log; wait for "listening on"; sets URL.
-start() {
-    local name="$1"; shift
-    : >"$W/$name.log"
-    "$@" >>"$W/$name.log" 2>&1 &
-    PIDS+=("$!")
-    for _ in $(seq 1 900); do
-        URL=$(sed -n 's|^listening on \(http://[0-9.]*:[0-9]*\).*|\1|p' "$W/$name.log" | head -1)
-        [ -n "$URL" ] && return 0
-        kill -0 "${PIDS[-1]}" 2>/dev/null || die "$name exited: $(tail -5 "$W/$name.log")"
-        sleep 0.1
-    done
-    die "$name did not start within 90 s (log $W/$name.log)"
-}
-
-# Stop every server this script started (by its pid).
-stop_all() {
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
+# Servers start and stop through tests/common/pdb_e2e.sh (pdb_e2e_start: log in $T/NAME.log,
+# wait for "listening on", sets URL; pdb_e2e_stop_all), with T the sweep's work directory.
+start() { pdb_e2e_start "$@"; }
+stop_all() { pdb_e2e_stop_all; }
 
 # A column of a bench-cold CSV row (FILE, row number counting from 1 after the header, COLUMN).
 col() {
@@ -166,6 +149,7 @@ main() {
     prepare_models
     mkdir -p "$OUT"
     W=$(mktemp -d /tmp/sweep-cold-XXXXXX)
+    T=$W
     trap 'stop_all; rm -rf "$W"' EXIT
     rm -f "$OUT/bench_cold.csv"
     echo "tokens_target,prompt_tokens,native_ttft_s,bridged_ttft_s,ratio,verdict,prefill_peak_rss_mb,warm_ttft_s,warm_verdict,warm_cached_tokens" >"$OUT/sweep.csv"

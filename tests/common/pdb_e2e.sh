@@ -5,6 +5,7 @@
 #   source tests/common/pdb_e2e.sh; pdb_e2e_init TAG      -> $T (temp dir), $BIN
 #   pdb_e2e_start NAME CMD...                              -> $URL, $PID (log in $T/NAME.log)
 #   pdb_e2e_fail MESSAGE                                   -> prints the logs' tails, exits 1
+#   pdb_e2e_stop_all                                       -> stops every process started so far (kill, wait)
 #   pdb_e2e_model ARCH PRESET SEED [MAKE-MODEL ARGS]       -> $T/hf, and its decoder copy $T/dec (--scheme none)
 #   pdb_e2e_decoders BS                                    -> $NATIVE ($T/cache-native), $DEC ($T/cache): two
 #                                                             decode-servers of $T/dec, one thread each
@@ -24,6 +25,12 @@ pdb_e2e_cleanup() {
     for p in "${PDB_E2E_PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
     wait 2>/dev/null || true
     [ -n "${T:-}" ] && rm -rf "$T"
+}
+
+pdb_e2e_stop_all() {
+    for p in "${PDB_E2E_PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
+    for p in "${PDB_E2E_PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
+    PDB_E2E_PIDS=()
 }
 
 pdb_e2e_init() {
