@@ -24,6 +24,7 @@
 #include "pdb_http_client.h"
 #include "pdb_make_model.h"
 #include "pdb_quantize.h"
+#include "pdb_sys.h"
 #include "pdb_tokenizer.h"
 
 #define UP_NEEDLE "The secret passphrase for the pdbridge demo is violet-harbor-42."
@@ -37,13 +38,19 @@ static int up_start(up_proc *p, const char *name, const char *dir, char *const a
     snprintf(p->log, sizeof p->log, "%s/%s.log", dir, name);
     int fd = open(p->log, O_WRONLY | O_CREAT | O_TRUNC, 0644); /* truncated before the child runs */
     if (fd < 0) { fprintf(stderr, "up: cannot create %s: %s\n", p->log, strerror(errno)); return 0; }
+    char exe[4096]; /* this binary (resolved before the fork: the child only execs) */
+    if (pdb_sys_self_exe(exe, sizeof exe)) {
+        fprintf(stderr, "up: cannot find this program's own path to start %s\n", name);
+        close(fd);
+        return 0;
+    }
     fflush(stdout);
     pid_t pid = fork();
     if (pid < 0) { close(fd); return 0; }
     if (pid == 0) {
         if (dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(127);
         close(fd);
-        execv("/proc/self/exe", argv);
+        execv(exe, argv);
         _exit(127);
     }
     close(fd);

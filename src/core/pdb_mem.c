@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <sys/mman.h>
 
+#include "pdb_sys.h"
+
 enum { MEM_HUGE = 2 << 20 };
 
 size_t pdb_mem_len(size_t n) { return (n + MEM_HUGE - 1) / MEM_HUGE * MEM_HUGE; }
@@ -16,7 +18,7 @@ void *pdb_mem_map(size_t n, int huge) {
     uint8_t *a = (uint8_t *)(((uintptr_t)raw + MEM_HUGE - 1) / MEM_HUGE * MEM_HUGE);
     if (a > raw) munmap(raw, (size_t)(a - raw));
     if (a + len < raw + len + MEM_HUGE) munmap(a + len, (size_t)(raw + len + MEM_HUGE - (a + len)));
-    (void)madvise(a, len, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    pdb_sys_advise_huge(a, len, huge); /* Linux only; elsewhere the kernel picks the pages */
     return a;
 }
 

@@ -8,7 +8,6 @@
  * only its own two entries, and the caller stamps its return after every worker has left. */
 #include "pdb_pool.h"
 
-#include <immintrin.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -16,8 +15,9 @@
 #include <unistd.h>
 
 #include "pdb_clock.h"
+#include "pdb_sys.h"
 
-enum { PDB_POOL_SPIN = 4000 }; /* ~10-100 us of _mm_pause: bridges the gaps inside a step, not idle time */
+enum { PDB_POOL_SPIN = 4000 }; /* ~10-100 us of spin hints (x86 PAUSE, aarch64 YIELD): bridges the gaps inside a step, not idle time */
 
 /* The three counters every run writes sit on cache lines of their own: the workers spin reading
  * gen, and claims (next) and departures (active) would otherwise invalidate that line for all of
@@ -66,7 +66,7 @@ static void *pool_main(void *arg) {
     for (;;) {
         int spins = 0;
         while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop) && spins < PDB_POOL_SPIN) {
-            _mm_pause();
+            pdb_sys_cpu_relax();
             spins++;
         }
         if (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) {
@@ -163,7 +163,7 @@ void pdb_pool_run(pdb_pool *p, int64_t n_tasks, pdb_pool_fn fn, void *ctx) {
     pool_work_traced(p, 0);
     int spins = 0;
     while (atomic_load(&p->active) > 0 && spins < PDB_POOL_SPIN) {
-        _mm_pause();
+        pdb_sys_cpu_relax();
         spins++;
     }
     if (atomic_load(&p->active) > 0) {

@@ -1,9 +1,16 @@
 /* pdb_proc: /proc readers (see pdb_proc.h): VmRSS/VmHWM of a status file, MemAvailable, and the
- * two memory gauges every server puts in /metrics. Unreadable values are 0, never an error. */
+ * two memory gauges every server puts in /metrics. Unreadable values are 0, never an error. On
+ * macOS (no /proc) the same figures come from the Mach calls instead (written to compile by
+ * construction; not built on this project's machines). */
 #include "pdb_proc.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#ifdef __APPLE__
+#include <mach/mach.h>
+#include <sys/resource.h>
+#endif
 
 void pdb_proc_read_memory_file(const char *path, pdb_proc_memory *out) {
     memset(out, 0, sizeof *out);
@@ -18,6 +25,27 @@ void pdb_proc_read_memory_file(const char *path, pdb_proc_memory *out) {
     fclose(f);
 }
 
+#ifdef __APPLE__
+void pdb_proc_read_memory(pdb_proc_memory *out) {
+    memset(out, 0, sizeof *out);
+    mach_task_basic_info_data_t info;
+    mach_msg_type_number_t n = MACH_TASK_BASIC_INFO_COUNT;
+    if (task_info(mach_task_self(), MACH_TASK_BASIC_INFO, (task_info_t)&info, &n) == KERN_SUCCESS)
+        out->rss_bytes = (uint64_t)info.resident_size;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) out->peak_rss_bytes = (uint64_t)ru.ru_maxrss; /* bytes on macOS */
+}
+
+uint64_t pdb_proc_mem_available(void) { /* free + inactive + purgeable pages: what new work can take */
+    vm_statistics64_data_t vm;
+    mach_msg_type_number_t n = HOST_VM_INFO64_COUNT;
+    vm_size_t page = 0;
+    if (host_page_size(mach_host_self(), &page) != KERN_SUCCESS ||
+        host_statistics64(mach_host_self(), HOST_VM_INFO64, (host_info64_t)&vm, &n) != KERN_SUCCESS)
+        return 0;
+    return ((uint64_t)vm.free_count + vm.inactive_count + vm.purgeable_count) * (uint64_t)page;
+}
+#else
 void pdb_proc_read_memory(pdb_proc_memory *out) { pdb_proc_read_memory_file("/proc/self/status", out); }
 
 uint64_t pdb_proc_mem_available(void) {
@@ -30,6 +58,7 @@ uint64_t pdb_proc_mem_available(void) {
     fclose(m);
     return (uint64_t)kb * 1024;
 }
+#endif
 
 size_t pdb_proc_metrics_text(char *buf, size_t cap) {
     if (!cap) return 0;

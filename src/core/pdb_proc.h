@@ -1,6 +1,8 @@
 /* pdb_proc: what the kernel says about this process and this machine, read from /proc: the
  * resident memory of the process now and at its peak (VmRSS, VmHWM of /proc/self/status) and the
- * memory available to new work (MemAvailable of /proc/meminfo). The one place that reads /proc.
+ * memory available to new work (MemAvailable of /proc/meminfo). The one place that reads /proc
+ * (on macOS, where there is none, the same figures come from task_info, getrusage and
+ * host_statistics64).
  * Invariants: nothing here fails or allocates: a value that cannot be read (no /proc, a field
  * missing, a line that does not parse) is 0, so a caller on another kernel reports 0 and goes on;
  * values are bytes (the kernel's kB times 1024). Every function may be called from any thread. */

@@ -1,15 +1,20 @@
 /* pdb_qmat: row dequantization (exact) and the fixed-order dot product in scalar, AVX2+FMA and
- * AVX-512 forms, plus the threaded matmul that splits work over output rows (one pool run for one matrix or, in
- * pdb_qmat_matmul_multi, for several). */
+ * AVX-512 forms (NEON: pdb_qmat_neon.c), plus the threaded matmul that splits work over output
+ * rows (one pool run for one matrix or, in pdb_qmat_matmul_multi, for several). The x86 kernels
+ * are compiled only for x86-64 (PDB_QMAT_X86); on other CPUs the dispatch below never names them. */
 #include "pdb_qmat.h"
 
+#if defined(__x86_64__)
+#define PDB_QMAT_X86 1
 #include <immintrin.h>
+#endif
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pdb_dtype.h"
+#include "pdb_qmat_neon.h"
 
 /* ---- dequantization ------------------------------------------------------------------------ */
 
@@ -37,6 +42,7 @@ static void lut_init(void) {
     __atomic_store_n(&lut_ready, 1, __ATOMIC_RELEASE);
 }
 
+#if PDB_QMAT_X86
 /* 16 e4m3 codes -> f32 bits holding value * 2^-120: the code s eeee mmm sign-extended to 32 bits
  * and shifted left by 20 leaves eeee mmm at bits 26..20 and copies of s at 31..27; the mask keeps
  * bit 31 and 26..20. As an f32 that is 2^(e-127) * 1.m (or the subnormal m * 2^-149 * 2^20 when
@@ -110,6 +116,7 @@ __attribute__((target("avx512f"))) static int row_avx512(const pdb_qmat *w, int6
     }
     return 0;
 }
+#endif /* PDB_QMAT_X86 */
 
 static pdb_qmat_isa isa_get(void);
 
@@ -140,10 +147,15 @@ void pdb_qmat_scan_nan(pdb_qmat *w) {
 
 void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out) {
     int64_t C = w->cols;
+#if PDB_QMAT_X86
     if (w->fmt != PDB_QF_F32 && isa_get() == PDB_ISA_AVX512) {
         lut_init();
         if (row_avx512(w, r, out)) return;
     }
+#endif
+#if PDB_QMAT_HAVE_NEON
+    if (w->fmt != PDB_QF_F32 && isa_get() == PDB_ISA_NEON && pdb_qmat_neon_row(w, r, out)) return;
+#endif
     switch (w->fmt) {
     case PDB_QF_F32:
         memcpy(out, (const float *)w->data + r * C, sizeof(float) * (size_t)C);
@@ -198,6 +210,7 @@ static float dot_scalar(const float *a, const float *b, int64_t n) {
     return fold32(l);
 }
 
+#if PDB_QMAT_X86
 __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const float *b, int64_t n) {
     __m256 v0 = _mm256_setzero_ps(), v1 = v0, v2 = v0, v3 = v0;
     int64_t k = 0;
@@ -649,18 +662,40 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
         for (int i = 0; i < 4; i++) y[t * ldy + r0 + i] = o[i];
     }
 }
+#endif /* PDB_QMAT_X86 */
 
 static pdb_qmat_isa isa_cur = (pdb_qmat_isa)-1;
 
 pdb_qmat_isa pdb_qmat_isa_detect(void) {
+#if PDB_QMAT_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) return PDB_ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return PDB_ISA_AVX2;
+#elif PDB_QMAT_HAVE_NEON
+    return PDB_ISA_NEON; /* part of the aarch64 base ISA: every aarch64 CPU has it */
+#endif
     return PDB_ISA_SCALAR;
 }
 
+int pdb_qmat_isa_supported(pdb_qmat_isa isa) {
+    if (isa == PDB_ISA_SCALAR) return 1;
+#if PDB_QMAT_X86
+    __builtin_cpu_init();
+    if (isa == PDB_ISA_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (isa == PDB_ISA_AVX512) return __builtin_cpu_supports("avx512f");
+#elif PDB_QMAT_HAVE_NEON
+    if (isa == PDB_ISA_NEON) return 1;
+#endif
+    return 0;
+}
+
 const char *pdb_qmat_isa_name(pdb_qmat_isa isa) {
-    return isa == PDB_ISA_AVX512 ? "avx512" : isa == PDB_ISA_AVX2 ? "avx2+fma" : "scalar";
+    switch (isa) {
+    case PDB_ISA_AVX512: return "avx512";
+    case PDB_ISA_AVX2: return "avx2+fma";
+    case PDB_ISA_NEON: return "neon";
+    default: return "scalar";
+    }
 }
 
 static pdb_qmat_isa isa_get(void) {
@@ -674,29 +709,38 @@ static pdb_qmat_isa isa_get(void) {
 
 pdb_qmat_isa pdb_qmat_isa_set(pdb_qmat_isa isa) {
     pdb_qmat_isa old = isa_get();
-    if (isa > pdb_qmat_isa_detect()) isa = pdb_qmat_isa_detect();
+    if (!pdb_qmat_isa_supported(isa)) /* AVX-512 falls back to AVX2 where that exists, the rest to scalar */
+        isa = isa == PDB_ISA_AVX512 && pdb_qmat_isa_supported(PDB_ISA_AVX2) ? PDB_ISA_AVX2 : PDB_ISA_SCALAR;
     __atomic_store_n(&isa_cur, isa, __ATOMIC_RELAXED);
     return old;
 }
 
 float pdb_qmat_dot(const float *a, const float *b, int64_t n) {
     switch (isa_get()) {
+#if PDB_QMAT_X86
     case PDB_ISA_AVX512: return dot_avx512(a, b, n);
     case PDB_ISA_AVX2: return dot_avx2(a, b, n);
+#endif
+#if PDB_QMAT_HAVE_NEON
+    case PDB_ISA_NEON: return pdb_qmat_neon_dot(a, b, n);
+#endif
     default: return dot_scalar(a, b, n);
     }
 }
 
 void pdb_qmat_dots(const float *x, const float *w, int64_t n, int64_t ldw, int64_t m, float *out) {
     int64_t k = 0;
+#if PDB_QMAT_X86
     if (isa_get() == PDB_ISA_AVX512)
         for (; k + 4 <= m; k += 4) {
             const float *wr[4] = {w + k * ldw, w + (k + 1) * ldw, w + (k + 2) * ldw, w + (k + 3) * ldw};
             dot4_avx512(x, wr, n, out + k);
         }
+#endif
     for (; k < m; k++) out[k] = pdb_qmat_dot(x, w + k * ldw, n);
 }
 
+#if PDB_QMAT_X86
 /* Two rows against four x per 32-element step (12 loads for 16 FMAs; dot4_avx512 needs 10 for 8):
  * each (x, row) pair keeps dot_avx512's lanes and fold. */
 __attribute__((target("avx512f"))) static void dots2x4_avx512(const float *const *x, const float *w0, const float *w1, int64_t n,
@@ -719,10 +763,12 @@ __attribute__((target("avx512f"))) static void dots2x4_avx512(const float *const
     fold4_avx512(lo[0], hi[0], o0);
     fold4_avx512(lo[1], hi[1], o1);
 }
+#endif
 
 void pdb_qmat_dots_xs(const float *x, int64_t ldx, int64_t nx, const float *w, int64_t ldw, int64_t m, int64_t n, float *out,
                       int64_t ldo) {
     int64_t r = 0, i0 = 0;
+#if PDB_QMAT_X86
     if (isa_get() == PDB_ISA_AVX512 && n % 32 == 0) {
         for (; i0 + 4 <= nx; i0 += 4) { /* row pairs of this group of four x, then its odd last row below */
             const float *xs[4] = {x + i0 * ldx, x + (i0 + 1) * ldx, x + (i0 + 2) * ldx, x + (i0 + 3) * ldx};
@@ -734,9 +780,13 @@ void pdb_qmat_dots_xs(const float *x, int64_t ldx, int64_t nx, const float *w, i
             for (int i = 0; r < m && i < 4; i++) out[(i0 + i) * ldo + r] = pdb_qmat_dot(xs[i], w + r * ldw, n);
         }
     }
+#else
+    (void)r;
+#endif
     for (; i0 < nx; i0++) pdb_qmat_dots(x + i0 * ldx, w, n, ldw, m, out + i0 * ldo);
 }
 
+#if PDB_QMAT_X86
 __attribute__((target("avx512f"))) static void axpy_avx512(float *y, float a, const float *x, int64_t n) {
     __m512 va = _mm512_set1_ps(a);
     int64_t c = 0;
@@ -750,18 +800,25 @@ __attribute__((target("avx2,fma"))) static void axpy_avx2(float *y, float a, con
     for (; c + 8 <= n; c += 8) _mm256_storeu_ps(y + c, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + c), _mm256_loadu_ps(y + c)));
     for (; c < n; c++) y[c] = fmaf(a, x[c], y[c]);
 }
+#endif
 
 static pdb_qmat_isa isa_get(void);
 
 void pdb_qmat_axpy(float *y, float a, const float *x, int64_t n) {
     switch (isa_get()) { /* every path: one fused multiply-add per element, so identical results */
+#if PDB_QMAT_X86
     case PDB_ISA_AVX512: axpy_avx512(y, a, x, n); return;
     case PDB_ISA_AVX2: axpy_avx2(y, a, x, n); return;
+#endif
+#if PDB_QMAT_HAVE_NEON
+    case PDB_ISA_NEON: pdb_qmat_neon_axpy(y, a, x, n); return;
+#endif
     default:
         for (int64_t c = 0; c < n; c++) y[c] = fmaf(a, x[c], y[c]);
     }
 }
 
+#if PDB_QMAT_X86
 /* Columns [c, c + 16 nv) of every output, eight outputs at a time: each broadcast p feeds nv FMAs
  * (with nv = 2, loads rather than FMAs bound the loop); nv is a constant in each use. */
 __attribute__((target("avx512f"), always_inline)) static inline void mix_cols(float *out, int64_t ldo, const float *p, int64_t ldp,
@@ -802,14 +859,17 @@ __attribute__((target("avx512f"))) static void mix_avx512(float *out, int64_t ld
             out[i * ldo + c] = a;
         }
 }
+#endif
 
 void pdb_qmat_mix(float *out, int64_t ldo, const float *p, int64_t ldp, int64_t m, const float *x, int64_t ldx, int64_t n,
                   int64_t k) {
+#if PDB_QMAT_X86
     if (isa_get() == PDB_ISA_AVX512) {
         mix_avx512(out, ldo, p, ldp, m, x, ldx, n, k);
         return;
     }
-    for (int64_t i = 0; i < m; i++) {
+#endif
+    for (int64_t i = 0; i < m; i++) { /* the definition (NEON: its axpy, one FMA chain per element) */
         memset(out + i * ldo, 0, sizeof(float) * (size_t)k);
         for (int64_t j = 0; j < n; j++) pdb_qmat_axpy(out + i * ldo, p[i * ldp + j], x + j * ldx, k);
     }
@@ -850,9 +910,10 @@ typedef struct {
 
 static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
 
-static int job_fused(const pdb_qmat_job *j) { /* the decode kernels */
+static int job_fused(const pdb_qmat_job *j) { /* the decode kernels (AVX-512: four rows at a time; NEON: one) */
     pdb_qfmt f = j->w->fmt;
-    return isa_get() == PDB_ISA_AVX512 && f != PDB_QF_F32 && j->n <= 2 && j->w->cols % 32 == 0;
+    pdb_qmat_isa i = isa_get();
+    return (i == PDB_ISA_AVX512 || i == PDB_ISA_NEON) && f != PDB_QF_F32 && j->n <= 2 && j->w->cols % 32 == 0;
 }
 
 static int has_bw(void);
@@ -863,6 +924,13 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
     const float *x = j->x;
     int64_t C = w->cols, T = j->n, ldx = j->ldx, ldy = j->ldy;
     float *y = j->y, *row = c->rowbuf + (int64_t)thread * c->stride;
+#if PDB_QMAT_HAVE_NEON
+    if (job_fused(j)) {
+        pdb_qmat_neon_rows(w, r0, r1, x, ldx, T, y, ldy);
+        return;
+    }
+#endif
+#if PDB_QMAT_X86
     if (job_fused(j)) {
         const float *xd = NULL; /* the tokens rearranged per 32-block (MXFP4, and MXFP8 with AVX512BW) */
         int layout = w->fmt == PDB_QF_MXFP4 ? QM_X_NIB : QM_X_EVOD;
@@ -894,6 +962,7 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
                 for (int i = 0; i < 4; i++) y[t * ldy + r0 + i] = o[i];
             }
         }
+#endif
     for (int64_t r = r0; r < r1; r++) {
         const float *wr = row;
         if (w->fmt == PDB_QF_F32) wr = (const float *)w->data + r * C;
@@ -935,11 +1004,19 @@ static void qm_task(void *vc, int64_t task, int thread) {
 
 static int qm_bw = -1; /* AVX512BW in use (the MXFP8 even/odd kernel); -1 = not checked yet */
 
+static int cpu_has_bw(void) {
+#if PDB_QMAT_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
 static int has_bw(void) {
     int v = __atomic_load_n(&qm_bw, __ATOMIC_RELAXED);
     if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512bw") ? 1 : 0;
+        v = cpu_has_bw();
         __atomic_store_n(&qm_bw, v, __ATOMIC_RELAXED);
     }
     return v;
@@ -947,8 +1024,7 @@ static int has_bw(void) {
 
 int pdb_qmat_use_bw(int on) {
     int old = has_bw();
-    __builtin_cpu_init();
-    __atomic_store_n(&qm_bw, on && __builtin_cpu_supports("avx512bw") ? 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&qm_bw, on && cpu_has_bw() ? 1 : 0, __ATOMIC_RELAXED);
     return old;
 }
 

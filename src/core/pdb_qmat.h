@@ -3,9 +3,10 @@
  * Invariant (the exactness contract of issue 6): every output element y[t][o] is computed by
  * one dot product of x[t] with the exactly-dequantized row o, in a fixed order: 32 lanes
  * (lane j takes k = j mod 32) accumulated with fused multiply-adds in k order, then folded
- * 32->16->8->4->2->1 (lane i with lane i + half). The scalar, AVX2 and AVX-512 paths implement
- * this same order, so results are bit-identical across ISAs, thread counts, batch sizes and
- * chunkings. pdb_qmat_matmul_multi runs several matrices in one pool dispatch under the same
+ * 32->16->8->4->2->1 (lane i with lane i + half). The scalar, AVX2, AVX-512 and aarch64 NEON
+ * paths implement this same order, so results are bit-identical across ISAs (x86-64 and aarch64
+ * included), thread counts, batch sizes and chunkings; the scalar path is the reference on any
+ * other CPU. pdb_qmat_matmul_multi runs several matrices in one pool dispatch under the same
  * contract (each element as a lone pdb_qmat_matmul computes it), pdb_qmat_matmul_gangs also a
  * step per output row after them. */
 #ifndef PDB_QMAT_H
@@ -30,11 +31,16 @@ typedef struct pdb_qmat {
     int nan_free;           /* MXFP8: no e4m3 NaN code (0x7F/0xFF) anywhere (pdb_qmat_scan_nan); 0 = unknown */
 } pdb_qmat;
 
-typedef enum pdb_qmat_isa { PDB_ISA_SCALAR = 0, PDB_ISA_AVX2, PDB_ISA_AVX512 } pdb_qmat_isa;
+/* The kernels' instruction sets. Within the x86 family a larger value is a wider ISA; NEON is the
+ * aarch64 one (every aarch64 CPU has it). */
+typedef enum pdb_qmat_isa { PDB_ISA_SCALAR = 0, PDB_ISA_AVX2, PDB_ISA_AVX512, PDB_ISA_NEON } pdb_qmat_isa;
 /* Best ISA this CPU supports (AVX2 needs FMA too). */
 pdb_qmat_isa pdb_qmat_isa_detect(void);
+/* Whether this build on this CPU can run isa (scalar: always). */
+int pdb_qmat_isa_supported(pdb_qmat_isa isa);
 const char *pdb_qmat_isa_name(pdb_qmat_isa isa);
-/* Force an ISA (tests compare them); returns the previous one. */
+/* Force an ISA (tests compare them); returns the previous one. An ISA the CPU lacks gives AVX2
+ * for AVX-512 where AVX2 exists, else scalar. */
 pdb_qmat_isa pdb_qmat_isa_set(pdb_qmat_isa isa);
 
 /* Use the AVX512BW form of the MXFP8 decode kernel when the CPU has it (default) or not (tests

@@ -23,6 +23,7 @@
 #include "pdb_clock.h"
 #include "pdb_mem.h"
 #include "pdb_proc.h"
+#include "pdb_sys.h"
 
 #define ST_MAX_HEADER (100ull * 1000 * 1000) /* a header larger than this is refused */
 #define ST_MAX_INDEX (100ll * 1000 * 1000)   /* same limit for model.safetensors.index.json */
@@ -939,7 +940,7 @@ static pdb_status fsync_parent_dir(const char *path) {
     else
         strcpy(dir, ".");
     pdb_status rc = PDB_OK;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = open(dir, O_RDONLY | pdb_sys_o_directory() | O_CLOEXEC);
     if (fd < 0)
         rc = pdb_err_set(PDB_IO, "%s: open directory %s for fsync: %s", path, dir, strerror(errno));
     else {

@@ -2,8 +2,12 @@
 #include "pdb_math.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 #include <math.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 void pdb_math_rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) {
     double ss = 0;
@@ -42,16 +46,17 @@ void pdb_math_gemm_nn(int64_t M, int64_t N, int64_t K, float alpha, const float 
 }
 
 /* The first index of the largest non-NaN value (0 when all are NaN): the running maximum of one
- * scan that moves on a larger value or off a NaN. In two passes with AVX-512 (the maximum, then
- * its first position: the same index, -0 and +0 included, since a later equal value never
- * moves the scan). */
-static int64_t argmax_scalar(const float *x, int64_t n) {
+ * scan that moves on a larger value or off a NaN. In two passes with AVX-512 or NEON (the
+ * maximum, then its first position: the same index, -0 and +0 included, since a later equal
+ * value never moves the scan). */
+__attribute__((unused)) static int64_t argmax_scalar(const float *x, int64_t n) { /* the reference; unused on aarch64 */
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)
         if (x[i] > x[best] || (isnan(x[best]) && !isnan(x[i]))) best = i;
     return best;
 }
 
+#if defined(__x86_64__)
 __attribute__((target("avx512f"))) static int64_t argmax_avx512(const float *x, int64_t n) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     __mmask16 seen = 0;
@@ -78,8 +83,46 @@ __attribute__((target("avx512f"))) static int64_t argmax_avx512(const float *x, 
         if (x[i] == best) return i;
     return 0; /* not reached */
 }
+#endif
+
+#if defined(__aarch64__)
+/* vmaxnmq_f32 is IEEE maxNum: a NaN lane keeps the other operand, so NaNs never win (as the
+ * scan's "off a NaN"); "any" records whether some lane held a number at all. */
+static int64_t argmax_neon(const float *x, int64_t n) {
+    float32x4_t m = vdupq_n_f32(-INFINITY);
+    uint32x4_t seen = vdupq_n_u32(0);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t v = vld1q_f32(x + i);
+        seen = vorrq_u32(seen, vceqq_f32(v, v));
+        m = vmaxnmq_f32(m, v);
+    }
+    float best = vmaxnmvq_f32(m);
+    int any = vmaxvq_u32(seen) != 0;
+    for (; i < n; i++)
+        if (!isnan(x[i])) {
+            if (!any || x[i] > best) best = x[i];
+            any = 1;
+        }
+    if (!any) return 0;
+    float32x4_t b = vdupq_n_f32(best);
+    for (i = 0; i + 4 <= n; i += 4)
+        if (vmaxvq_u32(vceqq_f32(vld1q_f32(x + i), b)))
+            for (int j = 0;; j++)
+                if (x[i + j] == best) return i + j;
+    for (; i < n; i++)
+        if (x[i] == best) return i;
+    return 0; /* not reached */
+}
+#endif
 
 int64_t pdb_math_argmax(const float *x, int64_t n) {
+#if defined(__x86_64__)
     __builtin_cpu_init(); /* idempotent, and no cached flag shared between threads */
     return __builtin_cpu_supports("avx512f") ? argmax_avx512(x, n) : argmax_scalar(x, n);
+#elif defined(__aarch64__)
+    return argmax_neon(x, n); /* NEON is part of the aarch64 base ISA */
+#else
+    return argmax_scalar(x, n);
+#endif
 }

@@ -20,6 +20,7 @@
 #include <openssl/evp.h>
 
 #include "pdb_safetensors.h"
+#include "pdb_sys.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "pdb_block writes tensor bytes as they are in memory: little-endian hosts only"
@@ -115,7 +116,7 @@ static int write_all(const pdb_store_io *io, int fd, const void *buf, uint64_t n
 }
 
 static int fsync_dir(const pdb_store_io *io, const char *dir_path) {
-    int fd = io->open(dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    int fd = io->open(dir_path, O_RDONLY | pdb_sys_o_directory() | O_CLOEXEC, 0);
     if (fd < 0) return errno ? errno : EIO;
     int err = io->fsync(fd) != 0 ? (errno ? errno : EIO) : 0;
     if (io->close(fd) != 0 && !err) err = errno ? errno : EIO;

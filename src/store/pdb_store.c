@@ -45,6 +45,7 @@
 
 #include "pdb_block.h"
 #include "pdb_file.h"
+#include "pdb_sys.h"
 
 #define PDB_STORE_TOUCH_S 2                 /* min seconds between mtime updates of one block */
 #define PDB_STORE_TMP_MAX_AGE_S 3600        /* temp files older than this are stale regardless */
@@ -502,7 +503,7 @@ static pdb_status scan_dir(pdb_store *s) {
             hex[64] = 0;
             pdb_block_parse_hex(hex, items[n].hash);
             items[n].bytes = (uint64_t)sb.st_size;
-            items[n].mtime = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+            items[n].mtime = pdb_sys_mtime_ns(&sb);
             n++;
         }
         closedir(dd);

@@ -3,7 +3,6 @@
  * attention -> ffn. */
 #include "pdb_v2_ops.h"
 
-#include <immintrin.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,6 +11,7 @@
 
 #include "pdb_clock.h"
 #include "pdb_math.h"
+#include "pdb_sys.h"
 #include "pdb_v2.h"
 #include "pdb_v2_names.h"
 
@@ -460,7 +460,7 @@ static void split_task(void *vc, int64_t task, int thread) {
             head_step(b, k, step, p, parts, qlat, sc, olat, mm);
             atomic_fetch_add_explicit(&hs->done[step], 1, memory_order_release);
         }
-        while (atomic_load_explicit(&hs->done[step], memory_order_acquire) < parts) _mm_pause();
+        while (atomic_load_explicit(&hs->done[step], memory_order_acquire) < parts) pdb_sys_cpu_relax();
     }
 }
 
