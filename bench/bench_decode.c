@@ -41,7 +41,9 @@
 #define _GNU_SOURCE
 #endif
 #include <dlfcn.h>
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -57,6 +59,7 @@
 #include "pdb_math.h"
 #include "pdb_mem.h"
 #include "pdb_pool.h"
+#include "pdb_sys.h"
 #include "pdb_v2_ops.h"
 
 static double cpu_s(void) { /* user + system CPU time of the process, all threads */
@@ -183,9 +186,15 @@ typedef struct { atomic_int started; int n; } daz_ctx;
 static void daz_task(void *vc, int64_t task, int thread) {
     daz_ctx *c = vc;
     (void)task, (void)thread;
+#if defined(__x86_64__)
     _mm_setcsr(_mm_getcsr() | 0x8040); /* DAZ (bit 6) | FTZ (bit 15) */
+#elif defined(__aarch64__)
+    uint64_t fpcr; /* FPCR.FZ (bit 24): denormal inputs and results flushed to zero, DAZ + FTZ in one */
+    __asm__ __volatile__("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ __volatile__("msr fpcr, %0" ::"r"(fpcr | (1ull << 24)));
+#endif
     atomic_fetch_add(&c->started, 1);
-    while (atomic_load(&c->started) < c->n) _mm_pause();
+    while (atomic_load(&c->started) < c->n) pdb_sys_cpu_relax();
 }
 
 /* ---- --profile: a SIGPROF program-counter sampler (no perf needed) ---- */
@@ -193,10 +202,21 @@ enum { PROF_MAX = 1 << 20 };
 static uintptr_t prof_pc[PROF_MAX];
 static atomic_int prof_n;
 
+static uintptr_t uc_pc(void *uc) { /* the interrupted program counter (0 where unknown: no sample is attributed) */
+#if defined(__linux__) && defined(__x86_64__)
+    return (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__linux__) && defined(__aarch64__)
+    return (uintptr_t)((ucontext_t *)uc)->uc_mcontext.pc;
+#else
+    (void)uc;
+    return 0;
+#endif
+}
+
 static void prof_handler(int sig, siginfo_t *si, void *uc) {
     (void)sig, (void)si;
     int i = atomic_fetch_add_explicit(&prof_n, 1, memory_order_relaxed);
-    if (i < PROF_MAX) prof_pc[i] = (uintptr_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+    if (i < PROF_MAX) prof_pc[i] = uc_pc(uc);
 }
 
 static void prof_set(int on) {
@@ -462,7 +482,7 @@ int main(int argc, char **argv) {
     }
     uint64_t per_tok = fixed + expert;
     /* the probe reads at least 8x the last-level cache (1 GiB at least), so that it measures memory */
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    long l3 = pdb_sys_l3_bytes();
     size_t probe_bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
     if (probe_mb) {
         probe_bytes = (size_t)probe_mb << 20 < (size_t)1 << 19 ? (size_t)1 << 19 : (size_t)probe_mb << 20;

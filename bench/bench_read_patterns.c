@@ -5,7 +5,6 @@
  * Each form touches every 64-byte line of a buffer of 8x the last-level cache once (one load per
  * line, no arithmetic), 64 contiguous chunks claimed by the pool's threads; best of 5 passes.
  * Usage: bench_read_patterns [threads] (default: online CPUs). */
-#include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include "pdb_clock.h"
 #include "pdb_mem.h"
 #include "pdb_pool.h"
+#include "pdb_sys.h"
 
 typedef struct {
     const char *p;
@@ -32,7 +32,7 @@ static void rp_task(void *vc, int64_t task, int thread) {
     if (!c->row) {
         for (size_t o = 0; o + 256 <= c->chunk; o += 256) {
             if (c->pf == 2)
-                for (int i = 0; i < 4; i++) _mm_prefetch(a + o + 4096 + 64 * i, _MM_HINT_T1);
+                for (int i = 0; i < 4; i++) __builtin_prefetch(a + o + 4096 + 64 * i, 0, 2);
             s0 += *(const float *)(a + o), s1 += *(const float *)(a + o + 64);
             s2 += *(const float *)(a + o + 128), s3 += *(const float *)(a + o + 192);
         }
@@ -41,8 +41,8 @@ static void rp_task(void *vc, int64_t task, int thread) {
         for (size_t g = 0; g + G <= c->chunk; g += G)
             for (size_t o = 0; o < R; o += 64) {
                 const char *q = a + g + o;
-                if (c->pf == 1) for (int i = 0; i < 4; i++) _mm_prefetch(q + i * R + G, _MM_HINT_T0);
-                if (c->pf == 2) for (int i = 0; i < 4; i++) _mm_prefetch(q + i * R + G, _MM_HINT_T1);
+                if (c->pf == 1) for (int i = 0; i < 4; i++) __builtin_prefetch(q + i * R + G, 0, 3);
+                if (c->pf == 2) for (int i = 0; i < 4; i++) __builtin_prefetch(q + i * R + G, 0, 2);
                 s0 += *(const float *)q, s1 += *(const float *)(q + R);
                 s2 += *(const float *)(q + 2 * R), s3 += *(const float *)(q + 3 * R);
             }
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     }
     pdb_pool *pool;
     if (pdb_pool_create(threads, &pool)) { fprintf(stderr, "bench_read_patterns: %s\n", pdb_err_msg()); return 1; }
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    long l3 = pdb_sys_l3_bytes();
     size_t bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
     bytes = bytes / (64 << 14) * (64 << 14); /* 64 chunks of whole 16 KB */
     char *buf = pdb_mem_map(bytes, 1);

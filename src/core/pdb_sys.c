@@ -10,6 +10,7 @@
 #ifdef __APPLE__
 #include <mach-o/dyld.h>
 #include <stdlib.h>
+#include <sys/sysctl.h>
 #endif
 
 int pdb_sys_o_directory(void) {
@@ -57,6 +58,19 @@ int pdb_sys_self_exe(char *buf, size_t cap) {
     ssize_t len = readlink("/proc/self/exe", buf, cap - 1);
     if (len <= 0 || (size_t)len >= cap - 1) { buf[0] = 0; return -1; }
     buf[len] = 0;
+    return 0;
+#endif
+}
+
+long pdb_sys_l3_bytes(void) {
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+    long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return v > 0 ? v : 0;
+#elif defined(__APPLE__)
+    int64_t v = 0;
+    size_t len = sizeof v;
+    return sysctlbyname("hw.l3cachesize", &v, &len, NULL, 0) == 0 && v > 0 ? (long)v : 0;
+#else
     return 0;
 #endif
 }

@@ -42,6 +42,10 @@ int64_t pdb_sys_mtime_ns(const struct stat *st);
  * or does not fit. */
 int pdb_sys_self_exe(char *buf, size_t cap);
 
+/* The last-level (L3) cache size in bytes (sysconf _SC_LEVEL3_CACHE_SIZE with glibc, sysctl
+ * hw.l3cachesize on macOS); 0 when unknown (glibc on aarch64 often says 0). */
+long pdb_sys_l3_bytes(void);
+
 /* (Memory figures, /proc on Linux and the Mach calls on macOS, live in pdb_proc.) */
 
 #ifdef __cplusplus
