@@ -51,7 +51,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/time.h>
+#if defined(__linux__) /* the profiler reads the program counter from it (uc_pc) */
 #include <ucontext.h>
+#endif
 #include <unistd.h>
 
 #include "pdb_clock.h"
