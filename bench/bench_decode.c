@@ -298,12 +298,14 @@ static void cl_step(pdb_pool *pool, const pdb_config *c, const pdb_v2_qweights *
         n = 0;
         for (int64_t k = 0; k < K; k++) {
             int64_t e = k * c->n_routed_experts / K;
-            j[n++] = (pdb_qmat_job){&L->eg[e], x, H, 1, y + n * (1 << 13), 0};
-            j[n++] = (pdb_qmat_job){&L->eu[e], x, H, 1, y + n * (1 << 13), 0};
+            j[n] = (pdb_qmat_job){&L->eg[e], x, H, 1, y + n * (1 << 13), 0}; /* slot n's own output (n++ apart: */
+            n++;                                                                /* reading n in the same expression */
+            j[n] = (pdb_qmat_job){&L->eu[e], x, H, 1, y + n * (1 << 13), 0};  /* was unsequenced, clang warns) */
+            n++;
         }
         cl_run(pool, j, n, CL_ROUTED, rowbuf, st);
         n = 0;
-        for (int64_t k = 0; k < K; k++) j[n++] = (pdb_qmat_job){&L->ed[k * c->n_routed_experts / K], x, L->ed[0].cols, 1, y + n * (1 << 13), 0};
+        for (int64_t k = 0; k < K; k++, n++) j[n] = (pdb_qmat_job){&L->ed[k * c->n_routed_experts / K], x, L->ed[0].cols, 1, y + n * (1 << 13), 0};
         cl_run(pool, j, n, CL_ROUTED, rowbuf, st);
         if (c->n_shared_experts > 0) {
             j[0] = (pdb_qmat_job){&L->sg, x, H, 1, y, 0};

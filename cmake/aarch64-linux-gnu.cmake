@@ -6,7 +6,11 @@
 # usage: cmake -S . -B build-arm64 -G Ninja -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DPDB_NO_CUDA=ON
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
-set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+# gcc by default; `-DCMAKE_C_COMPILER=clang -DCMAKE_C_COMPILER_TARGET=aarch64-linux-gnu` builds with
+# clang instead (Apple's compiler family: a check of the NEON code under clang's arm_neon.h).
+if(NOT CMAKE_C_COMPILER)
+  set(CMAKE_C_COMPILER aarch64-linux-gnu-gcc)
+endif()
 set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 # Headers and libraries come from the multiarch paths of the host's own root (no separate sysroot).
 set(ENV{PKG_CONFIG_LIBDIR} "/usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig")
