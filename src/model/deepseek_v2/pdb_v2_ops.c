@@ -11,9 +11,9 @@
 
 #include "pdb_clock.h"
 #include "pdb_math.h"
-#include "pdb_sys.h"
 #include "pdb_v2.h"
 #include "pdb_v2_names.h"
+#include "pdb_sys.h" /* the spin hint of the head steps' barrier */
 
 /* the steps of one (row, head)'s attention (head_step), and the split tasks' claims per (row, head)
  * and step (see attention_split below) */
