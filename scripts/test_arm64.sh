@@ -78,8 +78,8 @@ fixture v4-tiny-exact-none deepseek_v4 tiny none exact
 x86isa=$("$BUILD/pdb_kernel_digest" | tail -1 | awk '{print $3}')
 printf '%-22s %-26s %-26s %s\n' fixture "x86-64 ($x86isa)" "aarch64 (neon)" verdict
 for f in v2-tiny-mx v2-small-none v4-tiny-official-mx v4-tiny-exact-none; do
-    "$BUILD/pdb_logit_hash" "$T/$f" --threads 2 --per-step >"$T/$f.x86"
-    "${QEMU[@]}" "$ARM_BUILD/pdb_logit_hash" "$T/$f" --threads 2 --per-step >"$T/$f.arm"
+    "$BUILD/pdb_logit_hash" "$T/$f" --threads 2 --per-step >"$T/$f.x86" 2>"$T/$f.x86.log" || { cat "$T/$f.x86.log"; fail=1; }
+    "${QEMU[@]}" "$ARM_BUILD/pdb_logit_hash" "$T/$f" --threads 2 --per-step >"$T/$f.arm" 2>"$T/$f.arm.log" || { cat "$T/$f.arm.log"; fail=1; }
     hx=$(awk '/^logit hash/ {print $3}' "$T/$f.x86") ha=$(awk '/^logit hash/ {print $3}' "$T/$f.arm")
     if [ -n "$hx" ] && [ "$hx" = "$ha" ] && cmp -s "$T/$f.x86" "$T/$f.arm"; then
         verdict="logits identical to x86"
@@ -91,7 +91,7 @@ for f in v2-tiny-mx v2-small-none v4-tiny-official-mx v4-tiny-exact-none; do
     printf '%-22s %-26s %-26s %s\n' "$f" "${hx:-none}" "${ha:-none}" "$verdict"
 done
 # one fixture again on aarch64's scalar path: the reference for any other CPU
-"${QEMU[@]}" "$ARM_BUILD/pdb_logit_hash" "$T/v2-tiny-mx" --threads 2 --per-step --isa scalar >"$T/scalar.arm"
+"${QEMU[@]}" "$ARM_BUILD/pdb_logit_hash" "$T/v2-tiny-mx" --threads 2 --per-step --isa scalar >"$T/scalar.arm" 2>"$T/scalar.arm.log" || cat "$T/scalar.arm.log"
 if cmp -s "$T/v2-tiny-mx.x86" "$T/scalar.arm"; then
     echo "v2-tiny-mx on aarch64's scalar path: $(awk '/^logit hash/ {print $3}' "$T/scalar.arm"), logits identical to x86"
 else
