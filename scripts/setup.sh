@@ -22,10 +22,14 @@ if command -v python3 >/dev/null; then missing=("${missing[@]/python3}"); fi
 # `make test-arm64` (scripts/test_arm64.sh): the aarch64 cross compiler, qemu-user to run its
 # output, and the arm64 multiarch -dev packages of every library the build links (the arm64
 # architecture is added to dpkg first; the -dev packages of both architectures coexist).
-ARM_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
-for p in libpcre2-dev libjansson-dev libssl-dev libopenblas-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev; do
-  ARM_PKGS+=("$p:arm64")
-done
+# Only on an x86-64 (amd64) host: elsewhere the suite itself runs natively.
+ARM_PKGS=()
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  ARM_PKGS=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+  for p in libpcre2-dev libjansson-dev libssl-dev libopenblas-dev libcmocka-dev libmicrohttpd-dev libcurl4-openssl-dev; do
+    ARM_PKGS+=("$p:arm64")
+  done
+fi
 for p in "${ARM_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
@@ -34,7 +38,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "setup: installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
-  if ! dpkg --print-foreign-architectures | grep -qx arm64; then $SUDO dpkg --add-architecture arm64; fi
+  if [ "${#ARM_PKGS[@]}" -gt 0 ] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    $SUDO dpkg --add-architecture arm64
+  fi
   $SUDO apt-get update -q >/dev/null || true
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
