@@ -42,6 +42,13 @@ pdb_status pdb_cuda_latent_write(cudaStream_t s, const float *kva, const float *
  * tiles of 32 cache rows; never materialises scores. */
 pdb_status pdb_cuda_attention(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0, int64_t n,
                               int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
+/* The same attention on the tensor cores (pdb_cuda_mla_tc.cu: bf16 Q, K, V and P, f32
+ * accumulation and softmax state), for a bf16 cache; chunk-invariant like pdb_cuda_attention.
+ * PDB_UNSUPPORTED unless pdb_cuda_mla_tc_fits(kvl, row) (kvl a multiple of 16, at most 512; the
+ * tile's shared memory within the device's limit). */
+pdb_status pdb_cuda_attention_tc(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0, int64_t n,
+                                 int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
+int pdb_cuda_mla_tc_fits(int64_t kvl, int64_t row);
 /* out [n] = silu(g) * u elementwise (pdb_math_silu_mul's formula). */
 pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, float *out, int64_t count);
 /* Routing of n tokens (pdb_v2_route semantics): probs [n, E] router logits, softmaxed in place;

@@ -46,6 +46,7 @@ typedef struct pdb_cuda_prefill {
     pdb_config cfg;
     pdb_cuda_dt dt;
     int exact;                  /* PDB_CUDA_PREC_EXACT: dot32 products and the exact attention */
+    int attn_tc;                /* bf16 cache: attention on the tensor cores (pdb_cuda_mla_tc.cu) */
     size_t esz;                 /* bytes per dt element */
     int64_t sub_cfg, sub_max, page; /* configured / current pass bound (tokens), page size */
     int64_t gemm_rows;          /* M-invariant GEMM tile (0: whole M) */
@@ -405,7 +406,8 @@ static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t
     } else {
         PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 0, n, kvl, nope, 1.0f, A, nh * qk, qk, L->kv_b, kvl, hs, 0.0f, c->qlat,
                               nh * row, row, nh));
-        PDB_TRY(pdb_cuda_attention(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
+        if (c->attn_tc) PDB_TRY(pdb_cuda_attention_tc(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
+        else PDB_TRY(pdb_cuda_attention(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
     }
     /* attn[t, h] = olat[t, h] @ W_UV_h^T ([vd, kvl] rows of kv_b) */
     PDB_TRY(as_dt(c, c->olat, n * nh * kvl, &A));
@@ -689,6 +691,9 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_config *cf, const pdb_st
         pdb_cuda_prefill_free(c);
         return pdb_err_set(s, "%s", msg);
     }
+    /* after create_inner selected the device: the tile's shared memory is checked against it */
+    c->attn_tc = prec == PDB_CUDA_PREC_BF16 && !(co && co->attn == PDB_CUDA_ATTN_CUDA_CORES) &&
+                 pdb_cuda_mla_tc_fits(c->kvl, row);
     *out = c;
     return PDB_OK;
 }

@@ -32,6 +32,11 @@ typedef enum pdb_cuda_prec {
 
 enum { PDB_CUDA_GEMM_ROWS_DEFAULT = 256 };
 
+/* The bf16 engine's attention: tensor cores (bf16 operands, f32 accumulation) where the shape
+ * fits (kv_lora_rank a multiple of 16), else the f32 CUDA-core kernel; or that kernel always
+ * (for comparison: docs/cuda.md). Both are chunk-invariant. */
+typedef enum pdb_cuda_attn { PDB_CUDA_ATTN_AUTO = 0, PDB_CUDA_ATTN_CUDA_CORES = 1 } pdb_cuda_attn;
+
 typedef struct pdb_cuda_prefill_opts {
     pdb_cuda_prec prec;
     int64_t sub_chunk; /* largest run of tokens per internal pass (scratch bound); 0 = 8192 */
@@ -39,6 +44,7 @@ typedef struct pdb_cuda_prefill_opts {
     int64_t gemm_rows;   /* GEMMs run as cuBLAS calls of exactly this many rows, so a row's result does
                             not depend on the chunking (chunked = one-shot); 0 = the default
                             (PDB_CUDA_GEMM_ROWS_DEFAULT), -1 = off (one call per product, fastest) */
+    pdb_cuda_attn attn;  /* bf16 engine's attention kernel (the other precisions have their own) */
 } pdb_cuda_prefill_opts;
 
 typedef struct pdb_cuda_prefill pdb_cuda_prefill;
