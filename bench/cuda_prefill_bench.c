@@ -5,8 +5,9 @@
  * longer than the time budget is skipped and printed as skipped. Built by tools/cuda_validate.sh.
  * Usage: cuda_prefill_bench [MODEL_DIR [LAYERS [EXPERTS [CHUNK [BUDGET_S [GEMM_ROWS [PRECISION [T,T,...]]]]]]]]
  * (GEMM_ROWS: 0 the default M-invariant tiles, -1 one cuBLAS call per product, N tiles of N rows;
- * PRECISION: bf16 (tensor-core attention), bf16-cudacores (the f32 CUDA-core attention kernel on
- * the same bf16 cache), f32, exact; T: prompt lengths, default 4096,16384,65536). */
+ * PRECISION: bf16 (the MHA-form tensor-core attention), bf16-absorbed (the absorbed form on the
+ * tensor cores), bf16-cudacores (the absorbed f32 CUDA-core kernel on the same bf16 cache), f32,
+ * exact; T: prompt lengths, default 4096,16384,65536). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +64,9 @@ int main(int argc, char **argv) {
     pdb_cuda_prefill_opts co = {.prec = !strcmp(prec, "exact") ? PDB_CUDA_PREC_EXACT
                                         : !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16,
                                 .sub_chunk = chunk, .page_tokens = 64, .gemm_rows = gemm_rows,
-                                .attn = !strcmp(prec, "bf16-cudacores") ? PDB_CUDA_ATTN_CUDA_CORES : PDB_CUDA_ATTN_AUTO};
+                                .attn = !strcmp(prec, "bf16-cudacores")  ? PDB_CUDA_ATTN_CUDA_CORES
+                                        : !strcmp(prec, "bf16-absorbed") ? PDB_CUDA_ATTN_ABSORBED_TC
+                                                                         : PDB_CUDA_ATTN_AUTO};
     pdb_prefill_backend *be = NULL;
     t0 = pdb_clock_now();
     if (pdb_prefill_cuda_create(&o, &co, &be)) return die("create");

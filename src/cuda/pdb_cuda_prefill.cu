@@ -46,7 +46,9 @@ typedef struct pdb_cuda_prefill {
     pdb_config cfg;
     pdb_cuda_dt dt;
     int exact;                  /* PDB_CUDA_PREC_EXACT: dot32 products and the exact attention */
-    int attn_tc;                /* bf16 cache: attention on the tensor cores (pdb_cuda_mla_tc.cu) */
+    int attn_tc;                /* bf16 cache: absorbed attention on the tensor cores (pdb_cuda_mla_tc.cu) */
+    int attn_mha;               /* bf16 cache: the MHA form on the tensor cores (takes precedence) */
+    int64_t dqp, qstride;       /* MHA form: padded q/k width, Qb rows per head */
     size_t esz;                 /* bytes per dt element */
     int64_t sub_cfg, sub_max, page; /* configured / current pass bound (tokens), page size */
     int64_t gemm_rows;          /* M-invariant GEMM tile (0: whole M) */
@@ -70,6 +72,8 @@ typedef struct pdb_cuda_prefill {
     void *cache;                /* dt [L, n_pages, page, rowpad] */
     int32_t *ptab;              /* device [n_pages] */
     float *h, *xn, *q, *qa, *kva, *qlat, *olat, *attn, *probs, *rsc, *topk_w, *g, *u, *xe, *ye, *sh, *hook, *cs, *logits;
+    float *kvx;                 /* MHA form: [MHA_SPAN, nh*(nope+vd)] expanded keys/values of a span of positions */
+    void *qb, *kb, *vb;         /* MHA form: bf16 Q [nh, S, dqp], K [nh, max_tokens, dqp], V [nh, max_tokens, vd] */
     int32_t *ids, *topk_idx, *row_src, *slot_row;
     void *cvt;                  /* dt staging for GEMM A operands */
     /* pinned host */
@@ -86,6 +90,8 @@ typedef struct pdb_cuda_prefill {
 typedef pdb_cuda_prefill cu_prefill;
 
 enum { CR_ROWS = 256 };
+/* MHA form: positions whose keys and values are expanded per cuBLAS call (f32 scratch of MHA_SPAN x nh x (nope + v)) */
+enum { MHA_SPAN = 8192 };
 
 static pdb_status list_add(cu_list *l, void *p) {
     if (l->n == l->cap) {
@@ -321,6 +327,13 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     PDB_TRY(dalloc(&c->seq, &c->cs, sz * (size_t)(S * c->rope_d)));
     PDB_TRY(dalloc(&c->seq, &c->logits, sz * (size_t)c->V));
     PDB_TRY(dalloc(&c->seq, &c->ids, sizeof(int32_t) * (size_t)S));
+    if (c->attn_mha) {
+        c->qstride = S;
+        PDB_TRY(dalloc(&c->seq, &c->kvx, sz * (size_t)(MHA_SPAN * c->nh * (c->nope + c->vd))));
+        PDB_TRY(dalloc(&c->seq, &c->qb, 2 * (size_t)(c->nh * S * c->dqp)));
+        PDB_TRY(dalloc(&c->seq, &c->kb, 2 * (size_t)(c->nh * max_tokens * c->dqp)));
+        PDB_TRY(dalloc(&c->seq, &c->vb, 2 * (size_t)(c->nh * max_tokens * c->vd)));
+    }
     int64_t cmax = S * c->H; /* largest A operand staged in dt */
     int64_t cand[] = {S * c->nh * c->qk, S * c->nh * c->kvl, S * c->nh * c->vd, S * K * c->H, S * Imax, S * c->qlr};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) cmax = cand[i] > cmax ? cand[i] : cmax;
@@ -396,6 +409,19 @@ static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t
     pdb_cuda_pages pg = layer_pages(c, l);
     PDB_TRY(pdb_cuda_latent_write(c->s, c->kva, L->kv_a_norm, c->cs, &pg, p0, n, kvl, c->rope_d, c->q, nh, nope,
                                   c->qlat, c->cfg.rms_norm_eps));
+    if (c->attn_mha) { /* every key's K and V expanded again from the latent rows (spans of MHA_SPAN), then attention */
+        PDB_TRY(pdb_cuda_mha_pack_q(c->s, c->q, c->qlat, n, nh, nope, c->rope_d, kvl, row, c->qstride, c->qb));
+        for (int64_t s0 = 0; s0 < p0 + n; s0 += MHA_SPAN) {
+            int64_t m = p0 + n - s0 < MHA_SPAN ? p0 + n - s0 : MHA_SPAN;
+            PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, nh * (nope + vd), kvl, 1.0f,
+                                  (const char *)pg.base + c->esz * (size_t)(s0 * c->rowpad), c->rowpad, 0, L->kv_b, kvl, 0,
+                                  0.0f, c->kvx, nh * (nope + vd), 0, 1));
+            PDB_TRY(pdb_cuda_mha_pack_kv(c->s, c->kvx, &pg, s0, m, nh, nope, vd, kvl, c->rope_d, c->max_tokens, c->kb, c->vb));
+        }
+        PDB_TRY(pdb_cuda_attention_mha(c->s, c->qb, c->kb, c->vb, c->qstride, c->max_tokens, p0, n, nh, nope, c->rope_d, vd,
+                                       c->scale, c->attn));
+        return linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h); /* h += o_proj(attn) */
+    }
     /* qlat[t, h, :kvl] = q_nope[t, h] @ W_UK_h ([nope, kvl] rows of kv_b), batched over heads */
     const void *A;
     PDB_TRY(as_dt(c, c->q, n * nh * qk, &A));
@@ -692,8 +718,10 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_config *cf, const pdb_st
         return pdb_err_set(s, "%s", msg);
     }
     /* after create_inner selected the device: the tile's shared memory is checked against it */
-    c->attn_tc = prec == PDB_CUDA_PREC_BF16 && !(co && co->attn == PDB_CUDA_ATTN_CUDA_CORES) &&
-                 pdb_cuda_mla_tc_fits(c->kvl, row);
+    pdb_cuda_attn am = co ? co->attn : PDB_CUDA_ATTN_AUTO;
+    c->attn_mha = prec == PDB_CUDA_PREC_BF16 && am == PDB_CUDA_ATTN_AUTO && pdb_cuda_mha_tc_fits(c->nope, c->rope_d, c->vd);
+    c->attn_tc = prec == PDB_CUDA_PREC_BF16 && am != PDB_CUDA_ATTN_CUDA_CORES && pdb_cuda_mla_tc_fits(c->kvl, row);
+    c->dqp = (c->nope + c->rope_d + 15) / 16 * 16;
     *out = c;
     return PDB_OK;
 }

@@ -32,10 +32,16 @@ typedef enum pdb_cuda_prec {
 
 enum { PDB_CUDA_GEMM_ROWS_DEFAULT = 256 };
 
-/* The bf16 engine's attention: tensor cores (bf16 operands, f32 accumulation) where the shape
- * fits (kv_lora_rank a multiple of 16), else the f32 CUDA-core kernel; or that kernel always
- * (for comparison: docs/cuda.md). Both are chunk-invariant. */
-typedef enum pdb_cuda_attn { PDB_CUDA_ATTN_AUTO = 0, PDB_CUDA_ATTN_CUDA_CORES = 1 } pdb_cuda_attn;
+/* The bf16 engine's attention (docs/cuda.md; all chunk-invariant): AUTO = the MHA form on the
+ * tensor cores (K and V expanded per head from the cached latent rows: the fewest FLOPs) where
+ * v_head_dim fits, else ABSORBED_TC = the absorbed form on the tensor cores where
+ * kv_lora_rank fits, else CUDA_CORES = the absorbed form in f32 on CUDA cores. The other two
+ * force a form (for comparison). */
+typedef enum pdb_cuda_attn {
+    PDB_CUDA_ATTN_AUTO = 0,
+    PDB_CUDA_ATTN_CUDA_CORES = 1,
+    PDB_CUDA_ATTN_ABSORBED_TC = 2
+} pdb_cuda_attn;
 
 typedef struct pdb_cuda_prefill_opts {
     pdb_cuda_prec prec;
