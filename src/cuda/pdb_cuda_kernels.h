@@ -88,6 +88,11 @@ pdb_status pdb_cuda_dot32(cudaStream_t s, int64_t M, int64_t N, int64_t K, const
  * in position order, fma accumulation in position order), one warp per (token, head); f32 cache. */
 pdb_status pdb_cuda_attention_exact(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0,
                                     int64_t n, int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
+/* The capture rows' row math in place on rows [n, row] (kva from pdb_cuda_hook_dot): RMSNorm of
+ * the first kvl with the decoder's norm, then the RoPE rotation of the last rope by cs [n, rope]
+ * (pdb_rope_angles' pairs for the decoder's rope), bit for bit as the host's hook_rows. */
+pdb_status pdb_cuda_hook_finish(cudaStream_t s, float *rows, int64_t n, int64_t row, int64_t kvl, int64_t rope,
+                                const float *norm, const float *cs, double eps);
 /* The capture hook's projection: out [n, R] = x [n, H] . W [R, H] (pdb_cuda_dot32). */
 pdb_status pdb_cuda_hook_dot(cudaStream_t s, const float *x, const float *W, int64_t n, int64_t R, int64_t H,
                              float *out);
