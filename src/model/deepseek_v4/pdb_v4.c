@@ -349,36 +349,38 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, cons
 
 /* ======================================== cache feed (the decoder's pools) ======================================== */
 
-/* pdb_v4_cache_feed with `extra` products over other inputs (the attention's query projection)
- * run in the same dispatch as the feed's own: wkv and the compressors' wkv / wgate of x. */
-static pdb_status cache_feed_with(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T,
-                                  float *kv_out, const pdb_qmat_job *extra, int n_extra) {
+/* The feed's products of R rows x [R, H]: kv [R, hd] (wkv), kvp / gp [R, coff*hd] (the compressor's
+ * wkv / wgate, compressed layers), ikvp / igp [R, 2*ihd] (the indexer's compressor, CSA), with
+ * `extra` products (the attention's q_a) in the same dispatch. */
+static pdb_status feed_products(const pdb_v4_exec *ex, const pdb_v4_layer *L, int64_t H, const float *x, int64_t R, float *kv,
+                                float *kvp, float *gp, float *ikvp, float *igp, const pdb_qmat_job *extra, int n_extra) {
+    pdb_qmat_job jobs[5 + 1];
+    PDB_ASSERT(n_extra <= 1, "v4 feed: one extra product at most");
+    int nj = 0;
+    int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = L->attn == PDB_V4_ATTN_CSA ? L->icomp.coff * L->icomp.dim : 0;
+    jobs[nj++] = (pdb_qmat_job){&L->wkv, x, H, R, kv, L->wkv.rows};
+    if (D) {
+        jobs[nj++] = (pdb_qmat_job){&L->comp.wkv, x, H, R, kvp, D};
+        jobs[nj++] = (pdb_qmat_job){&L->comp.wgate, x, H, R, gp, D};
+    }
+    if (ID) {
+        jobs[nj++] = (pdb_qmat_job){&L->icomp.wkv, x, H, R, ikvp, ID};
+        jobs[nj++] = (pdb_qmat_job){&L->icomp.wgate, x, H, R, igp, ID};
+    }
+    for (int i = 0; i < n_extra; i++) jobs[nj++] = extra[i];
+    return v4_run(ex, jobs, nj, 1, NULL);
+}
+
+/* The feed's per-token steps for one sequence's T tokens at positions cc->len..: kv rows [T, hd]
+ * normed, RoPE'd and rounded in place, then into the window; the compressors fed from kvp / gp and
+ * ikvp / igp (feed_products' outputs for these tokens). */
+static void feed_steps(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, float *kv, const float *kvp, const float *gp,
+                       const float *ikvp, const float *igp, int64_t T) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     pdb_v4_layer_cache *lc = &cc->layers[l];
-    int64_t H = c->hidden_size, hd = c->head_dim, W = c->sliding_window, p0 = cc->len;
-    int official = cc->sem == PDB_V4_SEM_OFFICIAL, csa = L->attn == PDB_V4_ATTN_CSA;
-    int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = csa ? L->icomp.coff * L->icomp.dim : 0;
-    float *kv = kv_out ? kv_out : falloc(T * hd), *kvp = falloc(T * D), *gp = falloc(T * D), *ikvp = falloc(T * ID),
-          *igp = falloc(T * ID);
-    pdb_qmat_job jobs[5 + 4];
-    pdb_status s = PDB_OK;
-    if (!kv || !kvp || !gp || !ikvp || !igp || n_extra > 4) {
-        s = pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory");
-        goto done;
-    }
-    int nj = 0;
-    jobs[nj++] = (pdb_qmat_job){&L->wkv, x, H, T, kv, hd};
-    if (L->rate) {
-        jobs[nj++] = (pdb_qmat_job){&L->comp.wkv, x, H, T, kvp, D};
-        jobs[nj++] = (pdb_qmat_job){&L->comp.wgate, x, H, T, gp, D};
-    }
-    if (csa) {
-        jobs[nj++] = (pdb_qmat_job){&L->icomp.wkv, x, H, T, ikvp, ID};
-        jobs[nj++] = (pdb_qmat_job){&L->icomp.wgate, x, H, T, igp, ID};
-    }
-    for (int i = 0; i < n_extra; i++) jobs[nj++] = extra[i];
-    if ((s = v4_run(&cc->exec, jobs, nj, 1, NULL))) goto done;
+    int64_t hd = c->head_dim, W = c->sliding_window, p0 = cc->len;
+    int official = cc->sem == PDB_V4_SEM_OFFICIAL;
     for (int64_t t = 0; t < T; t++) {
         pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
         finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
@@ -387,22 +389,41 @@ static pdb_status cache_feed_with(const pdb_v4_model *m, pdb_v4_cache *cc, int64
     if (L->rate)
         compress_tokens(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, kvp, gp, T, p0, lc->buf_kv, lc->buf_gate,
                         lc->ov_kv, lc->ov_gate, lc->comp);
-    if (csa)
+    if (L->attn == PDB_V4_ATTN_CSA)
         compress_tokens(c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, ikvp, igp, T, p0, lc->ibuf_kv,
                         lc->ibuf_gate, lc->iov_kv, lc->iov_gate, lc->ikeys);
     for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
         memcpy(lc->win + (p % W) * hd, kv + (p - p0) * hd, sizeof(float) * (size_t)hd);
-done:
-    if (!kv_out) free(kv);
-    free(kvp);
-    free(gp);
-    free(ikvp);
-    free(igp);
-    return s;
+}
+
+/* Scratch of the feed's products for R rows (feed_alloc / feed_free). */
+typedef struct v4_feedbuf { float *kv, *kvp, *gp, *ikvp, *igp; } v4_feedbuf;
+
+static void feed_free(v4_feedbuf *f) {
+    free(f->kv); free(f->kvp); free(f->gp); free(f->ikvp); free(f->igp);
+    memset(f, 0, sizeof *f);
+}
+
+static pdb_status feed_alloc(const pdb_v4_layer *L, int64_t hd, int64_t R, v4_feedbuf *f) {
+    int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = L->attn == PDB_V4_ATTN_CSA ? L->icomp.coff * L->icomp.dim : 0;
+    *f = (v4_feedbuf){falloc(R * hd), falloc(R * D), falloc(R * D), falloc(R * ID), falloc(R * ID)};
+    if (f->kv && f->kvp && f->gp && f->ikvp && f->igp) return PDB_OK;
+    feed_free(f);
+    return pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory for %lld rows", (long long)R);
 }
 
 pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *kv_out) {
-    return cache_feed_with(m, cc, l, x, T, kv_out, NULL, 0);
+    const pdb_v4_layer *L = &m->layers[l];
+    int64_t hd = m->cfg.head_dim;
+    v4_feedbuf f;
+    PDB_TRY(feed_alloc(L, hd, T, &f));
+    pdb_status s = feed_products(&cc->exec, L, m->cfg.hidden_size, x, T, f.kv, f.kvp, f.gp, f.ikvp, f.igp, NULL, 0);
+    if (!s) {
+        feed_steps(m, cc, l, f.kv, f.kvp, f.gp, f.ikvp, f.igp, T);
+        if (kv_out) memcpy(kv_out, f.kv, sizeof(float) * (size_t)(T * hd));
+    }
+    feed_free(&f);
+    return s;
 }
 
 /* ======================================== attention ======================================== */
@@ -474,77 +495,99 @@ static void unrope_task(void *ctx, int64_t t, int thread) {
     for (int64_t h = 0; h < j->nh; h++) pdb_rope_apply(j->rope, j->o + (t * j->nh + h) * j->hd + j->hd - j->rd, -(j->p0 + t));
 }
 
-/* The attention block for T tokens of layer l: x [T, H] (after attn_norm) -> out [T, H]. */
-static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *out) {
+/* One sequence's share of a step: its cache and its tokens' rows r0 .. r0 + T - 1 of the step's
+ * activations (positions cache->len ..). */
+typedef struct v4_seg {
+    pdb_v4_cache *c;
+    int64_t r0, T;
+} v4_seg;
+
+/* The attention block of layer l for the rows of n sequences: x [R, H] (after attn_norm) -> out
+ * [R, H]. The products with weights run once over all R rows (the first sequence's execution
+ * context); the cache feed's steps, the indexer and the attention itself per sequence on its
+ * own cache. A row's results are what it gets alone (pdb_qmat's products do not depend on the
+ * rows beside them). */
+static pdb_status attention(const pdb_v4_model *m, const v4_seg *sg, int n, int64_t l, const float *x, int64_t R, float *out) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
-    pdb_v4_layer_cache *lc = &cc->layers[l];
-    const pdb_v4_exec *ex = &cc->exec;
+    const pdb_v4_exec *ex = &sg[0].c->exec;
     int64_t H = c->hidden_size, nh = c->num_heads, hd = c->head_dim, rd = c->qk_rope_head_dim, qlr = c->q_lora_rank;
-    int64_t W = c->sliding_window, G = c->o_groups, olr = c->o_lora_rank, gin = nh * hd / G, p0 = cc->len;
-    int official = cc->sem == PDB_V4_SEM_OFFICIAL;
-    int64_t lo = p0 - W + 1 > 0 ? p0 - W + 1 : 0, nold = p0 - lo, K = c->index_topk;
+    int64_t W = c->sliding_window, G = c->o_groups, olr = c->o_lora_rank, gin = nh * hd / G, K = c->index_topk;
     pdb_status s = PDB_OK;
     int csa = L->attn == PDB_V4_ATTN_CSA;
     int64_t nih = csa ? c->index_n_heads : 0, ihd = c->index_head_dim;
-    float *qr = falloc(T * qlr), *q = falloc(T * nh * hd), *keys = falloc((nold + T) * hd), *o = falloc(T * nh * hd);
-    float *a = falloc(T * G * olr), *iq = falloc(T * nih * ihd), *iw = falloc(T * nih);
-    int32_t *sel = csa ? malloc(sizeof(int32_t) * (size_t)(T * K)) : NULL;
-    int64_t *nsel = csa ? malloc(sizeof(int64_t) * (size_t)T) : NULL;
+    v4_feedbuf f = {0};
+    float *qr = falloc(R * qlr), *q = falloc(R * nh * hd), *o = falloc(R * nh * hd), *keys = falloc((W + R) * hd);
+    float *a = falloc(R * G * olr), *iq = falloc(R * nih * ihd), *iw = falloc(R * nih);
+    int32_t *sel = csa ? malloc(sizeof(int32_t) * (size_t)(R * K)) : NULL;
+    int64_t *nsel = csa ? malloc(sizeof(int64_t) * (size_t)R) : NULL, *pos = malloc(sizeof(int64_t) * (size_t)R);
     pdb_qmat *views = malloc(sizeof(pdb_qmat) * (size_t)G);
     pdb_qmat_job *jobs = malloc(sizeof(pdb_qmat_job) * (size_t)(G > 3 ? G : 3));
-    if (!qr || !q || !keys || !o || !a || !iq || !iw || !views || !jobs || (csa && (!sel || !nsel))) {
+    if (!qr || !q || !keys || !o || !a || !iq || !iw || !pos || !views || !jobs || (csa && (!sel || !nsel))) {
         s = pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
         goto done;
     }
-    /* K=V rows: the cached window rows of positions lo..p0-1, then this chunk's (the feed
-     * writes the window, so the old rows are copied first); the query's q_a product rides in
-     * the feed's dispatch */
-    for (int64_t p = lo; p < p0; p++) memcpy(keys + (p - lo) * hd, lc->win + (p % W) * hd, sizeof(float) * (size_t)hd);
-    pdb_qmat_job qa = {&L->wq_a, x, H, T, qr, qlr};
-    if ((s = cache_feed_with(m, cc, l, x, T, keys + nold * hd, &qa, 1))) goto done;
+    for (int i = 0; i < n; i++)
+        for (int64_t t = 0; t < sg[i].T; t++) pos[sg[i].r0 + t] = sg[i].c->len + t;
+    /* the feed's products (K=V rows, compressor projections) with the query's q_a, one dispatch */
+    if ((s = feed_alloc(L, hd, R, &f))) goto done;
+    pdb_qmat_job qa = {&L->wq_a, x, H, R, qr, qlr};
+    if ((s = feed_products(ex, L, H, x, R, f.kv, f.kvp, f.gp, f.ikvp, f.igp, &qa, 1))) goto done;
     /* queries: q_norm -> q_b (with the indexer's query and weight products) -> per-head
      * unweighted RMSNorm -> RoPE on the trailing dims */
-    for (int64_t t = 0; t < T; t++) pdb_math_rmsnorm(qr + t * qlr, qr + t * qlr, L->q_norm, qlr, c->rms_norm_eps);
+    for (int64_t r = 0; r < R; r++) pdb_math_rmsnorm(qr + r * qlr, qr + r * qlr, L->q_norm, qlr, c->rms_norm_eps);
     int nj = 0;
-    jobs[nj++] = (pdb_qmat_job){&L->wq_b, qr, qlr, T, q, nh * hd};
+    jobs[nj++] = (pdb_qmat_job){&L->wq_b, qr, qlr, R, q, nh * hd};
     if (csa) {
-        jobs[nj++] = (pdb_qmat_job){&L->idx_wq_b, qr, qlr, T, iq, nih * ihd};
-        jobs[nj++] = (pdb_qmat_job){&L->idx_wproj, x, H, T, iw, nih};
+        jobs[nj++] = (pdb_qmat_job){&L->idx_wq_b, qr, qlr, R, iq, nih * ihd};
+        jobs[nj++] = (pdb_qmat_job){&L->idx_wproj, x, H, R, iw, nih};
     }
     if ((s = v4_run(ex, jobs, nj, 1, NULL))) goto done;
-    for (int64_t t = 0; t < T; t++)
+    for (int64_t r = 0; r < R; r++)
         for (int64_t h = 0; h < nh; h++) {
-            float *qh = q + (t * nh + h) * hd;
+            float *qh = q + (r * nh + h) * hd;
             double ss = 0;
             for (int64_t i = 0; i < hd; i++) ss += (double)qh[i] * qh[i];
             float rr = (float)(1.0 / sqrt(ss / (double)hd + c->rms_norm_eps));
             for (int64_t i = 0; i < hd; i++) qh[i] *= rr;
-            pdb_rope_apply(L->rope, qh + hd - rd, p0 + t);
+            pdb_rope_apply(L->rope, qh + hd - rd, pos[r]);
         }
-    if (csa) {
-        s = run_indexer(m, ex, L, lc, official ? QSIM_FP4_ROT : QSIM_NONE, iq, iw, T, p0, sel, nsel);
-        if (s) goto done;
+    for (int i = 0; i < n && !s; i++) {
+        pdb_v4_cache *cc = sg[i].c;
+        pdb_v4_layer_cache *lc = &cc->layers[l];
+        const pdb_v4_exec *sx = &cc->exec;
+        int64_t r0 = sg[i].r0, T = sg[i].T, p0 = cc->len, lo = p0 - W + 1 > 0 ? p0 - W + 1 : 0, nold = p0 - lo;
+        /* K=V rows: the cached window rows of positions lo..p0-1 (copied before the feed writes the
+         * window), then this chunk's, fed into the cache token by token */
+        for (int64_t p = lo; p < p0; p++) memcpy(keys + (p - lo) * hd, lc->win + (p % W) * hd, sizeof(float) * (size_t)hd);
+        int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = csa ? L->icomp.coff * L->icomp.dim : 0;
+        feed_steps(m, cc, l, f.kv + r0 * hd, f.kvp + r0 * D, f.gp + r0 * D, f.ikvp + r0 * ID, f.igp + r0 * ID, T);
+        memcpy(keys + nold * hd, f.kv + r0 * hd, sizeof(float) * (size_t)(T * hd));
+        if (csa && (s = run_indexer(m, sx, L, lc, cc->sem == PDB_V4_SEM_OFFICIAL ? QSIM_FP4_ROT : QSIM_NONE, iq + r0 * nih * ihd,
+                                    iw + r0 * nih, T, p0, sel + r0 * K, nsel + r0)))
+            break;
+        /* attention per token and head over [window rows | picked compressed entries], with a sink
+         * (pdb_v4_attn_ref's contract: on the provider when it has one, else on the pool's
+         * threads), then the inverse RoPE of every output head on the host */
+        pdb_v4_attn_desc ad = {.T = T, .nh = nh, .hd = hd, .p0 = p0, .lo = lo, .W = W, .q = q + r0 * nh * hd, .keys = keys,
+                               .comp = lc->comp, .n_comp = L->rate ? (p0 + T) / L->rate : 0,
+                               .rate = L->attn == PDB_V4_ATTN_HCA ? L->rate : 0, .sel = csa ? sel + r0 * K : NULL,
+                               .nsel = csa ? nsel + r0 : NULL, .K = K, .sinks = L->sink,
+                               .scale = (float)(1.0 / sqrt((double)hd)), .o = o + r0 * nh * hd};
+        if ((s = sx->mm && sx->mm->attn ? sx->mm->attn(sx->mm->ctx, &ad) : pdb_v4_attn_ref(&ad, sx->pool))) break;
+        v4_unrope_job uj = {.rope = L->rope, .o = o + r0 * nh * hd, .p0 = p0, .nh = nh, .hd = hd, .rd = rd};
+        pdb_pool_run(sx->pool, T, unrope_task, &uj);
     }
-    /* attention per token and head over [window rows | picked compressed entries], with a sink
-     * (pdb_v4_attn_ref's contract: on the provider when it has one, else on the pool's threads),
-     * then the inverse RoPE of every output head on the host */
-    pdb_v4_attn_desc ad = {.T = T, .nh = nh, .hd = hd, .p0 = p0, .lo = lo, .W = W, .q = q, .keys = keys,
-                           .comp = lc->comp, .n_comp = L->rate ? (p0 + T) / L->rate : 0,
-                           .rate = L->attn == PDB_V4_ATTN_HCA ? L->rate : 0, .sel = sel, .nsel = nsel, .K = K,
-                           .sinks = L->sink, .scale = (float)(1.0 / sqrt((double)hd)), .o = o};
-    s = ex->mm && ex->mm->attn ? ex->mm->attn(ex->mm->ctx, &ad) : pdb_v4_attn_ref(&ad, ex->pool);
     if (s) goto done;
-    v4_unrope_job uj = {.rope = L->rope, .o = o, .p0 = p0, .nh = nh, .hd = hd, .rd = rd};
-    pdb_pool_run(ex->pool, T, unrope_task, &uj);
     /* grouped low-rank output projection: group g of heads -> olr (rows g*olr.. of wo_a, all groups
      * in one dispatch), then all groups -> H */
     for (int64_t g = 0; g < G; g++) {
         views[g] = pdb_qmat_view_rows(&L->wo_a, g * olr, olr);
-        jobs[g] = (pdb_qmat_job){&views[g], o + g * gin, nh * hd, T, a + g * olr, G * olr};
+        jobs[g] = (pdb_qmat_job){&views[g], o + g * gin, nh * hd, R, a + g * olr, G * olr};
     }
-    if (!(s = v4_run(ex, jobs, (int)G, 1, NULL))) s = v4_mm(ex, &L->wo_b, a, G * olr, T, out, H);
+    if (!(s = v4_run(ex, jobs, (int)G, 1, NULL))) s = v4_mm(ex, &L->wo_b, a, G * olr, R, out, H);
 done:
+    feed_free(&f);
     free(qr);
     free(q);
     free(keys);
@@ -554,6 +597,7 @@ done:
     free(iw);
     free(sel);
     free(nsel);
+    free(pos);
     free(views);
     free(jobs);
     return s;
@@ -671,38 +715,65 @@ done:
 
 /* ======================================== layer / forward ======================================== */
 
-/* One hyper-connected sub-block: collapse the streams, norm, run `which` (0 attention, 1 MoE), expand. */
-static pdb_status sub_block(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, int which, const int32_t *ids,
-                            float *hs, int64_t T, const pdb_v4_hook *hook) {
+/* One hyper-connected sub-block over the rows of n sequences: collapse the streams, norm, run
+ * `which` (0 attention, 1 MoE), expand. The hook (one sequence only) sees the attention input. */
+static pdb_status sub_block(const pdb_v4_model *m, const v4_seg *sg, int n, int64_t l, int which, const int32_t *ids,
+                            float *hs, int64_t R, const pdb_v4_hook *hook) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     int64_t H = c->hidden_size, hc = c->hc_mult;
-    float *x = falloc(T * H), *out = falloc(T * H), *post = falloc(T * hc), *comb = falloc(T * hc * hc), *tmp = falloc(hc * H);
+    float *x = falloc(R * H), *out = falloc(R * H), *post = falloc(R * hc), *comb = falloc(R * hc * hc), *tmp = falloc(hc * H);
     pdb_status s = PDB_OK;
     if (!x || !out || !post || !comb || !tmp) { s = pdb_err_set(PDB_NOMEM, "v4 layer: out of memory"); goto done; }
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = 0; t < R; t++) {
         hc_pre(c, which ? L->hc_ffn_fn : L->hc_attn_fn, which ? L->hc_ffn_base : L->hc_attn_base,
                which ? L->hc_ffn_scale : L->hc_attn_scale, hs + t * hc * H, x + t * H, post + t * hc, comb + t * hc * hc, tmp);
         pdb_math_rmsnorm(x + t * H, x + t * H, which ? L->ffn_norm : L->attn_norm, H, c->rms_norm_eps);
     }
-    if (!which && hook) s = hook->attn_input(hook->user, l, x, T, cc->len);
-    if (!s) s = which ? moe(m, &cc->exec, L, ids, x, T, out) : attention(m, cc, l, x, T, out);
+    if (!which && hook) s = hook->attn_input(hook->user, l, x, R, sg[0].c->len);
+    if (!s) s = which ? moe(m, &sg[0].c->exec, L, ids, x, R, out) : attention(m, sg, n, l, x, R, out);
     if (s) goto done;
-    for (int64_t t = 0; t < T; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
+    for (int64_t t = 0; t < R; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
 done:
     free(x); free(out); free(post); free(comb); free(tmp);
     return s;
 }
 
-pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
-                          float *logits) {
-    return pdb_v4_forward_hooked(m, cc, ids, T, all_logits, logits, NULL);
-}
-
-pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
-                                 float *logits, const pdb_v4_hook *hook) {
+/* n sequences' tokens (ids [R], rows of sequence i from sg[i].r0) through every layer, then the
+ * logits of rows lrows[0 .. nl) into logits [nl, V]; every cache's len advanced by its T. */
+static pdb_status forward_rows(const pdb_v4_model *m, const v4_seg *sg, int n, const int32_t *ids, int64_t R,
+                               const int64_t *lrows, int64_t nl, float *logits, const pdb_v4_hook *hook) {
     const pdb_config *c = &m->cfg;
     int64_t H = c->hidden_size, hc = c->hc_mult, V = c->vocab_size;
+    float *hs = falloc(R * hc * H), *tmp = falloc(hc * H), *y = falloc(nl * H);
+    pdb_status s = PDB_OK;
+    if (!hs || !tmp || !y) { s = pdb_err_set(PDB_NOMEM, "v4 forward: out of memory for %lld tokens", (long long)R); goto done; }
+    for (int64_t t = 0; t < R; t++) {
+        pdb_qmat_row_f32(&m->embed, ids[t], hs + t * hc * H);
+        for (int64_t k = 1; k < hc; k++) memcpy(hs + (t * hc + k) * H, hs + t * hc * H, sizeof(float) * (size_t)H);
+    }
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        if ((s = sub_block(m, sg, n, l, 0, ids, hs, R, hook))) goto done;
+        if ((s = sub_block(m, sg, n, l, 1, ids, hs, R, hook))) goto done;
+    }
+    for (int i = 0; i < n; i++) sg[i].c->len += sg[i].T;
+    if (nl > 0) {
+        for (int64_t r = 0; r < nl; r++) {
+            hc_head(m, hs + lrows[r] * hc * H, y + r * H, tmp);
+            pdb_math_rmsnorm(y + r * H, y + r * H, m->norm, H, c->rms_norm_eps);
+        }
+        s = v4_mm(&sg[0].c->exec, &m->head, y, H, nl, logits, V);
+    }
+done:
+    free(hs);
+    free(tmp);
+    free(y);
+    return s;
+}
+
+/* The checks every forward makes on one sequence's call. */
+static pdb_status check_call(const pdb_v4_model *m, const pdb_v4_cache *cc, const int32_t *ids, int64_t T) {
+    int64_t V = m->cfg.vocab_size;
     if (m->part != PDB_V4_PART_ALL)
         return pdb_err_set(PDB_INVALID, "v4 forward: this model holds only the capture hook's weights (per layer wkv, kv_norm "
                                         "and the compressors); the embedding, head, hyper-connections, query, output and "
@@ -715,29 +786,56 @@ pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const 
         if (ids[t] < 0 || ids[t] >= V)
             return pdb_err_set(PDB_INVALID, "v4 forward: token id %d at %lld is outside the vocabulary (%lld)", ids[t],
                                (long long)t, (long long)V);
-    int64_t nl = all_logits ? T : 1;
-    float *hs = falloc(T * hc * H), *tmp = falloc(hc * H), *y = falloc(nl * H);
+    return PDB_OK;
+}
+
+pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
+                          float *logits) {
+    return pdb_v4_forward_hooked(m, cc, ids, T, all_logits, logits, NULL);
+}
+
+pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
+                                 float *logits, const pdb_v4_hook *hook) {
+    PDB_TRY(check_call(m, cc, ids, T));
+    int64_t nl = !logits ? 0 : all_logits ? T : 1;
+    int64_t *lrows = malloc(sizeof(int64_t) * (size_t)(nl > 0 ? nl : 1));
+    if (!lrows) return pdb_err_set(PDB_NOMEM, "v4 forward: out of memory");
+    for (int64_t r = 0; r < nl; r++) lrows[r] = T - nl + r;
+    v4_seg sg = {cc, 0, T};
+    pdb_status s = forward_rows(m, &sg, 1, ids, T, lrows, nl, logits, hook);
+    free(lrows);
+    return s;
+}
+
+pdb_status pdb_v4_forward_multi(const pdb_v4_model *m, const pdb_v4_step *steps, int n) {
+    if (n <= 0) return pdb_err_set(PDB_INVALID, "v4 forward: no sequences");
+    int64_t R = 0, nl = 0, V = m->cfg.vocab_size;
+    for (int i = 0; i < n; i++) {
+        pdb_status s = check_call(m, steps[i].c, steps[i].ids, steps[i].T);
+        if (s) return pdb_err_wrap(s, "sequence %d of %d", i, n);
+        for (int j = 0; j < i; j++)
+            if (steps[j].c == steps[i].c)
+                return pdb_err_set(PDB_INVALID, "v4 forward: sequences %d and %d share one cache", j, i);
+        R += steps[i].T;
+        nl += steps[i].logits != NULL;
+    }
+    v4_seg *sg = malloc(sizeof(v4_seg) * (size_t)n);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)R);
+    int64_t *lrows = malloc(sizeof(int64_t) * (size_t)(nl > 0 ? nl : 1));
+    float *lg = falloc(nl * V);
     pdb_status s = PDB_OK;
-    if (!hs || !tmp || !y) { s = pdb_err_set(PDB_NOMEM, "v4 forward: out of memory for %lld tokens", (long long)T); goto done; }
-    for (int64_t t = 0; t < T; t++) {
-        pdb_qmat_row_f32(&m->embed, ids[t], hs + t * hc * H);
-        for (int64_t k = 1; k < hc; k++) memcpy(hs + (t * hc + k) * H, hs + t * hc * H, sizeof(float) * (size_t)H);
+    if (!sg || !ids || !lrows || !lg) s = pdb_err_set(PDB_NOMEM, "v4 forward: out of memory for %d sequences", n);
+    for (int64_t i = 0, r0 = 0, k = 0; !s && i < n; r0 += steps[i].T, i++) {
+        sg[i] = (v4_seg){steps[i].c, r0, steps[i].T};
+        memcpy(ids + r0, steps[i].ids, sizeof(int32_t) * (size_t)steps[i].T);
+        if (steps[i].logits) lrows[k++] = r0 + steps[i].T - 1;
     }
-    for (int64_t l = 0; l < c->num_layers; l++) {
-        if ((s = sub_block(m, cc, l, 0, ids, hs, T, hook))) goto done;
-        if ((s = sub_block(m, cc, l, 1, ids, hs, T, hook))) goto done;
-    }
-    cc->len += T;
-    if (logits) {
-        for (int64_t t = T - nl, r = 0; t < T; t++, r++) {
-            hc_head(m, hs + t * hc * H, y + r * H, tmp);
-            pdb_math_rmsnorm(y + r * H, y + r * H, m->norm, H, c->rms_norm_eps);
-        }
-        s = v4_mm(&cc->exec, &m->head, y, H, nl, logits, V);
-    }
-done:
-    free(hs);
-    free(tmp);
-    free(y);
+    if (!s) s = forward_rows(m, sg, n, ids, R, lrows, nl, lg, NULL);
+    for (int64_t i = 0, k = 0; !s && i < n; i++)
+        if (steps[i].logits) memcpy(steps[i].logits, lg + (k++) * V, sizeof(float) * (size_t)V);
+    free(sg);
+    free(ids);
+    free(lrows);
+    free(lg);
     return s;
 }

@@ -211,6 +211,22 @@ void pdb_v4_cache_free(pdb_v4_cache *c);
 pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *c, const int32_t *ids, int64_t T, int all_logits,
                           float *logits);
 
+/* One sequence of a multi-sequence step: T tokens ids at positions c->len .., the logits of its
+ * last token into logits [V] (NULL: none). */
+typedef struct pdb_v4_step {
+    pdb_v4_cache *c;
+    const int32_t *ids;
+    int64_t T;
+    float *logits;
+} pdb_v4_step;
+/* n sequences (distinct caches) in one forward: every product with a weight runs once over all
+ * their tokens (each weight read once per step, on steps[0].c's execution context: the caches
+ * should share one), the cache feed, indexer and attention per sequence on its own cache. Every
+ * sequence's logits and cache are bit for bit what pdb_v4_forward gives it alone (pdb_qmat's
+ * products do not depend on the rows beside them). Each cache's len advances by its T; on an
+ * error the caches' state is unspecified. */
+pdb_status pdb_v4_forward_multi(const pdb_v4_model *m, const pdb_v4_step *steps, int n);
+
 /* The capture hook's view of a forward: called at every layer with that layer's attention input
  * x [T, H] (after the hyper-connection collapse and attn_norm) for positions p0..p0+T-1, before
  * the layer's attention runs. A non-OK status stops the forward. */
