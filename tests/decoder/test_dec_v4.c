@@ -101,7 +101,7 @@ static void test_forward_and_blocks(void **st) {
     PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m));
     const pdb_config *c = pdb_dec_model_config(m);
     int64_t V = c->vocab_size;
-    assert_string_equal(pdb_dec_model_semantics(m), "deepseek_v4/official/pools-f32/v1");
+    assert_string_equal(pdb_dec_model_semantics(m), "deepseek_v4/official/pools-f32/v2");
     assert_null(pdb_dec_model_weights(m, "deepseek_v2"));
     int32_t ids[T + NDEC];
     pdb_test_ids(ids, T, 1000, 3);
@@ -184,7 +184,7 @@ static void test_fingerprint_semantics(void **st) {
     pdb_dec_model *a, *b;
     PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &a));
     PDB_TEST_OK(pdb_dec_model_open(dex, NULL, &b));
-    assert_string_equal(pdb_dec_model_semantics(b), "deepseek_v4/exact/pools-f32/v1");
+    assert_string_equal(pdb_dec_model_semantics(b), "deepseek_v4/exact/pools-f32/v2");
     assert_memory_not_equal(pdb_dec_model_fingerprint(a), pdb_dec_model_fingerprint(b), 32);
     pdb_dec_model_close(a);
     pdb_dec_model_close(b);
