@@ -164,7 +164,7 @@ static int dec_emit(dec_req *r, const char *text, size_t len, const char *finish
     int want_ids = r->q.return_token_ids && new_ids > 0;
     if (!len && !want_ids && !finish && r->sent_first) return 0;
     pdb_openai_result res = {text, len, finish, want_ids ? r->ids + r->ids_sent : finish && r->q.return_token_ids ? dec_no_ids : NULL,
-                             want_ids ? new_ids : 0};
+                             want_ids ? new_ids : 0, NULL, 0};
     pdb_openai_usage cu = {r->prompt_tokens, r->n_ids, r->cached_tokens};
     if (!u && r->q.continuous_usage) u = &cu; /* vLLM's continuous_usage_stats: usage on every chunk */
     char *chunk = NULL;
@@ -463,7 +463,7 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
     int status = 200;
     if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
         pdb_openai_result res = {r->text, r->text_len, dec_finish_str(r->finish), r->q.return_token_ids ? (r->ids ? r->ids : dec_no_ids) : NULL,
-                                 r->n_ids};
+                                 r->n_ids, NULL, 0};
         pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
         char *body = NULL;
         size_t n = 0;
