@@ -166,7 +166,7 @@ static const int32_t dec_no_ids[1] = {0};
 static int dec_emit_reply(dec_req *r, const char *text, size_t len) {
     int64_t new_ids = r->n_ids - r->ids_sent;
     pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
-    int rc = pdb_dec_reply_feed(r->reply, text, len, r->ids + r->ids_sent, new_ids, &u);
+    int rc = pdb_dec_reply_feed(r->reply, text, len, new_ids ? r->ids + r->ids_sent : NULL, new_ids, &u);
     r->ids_sent = r->n_ids;
     if (rc < 0) snprintf(r->error, sizeof r->error, "out of memory composing the answer");
     size_t n = 0;

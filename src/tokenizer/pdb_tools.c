@@ -87,6 +87,7 @@ int pdb_tools_parser_done(const pdb_tools_parser *p) { return p->done; }
 int pdb_tools_parser_calls(const pdb_tools_parser *p) { return p->n_calls; }
 
 static void tp_consume(pdb_tools_parser *p, size_t n) {
+    if (!n) return; /* buf may still be NULL */
     memmove(p->buf, p->buf + n, p->len - n);
     p->len -= n;
 }
@@ -99,7 +100,7 @@ static int tp_starts(const pdb_tools_parser *p, const char *m) {
 /* buf (all of it) is a proper prefix of m. */
 static int tp_is_prefix(const pdb_tools_parser *p, const char *m) {
     size_t ml = strlen(m);
-    return p->len < ml && !memcmp(p->buf, m, p->len);
+    return p->len < ml && (p->len == 0 || !memcmp(p->buf, m, p->len));
 }
 
 /* Longest suffix of s[n] that is a proper prefix of m. */
@@ -110,7 +111,7 @@ static size_t tp_hold(const char *s, size_t n, const char *m) {
     return 0;
 }
 
-static const char *tp_find(const char *s, size_t n, const char *m) { return memmem(s, n, m, strlen(m)); }
+static const char *tp_find(const char *s, size_t n, const char *m) { return n ? memmem(s, n, m, strlen(m)) : NULL; }
 
 static const char *const tp_closers[] = {PDB_TOOLS_ARGS_CLOSE PDB_TOOLS_CALL_END, "```" PDB_TOOLS_CALL_END, PDB_TOOLS_CALL_END};
 

@@ -11,4 +11,7 @@ pdb_e2e_init dectools
 "$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
 pdb_e2e_start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port 0 --block-size 512 --threads 1
 python3 tests/decoder/dec_tools_check.py "$URL" dec || pdb_e2e_fail "dec_tools_check"
+# servers stopped with SIGTERM exit through their shutdown: a sanitized build reports leaks then
+pdb_e2e_stop_all
+if grep -lE "ERROR: AddressSanitizer|LeakSanitizer|runtime error:" "$T"/*.log; then pdb_e2e_fail "sanitizer report in a server log"; fi
 echo "test_dec_tools: ok"

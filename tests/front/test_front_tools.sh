@@ -23,4 +23,7 @@ pdb_e2e_start front "$BIN" front --decoder "$DEC" --prefill "$PRE" --decoder-mod
 FRONT=$URL
 OPENAI_MODULE="$OPENAI_MODULE" node tests/front/front_tools_client.js "$FRONT" "$NATIVE" || fail "openai tool-call round trip through the front"
 ANTHROPIC_MODULE="$ANTHROPIC_MODULE" node tests/front/front_anthropic_client.js "$FRONT" "$NATIVE" dec || fail "Anthropic SDK through the front"
+# servers stopped with SIGTERM exit through their shutdown: a sanitized build reports leaks then
+pdb_e2e_stop_all
+if grep -lE "ERROR: AddressSanitizer|LeakSanitizer|runtime error:" "$T"/*.log; then pdb_e2e_fail "sanitizer report in a server log"; fi
 echo "test_front_tools: ok"
