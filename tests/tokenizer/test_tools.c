@@ -4,7 +4,9 @@
  * the markers are single special tokens of the real tokenizer, the forced prefix is the
  * template's call opening, and the parser gives the same events whether the text arrives in
  * one piece or byte by byte (content, names and arguments exact; markers and fences removed;
- * broken calls closed or kept as content, never lost). */
+ * broken calls closed or kept as content, never lost), also on 2,000 seeded random texts made of
+ * markers and fragments; a request's prompt ids (pdb_prompt, shared by the front and the
+ * decoder) carry the tools section unless tool_choice is none and end with the forced prefix. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +19,8 @@
 #include <cmocka.h>
 
 #include "pdb_chat.h"
+#include "pdb_openai.h"
+#include "pdb_prompt.h"
 #include "pdb_tokenizer.h"
 #include "pdb_tools.h"
 
@@ -220,12 +224,95 @@ static void test_parser(void **state) {
     pdb_tools_parser_free(&p);
 }
 
+/* Seeded random texts of markers, marker fragments and plain bytes: the events do not depend on
+ * how the text is cut. */
+static void test_parser_chunking_property(void **state) {
+    (void)state;
+    static const char *const pieces[] = {PDB_TOOLS_CALLS_BEGIN, PDB_TOOLS_CALLS_END, PDB_TOOLS_CALL_BEGIN, PDB_TOOLS_CALL_END,
+                                         PDB_TOOLS_SEP, "function", "get_weather", "\n", "```json\n", "\n```", "```", "{\"a\": 1}",
+                                         " ", "<", "<\xef\xbd\x9c", "tool", "text", "\xe2\x96\x81", "}"};
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (int it = 0; it < 2000; it++) {
+        char in[1024];
+        size_t n = 0;
+        int parts = 1 + (int)(x % 40);
+        for (int k = 0; k < parts; k++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            const char *pc = pieces[x % (sizeof pieces / sizeof pieces[0])];
+            size_t l = strlen(pc);
+            if (n + l >= sizeof in) break;
+            memcpy(in + n, pc, l);
+            n += l;
+        }
+        in[n] = 0;
+        const char *forced = it % 3 == 0 ? "f" : NULL;
+        transcript whole = {.last_ev = -1};
+        pdb_tools_parser p;
+        pdb_tools_parser_init(&p, forced);
+        assert_int_equal(pdb_tools_parser_feed(&p, in, n, tr_event, &whole), 0);
+        assert_int_equal(pdb_tools_parser_finish(&p, tr_event, &whole), 0);
+        int done = pdb_tools_parser_done(&p);
+        pdb_tools_parser_free(&p);
+        size_t step = 1 + (size_t)(x % 7);
+        transcript cut = {.last_ev = -1};
+        pdb_tools_parser_init(&p, forced);
+        for (size_t i = 0; i < n; i += step)
+            assert_int_equal(pdb_tools_parser_feed(&p, in + i, i + step <= n ? step : n - i, tr_event, &cut), 0);
+        assert_int_equal(pdb_tools_parser_finish(&p, tr_event, &cut), 0);
+        if (strcmp(whole.out, cut.out)) fprintf(stderr, "input %d (step %zu): %s\nwhole %s\ncut   %s\n", it, step, in, whole.out, cut.out);
+        assert_string_equal(whole.out, cut.out);
+        assert_int_equal(pdb_tools_parser_done(&p), done);
+        pdb_tools_parser_free(&p);
+    }
+}
+
+/* The prompt ids of a request with tools, as the front and the decoder compute them. */
+static char *prompt_text(const pdb_tokenizer *tok, const char *body) {
+    pdb_openai_request q;
+    pdb_openai_error e;
+    if (pdb_openai_parse_request(PDB_OPENAI_CHAT, body, strlen(body), NULL, &q, &e) != PDB_OK) fail_msg("%s: %s", body, e.message);
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    assert_int_equal(pdb_prompt_encode_request(tok, &q, &ids, &n, &e), PDB_OK);
+    char *text = NULL;
+    size_t len = 0;
+    assert_int_equal(pdb_tokenizer_decode(tok, ids, n, &text, &len), PDB_OK);
+    free(ids);
+    pdb_openai_request_free(&q);
+    return text;
+}
+
+static void test_prompt_ids(void **state) {
+    (void)state;
+    pdb_tokenizer *tok = NULL;
+    assert_int_equal(pdb_tokenizer_load(src_path(".cache/tokenizer/deepseek_v3/tokenizer.json"), &tok), PDB_OK);
+#define TB "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":[{\"type\":\"function\"," \
+           "\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\"}}}]"
+    char *t = prompt_text(tok, TB "}");
+    assert_non_null(strstr(t, "## Tools\nYou can call the following functions.\n\n### get_weather\nParameters: {\"type\": \"object\"}\n"));
+    const char *gen = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>";
+    assert_string_equal(t + strlen(t) - strlen(gen), gen);
+    free(t);
+    t = prompt_text(tok, TB ",\"tool_choice\":\"none\"}");
+    assert_null(strstr(t, "## Tools"));
+    free(t);
+    t = prompt_text(tok, TB ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}}");
+    const char *forced = "<\xef\xbd\x9c" "Assistant\xef\xbd\x9c>" PDB_TOOLS_CALLS_BEGIN PDB_TOOLS_CALL_BEGIN "function" PDB_TOOLS_SEP
+                         "get_weather\n```json\n";
+    assert_true(strlen(t) > strlen(forced));
+    assert_string_equal(t + strlen(t) - strlen(forced), forced);
+    free(t);
+    pdb_tokenizer_free(tok);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_tools),
         cmocka_unit_test(test_markers_are_tokens),
         cmocka_unit_test(test_forced_prefix_and_refusals),
         cmocka_unit_test(test_parser),
+        cmocka_unit_test(test_parser_chunking_property),
+        cmocka_unit_test(test_prompt_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
