@@ -77,6 +77,12 @@ async function main() {
   check(textOf(ans).length > 0, `answer after the tool result ${JSON.stringify(ans.content)}`);
   const aref = await mk(native).messages.create(rreq);
   check(textOf(aref) === textOf(ans), 'answer equal to native');
+  // 5. a refusal through the front: 400 in the Messages error shape, naming the field
+  let refused = null;
+  try { await mk(front).messages.create({ ...req, top_a: 1 }); } catch (e) { refused = e; }
+  check(refused && refused.status === 400 && refused.error && refused.error.type === 'error' &&
+        refused.error.error.type === 'invalid_request_error' && /top_a/.test(refused.error.error.message),
+        `unknown field refused: ${refused && refused.status} ${JSON.stringify(refused && refused.error)}`);
   console.log(`front-anthropic-client: ok (non-stream ${verdict.split(';')[0]}, stream ${sv.split(';')[0]}, ` +
               `cache_read_input_tokens ${msg.usage.cache_read_input_tokens}, tool_use round trip)`);
 }

@@ -78,6 +78,10 @@ async function main() {
   const ref = await mk(native).chat.completions.create(req2);
   check(JSON.stringify(ref.choices[0].message) === JSON.stringify(a.message),
         `answer through the front ${JSON.stringify(a.message)} != native ${JSON.stringify(ref.choices[0].message)}`);
+  // a forced choice the server cannot honour is a 400 naming tool_choice, before any bridge
+  let refused = null;
+  try { await mk(front).chat.completions.create({ ...req, tool_choice: 'required' }); } catch (e) { refused = e; }
+  check(refused && refused.status === 400 && refused.param === 'tool_choice', `required among 2 tools: ${refused && refused.message}`);
   console.log(`front-tools-client: ok (call ${call.id} get_weather, ${call.function.arguments.length} chars of arguments, ` +
               `streamed equal; answer ${v2.split(';')[0]}, equal to native)`);
 }
