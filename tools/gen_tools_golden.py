@@ -79,6 +79,8 @@ def cases():
         ([u1, {"role": "tool", "content": ""}], None),
         ([u1, a_call, {"role": "user", "content": "never mind"}], [weather]),
         ([{"role": "system", "content": "S2"}, u1, sys1], [search]),
+        ([u1, a_call, t1, a_call2, t3, a_ans], [weather]),
+        ([u1, a_call, t1, a_call2, t3], [weather, search]),
     ]
 
 
