@@ -12,6 +12,7 @@
 
 #include "pdb_clock.h"
 #include "pdb_config.h"
+#include "pdb_anthropic.h"
 #include "pdb_arch.h"
 #include "pdb_dec_model.h"
 #include "pdb_front_bridge.h"
@@ -138,6 +139,7 @@ typedef struct {
     size_t resp_len;
     char hv[512];
     int attempted, stream;
+    int anthropic;                /* /v1/messages: Anthropic events and errors */
     int client_usage;             /* the client asked for stream usage */
     int status;                   /* decoder HTTP status */
     char *buf;                    /* non-stream body / SSE line assembly */
@@ -165,9 +167,14 @@ static int buf_add(relay *r, const char *p, size_t n) {
     return 1;
 }
 
+/* The decoder's cached prompt tokens in a body or chunk: OpenAI's usage.prompt_tokens_details.
+ * cached_tokens, or the Messages API's usage.cache_read_input_tokens (message_start carries it
+ * in message.usage). */
 static int64_t usage_cached(json_t *j) {
     json_t *u = json_object_get(j, "usage");
-    return json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    if (!u) u = json_object_get(json_object_get(j, "message"), "usage");
+    json_t *d = json_object_get(u, "prompt_tokens_details");
+    return d ? json_integer_value(json_object_get(d, "cached_tokens")) : json_integer_value(json_object_get(u, "cache_read_input_tokens"));
 }
 
 static json_t *verdict_json(const pdb_front_verdict *v) {
@@ -242,8 +249,35 @@ static int open_client_stream(relay *r, int64_t decoder_cached) {
     return r->hs != NULL;
 }
 
+/* One complete Messages API event ("event: TYPE\ndata: JSON"): message_start (the first) carries
+ * the decoder's cache_read_input_tokens, which decide the verdict before our headers go out;
+ * message_stop (the last) gets the pd_bridge object; the others pass unchanged. */
+static int on_anthropic_event(relay *r, const char *ev, size_t n) {
+    const char *d = memmem(ev, n, "\ndata: ", 7);
+    if (strncmp(ev, "event: ", 7) || !d) return 1; /* comments, pings without data: drop */
+    d += 7;
+    size_t dl = n - (size_t)(d - ev);
+    json_t *j = json_loadb(d, dl, 0, NULL);
+    if (!r->hs && !open_client_stream(r, j ? usage_cached(j) : 0)) { json_decref(j); return 0; }
+    const char *type = json_string_value(json_object_get(j, "type"));
+    int ok;
+    if (type && !strcmp(type, "message_stop")) {
+        json_object_set_new(j, "pd_bridge", verdict_json(r->v));
+        char *out = json_dumps(j, JSON_COMPACT);
+        const char *pre = "event: message_stop\ndata: ";
+        ok = out && pdb_http_stream_write(r->hs, pre, strlen(pre), -1) == PDB_OK &&
+             pdb_http_stream_write(r->hs, out, strlen(out), -1) == PDB_OK && pdb_http_stream_write(r->hs, "\n\n", 2, -1) == PDB_OK;
+        free(out);
+    } else {
+        ok = pdb_http_stream_write(r->hs, ev, n, -1) == PDB_OK && pdb_http_stream_write(r->hs, "\n\n", 2, -1) == PDB_OK;
+    }
+    json_decref(j);
+    return ok;
+}
+
 /* One complete SSE event (without the trailing blank line). */
 static int on_sse_event(relay *r, const char *ev, size_t n) {
+    if (r->anthropic) return on_anthropic_event(r, ev, n);
     if (n < 6 || strncmp(ev, "data: ", 6)) return 1; /* comments, other fields: drop */
     const char *d = ev + 6;
     size_t dl = n - 6;
@@ -318,7 +352,7 @@ static void forward(relay *r, const char *path, const char *body) {
         PDB_WARN("front: decoder %s: %s", url, why);
         pdb_openai_error e = {.status = 502, .type = "server_error"};
         snprintf(e.message, sizeof e.message, "the decoder at %.200s did not answer: %.200s", f->decoder_url, why);
-        char *ej = pdb_openai_error_json(&e);
+        char *ej = r->anthropic ? pdb_anthropic_error_json(&e) : pdb_openai_error_json(&e);
         relay_respond(r, 502, ej ? ej : "{}", ej ? strlen(ej) : 2);
         free(ej);
         pthread_mutex_lock(&f->mu);
@@ -398,7 +432,7 @@ static void relay_run(relay *r) {
 /* ======================================= requests =========================================== */
 
 static void respond_err(pdb_http_request *req, const pdb_openai_error *e, const char *verdict) {
-    char *ej = pdb_openai_error_json(e);
+    char *ej = !strcmp(pdb_http_request_path(req), "/v1/messages") ? pdb_anthropic_error_json(e) : pdb_openai_error_json(e);
     pdb_http_header h[1] = {{"X-PD-Bridge", verdict}};
     pdb_http_respond(req, e->status, "application/json", ej ? ej : "{}", ej ? strlen(ej) : 2, h, 1);
     free(ej);
@@ -415,7 +449,9 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     pthread_mutex_lock(&f->mu);
     f->requests++;
     pthread_mutex_unlock(&f->mu);
-    if (pdb_openai_parse_request(kind, pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)) {
+    int anthropic = !strcmp(path, "/v1/messages"); /* the Messages API: converted like the decoder converts it */
+    if (anthropic ? pdb_anthropic_parse_request(pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)
+                  : pdb_openai_parse_request(kind, pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)) {
         respond_err(req, &err, "skipped invalid_request");
         return;
     }
@@ -454,7 +490,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     }
     v.blocks_cached_before = cached;
     pdb_front_plan plan = pdb_front_policy_decide(&f->o.policy, (pdb_bridge_mode)mode, n, f->o.block_size, cached);
-    relay rr = {.f = f, .stream = q.stream, .client_usage = q.include_usage, .t_start = t0}, *r = &rr;
+    relay rr = {.f = f, .stream = q.stream, .anthropic = anthropic, .client_usage = q.include_usage, .t_start = t0}, *r = &rr;
     if (plan.kind == PDB_PLAN_SKIP) {
         snprintf(v.kind, sizeof v.kind, "skipped");
         snprintf(v.reason, sizeof v.reason, "%s", plan.skip_reason);
@@ -489,7 +525,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     /* forward the original request; streams ask the decoder for usage on every chunk so the
      * verdict can use its cached_tokens before our headers go out */
     json_t *body = json_loadb(pdb_http_request_body(req), pdb_http_request_body_len(req), 0, NULL);
-    if (q.stream) {
+    if (q.stream && !anthropic) {
         json_t *so = json_object();
         json_object_set_new(so, "include_usage", json_true());
         json_object_set_new(so, "continuous_usage_stats", json_true());
@@ -579,6 +615,7 @@ static void handler(void *user, pdb_http_request *req) {
     int post = !strcmp(m, "POST"), get = !strcmp(m, "GET");
     if (!strcmp(p, "/v1/completions") && post) handle_completion(f, req, PDB_OPENAI_COMPLETION, p);
     else if (!strcmp(p, "/v1/chat/completions") && post) handle_completion(f, req, PDB_OPENAI_CHAT, p);
+    else if (!strcmp(p, "/v1/messages") && post) handle_completion(f, req, PDB_OPENAI_CHAT, p);
     else if (!strcmp(p, "/v1/models") && get) proxy_get(f, req, p);
     else if (!strcmp(p, "/metrics") && get) handle_metrics(f, req);
     else if (!strcmp(p, "/health") && get) {
