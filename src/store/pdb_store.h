@@ -66,7 +66,11 @@ typedef struct pdb_store pdb_store;
  * records block_size, the fingerprint and the layout in <dir>/store.json; a later open with a
  * different block_size or layout fails with PDB_MISMATCH (a different fingerprint is fine).
  * Scans the directory to rebuild the index (LRU order from file mtimes) and removes temp
- * files left by crashed writers. max_bytes: cap on block file bytes, 0 = unlimited. */
+ * files left by crashed writers. max_bytes: cap on block file bytes, 0 = unlimited; a cap above
+ * what the disk can hold (blocks already there + free space) is warned about, not refused. Under
+ * the cap a put evicts least recently used blocks before it writes, never the writing prompt's
+ * own earlier blocks (when those and the new block exceed the cap the put is PDB_TOO_LARGE); a
+ * put the disk refuses for space evicts and retries once. */
 pdb_status pdb_store_open(const char *dir, const pdb_store_layout *layout,
                           const uint8_t fingerprint[PDB_STORE_HASH_BYTES], int64_t block_size,
                           uint64_t max_bytes, pdb_store **out);
@@ -120,6 +124,7 @@ typedef struct pdb_store_stats {
     uint64_t n_blocks;        /* blocks in this handle's index */
     uint64_t bytes;           /* bytes of those block files */
     uint64_t max_bytes;       /* the cap (0 = unlimited) */
+    uint64_t disk_free_bytes; /* free bytes of the store's filesystem for this user (statvfs), UINT64_MAX unknown */
 } pdb_store_stats;
 void pdb_store_get_stats(pdb_store *store, pdb_store_stats *out);
 
