@@ -439,5 +439,10 @@ void pdb_dec_service_stats(const pdb_dec_service *s, pdb_dec_stats *out) {
         out->store_hits = ss.hits;
         out->store_misses = ss.misses;
         out->store_corrupt = ss.corrupt_removed;
+        out->store_bytes = ss.bytes;
+        out->store_evictions = ss.evictions;
+        out->store_disk_free_bytes = ss.disk_free_bytes;
+    } else {
+        out->store_disk_free_bytes = UINT64_MAX;
     }
 }
