@@ -37,7 +37,7 @@ pdb_status pdb_limits_derive(const pdb_limits_in *in, pdb_limits *l) {
     l->window_blocks = (l->window - 1) / l->block_size;
     uint64_t w = (uint64_t)l->window, ids, text, nb = (uint64_t)l->window_blocks;
     int ovf = __builtin_mul_overflow(w, l->id_json_bytes, &ids) | __builtin_mul_overflow(w, (uint64_t)PDB_LIMITS_TEXT_BYTES_PER_TOKEN, &text);
-    l->min_body_bytes = ids + PDB_LIMITS_BODY_OVERHEAD;
+    l->min_body_bytes = ids + PDB_LIMITS_BODY_FIELDS;
     l->max_body_bytes = max_u64(max_u64(ids, text) + PDB_LIMITS_BODY_OVERHEAD, PDB_LIMITS_MIN_BODY);
     ovf |= __builtin_add_overflow(in->block_bytes, (uint64_t)in->block_size * 4 + PDB_LIMITS_BLOCK_HEADER_BYTES, &l->block_file_bytes);
     ovf |= __builtin_mul_overflow(nb, l->block_file_bytes, &l->window_store_bytes);
@@ -56,7 +56,7 @@ pdb_status pdb_limits_check_body(const pdb_limits *l, const char *flag, uint64_t
     return pdb_err_set(PDB_INVALID,
                        "%s %" PRIu64 " cannot hold a full window: %" PRId64 " token ids of up to %" PRIu64
                        " bytes each plus %" PRIu64 " bytes of other fields need %" PRIu64 " bytes (give at least that, or omit it)",
-                       flag, value, l->window, l->id_json_bytes, (uint64_t)PDB_LIMITS_BODY_OVERHEAD, l->min_body_bytes);
+                       flag, value, l->window, l->id_json_bytes, (uint64_t)PDB_LIMITS_BODY_FIELDS, l->min_body_bytes);
 }
 
 pdb_status pdb_limits_check_store_cap(const pdb_limits *l, const char *flag, uint64_t value) {

@@ -19,8 +19,10 @@
  * per token for Python source with the DeepSeek-V3 tokenizer, 6 B per \uXXXX-escaped character,
  * 12 B per escaped astral character); token ids at their JSON size with a ", " separator. */
 #define PDB_LIMITS_TEXT_BYTES_PER_TOKEN 16u
-/* JSON fields besides the prompt (model, sampling fields, 4 stop strings of 256 B escaped, chat
- * roles and framing). */
+/* JSON fields besides the prompt: the least a body bound must leave (model name, sampling
+ * fields, 4 stop strings of 256 B as \uXXXX escapes = 6 KiB, framing), and the default's
+ * margin (chat roles and framing of many messages). */
+#define PDB_LIMITS_BODY_FIELDS ((uint64_t)8 << 10)
 #define PDB_LIMITS_BODY_OVERHEAD ((uint64_t)64 << 10)
 /* The default body bound never goes below this (small windows keep a comfortable bound). */
 #define PDB_LIMITS_MIN_BODY ((uint64_t)1 << 20)
@@ -53,7 +55,7 @@ typedef struct pdb_limits {
     int64_t max_prompt_tokens;   /* window - 1: one position must remain to generate */
     int64_t prefill_max_tokens;  /* the prefill server's longest token_ids (= window) */
     uint64_t id_json_bytes;      /* bytes of one token id in a JSON array, ", " included */
-    uint64_t min_body_bytes;     /* a full window of token ids + overhead: the least a body bound may be */
+    uint64_t min_body_bytes;     /* a full window of token ids + BODY_FIELDS: the least a body bound may be */
     uint64_t max_body_bytes;     /* the default bound: max(window x text budget, ids) + overhead, >= MIN_BODY */
     int64_t window_blocks;       /* full blocks of a longest prompt: (window - 1) / block_size */
     uint64_t block_file_bytes;   /* one block file: pools + tokens + header bound */

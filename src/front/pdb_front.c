@@ -419,6 +419,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     pdb_openai_request q;
     pdb_openai_error err;
     memset(&err, 0, sizeof err);
+    const char *mid = decoder_model_id(f); /* also learns the decoder's window (max_model_len) */
     pthread_mutex_lock(&f->mu);
     f->requests++;
     pdb_limits L = f->lim; /* the served window: ours, or the decoder's max_model_len when smaller */
@@ -432,8 +433,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     int mode = pdb_front_parse_mode(pdb_http_request_header(req, "X-PD-Bridge-Mode"));
     int32_t *ids = NULL;
     int64_t n = 0;
-    const char *mid = decoder_model_id(f); /* unknown model: the decoder's 404, before any bridge */
-    if (mid && pdb_openai_check_model(&q, mid, &err)) {
+    if (mid && pdb_openai_check_model(&q, mid, &err)) { /* unknown model: the decoder's 404, before any bridge */
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }

@@ -31,7 +31,7 @@ static void test_formulas_at_1m(void **unused) {
     assert_int_equal(l.max_prompt_tokens, 1048575);
     assert_int_equal(l.prefill_max_tokens, 1048576);
     assert_int_equal(l.id_json_bytes, 8); /* 129279: 6 digits + ", " */
-    assert_int_equal(l.min_body_bytes, 1048576ull * 8 + PDB_LIMITS_BODY_OVERHEAD);
+    assert_int_equal(l.min_body_bytes, 1048576ull * 8 + PDB_LIMITS_BODY_FIELDS);
     assert_int_equal(l.max_body_bytes, 1048576ull * 16 + PDB_LIMITS_BODY_OVERHEAD); /* text budget wins */
     assert_int_equal(l.window_blocks, 511);
     assert_int_equal(l.block_file_bytes, 39882752ull + 2048 * 4 + PDB_LIMITS_BLOCK_HEADER_BYTES);
