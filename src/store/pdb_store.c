@@ -50,6 +50,7 @@
 
 #include "pdb_block.h"
 #include "pdb_file.h"
+#include "pdb_pool.h"
 
 #define PDB_STORE_TOUCH_S 2                 /* min seconds between mtime updates of one block */
 #define PDB_STORE_TMP_MAX_AGE_S 3600        /* temp files older than this are stale regardless */
@@ -719,6 +720,45 @@ pdb_status pdb_store_load_block(pdb_store *s, const uint8_t hash[32], int64_t bl
     }
     if (st == PDB_CORRUPT) drop_bad(s, hash, path, dev, ino);
     return st;
+}
+
+typedef struct load_many {
+    pdb_store *s;
+    const uint8_t (*hashes)[32];
+    int64_t first;
+    void *const *const *outs;
+    pdb_status *st;
+    char (*msg)[256];
+} load_many;
+
+static void load_many_task(void *vc, int64_t i, int thread) {
+    (void)thread;
+    load_many *c = vc;
+    c->st[i] = pdb_store_load_block(c->s, c->hashes[i], c->first + i, c->outs[i]);
+    if (c->st[i] != PDB_OK) snprintf(c->msg[i], sizeof c->msg[i], "%s", pdb_err_msg()); /* the message is per thread */
+}
+
+pdb_status pdb_store_load_blocks(pdb_store *s, const uint8_t (*hashes)[32], int64_t first_index, int64_t n,
+                                 void *const *const *pool_outs, pdb_pool *pool, int64_t *n_ok) {
+    *n_ok = 0;
+    if (n <= 0) return PDB_OK;
+    if (!hashes || !pool_outs || first_index < 0) return pdb_err_set(PDB_INVALID, "load_blocks: bad arguments");
+    pdb_status *st = calloc((size_t)n, sizeof *st);
+    char(*msg)[256] = calloc((size_t)n, sizeof *msg);
+    if (!st || !msg) {
+        free(st);
+        free(msg);
+        return pdb_err_set(PDB_NOMEM, "load_blocks: %lld blocks", (long long)n);
+    }
+    load_many c = {s, hashes, first_index, pool_outs, st, msg};
+    pdb_pool_run(pool, n, load_many_task, &c);
+    int64_t k = 0;
+    while (k < n && st[k] == PDB_OK) k++;
+    pdb_status r = k < n ? pdb_err_set(st[k], "%s", msg[k]) : PDB_OK;
+    *n_ok = k;
+    free(st);
+    free(msg);
+    return r;
 }
 
 /* ---- streaming writer ------------------------------------------------------------------------ */

@@ -94,6 +94,15 @@ pdb_status pdb_store_longest_prefix(pdb_store *store,
 pdb_status pdb_store_load_block(pdb_store *store, const uint8_t hash[PDB_STORE_HASH_BYTES],
                                 int64_t block_index, void *const *pool_out /* [n_pools] */);
 
+/* Mount n consecutive blocks of a chain (hashes[i] is block first_index + i) into
+ * pool_outs[i][p], as pdb_store_load_block each (full verification), several at once: each
+ * block is one task of pool (NULL: one after the other on the caller's thread). *n_ok = the
+ * number of leading blocks mounted; when it is < n the status and message are those of block
+ * first_index + *n_ok (later blocks may have been read too: their buffers are not meaningful). */
+typedef struct pdb_pool pdb_pool;
+pdb_status pdb_store_load_blocks(pdb_store *store, const uint8_t (*hashes)[PDB_STORE_HASH_BYTES], int64_t first_index, int64_t n,
+                                 void *const *const *pool_outs /* [n][n_pools] */, pdb_pool *pool, int64_t *n_ok);
+
 /* ---- streaming writer: keeps no block data; writes straight from the caller's buffers.
  * One stream is used by one thread at a time; many streams may run on one store at once. */
 typedef struct pdb_store_stream pdb_store_stream;
