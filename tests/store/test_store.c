@@ -22,6 +22,7 @@
 #include <openssl/evp.h>
 
 #include "pdb_block.h"
+#include "pdb_pool.h"
 #include "pdb_safetensors.h"
 #include "pdb_store.h"
 
@@ -622,6 +623,58 @@ static void test_lru_eviction(void **state) {
     rm_dir(dir);
 }
 
+/* Several blocks mounted at once (pdb_store_load_blocks on a pool of 3 threads): every block's
+ * bytes as written; a corrupt block in the middle stops the count there with its status and a
+ * message naming its file, the blocks before it mounted. */
+static void test_load_blocks(void **state) {
+    (void)state;
+    char *dir = mk_dir();
+    int32_t tok[5 * BS];
+    make_tokens(tok, 5 * BS, 31);
+    uint8_t h[5][32];
+    assert_int_equal(pdb_store_hash_chain(FP, tok, 5 * BS, BS, h), PDB_OK);
+    pdb_store *s = open_store(dir, 0);
+    write_prompt(s, tok, 5 * BS);
+    pdb_pool *pool = NULL;
+    assert_int_equal(pdb_pool_create(3, &pool), PDB_OK);
+    blockbuf got[5];
+    void *const *outs[5];
+    for (int i = 0; i < 5; i++) {
+        got[i] = bb_alloc();
+        outs[i] = (void *const *)got[i].p;
+    }
+    int64_t ok = -1;
+    assert_int_equal(pdb_store_load_blocks(s, (const uint8_t(*)[32])h, 0, 5, outs, pool, &ok), PDB_OK);
+    assert_int_equal(ok, 5);
+    blockbuf want = bb_alloc();
+    for (int i = 0; i < 5; i++) {
+        bb_fill(&want, h[i]);
+        for (int p = 0; p < NP; p++) assert_memory_equal(got[i].p[p], want.p[p], pdb_store_pool_bytes(&POOLS[p], BS));
+    }
+    assert_int_equal(pdb_store_load_blocks(s, (const uint8_t(*)[32])h + 2, 2, 3, outs, NULL, &ok), PDB_OK); /* no pool */
+    assert_int_equal(ok, 3);
+    /* flip a data byte of block 2 */
+    char p2[4096];
+    block_path(dir, h[2], p2, sizeof p2);
+    FILE *f = fopen(p2, "r+b");
+    assert_non_null(f);
+    fseek(f, -10, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -10, SEEK_END);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    assert_int_equal(pdb_store_load_blocks(s, (const uint8_t(*)[32])h, 0, 5, outs, pool, &ok), PDB_CORRUPT);
+    assert_int_equal(ok, 2);
+    char hex[65];
+    pdb_store_hash_hex(h[2], hex);
+    assert_non_null(strstr(pdb_err_msg(), hex));
+    for (int i = 0; i < 5; i++) bb_free(&got[i]);
+    bb_free(&want);
+    pdb_pool_destroy(pool);
+    pdb_store_close(s);
+    rm_dir(dir);
+}
+
 /* A cap smaller than one prompt: the prompt's own earlier blocks are never evicted to make room
  * for its later ones (the old store evicted block 0 while block 3 was written, so nothing of the
  * prompt could be mounted); other prompts' blocks go first, LRU; when the prompt itself does not
@@ -1005,6 +1058,7 @@ int main(void) {
         cmocka_unit_test(test_name_mismatch),
         cmocka_unit_test(test_reopen_mismatch),
         cmocka_unit_test(test_lru_eviction),
+        cmocka_unit_test(test_load_blocks),
         cmocka_unit_test(test_cap_keeps_the_prompts_prefix),
         cmocka_unit_test(test_enospc_evicts_and_retries),
         cmocka_unit_test(test_put_order),
