@@ -626,7 +626,7 @@ static pdb_status front_limits(pdb_front *f) {
                         .block_size = f->o.block_size, .vocab_size = f->cfg.vocab_size,
                         .block_bytes = pdb_store_layout_block_bytes(&f->layout.layout, f->o.block_size)};
     pdb_status s = pdb_limits_derive(&li, &f->lim);
-    if (!s && f->o.max_body) s = pdb_limits_check_body(&f->lim, "front --max-body", f->o.max_body);
+    if (!s && f->o.max_body) s = pdb_limits_check_body(&f->lim, "--max-body", f->o.max_body);
     if (s) return pdb_err_wrap(s, "front");
     if (!f->o.max_body) f->o.max_body = (size_t)f->lim.max_body_bytes;
     struct { long *v; int64_t need; const char *flag; } t[] = {
