@@ -19,16 +19,16 @@
 #include <time.h>
 
 #include "pdb_anthropic.h"
+#include "pdb_arch.h"
 #include "pdb_clock.h"
 #include "pdb_dec_reply.h"
 #include "pdb_http.h"
+#include "pdb_limits.h"
 #include "pdb_proc.h"
 #include "pdb_prompt.h"
 
 #define DEC_MAX_TEXT_BYTES ((size_t)256 << 20) /* generated text of one request */
 #define DEC_MAX_STATUS_ROWS 64
-#define DEC_DEFAULT_COMPLETION_TOKENS 16
-#define DEC_DEFAULT_CHAT_TOKENS 4096
 /* A forced tool call's arguments are generated freely (no grammar constrains them yet), so they
  * are bounded: past this many tokens the server closes the call itself (docs/api.md, D25). */
 #define DEC_FORCED_ARG_TOKENS 256
@@ -45,6 +45,9 @@ struct pdb_dec_server {
     char tokenizer_sha256[65];  /* of model_dir/tokenizer.json, "" in token-id mode */
     char cache_dir[4096];       /* realpath of the store directory */
     int64_t vocab, context, block_size;
+    pdb_limits lim;          /* every limit, from the served window and the block size */
+    size_t max_body;         /* the body bound in force (--max-body or lim.max_body_bytes) */
+    uint64_t cache_max_bytes;/* the store cap in force (0 = unlimited) */
     int64_t started;
     pthread_mutex_t mu;      /* closing, users */
     pthread_cond_t cv;
@@ -439,14 +442,8 @@ static int dec_gen_check(const pdb_dec_server *s, const pdb_openai_request *q, p
                                  ids[i], (long long)i, (long long)s->vocab - 1);
             return -1;
         }
-    if (pdb_openai_check_context(q, kind, n_ids, s->context, e)) return -1;
-    *mt = q->max_tokens;
-    if (*mt < 0) {
-        /* The engine reserves the sequence's whole cache up front, so an absent max_tokens on chat
-         * (OpenAI: "the rest of the context") is capped. */
-        *mt = kind == PDB_OPENAI_CHAT ? DEC_DEFAULT_CHAT_TOKENS : DEC_DEFAULT_COMPLETION_TOKENS;
-        if (*mt > s->context - n_ids) *mt = s->context - n_ids;
-    }
+    /* the window, and max_tokens (absent: chat gets the rest of the window, completions 16 or a 400) */
+    if (pdb_limits_check_request(&s->lim, q, kind, n_ids, mt, e)) return -1;
     return 0;
 }
 
@@ -631,10 +628,23 @@ static void dec_handle_models(pdb_dec_server *s, pdb_http_request *hr) {
 }
 
 static void dec_handle_health(pdb_dec_server *s, pdb_http_request *hr) {
+    json_t *lim = pdb_limits_json(&s->lim);
+    pdb_dec_stats st;
+    memset(&st, 0, sizeof st);
+    if (srv_enter(s)) {
+        pdb_dec_service_stats(s->svc, &st);
+        srv_leave(s);
+    }
+    /* what is in force beside the derived numbers (doctor compares them) */
+    json_object_set_new(lim, "max_body", json_integer((json_int_t)s->max_body));
+    json_object_set_new(lim, "cache_max_bytes", json_integer((json_int_t)s->cache_max_bytes));
+    if (st.store_disk_free_bytes != UINT64_MAX)
+        json_object_set_new(lim, "store_disk_bytes", json_integer((json_int_t)(st.store_bytes + st.store_disk_free_bytes)));
     dec_respond_json(s, hr, "/health", 200,
-                     json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:I}", "status", "ok", "fingerprint", s->fingerprint, "model",
-                               s->model_id, "tokenizer", s->tok != NULL, "tokenizer_sha256", s->tokenizer_sha256, "cache_dir",
-                               s->cache_dir, "block_size", (json_int_t)s->block_size));
+                     json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:s, s:I, s:o}", "status", "ok", "role", "decoder", "fingerprint",
+                               s->fingerprint, "model", s->model_id, "tokenizer", s->tok != NULL, "tokenizer_sha256",
+                               s->tokenizer_sha256, "cache_dir", s->cache_dir, "block_size", (json_int_t)s->block_size, "limits",
+                               lim));
 }
 
 static void dec_metric(char **buf, size_t *len, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -753,12 +763,35 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
     if (st != PDB_OK) goto fail;
     const pdb_config *c = pdb_dec_service_config(s->svc);
     s->vocab = c->vocab_size;
-    s->context = so.max_context > 0 && so.max_context < c->max_position_embeddings ? so.max_context : c->max_position_embeddings;
+    /* every limit from the window (refused: --max-context above the model's window, a --max-body or
+     * --cache-max-bytes that cannot serve a full window; each message names both numbers) */
+    pdb_arch_layout lay;
+    if ((st = pdb_arch_layout_of(c, &lay))) goto fail;
+    pdb_limits_in li = {.model_window = c->max_position_embeddings, .max_context = o->svc.max_context, .block_size = so.block_size,
+                        .vocab_size = c->vocab_size, .block_bytes = pdb_store_layout_block_bytes(&lay.layout, so.block_size)};
+    if ((st = pdb_limits_derive(&li, &s->lim)) || (o->max_body && (st = pdb_limits_check_body(&s->lim, "--max-body", o->max_body))) ||
+        (st = pdb_limits_check_store_cap(&s->lim, "--cache-max-bytes", so.cache_max_bytes))) {
+        pdb_err_wrap(st, "decode-server");
+        goto fail;
+    }
+    s->context = s->lim.window;
+    s->max_body = o->max_body ? o->max_body : (size_t)s->lim.max_body_bytes;
+    s->cache_max_bytes = so.cache_max_bytes;
+    {
+        pdb_dec_stats ds;
+        pdb_dec_service_stats(s->svc, &ds);
+        uint64_t disk = ds.store_bytes + ds.store_disk_free_bytes;
+        if (so.cache_dir && ds.store_disk_free_bytes != UINT64_MAX && disk < s->lim.window_store_bytes)
+            PDB_WARN("decode-server: the disk of %s can hold %llu bytes of blocks (present + free), less than a full window's %llu "
+                     "(%lld blocks of %llu bytes): the least recently used blocks will be evicted to make room",
+                     so.cache_dir, (unsigned long long)disk, (unsigned long long)s->lim.window_store_bytes,
+                     (long long)s->lim.window_blocks, (unsigned long long)s->lim.block_file_bytes);
+    }
     s->block_size = so.block_size;
     snprintf(s->fingerprint, sizeof s->fingerprint, "%s", pdb_dec_service_fingerprint_hex(s->svc));
     if (s->tok && pdb_hash_file_sha256(pdb_tokenizer_path(s->tok), s->tokenizer_sha256)) s->tokenizer_sha256[0] = 0;
     if (!realpath(so.cache_dir, s->cache_dir)) snprintf(s->cache_dir, sizeof s->cache_dir, "%s", so.cache_dir);
-    pdb_http_opts ho = {.host = o->host, .port = o->port, .max_body = o->max_body, .api_key = o->api_key, .handler = dec_handle, .user = s};
+    pdb_http_opts ho = {.host = o->host, .port = o->port, .max_body = s->max_body, .api_key = o->api_key, .handler = dec_handle, .user = s};
     st = pdb_http_server_start(&ho, &s->http);
     if (st != PDB_OK) goto fail;
     *out = s;

@@ -19,6 +19,7 @@
 #include "pdb_hash.h"
 #include "pdb_http.h"
 #include "pdb_http_client.h"
+#include "pdb_limits.h"
 #include "pdb_openai.h"
 #include "pdb_proc.h"
 #include "pdb_prompt.h"
@@ -36,7 +37,9 @@ struct pdb_front {
     pdb_arch_layout layout; /* the decoder's store layout (pools of one block) */
     uint8_t fp[32];
     char fp_hex[65], scheme[32];
+    pdb_limits lim;                 /* every limit, from the served window and the block size */
     char model_id[256];             /* the decoder's model id (GET /v1/models), "" until known */
+    int64_t decoder_window;         /* the decoder's max_model_len (same answer), 0 until known */
     char tokenizer_sha256[65], cache_real[4096];
     pdb_http_server *http;
     pthread_mutex_t mu;
@@ -54,6 +57,7 @@ static pdb_status opt_apply(pdb_front_opts *o, const char *key, const char *val,
     struct { const char *k; int64_t *p; } ints[] = {
         {"min_bridge_tokens", &o->policy.min_bridge_tokens}, {"min_tail", &o->policy.min_tail},
         {"max_bridge_tokens", &o->policy.max_bridge_tokens}, {"block_size", &o->block_size},
+        {"max_context", &o->max_context},
     };
     struct { const char *k; long *p; } longs[] = {
         {"prefill_connect_ms", &o->prefill_connect_ms}, {"prefill_timeout_ms", &o->prefill_timeout_ms},
@@ -71,6 +75,11 @@ static pdb_status opt_apply(pdb_front_opts *o, const char *key, const char *val,
             *longs[i].p = (long)v;
             return PDB_OK;
         }
+    if (!strcmp(key, "max_body")) {
+        if (!num) return pdb_err_set(PDB_INVALID, "%s: 'max_body' must be a non-negative integer", origin);
+        o->max_body = (size_t)v;
+        return PDB_OK;
+    }
     if (!strcmp(key, "max_bridges")) {
         if (!num || v > 1024) return pdb_err_set(PDB_INVALID, "%s: 'max_bridges' must be 0..1024", origin);
         o->max_bridges = (int)v;
@@ -80,7 +89,8 @@ static pdb_status opt_apply(pdb_front_opts *o, const char *key, const char *val,
 }
 
 static const char *const env_keys[] = {"min_bridge_tokens", "min_tail", "max_bridge_tokens", "block_size",
-                                       "prefill_connect_ms", "prefill_timeout_ms", "decoder_timeout_ms", "max_bridges"};
+                                       "prefill_connect_ms", "prefill_timeout_ms", "decoder_timeout_ms", "max_bridges",
+                                       "max_context", "max_body"};
 
 pdb_status pdb_front_opts_defaults(pdb_front_opts *o, const char *config_file) {
     memset(o, 0, sizeof *o);
@@ -88,8 +98,6 @@ pdb_status pdb_front_opts_defaults(pdb_front_opts *o, const char *config_file) {
     o->policy.min_bridge_tokens = 1024;
     o->policy.min_tail = 512;
     o->prefill_connect_ms = 2000;
-    o->prefill_timeout_ms = 600000;
-    o->decoder_timeout_ms = 600000;
     o->max_bridges = 4;
     if (config_file) {
         json_error_t e;
@@ -445,10 +453,13 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     pdb_openai_request q;
     pdb_openai_error err;
     memset(&err, 0, sizeof err);
-    pdb_openai_limits lim = {.max_context = f->cfg.max_position_embeddings};
+    const char *mid = decoder_model_id(f); /* also learns the decoder's window (max_model_len) */
     pthread_mutex_lock(&f->mu);
     f->requests++;
+    pdb_limits L = f->lim; /* the served window: ours, or the decoder's max_model_len when smaller */
+    if (f->decoder_window > 0 && f->decoder_window < L.window) L.window = f->decoder_window;
     pthread_mutex_unlock(&f->mu);
+    pdb_openai_limits lim = {.max_context = L.window};
     int anthropic = !strcmp(path, "/v1/messages"); /* the Messages API: converted like the decoder converts it */
     if (anthropic ? pdb_anthropic_parse_request(pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)
                   : pdb_openai_parse_request(kind, pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)) {
@@ -458,8 +469,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     int mode = pdb_front_parse_mode(pdb_http_request_header(req, "X-PD-Bridge-Mode"));
     int32_t *ids = NULL;
     int64_t n = 0;
-    const char *mid = decoder_model_id(f); /* unknown model: the decoder's 404, before any bridge */
-    if (mid && pdb_openai_check_model(&q, mid, &err)) {
+    if (mid && pdb_openai_check_model(&q, mid, &err)) { /* unknown model: the decoder's 404, before any bridge */
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }
@@ -472,8 +482,10 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }
-    /* past the served window: refused here, before any block is bridged (the decoder would refuse it after) */
-    if (pdb_openai_check_context(&q, kind, n, f->cfg.max_position_embeddings, &err)) {
+    /* past the served window (or an absent max_tokens whose default does not fit): refused here,
+     * before any block is bridged, by the decoder's own rule (it would refuse it after) */
+    int64_t max_tokens = 0;
+    if (pdb_limits_check_request(&L, &q, kind, n, &max_tokens, &err)) {
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }
@@ -573,9 +585,12 @@ static const char *decoder_model_id(pdb_front *f) {
     relay r = {.f = f};
     pdb_status cs = decoder_call(f, "/v1/models", NULL, 5000L, &r, NULL, 0);
     json_t *j = cs == PDB_OK && r.status == 200 && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
-    const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
+    json_t *m0 = json_array_get(json_object_get(j, "data"), 0);
+    const char *id = json_string_value(json_object_get(m0, "id"));
+    json_int_t dw = json_integer_value(json_object_get(m0, "max_model_len"));
     pthread_mutex_lock(&f->mu);
     if (id) snprintf(f->model_id, sizeof f->model_id, "%s", id);
+    if (id && dw > 0) f->decoder_window = dw;
     pthread_mutex_unlock(&f->mu);
     json_decref(j);
     free(r.buf);
@@ -619,9 +634,14 @@ static void handler(void *user, pdb_http_request *req) {
     else if (!strcmp(p, "/v1/models") && get) proxy_get(f, req, p);
     else if (!strcmp(p, "/metrics") && get) handle_metrics(f, req);
     else if (!strcmp(p, "/health") && get) {
-        json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s}", "status", "ok", "role", "front", "fingerprint", f->fp_hex,
-                              "block_size", (json_int_t)f->o.block_size, "tokenizer_sha256", f->tokenizer_sha256, "cache_dir",
-                              f->cache_real, "decoder", f->decoder_url, "prefill", f->prefill_url);
+        json_t *lim = pdb_limits_json(&f->lim);
+        json_object_set_new(lim, "max_body", json_integer((json_int_t)f->o.max_body));
+        json_object_set_new(lim, "prefill_timeout_ms_set", json_integer((json_int_t)f->o.prefill_timeout_ms));
+        json_object_set_new(lim, "decoder_timeout_ms_set", json_integer((json_int_t)f->o.decoder_timeout_ms));
+        json_object_set_new(lim, "max_bridge_tokens", json_integer((json_int_t)f->o.policy.max_bridge_tokens));
+        json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:o}", "status", "ok", "role", "front", "fingerprint",
+                              f->fp_hex, "block_size", (json_int_t)f->o.block_size, "tokenizer_sha256", f->tokenizer_sha256,
+                              "cache_dir", f->cache_real, "decoder", f->decoder_url, "prefill", f->prefill_url, "limits", lim);
         char *b = json_dumps(j, JSON_COMPACT);
         json_decref(j);
         pdb_http_respond(req, 200, "application/json", b ? b : "{}", b ? strlen(b) : 2, NULL, 0);
@@ -634,6 +654,35 @@ static void handler(void *user, pdb_http_request *req) {
 }
 
 /* ======================================= lifecycle ========================================== */
+
+/* Every limit from the window (pdb_limits); refused when --max-context is above the model's
+ * window or --max-body cannot hold a full window; timeouts and max_bridge_tokens below what a
+ * full window needs are the operator's choice and are warned about, naming both numbers. */
+static pdb_status front_limits(pdb_front *f) {
+    pdb_limits_in li = {.model_window = f->cfg.max_position_embeddings, .max_context = f->o.max_context,
+                        .block_size = f->o.block_size, .vocab_size = f->cfg.vocab_size,
+                        .block_bytes = pdb_store_layout_block_bytes(&f->layout.layout, f->o.block_size)};
+    pdb_status s = pdb_limits_derive(&li, &f->lim);
+    if (!s && f->o.max_body) s = pdb_limits_check_body(&f->lim, "--max-body", f->o.max_body);
+    if (s) return pdb_err_wrap(s, "front");
+    if (!f->o.max_body) f->o.max_body = (size_t)f->lim.max_body_bytes;
+    struct { long *v; int64_t need; const char *flag; } t[] = {
+        {&f->o.prefill_timeout_ms, f->lim.prefill_timeout_ms, "--prefill-timeout-ms"},
+        {&f->o.decoder_timeout_ms, f->lim.decoder_timeout_ms, "--decoder-timeout-ms"},
+    };
+    for (int i = 0; i < 2; i++) {
+        if (!*t[i].v) *t[i].v = (long)t[i].need;
+        else if (*t[i].v < t[i].need)
+            PDB_WARN("front: %s %ld is below what a full window of %lld tokens needs at %d tokens/s (%lld ms): long prompts may "
+                     "end as partial (prefill) or be cut (decoder)", t[i].flag, *t[i].v, (long long)f->lim.window,
+                     PDB_LIMITS_MIN_TOKENS_PER_S, (long long)t[i].need);
+    }
+    int64_t bridgeable = f->lim.window_blocks * f->o.block_size;
+    if (f->o.policy.max_bridge_tokens && f->o.policy.max_bridge_tokens < bridgeable)
+        PDB_WARN("front: --max-bridge-tokens %lld is below a full window's %lld bridgeable tokens: longer prompts are bridged in "
+                 "part (verdict partial, reason=max_bridge_tokens)", (long long)f->o.policy.max_bridge_tokens, (long long)bridgeable);
+    return PDB_OK;
+}
 
 pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
     if (!o->decoder_url || !o->prefill_url || !o->decoder_model || !o->cache_dir)
@@ -666,10 +715,11 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
     }
     if ((s = pdb_arch_layout_of(&f->cfg, &f->layout))) goto fail;
     if ((s = pdb_arch_check_block_size(&f->cfg, f->o.block_size))) goto fail;
+    if ((s = front_limits(f))) goto fail;
     if ((s = pdb_store_open(o->cache_dir, &f->layout.layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
     if (!realpath(o->cache_dir, f->cache_real)) snprintf(f->cache_real, sizeof f->cache_real, "%s", o->cache_dir);
     if ((s = pdb_http_client_init())) goto fail;
-    pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = o->max_body,
+    pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = f->o.max_body,
                         .handler = handler, .user = f};
     if ((s = pdb_http_server_start(&ho, &f->http))) goto fail;
     PDB_INFO("front: port %d, decoder %s, prefill %s, store %s (block %lld, fingerprint %.16s...), policy min_bridge_tokens=%lld "
