@@ -3,8 +3,11 @@
  * with and without the capture hook (its overhead). Prints one "cuda-bench ..." line per run.
  * Invariant: every number printed was measured in this process; a run whose predecessor took
  * longer than the time budget is skipped and printed as skipped. Built by tools/cuda_validate.sh.
- * Usage: cuda_prefill_bench [MODEL_DIR [LAYERS [EXPERTS [CHUNK [BUDGET_S [GEMM_ROWS [bf16|f32|exact]]]]]]]
- * (GEMM_ROWS: 0 the default M-invariant tiles, -1 one cuBLAS call per product, N tiles of N rows). */
+ * Usage: cuda_prefill_bench [MODEL_DIR [LAYERS [EXPERTS [CHUNK [BUDGET_S [GEMM_ROWS [PRECISION [T,T,...]]]]]]]]
+ * (GEMM_ROWS: 0 the default M-invariant tiles, -1 one cuBLAS call per product, N tiles of N rows;
+ * PRECISION: bf16 (the MHA-form tensor-core attention), bf16-absorbed (the absorbed form on the
+ * tensor cores), bf16-cudacores (the absorbed f32 CUDA-core kernel on the same bf16 cache), f32,
+ * exact; T: prompt lengths, default 4096,16384,65536). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +31,13 @@ int main(int argc, char **argv) {
     int64_t layers = argc > 2 ? atoll(argv[2]) : 4, experts = argc > 3 ? atoll(argv[3]) : 16;
     int64_t chunk = argc > 4 ? atoll(argv[4]) : 8192;
     double budget = argc > 5 ? atof(argv[5]) : 150.0; /* seconds one run may take before longer ones are skipped */
-    int64_t Ts[] = {4096, 16384, 65536};
+    int64_t Ts[8] = {4096, 16384, 65536}, nT = 3;
+    if (argc > 8) {
+        nT = 0;
+        for (char *p = argv[8]; *p && nT < 8; p += strspn(p, ",")) Ts[nT++] = strtoll(p, &p, 10);
+    }
+    int64_t Tmax = 0;
+    for (int64_t k = 0; k < nT; k++) Tmax = Ts[k] > Tmax ? Ts[k] : Tmax;
     char name[256];
     if (!pdb_cuda_device_count(name, sizeof name)) { printf("cuda-bench skipped: no GPU\n"); return 0; }
     printf("cuda-bench device=\"%s\" layers=%lld experts=%lld chunk=%lld gemm_rows=%lld precision=%s\n", name,
@@ -54,22 +63,25 @@ int main(int argc, char **argv) {
     const char *prec = argc > 7 ? argv[7] : "bf16";
     pdb_cuda_prefill_opts co = {.prec = !strcmp(prec, "exact") ? PDB_CUDA_PREC_EXACT
                                         : !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16,
-                                .sub_chunk = chunk, .page_tokens = 64, .gemm_rows = gemm_rows};
+                                .sub_chunk = chunk, .page_tokens = 64, .gemm_rows = gemm_rows,
+                                .attn = !strcmp(prec, "bf16-cudacores")  ? PDB_CUDA_ATTN_CUDA_CORES
+                                        : !strcmp(prec, "bf16-absorbed") ? PDB_CUDA_ATTN_ABSORBED_TC
+                                                                         : PDB_CUDA_ATTN_AUTO};
     pdb_prefill_backend *be = NULL;
     t0 = pdb_clock_now();
     if (pdb_prefill_cuda_create(&o, &co, &be)) return die("create");
     printf("cuda-bench weights uploaded in %.1f s\n", pdb_clock_now() - t0);
     int64_t V = cfg.vocab_size;
     float *logits = malloc(sizeof(float) * (size_t)V);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)Ts[2]);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)Tmax);
     if (!logits || !ids) { fprintf(stderr, "out of memory\n"); return 1; }
     uint32_t seed = 1;
-    for (int64_t i = 0; i < Ts[2]; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % V); }
+    for (int64_t i = 0; i < Tmax; i++) { seed = seed * 1664525u + 1013904223u; ids[i] = (int32_t)((seed >> 8) % V); }
     /* warm-up: kernels, cuBLAS heuristics */
     if (be->begin(be, 1024, 1024) || be->forward_chunk(be, ids, 0, 1024, 1, logits)) return die("warm-up");
     be->end(be);
     double last = 0;
-    for (size_t k = 0; k < sizeof Ts / sizeof Ts[0]; k++) {
+    for (int64_t k = 0; k < nT; k++) {
         int64_t T = Ts[k];
         double dt[2] = {0, 0};
         for (int withcap = 1; withcap >= 0; withcap--) {

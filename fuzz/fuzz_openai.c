@@ -1,12 +1,15 @@
-/* fuzz_openai: OpenAI request bodies (pdb_openai_parse_request) as the decode-server and the
- * front receive them. The first byte picks completions (even) or chat (odd); the rest is the
- * body. Properties: no crash/UB/leak; a refusal carries a 4xx status and a message; a parsed
- * request is internally consistent (completions: exactly one prompt form, ids >= 0; chat: >= 1
- * message with role and content; at most 4 stop strings). */
+/* fuzz_openai: OpenAI request bodies (pdb_openai_parse_request) and Messages API bodies
+ * (pdb_anthropic_parse_request) as the decode-server and the front receive them. The first byte
+ * picks completions (even) or chat (odd), bit 1 a context limit, bit 2 the Messages API; the
+ * rest is the body. Properties: no crash/UB/leak; a refusal carries a 4xx status and a message;
+ * a parsed request is internally consistent (completions: exactly one prompt form, ids >= 0;
+ * chat: >= 1 message with role and content, tool calls complete, a forced tool among the tools;
+ * at most 4 stop strings; Messages: max_tokens >= 1). */
 #include <stdint.h>
 #include <string.h>
 
 #include "fuzz_util.h"
+#include "pdb_anthropic.h"
 #include "pdb_openai.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -17,7 +20,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > (1u << 20)) return 0;
-    pdb_openai_kind kind = (data[0] & 1) ? PDB_OPENAI_CHAT : PDB_OPENAI_COMPLETION;
+    int messages_api = (data[0] & 4) != 0;
+    pdb_openai_kind kind = (data[0] & 1) || messages_api ? PDB_OPENAI_CHAT : PDB_OPENAI_COMPLETION;
     /* the HTTP layer hands a NUL-terminated copy; keep that contract */
     char *body = malloc(size);
     if (!body) return 0;
@@ -27,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pdb_openai_request q;
     pdb_openai_error e;
     memset(&e, 0, sizeof e);
-    pdb_status st = pdb_openai_parse_request(kind, body, size - 1, &lim, &q, &e);
+    pdb_status st = messages_api ? pdb_anthropic_parse_request(body, size - 1, &lim, &q, &e)
+                                 : pdb_openai_parse_request(kind, body, size - 1, &lim, &q, &e);
     if (st == PDB_OK) {
         FUZZ_CHECK(q.kind == kind, "kind changed");
         FUZZ_CHECK(q.n_stop >= 0 && q.n_stop <= PDB_OPENAI_MAX_STOP, "n_stop %d", q.n_stop);
@@ -41,8 +46,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             }
         } else {
             FUZZ_CHECK(q.n_messages >= 1 && q.messages, "chat without messages accepted");
-            for (size_t i = 0; i < q.n_messages; i++)
+            for (size_t i = 0; i < q.n_messages; i++) {
                 FUZZ_CHECK(q.messages[i].role && q.messages[i].content, "message %zu incomplete", i);
+                for (size_t k = 0; k < q.messages[i].n_tool_calls; k++)
+                    FUZZ_CHECK(q.messages[i].tool_calls[k].id && q.messages[i].tool_calls[k].name && q.messages[i].tool_calls[k].arguments,
+                               "message %zu call %zu incomplete", i, k);
+            }
+            const char *forced = pdb_toolcall_forced_name(&q.tools);
+            int found = !forced;
+            for (size_t i = 0; forced && i < q.tools.n_tools; i++) found |= !strcmp(q.tools.tools[i].name, forced);
+            FUZZ_CHECK(found, "forced tool %s not among the tools", forced);
+            if (messages_api) FUZZ_CHECK(q.max_tokens >= 1, "Messages request without max_tokens accepted");
         }
         FUZZ_CHECK(q.top_p > 0 && q.top_p <= 1, "top_p %g accepted", q.top_p);
         FUZZ_CHECK(q.temperature >= 0, "temperature %g accepted", q.temperature);
@@ -50,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         pdb_openai_request_free(&q);
     } else {
         FUZZ_CHECK(e.status >= 400 && e.status < 600 && e.message[0], "refusal without status/message");
-        char *ej = pdb_openai_error_json(&e);
+        char *ej = messages_api ? pdb_anthropic_error_json(&e) : pdb_openai_error_json(&e);
         FUZZ_CHECK(ej != NULL, "error json");
         free(ej);
     }

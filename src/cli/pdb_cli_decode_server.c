@@ -24,8 +24,13 @@ int pdb_cli_decode_server(int argc, char **argv) {
         "served in token-id mode (prompts must be arrays of token ids). --port 0 picks a free port;\n"
         "the bound address is printed as \"listening on http://HOST:PORT\". --block-size (multiple of\n"
         "128, default 2048) must match the store in --cache-dir. --api-key KEY requires\n"
-        "\"Authorization: Bearer KEY\" on every endpoint except /health. --max-body (default 32 MiB)\n"
-        "answers larger request bodies 413. --weights resident (default) reads the checkpoint into memory\n"
+        "\"Authorization: Bearer KEY\" on every endpoint except /health. Limits follow the served window W\n"
+        "(--max-context, default the model's max_position_embeddings; above it: refused at start), see\n"
+        "docs/limits.md: --max-body (larger bodies get 413) defaults to max(16 B/token of W, W token ids) + 64 KiB,\n"
+        "at least 1 MiB, and is refused at start below what W token ids need; --cache-max-bytes (default\n"
+        "unlimited) is refused below a full window's blocks. Without max_tokens, chat generates up to the rest\n"
+        "of W and completions 16 tokens (400 when they do not fit). /health reports the limits.\n"
+        "--weights resident (default) reads the checkpoint into memory\n"
         "(transparent huge pages where the kernel allows); mmap maps it and pages it in on first use.\n"
         "See docs/api.md.\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }

@@ -46,7 +46,7 @@ int pdb_cli_generate(int argc, char **argv) {
     if (!text) { if (!rs) pdb_err_set(PDB_NOMEM, "prompt"); goto done; }
     if (pdb_tokenizer_load(model, &tok)) goto done;
     if (chat) {
-        pdb_chat_message msg = {"user", text};
+        pdb_chat_message msg = {"user", text, NULL, 0};
         char *rendered;
         size_t rl;
         if (pdb_chat_render_prompt(&msg, 1, true, &rendered, &rl)) goto done;

@@ -11,7 +11,7 @@ int pdb_cli_prefill_server(int argc, char **argv) {
         "usage: pdbridge prefill-server --model HF_DIR --decoder-model DEC_DIR --port P [--host 127.0.0.1]\n"
         "         [--backend auto|cuda|cpu] [--device N] [--precision bf16|f32|exact] [--chunk N]\n"
         "         [--threads N] [--parallel N]\n"
-        "         [--max-tokens N] [--api-key KEY] [--log-level debug|info|warn|error]\n"
+        "         [--max-context N] [--max-tokens N] [--block-size N] [--api-key KEY] [--log-level debug|info|warn|error]\n"
         "         [--spill-dir DIR] [--spill-max-mb N] [--spool-mem-mb N] [--spool-ttl-s N]\n\n"
         "The prefill engine: runs the model with its own weights (HF_DIR) and, at every layer, computes\n"
         "the decoder's cache rows with the decoder's weights (DEC_DIR), streaming one segment per block\n"
@@ -28,7 +28,12 @@ int pdb_cli_prefill_server(int argc, char **argv) {
         "of all transfers stay under --spill-max-mb (default 1024; 0 = no spill): when it is full the engine\n"
         "pauses until the consumer drains. A resume (same request plus \"transfer\" and first_block) is\n"
         "answered from the kept segments without recomputation while they are all there, else recomputed.\n"
-        "Segments of a transfer idle for --spool-ttl-s seconds (default 120) are dropped.\n";
+        "Segments of a transfer idle for --spool-ttl-s seconds (default 120) are dropped.\n\n"
+        "Limits follow the served window W (--max-context, default the model's max_position_embeddings; above\n"
+        "it: refused at start), docs/limits.md: token_ids longer than W are answered 400 context_length_exceeded;\n"
+        "--max-tokens below W is refused at start; the body bound is max(16 B/token of W, W token ids) + 64 KiB.\n"
+        "--block-size N serves only that block size (default: any the architecture allows; the limits in\n"
+        "GET /health are then computed at 2048). A spill smaller than a full window's segments is warned about.\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     pdb_prefill_server_opts o = {.backend = "auto", .port = -1};
     long long v = 0;
@@ -52,6 +57,8 @@ int pdb_cli_prefill_server(int argc, char **argv) {
         else if (!strcmp(a, "--threads") && (ok = pdb_cli_parse_int(val, 0, 4096, &v))) { o.threads = (int)v; i++; }
         else if (!strcmp(a, "--parallel") && (ok = pdb_cli_parse_int(val, 1, 64, &v))) { o.parallel = (int)v; i++; }
         else if (!strcmp(a, "--max-tokens") && (ok = pdb_cli_parse_int(val, 1, 1LL << 32, &v))) { o.max_tokens = v; i++; }
+        else if (!strcmp(a, "--max-context") && (ok = pdb_cli_parse_int(val, 2, 1LL << 40, &v))) { o.max_context = v; i++; }
+        else if (!strcmp(a, "--block-size") && (ok = pdb_cli_parse_int(val, 128, 1 << 20, &v) && v % 128 == 0)) { o.block_size = v; i++; }
         else if (!strcmp(a, "--spill-dir") && val) o.spill_dir = argv[++i];
         else if (!strcmp(a, "--spill-max-mb") && (ok = pdb_cli_parse_int(val, 0, 1LL << 30, &v))) {
             o.spill_max_bytes = v ? v << 20 : -1;

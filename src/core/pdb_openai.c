@@ -99,7 +99,13 @@ void pdb_openai_request_free(pdb_openai_request *r) {
     free(r->model);
     free(r->prompt_text);
     free(r->prompt_ids);
-    for (size_t i = 0; i < r->n_messages; i++) { free(r->messages[i].role); free(r->messages[i].content); }
+    for (size_t i = 0; i < r->n_messages; i++) {
+        free(r->messages[i].role);
+        free(r->messages[i].content);
+        pdb_toolcall_calls_free(r->messages[i].tool_calls, r->messages[i].n_tool_calls);
+        free(r->messages[i].tool_call_id);
+    }
+    pdb_toolcall_set_free(&r->tools);
     free(r->messages);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     memset(r, 0, sizeof *r);
@@ -244,6 +250,22 @@ static pdb_status pdb_openai_parse_content(json_t *c, size_t idx, char **out, pd
     return PDB_OK;
 }
 
+/* The tool fields of messages[i]: an assistant's tool_calls, a tool message's tool_call_id
+ * (the rest of the rules, e.g. which contents the template can render, are pdb_chat's). */
+static pdb_status pdb_openai_parse_tool_fields(json_t *msg, size_t i, pdb_openai_message *m, pdb_openai_error *err) {
+    char param[48];
+    snprintf(param, sizeof param, "messages[%zu]", i);
+    if (!strcmp(m->role, "assistant")) PDB_TRY(pdb_toolcall_parse_calls(msg, param, &m->tool_calls, &m->n_tool_calls, err));
+    if (!strcmp(m->role, "assistant") && m->n_tool_calls && !m->content[0]) m->content_null = 1; /* "" + calls = calls only */
+    json_t *id = json_object_get(msg, "tool_call_id");
+    if (id && !json_is_null(id)) {
+        if (!json_is_string(id)) return pdb_openai_set_error(err, 400, param, "invalid_type", "'%s.tool_call_id' must be a string", param);
+        m->tool_call_id = pdb_openai_dup(json_string_value(id), json_string_length(id));
+        if (!m->tool_call_id) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
+    }
+    return PDB_OK;
+}
+
 static pdb_status pdb_openai_parse_messages(json_t *root, pdb_openai_request *r, pdb_openai_error *err) {
     json_t *m = json_object_get(root, "messages");
     if (!m || json_is_null(m)) return pdb_openai_set_error(err, 400, "messages", "missing_required_parameter", "'messages' is required");
@@ -265,13 +287,16 @@ static pdb_status pdb_openai_parse_messages(json_t *root, pdb_openai_request *r,
         snprintf(param, sizeof param, "messages[%zu].role", i);
         if (!json_is_string(role)) return pdb_openai_set_error(err, 400, param, "invalid_type", "'%s' must be a string", param);
         const char *rs = json_string_value(role);
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer"))
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer") && strcmp(rs, "tool"))
             return pdb_openai_set_error(err, 400, param, "invalid_value",
-                                        "'%s' is '%.40s'; supported roles are system, developer, user, assistant", param, rs);
+                                        "'%s' is '%.40s'; supported roles are system, developer, user, assistant, tool", param, rs);
         r->messages[i].role = pdb_openai_dup(strcmp(rs, "developer") ? rs : "system", strlen(strcmp(rs, "developer") ? rs : "system"));
         r->n_messages = i + 1;
         if (!r->messages[i].role) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
-        PDB_TRY(pdb_openai_parse_content(json_object_get(msg, "content"), i, &r->messages[i].content, err));
+        json_t *content = json_object_get(msg, "content");
+        r->messages[i].content_null = !content || json_is_null(content);
+        PDB_TRY(pdb_openai_parse_content(content, i, &r->messages[i].content, err));
+        PDB_TRY(pdb_openai_parse_tool_fields(msg, i, &r->messages[i], err));
     }
     return PDB_OK;
 }
@@ -314,6 +339,7 @@ static pdb_status pdb_openai_parse_fields(json_t *root, const pdb_openai_limits 
     }
     if (r->kind == PDB_OPENAI_COMPLETION) PDB_TRY(pdb_openai_parse_prompt(root, r, err));
     else PDB_TRY(pdb_openai_parse_messages(root, r, err));
+    if (r->kind == PDB_OPENAI_CHAT) PDB_TRY(pdb_toolcall_parse_openai(root, &r->tools, err));
 
     const char *mt_key = "max_tokens";
     int64_t mt = -1;
@@ -509,7 +535,11 @@ pdb_status pdb_openai_build_response(const pdb_openai_meta *m, const pdb_openai_
     json_t *root = pdb_openai_head(m, chat ? "chat.completion" : "text_completion");
     json_t *choice = json_pack("{s:i}", "index", 0);
     json_t *text = pdb_openai_json_text(res->text, res->text_len);
-    if (chat)
+    if (chat && res->n_tool_calls) {
+        if (!res->text_len) { json_decref(text); text = json_null(); }
+        json_object_set_new(choice, "message", json_pack("{s:s, s:o, s:o}", "role", "assistant", "content", text ? text : json_null(),
+                                                         "tool_calls", pdb_toolcall_json(res->tool_calls, res->n_tool_calls, 0)));
+    } else if (chat)
         json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", text ? text : json_string("")));
     else
         json_object_set_new(choice, "text", text ? text : json_string(""));
@@ -526,7 +556,9 @@ pdb_status pdb_openai_build_chunk(const pdb_openai_meta *m, const pdb_openai_res
     if (chat) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
-        if (res->text_len || first) json_object_set_new(delta, "content", pdb_openai_json_text(res->text, res->text_len));
+        if (res->text_len || (first && !res->n_tool_calls))
+            json_object_set_new(delta, "content", pdb_openai_json_text(res->text, res->text_len));
+        if (res->n_tool_calls) json_object_set_new(delta, "tool_calls", pdb_toolcall_json(res->tool_calls, res->n_tool_calls, 1));
         json_object_set_new(choice, "delta", delta);
     } else {
         json_object_set_new(choice, "text", pdb_openai_json_text(res->text, res->text_len));

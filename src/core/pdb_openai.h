@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "pdb_status.h"
+#include "pdb_toolcall.h"
 
 #define PDB_OPENAI_MAX_STOP 4
 #define PDB_OPENAI_MAX_STOP_BYTES 256        /* per stop string */
@@ -32,6 +33,10 @@ typedef struct pdb_openai_error {
 typedef struct pdb_openai_message {
     char *role;
     char *content;       /* text parts joined with "\n"; "" when null */
+    int content_null;    /* content was null or absent (an assistant message that only calls tools) */
+    pdb_tool_call *tool_calls; /* assistant: [n_tool_calls] calls it made (pdb_toolcall) */
+    size_t n_tool_calls;
+    char *tool_call_id;  /* role "tool": the call it answers, NULL when not given */
 } pdb_openai_message;
 
 typedef struct pdb_openai_request {
@@ -58,6 +63,7 @@ typedef struct pdb_openai_request {
     int n_stop;
     int stream, include_usage, return_token_ids, ignore_eos;
     int continuous_usage;        /* stream_options.continuous_usage_stats (vLLM): usage on every chunk */
+    pdb_tool_set tools;          /* chat: tools, tool_choice, parallel_tool_calls (pdb_toolcall) */
 } pdb_openai_request;
 
 typedef struct pdb_openai_limits {
@@ -94,9 +100,13 @@ typedef struct pdb_openai_usage {
 typedef struct pdb_openai_result {
     const char *text;
     size_t text_len;
-    const char *finish_reason;   /* "stop" | "length" | NULL (stream chunk before the end) */
+    const char *finish_reason;   /* "stop" | "length" | "tool_calls" | NULL (stream chunk before the end) */
     const int32_t *token_ids;    /* NULL = omit "token_ids" */
     int64_t n_token_ids;
+    /* chat: the calls of a body (message.tool_calls; content is null when text_len is 0) or the
+     * call deltas of a chunk (delta.tool_calls); n_tool_calls 0 = none */
+    const pdb_toolcall_out *tool_calls;
+    size_t n_tool_calls;
 } pdb_openai_result;
 
 /* Response identity shared by a body and all chunks of one stream. */

@@ -30,7 +30,11 @@ pdb_status pdb_cuda_reserve(void **p, size_t *cap, size_t need) {
 }
 
 pdb_status pdb_cuda_to_device(void *dst, const void *src, size_t bytes, const char *what) {
+    /* cudaMemcpy from pageable memory may return before its DMA lands, and the engines' streams
+     * are non-blocking (they do not wait for the legacy stream): wait for the copy itself, so a
+     * kernel launched on any stream afterwards reads the uploaded bytes. */
     cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e == cudaSuccess) return PDB_OK;
     cudaGetLastError();
     return pdb_err_set(PDB_CUDA, "cudaMemcpy(%s, %zu bytes): %s", what, bytes, cudaGetErrorString(e));

@@ -508,6 +508,38 @@ pdb_status pdb_cuda_attention_exact(cudaStream_t s, const float *qlat, const pdb
 
 /* ======================================= capture hook ======================================= */
 
+/* One thread per row, hook_rows' arithmetic operation by operation on the host's roundings:
+ * pdb_math_rmsnorm (a sequential double sum of products, then 1 / sqrt in double, rounded to
+ * f32; y = w * (x * r)) and the rotation of pdb_rope_apply_cs. The _rn intrinsics keep nvcc
+ * from fusing a multiply and an add (the host is built with -ffp-contract=off). */
+__global__ void k_hook_finish(float *rows, int64_t n, int row, int kvl, int rope, const float *norm, const float *cs,
+                              double eps) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float *x = rows + i * row;
+    double ss = 0.0;
+    for (int k = 0; k < kvl; k++) {
+        double v = (double)x[k];
+        ss = __dadd_rn(ss, __dmul_rn(v, v));
+    }
+    float r = __double2float_rn(__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn(__ddiv_rn(ss, (double)kvl), eps))));
+    for (int k = 0; k < kvl; k++) x[k] = __fmul_rn(norm[k], __fmul_rn(x[k], r));
+    const float *c = cs + i * rope;
+    for (int j = 0; j < rope / 2; j++) {
+        float a = x[kvl + 2 * j], b = x[kvl + 2 * j + 1], co = c[2 * j], si = c[2 * j + 1];
+        x[kvl + 2 * j] = __fsub_rn(__fmul_rn(a, co), __fmul_rn(b, si));
+        x[kvl + 2 * j + 1] = __fadd_rn(__fmul_rn(a, si), __fmul_rn(b, co));
+    }
+}
+
+pdb_status pdb_cuda_hook_finish(cudaStream_t s, float *rows, int64_t n, int64_t row, int64_t kvl, int64_t rope,
+                                const float *norm, const float *cs, double eps) {
+    if (n <= 0) return PDB_OK;
+    k_hook_finish<<<(unsigned)((n + 127) / 128), 128, 0, s>>>(rows, n, (int)row, (int)kvl, (int)rope, norm, cs, eps);
+    PDB_CU_LAUNCH("hook rows");
+    return PDB_OK;
+}
+
 pdb_status pdb_cuda_hook_dot(cudaStream_t s, const float *x, const float *W, int64_t n, int64_t R, int64_t H,
                              float *out) {
     return pdb_cuda_dot32(s, n, R, H, x, H, 0, W, H, 0, out, R, 0, 1, 0);

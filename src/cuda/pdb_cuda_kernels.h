@@ -42,6 +42,27 @@ pdb_status pdb_cuda_latent_write(cudaStream_t s, const float *kva, const float *
  * tiles of 32 cache rows; never materialises scores. */
 pdb_status pdb_cuda_attention(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0, int64_t n,
                               int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
+/* The same attention on the tensor cores (pdb_cuda_mla_tc.cu: bf16 Q, K, V and P, f32
+ * accumulation and softmax state), for a bf16 cache; chunk-invariant like pdb_cuda_attention.
+ * PDB_UNSUPPORTED unless pdb_cuda_mla_tc_fits(kvl, row) (kvl a multiple of 16, at most 512; the
+ * tile's shared memory within the device's limit). */
+pdb_status pdb_cuda_attention_tc(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0, int64_t n,
+                                 int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
+int pdb_cuda_mla_tc_fits(int64_t kvl, int64_t row);
+/* The MHA form (pdb_cuda_mla_tc.cu): Qb [nh, qstride, dqp] from q [n, nh, nope+rope] (q_nope) and
+ * qlat's roped q_rope; Kb [nh, kstride, dqp] / Vb [nh, kstride, dv] for keys s0..s0+m-1 from kvx
+ * [m, nh*(nope+dv)] (= cached latent rows . kv_b^T) and the cache rows' k_rope (one sequence:
+ * identity page table); then out [n, nh, dv] = causal softmax(scale Q K^T) V per head. dqp =
+ * nope + rope rounded up to 16; bf16 operands, f32 accumulation. */
+int pdb_cuda_mha_tc_fits(int64_t nope, int64_t rope, int64_t dv);
+pdb_status pdb_cuda_mha_pack_q(cudaStream_t s, const float *q, const float *qlat, int64_t n, int64_t nh, int64_t nope,
+                               int64_t rope, int64_t kvl, int64_t row, int64_t qstride, void *Qb);
+pdb_status pdb_cuda_mha_pack_kv(cudaStream_t s, const float *kvx, const pdb_cuda_pages *pg, int64_t s0, int64_t m,
+                                int64_t nh, int64_t nope, int64_t dv, int64_t kvl, int64_t rope, int64_t kstride,
+                                void *Kb, void *Vb);
+pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
+                                  int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
+                                  int64_t dv, float scale, float *out);
 /* out [n] = silu(g) * u elementwise (pdb_math_silu_mul's formula). */
 pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, float *out, int64_t count);
 /* Routing of n tokens (pdb_v2_route semantics): probs [n, E] router logits, softmaxed in place;
@@ -67,6 +88,11 @@ pdb_status pdb_cuda_dot32(cudaStream_t s, int64_t M, int64_t N, int64_t K, const
  * in position order, fma accumulation in position order), one warp per (token, head); f32 cache. */
 pdb_status pdb_cuda_attention_exact(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0,
                                     int64_t n, int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
+/* The capture rows' row math in place on rows [n, row] (kva from pdb_cuda_hook_dot): RMSNorm of
+ * the first kvl with the decoder's norm, then the RoPE rotation of the last rope by cs [n, rope]
+ * (pdb_rope_angles' pairs for the decoder's rope), bit for bit as the host's hook_rows. */
+pdb_status pdb_cuda_hook_finish(cudaStream_t s, float *rows, int64_t n, int64_t row, int64_t kvl, int64_t rope,
+                                const float *norm, const float *cs, double eps);
 /* The capture hook's projection: out [n, R] = x [n, H] . W [R, H] (pdb_cuda_dot32). */
 pdb_status pdb_cuda_hook_dot(cudaStream_t s, const float *x, const float *W, int64_t n, int64_t R, int64_t H,
                              float *out);

@@ -1,11 +1,12 @@
 /* pdb_cuda_prefill: the CUDA prefill backend for DeepSeek-V2. Reading order: create (device,
  * cuBLAS, engine weights as bf16 or f32, decoder hook weights as exact f32) -> begin (paged
- * cache, scratch) -> forward (per layer: norm, hook, q, latent rows, attention, o_proj, MoE) ->
- * capture row math on the host, into the block being captured -> get_block; hook_chunk (the
- * hook alone from given attention inputs, for pool-validate).
+ * cache, scratch) -> forward (per layer: norm, hook, q, latent rows, attention, o_proj, MoE),
+ * the hook's finished rows copied into the pinned block being captured -> get_block; hook_chunk
+ * (the hook alone from given attention inputs, for pool-validate).
  * Invariants: (1) capture rows are pdb_v2_ops_latent_rows' definition: kva by pdb_cuda_hook_dot
- * (pdb_qmat_dot's order) from this engine's attention input, then pdb_math_rmsnorm and
- * pdb_rope_apply on the host — so from identical xn they are bit-identical to the CPU's;
+ * (pdb_qmat_dot's order) from this engine's attention input, then pdb_math_rmsnorm's and
+ * pdb_rope_apply's arithmetic on the device (pdb_cuda_hook_finish, host roundings, the decoder's
+ * rope angles from the host) — so from identical xn they are bit-identical to the CPU's;
  * (2) every device buffer is sized at create/begin from the config and the sub-chunk bound, and
  * forward passes never exceed sub_chunk tokens; (3) every CUDA/cuBLAS call is checked, a failure
  * returns PDB_CUDA and leaves the backend destroyable. */
@@ -19,7 +20,6 @@
 extern "C" {
 #include "pdb_cuda_prefill.h"
 #include "pdb_dtype.h"
-#include "pdb_math.h"
 #include "pdb_rope.h"
 #include "pdb_v2_names.h"
 #include "pdb_v2_ops.h"
@@ -38,6 +38,7 @@ typedef struct cu_layer {
     void *eg, *eu, *ed;                                  /* dt [E, Im, H], [E, Im, H], [E, H, Im] */
     void *sg, *su, *sd;                                  /* dt [Is, H], [Is, H], [H, Is] */
     float *dec_kva;                                      /* f32 [row, H]: the DECODER's kv_a, exactly dequantized */
+    float *dec_norm;                                     /* f32 [kvl]: the decoder's kv_a_layernorm */
 } cu_layer;
 
 typedef struct cu_list { void **p; int n, cap; } cu_list;
@@ -46,6 +47,9 @@ typedef struct pdb_cuda_prefill {
     pdb_config cfg;
     pdb_cuda_dt dt;
     int exact;                  /* PDB_CUDA_PREC_EXACT: dot32 products and the exact attention */
+    int attn_tc;                /* bf16 cache: absorbed attention on the tensor cores (pdb_cuda_mla_tc.cu) */
+    int attn_mha;               /* bf16 cache: the MHA form on the tensor cores (takes precedence) */
+    int64_t dqp, qstride;       /* MHA form: padded q/k width, Qb rows per head */
     size_t esz;                 /* bytes per dt element */
     int64_t sub_cfg, sub_max, page; /* configured / current pass bound (tokens), page size */
     int64_t gemm_rows;          /* M-invariant GEMM tile (0: whole M) */
@@ -69,10 +73,13 @@ typedef struct pdb_cuda_prefill {
     void *cache;                /* dt [L, n_pages, page, rowpad] */
     int32_t *ptab;              /* device [n_pages] */
     float *h, *xn, *q, *qa, *kva, *qlat, *olat, *attn, *probs, *rsc, *topk_w, *g, *u, *xe, *ye, *sh, *hook, *cs, *logits;
+    float *kvx;                 /* MHA form: [MHA_SPAN, nh*(nope+vd)] expanded keys/values of a span of positions */
+    void *qb, *kb, *vb;         /* MHA form: bf16 Q [nh, S, dqp], K [nh, max_tokens, dqp], V [nh, max_tokens, vd] */
     int32_t *ids, *topk_idx, *row_src, *slot_row;
     void *cvt;                  /* dt staging for GEMM A operands */
     /* pinned host */
-    float *h_hook, *h_cs;       /* [L, S, row], [S, rope] */
+    float *h_cs, *h_dcs;        /* [S, rope]: engine cos/sin (halves), the decoder's rope pairs (pdb_rope_angles) */
+    float *dcs;                 /* device [S, rope]: h_dcs */
     int32_t *h_ids, *h_topk, *h_rows; /* [S], [S*K], [2*S*K] */
     int64_t *h_cnt;             /* [E] */
     /* the capture: the block being assembled (host [L, bs, row], the decoder's "latent" pool of
@@ -80,11 +87,13 @@ typedef struct pdb_cuda_prefill {
     float *blk;
     int64_t bs, hooked;
     /* hook_chunk staging */
-    float *cr_x, *cr_kva, *h_cr;
+    float *cr_x, *cr_kva;
 } pdb_cuda_prefill;
 typedef pdb_cuda_prefill cu_prefill;
 
 enum { CR_ROWS = 256 };
+/* MHA form: positions whose keys and values are expanded per cuBLAS call (f32 scratch of MHA_SPAN x nh x (nope + v)) */
+enum { MHA_SPAN = 8192 };
 
 static pdb_status list_add(cu_list *l, void *p) {
     if (l->n == l->cap) {
@@ -238,6 +247,8 @@ static pdb_status load_hook(cu_prefill *c) {
         for (int64_t r = 0; r < c->row; r++) pdb_qmat_row_f32(w, r, buf + r * c->H);
         s = dalloc(&c->wts, &c->L[l].dec_kva, sizeof(float) * (size_t)(c->row * c->H));
         if (!s) s = pdb_cuda_to_device(c->L[l].dec_kva, buf, sizeof(float) * (size_t)(c->row * c->H), "hook weights");
+        if (!s) s = dalloc(&c->wts, &c->L[l].dec_norm, sizeof(float) * (size_t)c->kvl);
+        if (!s) s = pdb_cuda_to_device(c->L[l].dec_norm, c->dec.layers[l].kv_a_norm, sizeof(float) * (size_t)c->kvl, "hook norm");
     }
     free(buf);
     return s;
@@ -247,16 +258,17 @@ static pdb_status load_hook(cu_prefill *c) {
 
 static void seq_free(cu_prefill *c) {
     list_free(&c->seq);
-    cudaFreeHost(c->h_hook);
     cudaFreeHost(c->h_cs);
     cudaFreeHost(c->h_ids);
     cudaFreeHost(c->h_topk);
     cudaFreeHost(c->h_rows);
     free(c->h_cnt);
-    free(c->blk);
+    cudaFreeHost(c->blk);
     c->blk = NULL;
+    cudaFreeHost(c->h_dcs);
+    c->h_dcs = NULL;
     c->bs = c->hooked = 0;
-    c->h_hook = c->h_cs = NULL;
+    c->h_cs = NULL;
     c->h_ids = c->h_topk = c->h_rows = NULL;
     c->h_cnt = NULL;
     c->cache = NULL;
@@ -276,8 +288,12 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     if (max_tokens <= 0 || max_tokens > ((int64_t)1 << 31) || bs <= 0)
         return pdb_err_set(PDB_INVALID, "cuda begin: max_tokens %lld outside 1..2^31 or block size %lld", (long long)max_tokens,
                            (long long)bs);
-    c->blk = (float *)malloc(sizeof(float) * (size_t)(c->nl * bs * c->row));
-    if (!c->blk) return pdb_err_set(PDB_NOMEM, "cuda begin: capture block of %lld tokens", (long long)bs);
+    /* pinned: the device's finished rows are copied straight into it */
+    if (cudaMallocHost((void **)&c->blk, sizeof(float) * (size_t)(c->nl * bs * c->row)) != cudaSuccess) {
+        cudaGetLastError();
+        c->blk = NULL;
+        return pdb_err_set(PDB_NOMEM, "cuda begin: pinned capture block of %lld tokens", (long long)bs);
+    }
     c->bs = bs;
     PDB_CU(cudaSetDevice(c->device));
     int64_t S = max_tokens < c->sub_cfg ? max_tokens : c->sub_cfg, K = c->K ? c->K : 1, E = c->E ? c->E : 1;
@@ -320,11 +336,20 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     PDB_TRY(dalloc(&c->seq, &c->cs, sz * (size_t)(S * c->rope_d)));
     PDB_TRY(dalloc(&c->seq, &c->logits, sz * (size_t)c->V));
     PDB_TRY(dalloc(&c->seq, &c->ids, sizeof(int32_t) * (size_t)S));
+    if (c->attn_mha) {
+        c->qstride = S;
+        PDB_TRY(dalloc(&c->seq, &c->kvx, sz * (size_t)(MHA_SPAN * c->nh * (c->nope + c->vd))));
+        PDB_TRY(dalloc(&c->seq, &c->qb, 2 * (size_t)(c->nh * S * c->dqp)));
+        PDB_TRY(dalloc(&c->seq, &c->kb, 2 * (size_t)(c->nh * max_tokens * c->dqp)));
+        PDB_TRY(dalloc(&c->seq, &c->vb, 2 * (size_t)(c->nh * max_tokens * c->vd)));
+    }
     int64_t cmax = S * c->H; /* largest A operand staged in dt */
     int64_t cand[] = {S * c->nh * c->qk, S * c->nh * c->kvl, S * c->nh * c->vd, S * K * c->H, S * Imax, S * c->qlr};
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) cmax = cand[i] > cmax ? cand[i] : cmax;
     PDB_TRY(dalloc(&c->seq, &c->cvt, c->esz * (size_t)cmax));
-    PDB_TRY(hpin(&c->h_hook, sz * (size_t)(c->nl * S * c->row)));
+    int64_t ncs = S > CR_ROWS ? S : CR_ROWS; /* forward passes and hook_chunk's pieces */
+    PDB_TRY(hpin(&c->h_dcs, sz * (size_t)(ncs * c->rope_d)));
+    PDB_TRY(dalloc(&c->seq, &c->dcs, sz * (size_t)(ncs * c->rope_d)));
     PDB_TRY(hpin(&c->h_cs, sz * (size_t)(S * c->rope_d)));
     PDB_TRY(hpin(&c->h_ids, sizeof(int32_t) * (size_t)S));
     PDB_TRY(hpin(&c->h_topk, sizeof(int32_t) * (size_t)(S * K)));
@@ -395,6 +420,19 @@ static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t
     pdb_cuda_pages pg = layer_pages(c, l);
     PDB_TRY(pdb_cuda_latent_write(c->s, c->kva, L->kv_a_norm, c->cs, &pg, p0, n, kvl, c->rope_d, c->q, nh, nope,
                                   c->qlat, c->cfg.rms_norm_eps));
+    if (c->attn_mha) { /* every key's K and V expanded again from the latent rows (spans of MHA_SPAN), then attention */
+        PDB_TRY(pdb_cuda_mha_pack_q(c->s, c->q, c->qlat, n, nh, nope, c->rope_d, kvl, row, c->qstride, c->qb));
+        for (int64_t s0 = 0; s0 < p0 + n; s0 += MHA_SPAN) {
+            int64_t m = p0 + n - s0 < MHA_SPAN ? p0 + n - s0 : MHA_SPAN;
+            PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, nh * (nope + vd), kvl, 1.0f,
+                                  (const char *)pg.base + c->esz * (size_t)(s0 * c->rowpad), c->rowpad, 0, L->kv_b, kvl, 0,
+                                  0.0f, c->kvx, nh * (nope + vd), 0, 1));
+            PDB_TRY(pdb_cuda_mha_pack_kv(c->s, c->kvx, &pg, s0, m, nh, nope, vd, kvl, c->rope_d, c->max_tokens, c->kb, c->vb));
+        }
+        PDB_TRY(pdb_cuda_attention_mha(c->s, c->qb, c->kb, c->vb, c->qstride, c->max_tokens, p0, n, nh, nope, c->rope_d, vd,
+                                       c->scale, c->attn));
+        return linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h); /* h += o_proj(attn) */
+    }
     /* qlat[t, h, :kvl] = q_nope[t, h] @ W_UK_h ([nope, kvl] rows of kv_b), batched over heads */
     const void *A;
     PDB_TRY(as_dt(c, c->q, n * nh * qk, &A));
@@ -405,7 +443,8 @@ static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t
     } else {
         PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 0, n, kvl, nope, 1.0f, A, nh * qk, qk, L->kv_b, kvl, hs, 0.0f, c->qlat,
                               nh * row, row, nh));
-        PDB_TRY(pdb_cuda_attention(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
+        if (c->attn_tc) PDB_TRY(pdb_cuda_attention_tc(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
+        else PDB_TRY(pdb_cuda_attention(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
     }
     /* attn[t, h] = olat[t, h] @ W_UV_h^T ([vd, kvl] rows of kv_b) */
     PDB_TRY(as_dt(c, c->olat, n * nh * kvl, &A));
@@ -487,17 +526,12 @@ static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
                                 H, c->h);
 }
 
-/* Host side of the hook: rows = pdb_v2_ops_latent_rows' row math on kva from the GPU. */
-static void hook_rows(cu_prefill *c, int64_t l, const float *kva, const int64_t *pos, int64_t p0, int64_t n,
-                      float *dst, int64_t dst_stride) {
-    const float *norm = c->dec.layers[l].kv_a_norm;
-    for (int64_t i = 0; i < n; i++) {
-        float *d = dst + i * dst_stride;
-        const float *s = kva + i * c->row;
-        pdb_math_rmsnorm(d, s, norm, c->kvl, c->cfg.rms_norm_eps);
-        memcpy(d + c->kvl, s + c->kvl, sizeof(float) * (size_t)c->rope_d);
-        pdb_rope_apply(&c->dec.rope, d + c->kvl, pos ? pos[i] : p0 + i);
-    }
+/* The decoder's rope for positions p0..p0+n-1 (pdb_rope_angles: the cos/sin pdb_rope_apply uses),
+ * to the device for pdb_cuda_hook_finish. */
+static pdb_status upload_dec_rope(cu_prefill *c, int64_t p0, int64_t n) {
+    for (int64_t i = 0; i < n; i++) pdb_rope_angles(&c->dec.rope, p0 + i, c->h_dcs + i * c->rope_d);
+    PDB_CU(cudaMemcpyAsync(c->dcs, c->h_dcs, sizeof(float) * (size_t)(n * c->rope_d), cudaMemcpyHostToDevice, c->s));
+    return PDB_OK;
 }
 
 /* One pass of n <= sub_max tokens at p0; capture rows to capture[(l * ncap + coff + i) * row]. */
@@ -515,13 +549,16 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
     }
     PDB_CU(cudaMemcpyAsync(c->ids, c->h_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, c->s));
     PDB_CU(cudaMemcpyAsync(c->cs, c->h_cs, sizeof(float) * (size_t)(n * c->rope_d), cudaMemcpyHostToDevice, c->s));
+    if (capture) PDB_TRY(upload_dec_rope(c, p0, n));
     PDB_TRY(pdb_cuda_embed(c->s, c->ids, c->embed, c->dt, n, H, c->h));
     for (int64_t l = 0; l < c->nl; l++) {
         const cu_layer *L = &c->L[l];
         PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h, H, L->attn_norm, c->xn, H, n, H, c->cfg.rms_norm_eps));
-        if (capture) {
+        if (capture) { /* the decoder's finished rows, straight into the pinned capture block */
             PDB_TRY(pdb_cuda_hook_dot(c->s, c->xn, L->dec_kva, n, c->row, H, c->hook));
-            PDB_CU(cudaMemcpyAsync(c->h_hook + l * n * c->row, c->hook, sizeof(float) * (size_t)(n * c->row),
+            PDB_TRY(pdb_cuda_hook_finish(c->s, c->hook, n, c->row, c->kvl, c->rope_d, L->dec_norm, c->dcs,
+                                         c->cfg.rms_norm_eps));
+            PDB_CU(cudaMemcpyAsync(capture + (l * ncap + coff) * c->row, c->hook, sizeof(float) * (size_t)(n * c->row),
                                    cudaMemcpyDeviceToHost, c->s));
         }
         PDB_TRY(attention(c, L, l, p0, n));
@@ -539,9 +576,6 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
         PDB_CU(cudaMemcpyAsync(logits, c->logits, sizeof(float) * (size_t)c->V, cudaMemcpyDeviceToHost, c->s));
     }
     PDB_CU(cudaStreamSynchronize(c->s));
-    if (capture)
-        for (int64_t l = 0; l < c->nl; l++)
-            hook_rows(c, l, c->h_hook + l * n * c->row, NULL, p0, n, capture + (l * ncap + coff) * c->row, c->row);
     return PDB_OK;
 }
 
@@ -581,7 +615,7 @@ extern "C" pdb_status pdb_cuda_prefill_forward(cu_prefill *c, const int32_t *ids
     return PDB_OK;
 }
 
-/* The hook alone on xn [L, n, H]: per layer, kva on the GPU in CR_ROWS pieces, the row math on the host. */
+/* The hook alone on xn [L, n, H]: per layer, kva and the row math on the GPU in CR_ROWS pieces. */
 extern "C" pdb_status pdb_cuda_prefill_hook_chunk(cu_prefill *c, const float *xn, int64_t pos0, int64_t n) {
     PDB_TRY(check_hook_span(c, pos0, n));
     PDB_CU(cudaSetDevice(c->device));
@@ -590,10 +624,13 @@ extern "C" pdb_status pdb_cuda_prefill_hook_chunk(cu_prefill *c, const float *xn
             int64_t m = n - off < CR_ROWS ? n - off : CR_ROWS;
             const float *x = xn + (l * n + off) * c->H;
             PDB_CU(cudaMemcpyAsync(c->cr_x, x, sizeof(float) * (size_t)(m * c->H), cudaMemcpyHostToDevice, c->s));
+            PDB_TRY(upload_dec_rope(c, pos0 + off, m));
             PDB_TRY(pdb_cuda_hook_dot(c->s, c->cr_x, c->L[l].dec_kva, m, c->row, c->H, c->cr_kva));
-            PDB_CU(cudaMemcpyAsync(c->h_cr, c->cr_kva, sizeof(float) * (size_t)(m * c->row), cudaMemcpyDeviceToHost, c->s));
-            PDB_CU(cudaStreamSynchronize(c->s));
-            hook_rows(c, l, c->h_cr, NULL, pos0 + off, m, c->blk + (l * c->bs + (pos0 + off) % c->bs) * c->row, c->row);
+            PDB_TRY(pdb_cuda_hook_finish(c->s, c->cr_kva, m, c->row, c->kvl, c->rope_d, c->L[l].dec_norm, c->dcs,
+                                         c->cfg.rms_norm_eps));
+            PDB_CU(cudaMemcpyAsync(c->blk + (l * c->bs + (pos0 + off) % c->bs) * c->row, c->cr_kva,
+                                   sizeof(float) * (size_t)(m * c->row), cudaMemcpyDeviceToHost, c->s));
+            PDB_CU(cudaStreamSynchronize(c->s)); /* cr_x and dcs are reused by the next piece */
         }
     c->hooked = pos0 + n;
     return PDB_OK;
@@ -616,7 +653,6 @@ extern "C" void pdb_cuda_prefill_free(cu_prefill *c) {
         cudaGetLastError();
         seq_free(c);
         list_free(&c->wts);
-        cudaFreeHost(c->h_cr);
         if (c->have_blas) pdb_cuda_blas_close(&c->blas);
         if (c->have_stream) cudaStreamDestroy(c->s);
         if (c->have_dec) pdb_v2_qweights_free(&c->dec);
@@ -652,7 +688,6 @@ static pdb_status create_inner(cu_prefill *c, const pdb_config *cf, const pdb_st
     PDB_TRY(load_hook(c));
     PDB_TRY(dalloc(&c->wts, &c->cr_x, sizeof(float) * (size_t)(CR_ROWS * c->H)));
     PDB_TRY(dalloc(&c->wts, &c->cr_kva, sizeof(float) * (size_t)(CR_ROWS * c->row)));
-    PDB_TRY(hpin(&c->h_cr, sizeof(float) * (size_t)(CR_ROWS * c->row)));
     return PDB_OK;
 }
 
@@ -689,6 +724,11 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_config *cf, const pdb_st
         pdb_cuda_prefill_free(c);
         return pdb_err_set(s, "%s", msg);
     }
+    /* after create_inner selected the device: the tile's shared memory is checked against it */
+    pdb_cuda_attn am = co ? co->attn : PDB_CUDA_ATTN_AUTO;
+    c->attn_mha = prec == PDB_CUDA_PREC_BF16 && am == PDB_CUDA_ATTN_AUTO && pdb_cuda_mha_tc_fits(c->nope, c->rope_d, c->vd);
+    c->attn_tc = prec == PDB_CUDA_PREC_BF16 && am != PDB_CUDA_ATTN_CUDA_CORES && pdb_cuda_mla_tc_fits(c->kvl, row);
+    c->dqp = (c->nope + c->rope_d + 15) / 16 * 16;
     *out = c;
     return PDB_OK;
 }

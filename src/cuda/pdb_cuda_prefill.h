@@ -32,6 +32,17 @@ typedef enum pdb_cuda_prec {
 
 enum { PDB_CUDA_GEMM_ROWS_DEFAULT = 256 };
 
+/* The bf16 engine's attention (docs/cuda.md; all chunk-invariant): AUTO = the MHA form on the
+ * tensor cores (K and V expanded per head from the cached latent rows: the fewest FLOPs) where
+ * v_head_dim fits, else ABSORBED_TC = the absorbed form on the tensor cores where
+ * kv_lora_rank fits, else CUDA_CORES = the absorbed form in f32 on CUDA cores. The other two
+ * force a form (for comparison). */
+typedef enum pdb_cuda_attn {
+    PDB_CUDA_ATTN_AUTO = 0,
+    PDB_CUDA_ATTN_CUDA_CORES = 1,
+    PDB_CUDA_ATTN_ABSORBED_TC = 2
+} pdb_cuda_attn;
+
 typedef struct pdb_cuda_prefill_opts {
     pdb_cuda_prec prec;
     int64_t sub_chunk; /* largest run of tokens per internal pass (scratch bound); 0 = 8192 */
@@ -39,6 +50,7 @@ typedef struct pdb_cuda_prefill_opts {
     int64_t gemm_rows;   /* GEMMs run as cuBLAS calls of exactly this many rows, so a row's result does
                             not depend on the chunking (chunked = one-shot); 0 = the default
                             (PDB_CUDA_GEMM_ROWS_DEFAULT), -1 = off (one call per product, fastest) */
+    pdb_cuda_attn attn;  /* bf16 engine's attention kernel (the other precisions have their own) */
 } pdb_cuda_prefill_opts;
 
 typedef struct pdb_cuda_prefill pdb_cuda_prefill;

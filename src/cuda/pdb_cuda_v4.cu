@@ -1,9 +1,11 @@
 /* pdb_cuda_v4: the V4 matrix-product provider on CUDA. State: one stream, a table of uploaded
- * weights (host pointer -> device copy), growable device buffers for A and C, a host buffer for
- * accumulating products. Invariants: (1) every element is pdb_v4_mm_ref's order: 8 partial sums
- * over k mod 8 with separately rounded multiply and add, folded ((p0+p4)+(p2+p6))+((p1+p5)+
- * (p3+p7)), then the tail in k order; (2) a weight's device copy is made once and reused while
- * the provider lives; (3) every CUDA call is checked and a failure is PDB_CUDA naming the call. */
+ * weights (the qmat's (data pointer, format, rows, cols) -> an f32 device copy), growable device
+ * buffers for A and C. Invariants: (1) every element is pdb_v4_mm_ref's order, pdb_qmat's: the
+ * weight row dequantized exactly (at upload, by pdb_qmat_row_f32 on the host), 32 lane
+ * accumulators (lane j takes k = j mod 32) with fused multiply-adds in k order starting from
+ * 0, folded 32->16->8->4->2->1 as lane i + lane i + half; (2) a weight's device copy is made once
+ * and reused while the provider lives; (3) every CUDA call is checked and a failure is PDB_CUDA
+ * naming the call. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,9 +13,12 @@
 
 extern "C" {
 #include "pdb_cuda_v4.h"
+#include "pdb_qmat.h"
 }
 
-typedef struct v4w { const float *host; float *dev; size_t bytes; } v4w;
+/* One uploaded weight: the qmat it came from (data pointer, format and shape: a row view shares
+ * its parent's data pointer with fewer rows) and its f32 device copy [rows, cols]. */
+typedef struct v4w { const void *host; int fmt; int64_t rows, cols; float *dev; } v4w;
 
 typedef struct cu_v4 {
     pdb_v4_mm_provider p;
@@ -22,8 +27,8 @@ typedef struct cu_v4 {
     int have_stream;
     v4w *w;             /* open addressing, cap a power of two */
     size_t wn, wcap;
-    float *dA, *dC, *hC;
-    size_t capA, capC, caphC; /* bytes */
+    float *dA, *dC, *hW;
+    size_t capA, capC, caphW; /* bytes */
     /* attention: q, keys, comp, sinks, scores/probabilities, output; sel, nsel */
     float *aq, *ak, *ac, *ask, *aS, *aO;
     int32_t *asel;
@@ -33,44 +38,47 @@ typedef struct cu_v4 {
 
 /* ======================================= kernel ============================================= */
 
-/* A block computes a 4 x 8 tile of C (rows x outputs), one output per group of 8 lanes; lane j of
- * a group keeps the partial sum of k = j mod 8. K is walked in chunks of 64 staged in shared
- * memory (rows padded by 8 floats so the four output rows of a warp hit distinct banks). */
-enum { V4_TM = 4, V4_TN = 8, V4_KC = 64, V4_KP = V4_KC + 8 };
+/* A block computes a 4 x 8 tile of C (rows x outputs) with 8 warps, warp w owning outputs w of
+ * the tile's 8 for all 4 rows; lane j of a warp keeps the accumulators of k = j mod 32 (one per
+ * row), fused multiply-adds in k order, then the fold 32->16->...->1 by shuffles (lane i takes
+ * lane i + half). K is walked in chunks of 128 staged in shared memory (a multiple of 32, so lane
+ * j always sees k = j mod 32; k never runs past K: a padded zero would turn a -0 sum into +0). */
+enum { V4_TM = 4, V4_TN = 8, V4_KC = 128, V4_KP = V4_KC + 1 };
 
 __global__ void __launch_bounds__(256)
-    k_v4_mm(const float *A, int64_t lda, const float *B, int64_t ldb, float *C, int64_t M, int64_t N, int64_t K) {
-    __shared__ float As[V4_TM][V4_KP], Bs[V4_TN][V4_KP];
-    int tid = threadIdx.x, g = tid / 8, j = tid % 8;
-    int64_t m0 = (int64_t)blockIdx.y * V4_TM, n0 = (int64_t)blockIdx.x * V4_TN;
-    int64_t m = m0 + g / V4_TN, n = n0 + g % V4_TN, K8 = K - K % 8;
-    float p = 0.0f;
-    for (int64_t k0 = 0; k0 < K8; k0 += V4_KC) {
+    k_v4_mm(const float *A, int64_t lda, const float *W, float *C, int64_t M, int64_t N, int64_t K) {
+    __shared__ float As[V4_TM][V4_KP], Ws[V4_TN][V4_KP];
+    int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+    int64_t m0 = (int64_t)blockIdx.y * V4_TM, n0 = (int64_t)blockIdx.x * V4_TN, n = n0 + w;
+    float p[V4_TM] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t k0 = 0; k0 < K; k0 += V4_KC) {
+        int kn = K - k0 < V4_KC ? (int)(K - k0) : V4_KC;
         for (int i = tid; i < (V4_TM + V4_TN) * V4_KC; i += 256) {
             int r = i / V4_KC, kk = i % V4_KC;
             int64_t k = k0 + kk;
             if (r < V4_TM) {
                 int64_t mr = m0 + r;
-                As[r][kk] = mr < M && k < K8 ? A[mr * lda + k] : 0.0f;
+                As[r][kk] = mr < M && kk < kn ? A[mr * lda + k] : 0.0f;
             } else {
                 int64_t nr = n0 + (r - V4_TM);
-                Bs[r - V4_TM][kk] = nr < N && k < K8 ? B[nr * ldb + k] : 0.0f;
+                Ws[r - V4_TM][kk] = nr < N && kk < kn ? W[nr * K + k] : 0.0f;
             }
         }
         __syncthreads();
-        int kn = K8 - k0 < V4_KC ? (int)(K8 - k0) : V4_KC;
-        const float *ar = As[g / V4_TN], *br = Bs[g % V4_TN];
-        for (int kk = j; kk < kn; kk += 8) p = __fadd_rn(p, __fmul_rn(ar[kk], br[kk]));
+        for (int kk = lane; kk < kn; kk += 32) {
+            float b = Ws[w][kk];
+#pragma unroll
+            for (int r = 0; r < V4_TM; r++) p[r] = __fmaf_rn(As[r][kk], b, p[r]);
+        }
         __syncthreads();
     }
-    p = __fadd_rn(p, __shfl_down_sync(0xffffffffu, p, 4, 8));
-    p = __fadd_rn(p, __shfl_down_sync(0xffffffffu, p, 2, 8));
-    p = __fadd_rn(p, __shfl_down_sync(0xffffffffu, p, 1, 8));
-    if (j == 0 && m < M && n < N) {
-        const float *a = A + m * lda, *b = B + n * ldb;
-        for (int64_t k = K8; k < K; k++) p = __fadd_rn(p, __fmul_rn(a[k], b[k]));
-        C[m * N + n] = p;
-    }
+#pragma unroll
+    for (int r = 0; r < V4_TM; r++)
+        for (int half = 16; half >= 1; half /= 2) p[r] = __fadd_rn(p[r], __shfl_down_sync(0xffffffffu, p[r], half));
+    if (lane == 0 && n < N)
+#pragma unroll
+        for (int r = 0; r < V4_TM; r++)
+            if (m0 + r < M) C[(m0 + r) * N + n] = p[r];
 }
 
 
@@ -219,9 +227,13 @@ __global__ void __launch_bounds__(256) k_v4_att_out(v4_att a) {
 
 /* ======================================= buffers ============================================ */
 
-static size_t slot_of(const cu_v4 *c, const float *host) {
-    size_t h = (size_t)((uintptr_t)host >> 4) * 0x9E3779B97F4A7C15ull;
+static size_t slot_of(const cu_v4 *c, const void *host, int64_t rows) {
+    size_t h = ((size_t)((uintptr_t)host >> 4) ^ (size_t)rows * 0x51ED27ull) * 0x9E3779B97F4A7C15ull;
     return h & (c->wcap - 1);
+}
+
+static int same_w(const v4w *e, const pdb_qmat *W) {
+    return e->host == W->data && e->fmt == (int)W->fmt && e->rows == W->rows && e->cols == W->cols;
 }
 
 static pdb_status table_grow(cu_v4 *c) {
@@ -233,7 +245,7 @@ static pdb_status table_grow(cu_v4 *c) {
     c->wcap = ncap;
     for (size_t i = 0; i < ocap; i++)
         if (old[i].host) {
-            size_t k = slot_of(c, old[i].host);
+            size_t k = slot_of(c, old[i].host, old[i].rows);
             while (c->w[k].host) k = (k + 1) & (c->wcap - 1);
             c->w[k] = old[i];
         }
@@ -241,64 +253,57 @@ static pdb_status table_grow(cu_v4 *c) {
     return PDB_OK;
 }
 
-/* The device copy of weight B (bytes from B), uploaded on first use. */
-static pdb_status weight(cu_v4 *c, const float *B, size_t bytes, const float **dev) {
+/* The f32 device copy of weight W, made on first use: every row dequantized exactly on the host
+ * (pdb_qmat_row_f32, the CPU kernels' own values) and uploaded. */
+static pdb_status weight(cu_v4 *c, const pdb_qmat *W, const float **dev) {
     if ((c->wn + 1) * 2 > c->wcap) PDB_TRY(table_grow(c));
-    size_t k = slot_of(c, B);
-    while (c->w[k].host && c->w[k].host != B) k = (k + 1) & (c->wcap - 1);
+    size_t k = slot_of(c, W->data, W->rows);
+    while (c->w[k].host && !same_w(&c->w[k], W)) k = (k + 1) & (c->wcap - 1);
     v4w *e = &c->w[k];
-    if (e->host && e->bytes >= bytes) { *dev = e->dev; return PDB_OK; }
-    if (e->host) { cudaFree(e->dev); e->dev = NULL; } /* the same pointer seen wider: upload again */
-    else c->wn++;
-    e->host = B;
-    e->bytes = 0;
-    cudaError_t er = cudaMalloc((void **)&e->dev, bytes);
+    if (e->host) { *dev = e->dev; return PDB_OK; }
+    size_t bytes = sizeof(float) * (size_t)(W->rows * W->cols);
+    if (c->caphW < bytes) {
+        float *nh = (float *)realloc(c->hW, bytes);
+        if (!nh) return pdb_err_set(PDB_NOMEM, "cuda v4: %zu bytes of weight staging", bytes);
+        c->hW = nh;
+        c->caphW = bytes;
+    }
+    for (int64_t r = 0; r < W->rows; r++) pdb_qmat_row_f32(W, r, c->hW + r * W->cols);
+    float *d = NULL;
+    cudaError_t er = cudaMalloc((void **)&d, bytes);
     if (er != cudaSuccess) {
         cudaGetLastError();
-        e->dev = NULL;
         return pdb_err_set(PDB_CUDA, "cuda v4: cudaMalloc(%zu bytes) for a weight: %s", bytes, cudaGetErrorString(er));
     }
-    PDB_TRY(pdb_cuda_to_device(e->dev, B, bytes, "cuda v4 weight"));
-    e->bytes = bytes;
-    *dev = e->dev;
+    pdb_status s = pdb_cuda_to_device(d, c->hW, bytes, "cuda v4 weight");
+    if (s) { cudaFree(d); return s; }
+    *e = (v4w){W->data, (int)W->fmt, W->rows, W->cols, d};
+    c->wn++;
+    *dev = d;
     return PDB_OK;
 }
 
 /* ======================================= provider =========================================== */
 
-static pdb_status v4_mm(void *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                        int64_t ldb, int acc, float *C, int64_t ldc) {
+static pdb_status v4_mm(void *ctx, int64_t M, const float *A, int64_t lda, const pdb_qmat *W, float *C, int64_t ldc) {
     cu_v4 *c = (cu_v4 *)ctx;
+    int64_t N = W->rows, K = W->cols;
     if (M <= 0 || N <= 0) return PDB_OK;
     if ((M + V4_TM - 1) / V4_TM > 65535)
         return pdb_err_set(PDB_TOO_LARGE, "cuda v4: %lld rows in one product (max %d)", (long long)M, 65535 * V4_TM);
     PDB_CU(cudaSetDevice(c->device));
-    size_t a_bytes = sizeof(float) * (size_t)((M - 1) * lda + K), b_bytes = sizeof(float) * (size_t)((N - 1) * ldb + K);
-    size_t c_bytes = sizeof(float) * (size_t)(M * N);
-    const float *dB;
-    PDB_TRY(weight(c, B, b_bytes, &dB));
+    size_t a_bytes = sizeof(float) * (size_t)((M - 1) * lda + K), c_bytes = sizeof(float) * (size_t)(M * N);
+    const float *dW;
+    PDB_TRY(weight(c, W, &dW));
     PDB_TRY(pdb_cuda_reserve((void **)&c->dA, &c->capA, a_bytes));
     PDB_TRY(pdb_cuda_reserve((void **)&c->dC, &c->capC, c_bytes));
     PDB_CU(cudaMemcpyAsync(c->dA, A, a_bytes, cudaMemcpyHostToDevice, c->s));
     dim3 grid((unsigned)((N + V4_TN - 1) / V4_TN), (unsigned)((M + V4_TM - 1) / V4_TM));
-    k_v4_mm<<<grid, 256, 0, c->s>>>(c->dA, lda, dB, ldb, c->dC, M, N, K);
+    k_v4_mm<<<grid, 256, 0, c->s>>>(c->dA, lda, dW, c->dC, M, N, K);
     PDB_CU_LAUNCH("v4_mm");
-    if (!acc) {
-        PDB_CU(cudaMemcpy2DAsync(C, sizeof(float) * (size_t)ldc, c->dC, sizeof(float) * (size_t)N,
-                                 sizeof(float) * (size_t)N, (size_t)M, cudaMemcpyDeviceToHost, c->s));
-        PDB_CU(cudaStreamSynchronize(c->s));
-        return PDB_OK;
-    }
-    if (c->caphC < c_bytes) { /* C = C + product, added on the host as the reference does */
-        float *nh = (float *)realloc(c->hC, c_bytes);
-        if (!nh) return pdb_err_set(PDB_NOMEM, "cuda v4: %zu bytes of product staging", c_bytes);
-        c->hC = nh;
-        c->caphC = c_bytes;
-    }
-    PDB_CU(cudaMemcpyAsync(c->hC, c->dC, c_bytes, cudaMemcpyDeviceToHost, c->s));
+    PDB_CU(cudaMemcpy2DAsync(C, sizeof(float) * (size_t)ldc, c->dC, sizeof(float) * (size_t)N, sizeof(float) * (size_t)N,
+                             (size_t)M, cudaMemcpyDeviceToHost, c->s));
     PDB_CU(cudaStreamSynchronize(c->s));
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t n = 0; n < N; n++) C[m * ldc + n] = C[m * ldc + n] + c->hC[m * N + n];
     return PDB_OK;
 }
 
@@ -379,7 +384,7 @@ extern "C" void pdb_cuda_v4_mm_free(pdb_v4_mm_provider *p) {
         void *ab[] = {c->aq, c->ak, c->ac, c->ask, c->aS, c->aO, c->asel, c->ansel};
         for (size_t i = 0; i < sizeof ab / sizeof ab[0]; i++)
             if (ab[i]) cudaFree(ab[i]);
-        free(c->hC);
+        free(c->hW);
         if (c->have_stream) cudaStreamDestroy(c->s);
         cudaGetLastError();
         free(c);

@@ -1,7 +1,9 @@
 /* pdb_cuda_v4: DeepSeek-V4 matrix products on a GPU, as a pdb_v4_mm_provider: every product in
- * the V4 reference order (pdb_v4_mm_ref), so a V4 engine using it is bit-identical to the CPU.
- * Weights are uploaded to the device on first use and kept (keyed by their host pointer, which
- * the provider contract keeps valid and constant); activations travel per product. */
+ * the V4 reference order (pdb_v4_mm_ref: pdb_qmat's 32-lane fused multiply-add order), so a V4
+ * engine using it is bit-identical to the CPU. Weights (any pdb_qmat format) are dequantized
+ * exactly on the host and uploaded as f32 on first use and kept (keyed by the qmat's data
+ * pointer, format and shape, which the provider contract keeps valid and constant); activations
+ * travel per product. */
 #ifndef PDB_CUDA_V4_H
 #define PDB_CUDA_V4_H
 

@@ -18,15 +18,21 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "pdb_anthropic.h"
+#include "pdb_arch.h"
 #include "pdb_clock.h"
+#include "pdb_dec_reply.h"
 #include "pdb_http.h"
+#include "pdb_limits.h"
 #include "pdb_proc.h"
 #include "pdb_prompt.h"
 
 #define DEC_MAX_TEXT_BYTES ((size_t)256 << 20) /* generated text of one request */
 #define DEC_MAX_STATUS_ROWS 64
-#define DEC_DEFAULT_COMPLETION_TOKENS 16
-#define DEC_DEFAULT_CHAT_TOKENS 4096
+/* A forced tool call's arguments are generated freely (no grammar constrains them yet), so they
+ * are bounded: past this many tokens the server closes the call itself (docs/api.md, D25). */
+#define DEC_FORCED_ARG_TOKENS 256
+#define DEC_MESSAGES_PATH "/v1/messages"
 
 typedef struct dec_status_row { const char *endpoint; int status; uint64_t n; } dec_status_row;
 
@@ -39,6 +45,9 @@ struct pdb_dec_server {
     char tokenizer_sha256[65];  /* of model_dir/tokenizer.json, "" in token-id mode */
     char cache_dir[4096];       /* realpath of the store directory */
     int64_t vocab, context, block_size;
+    pdb_limits lim;          /* every limit, from the served window and the block size */
+    size_t max_body;         /* the body bound in force (--max-body or lim.max_body_bytes) */
+    uint64_t cache_max_bytes;/* the store cap in force (0 = unlimited) */
     int64_t started;
     pthread_mutex_t mu;      /* closing, users */
     pthread_cond_t cv;
@@ -71,6 +80,11 @@ typedef struct dec_req {
     pdb_finish finish;
     char error[256];
     int64_t prompt_tokens, cached_tokens;
+    /* answers composed by pdb_dec_reply (chat with tools, /v1/messages); NULL = plain OpenAI */
+    pdb_dec_reply *reply;
+    int anthropic;           /* the request came to /v1/messages */
+    int forced_bound;        /* max_tokens was lowered to DEC_FORCED_ARG_TOKENS for a forced call */
+    int stop_index;          /* the stop string that matched (stop_matched) */
 } dec_req;
 
 /* ---- small helpers -------------------------------------------------------------------------- */
@@ -100,7 +114,7 @@ static void dec_count_status(pdb_dec_server *s, const char *endpoint, int status
 }
 
 static void dec_respond_err(pdb_dec_server *s, pdb_http_request *hr, const char *endpoint, const pdb_openai_error *e) {
-    char *body = pdb_openai_error_json(e);
+    char *body = !strcmp(endpoint, DEC_MESSAGES_PATH) ? pdb_anthropic_error_json(e) : pdb_openai_error_json(e);
     if (body) pdb_http_respond(hr, e->status, "application/json", body, strlen(body), NULL, 0);
     else pdb_http_respond_error(hr, e->status, e->type, e->param[0] ? e->param : NULL, NULL, e->message);
     free(body);
@@ -126,6 +140,7 @@ static void dec_respond_json(pdb_dec_server *s, pdb_http_request *hr, const char
 static void dec_req_release(dec_req *r) {
     if (atomic_fetch_sub(&r->refs, 1) != 1) return;
     pdb_openai_request_free(&r->q);
+    pdb_dec_reply_free(r->reply);
     free(r->ids);
     free(r->text);
     free(r->pend);
@@ -149,7 +164,24 @@ static int dec_grow(char **buf, size_t *cap, size_t need) {
 /* Send (stream) or keep (non-stream) text that is final. Returns nonzero to cancel. mu held. */
 static const int32_t dec_no_ids[1] = {0};
 
+/* Reply mode: feed final text to the composer and send what it produced. Nonzero to cancel (the
+ * answer is complete, the client is gone, no memory). mu held. */
+static int dec_emit_reply(dec_req *r, const char *text, size_t len) {
+    int64_t new_ids = r->n_ids - r->ids_sent;
+    pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
+    int rc = pdb_dec_reply_feed(r->reply, text, len, new_ids ? r->ids + r->ids_sent : NULL, new_ids, &u);
+    r->ids_sent = r->n_ids;
+    if (rc < 0) snprintf(r->error, sizeof r->error, "out of memory composing the answer");
+    size_t n = 0;
+    char *out = pdb_dec_reply_take(r->reply, &n);
+    if (out && r->stream && r->hs && !r->gone && pdb_http_stream_write(r->hs, out, n, 0) != PDB_OK) r->gone = 1;
+    free(out);
+    if (r->stream && (!r->hs || r->gone)) return 1;
+    return rc != 0;
+}
+
 static int dec_emit(dec_req *r, const char *text, size_t len, const char *finish, const pdb_openai_usage *u) {
+    if (r->reply) return dec_emit_reply(r, text, len);
     if (!r->stream) {
         if (!dec_grow(&r->text, &r->text_cap, r->text_len + len + 1)) {
             snprintf(r->error, sizeof r->error, "generated text exceeds %zu bytes", DEC_MAX_TEXT_BYTES);
@@ -164,7 +196,7 @@ static int dec_emit(dec_req *r, const char *text, size_t len, const char *finish
     int want_ids = r->q.return_token_ids && new_ids > 0;
     if (!len && !want_ids && !finish && r->sent_first) return 0;
     pdb_openai_result res = {text, len, finish, want_ids ? r->ids + r->ids_sent : finish && r->q.return_token_ids ? dec_no_ids : NULL,
-                             want_ids ? new_ids : 0};
+                             want_ids ? new_ids : 0, NULL, 0};
     pdb_openai_usage cu = {r->prompt_tokens, r->n_ids, r->cached_tokens};
     if (!u && r->q.continuous_usage) u = &cu; /* vLLM's continuous_usage_stats: usage on every chunk */
     char *chunk = NULL;
@@ -180,11 +212,11 @@ static int dec_emit(dec_req *r, const char *text, size_t len, const char *finish
 }
 
 /* Earliest occurrence of any stop string in pend, or -1. */
-static int64_t dec_find_stop(const dec_req *r) {
+static int64_t dec_find_stop(dec_req *r) {
     int64_t best = -1;
     for (int i = 0; i < r->q.n_stop; i++) {
         const char *p = memmem(r->pend, r->pend_len, r->q.stop[i], r->q.stop_len[i]);
-        if (p && (best < 0 || p - r->pend < best)) best = p - r->pend;
+        if (p && (best < 0 || p - r->pend < best)) { best = p - r->pend; r->stop_index = i; }
     }
     return best;
 }
@@ -232,7 +264,7 @@ static int dec_on_token(dec_req *r, int32_t tok) {
     }
     size_t safe = r->pend_len - dec_stop_holdback(r);
     safe = pdb_openai_utf8_complete_prefix(r->pend, safe);
-    if (!safe && !(r->stream && r->q.return_token_ids)) return r->stream && r->gone;
+    if (!safe && !(r->stream && (r->q.return_token_ids || r->reply))) return r->stream && r->gone;
     int c = dec_emit(r, r->pend, safe, NULL, NULL);
     dec_pend_shift(r, safe);
     return c;
@@ -248,6 +280,39 @@ static const char *dec_finish_str(pdb_finish f) {
     }
 }
 
+/* Reply mode, a finished generation: the rest of the text and the end go to the composer (a
+ * stream sends its final events, a non-stream body waits in the composer for dec_gen_respond). */
+static void dec_reply_end(dec_req *r) {
+    if (r->pend_len) dec_emit_reply(r, r->pend, r->pend_len);
+    pdb_dec_reply_end e = {.length = r->finish == PDB_FINISH_LENGTH, .bound = r->finish == PDB_FINISH_LENGTH && r->forced_bound,
+                           .stop_sequence = r->stop_matched ? r->q.stop[r->stop_index] : NULL,
+                           .usage = {r->prompt_tokens, r->n_ids, r->cached_tokens}, .all_ids = r->ids, .n_all_ids = r->n_ids};
+    if (pdb_dec_reply_finish(r->reply, &e) != PDB_OK) {
+        r->finish = PDB_FINISH_ERROR;
+        snprintf(r->error, sizeof r->error, "%s", pdb_err_msg());
+    }
+    if (!r->stream) return;
+    size_t n = 0;
+    char *out = pdb_dec_reply_take(r->reply, &n);
+    if (out && r->hs && !r->gone) pdb_http_stream_write(r->hs, out, n, 0);
+    free(out);
+}
+
+/* An error event inside a stream: the Messages API's `event: error` or OpenAI's error chunk. */
+static void dec_stream_error(dec_req *r, const pdb_openai_error *e) {
+    char *chunk = NULL;
+    size_t n = 0;
+    if (r->anthropic) {
+        pdb_anthropic_sse b = {0};
+        pdb_anthropic_sse_error(&b, e);
+        if (!b.oom) pdb_http_stream_write(r->hs, b.p, b.len, 0);
+        pdb_anthropic_sse_free(&b);
+    } else if (pdb_openai_build_error_chunk(e, &chunk, &n) == PDB_OK) {
+        pdb_http_stream_write(r->hs, chunk, n, 0);
+    }
+    free(chunk);
+}
+
 static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
     pdb_dec_server *s = r->srv;
     r->finish = ev->finish;
@@ -255,7 +320,20 @@ static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
     if (ev->finish == PDB_FINISH_ERROR) snprintf(r->error, sizeof r->error, "%s", ev->error ? ev->error : "engine error");
     r->prompt_tokens = ev->prompt_tokens;
     r->cached_tokens = ev->cached_tokens;
-    if (r->stream && r->hs) {
+    if (r->reply && (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) && (!r->stream || r->hs)) {
+        dec_reply_end(r);
+        r->pend_len = 0;
+    }
+    if (r->reply && r->stream && r->hs) {
+        if (r->finish != PDB_FINISH_LENGTH && r->finish != PDB_FINISH_STOP && !r->gone) {
+            pdb_openai_error e;
+            if (r->finish == PDB_FINISH_ERROR) pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
+            else pdb_openai_set_error(&e, 503, NULL, "cancelled", "the request was cancelled (server shutting down)");
+            dec_stream_error(r, &e);
+        }
+        pdb_http_stream_close(r->hs);
+        r->hs = NULL;
+    } else if (r->stream && r->hs) {
         if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
             pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
             dec_emit(r, r->pend, r->pend_len, dec_finish_str(r->finish), r->q.include_usage || r->q.continuous_usage ? &u : NULL);
@@ -270,7 +348,7 @@ static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
         }
         pdb_http_stream_close(r->hs);
         r->hs = NULL;
-    } else if (!r->stream) {
+    } else if (!r->stream && !r->reply) {
         dec_emit(r, r->pend, r->pend_len, NULL, NULL);
     }
     r->pend_len = 0;
@@ -340,7 +418,9 @@ static dec_req *dec_req_new(pdb_dec_server *s, const char *endpoint) {
 static int dec_gen_parse(pdb_dec_server *s, pdb_http_request *hr, pdb_openai_kind kind, dec_req *r, int32_t **ids,
                          int64_t *n_ids, pdb_openai_error *e) {
     pdb_openai_limits lim = {.max_context = s->context};
-    if (pdb_openai_parse_request(kind, pdb_http_request_body(hr), pdb_http_request_body_len(hr), &lim, &r->q, e) != PDB_OK ||
+    pdb_status ps = r->anthropic ? pdb_anthropic_parse_request(pdb_http_request_body(hr), pdb_http_request_body_len(hr), &lim, &r->q, e)
+                                 : pdb_openai_parse_request(kind, pdb_http_request_body(hr), pdb_http_request_body_len(hr), &lim, &r->q, e);
+    if (ps != PDB_OK ||
         pdb_openai_check_model(&r->q, s->model_id, e) != PDB_OK || pdb_prompt_encode_request(s->tok, &r->q, ids, n_ids, e) != PDB_OK)
         return -1;
     return 0;
@@ -362,14 +442,8 @@ static int dec_gen_check(const pdb_dec_server *s, const pdb_openai_request *q, p
                                  ids[i], (long long)i, (long long)s->vocab - 1);
             return -1;
         }
-    if (pdb_openai_check_context(q, kind, n_ids, s->context, e)) return -1;
-    *mt = q->max_tokens;
-    if (*mt < 0) {
-        /* The engine reserves the sequence's whole cache up front, so an absent max_tokens on chat
-         * (OpenAI: "the rest of the context") is capped. */
-        *mt = kind == PDB_OPENAI_CHAT ? DEC_DEFAULT_CHAT_TOKENS : DEC_DEFAULT_COMPLETION_TOKENS;
-        if (*mt > s->context - n_ids) *mt = s->context - n_ids;
-    }
+    /* the window, and max_tokens (absent: chat gets the rest of the window, completions 16 or a 400) */
+    if (pdb_limits_check_request(&s->lim, q, kind, n_ids, mt, e)) return -1;
     return 0;
 }
 
@@ -379,9 +453,21 @@ static pdb_dec_request dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai
                                        int64_t mt) {
     r->stream = r->q.stream;
     uint64_t num = atomic_fetch_add(&s->next_req, 1) + 1;
-    snprintf(r->id_str, sizeof r->id_str, "%s-%llx%06llx", kind == PDB_OPENAI_CHAT ? "chatcmpl" : "cmpl",
+    snprintf(r->id_str, sizeof r->id_str, "%s%llx%06llx", r->anthropic ? "msg_" : kind == PDB_OPENAI_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)s->started, (unsigned long long)num);
     r->meta = (pdb_openai_meta){kind, r->id_str, (int64_t)time(NULL), s->model_id};
+    const char *forced = pdb_toolcall_active(&r->q.tools) ? pdb_toolcall_forced_name(&r->q.tools) : NULL;
+    if (forced && mt > DEC_FORCED_ARG_TOKENS) {
+        mt = DEC_FORCED_ARG_TOKENS;
+        r->forced_bound = 1;
+    }
+    if (r->anthropic || (kind == PDB_OPENAI_CHAT && pdb_toolcall_active(&r->q.tools))) {
+        pdb_dec_reply_opts ro = {.api = r->anthropic ? PDB_DEC_REPLY_ANTHROPIC : PDB_DEC_REPLY_OPENAI, .stream = r->stream,
+                                 .meta = r->meta, .parse_tools = pdb_toolcall_active(&r->q.tools), .forced_name = forced,
+                                 .single_call = r->q.tools.single_call, .include_usage = r->q.include_usage,
+                                 .continuous_usage = r->q.continuous_usage, .return_token_ids = r->q.return_token_ids};
+        if (pdb_dec_reply_new(&ro, &r->reply) != PDB_OK) r->reply = NULL; /* checked by the caller */
+    }
     pdb_dec_request dq = {
         .ids = ids, .n_ids = n_ids, .max_tokens = mt, .ignore_eos = r->q.ignore_eos, .on_event = dec_on_event, .user = r,
         .sample = {.temperature = (float)r->q.temperature, .top_p = (float)r->q.top_p, .top_k = r->q.top_k,
@@ -461,9 +547,21 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
     const char *endpoint = r->endpoint;
     pdb_openai_error e;
     int status = 200;
-    if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
+    if (r->reply && (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP)) {
+        size_t n = 0;
+        char *body = pdb_dec_reply_take(r->reply, &n);
+        if (body) {
+            pdb_http_respond(hr, 200, "application/json", body, n, NULL, 0);
+            dec_count_status(s, endpoint, 200);
+        } else {
+            status = 500;
+            pdb_openai_set_error(&e, 500, NULL, NULL, "cannot build the response");
+            dec_respond_err(s, hr, endpoint, &e);
+        }
+        free(body);
+    } else if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
         pdb_openai_result res = {r->text, r->text_len, dec_finish_str(r->finish), r->q.return_token_ids ? (r->ids ? r->ids : dec_no_ids) : NULL,
-                                 r->n_ids};
+                                 r->n_ids, NULL, 0};
         pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
         char *body = NULL;
         size_t n = 0;
@@ -486,7 +584,8 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
         dec_respond_err(s, hr, endpoint, &e);
     }
     PDB_INFO("req %s %s status=%d prompt=%lld cached=%lld generated=%lld finish=%s ms=%.1f", r->id_str, endpoint, status,
-             (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids, dec_finish_str(r->finish),
+             (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids,
+             r->reply && status == 200 ? pdb_dec_reply_reason(r->reply) : dec_finish_str(r->finish),
              (pdb_clock_now() - r->t0) * 1e3);
 }
 
@@ -495,11 +594,16 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
 static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_openai_kind kind, const char *endpoint) {
     dec_req *r = dec_req_new(s, endpoint);
     if (!r) { pdb_http_respond_error(hr, 500, "server_error", NULL, NULL, "out of memory"); return; }
+    r->anthropic = !strcmp(endpoint, DEC_MESSAGES_PATH);
     pdb_openai_error e;
     int32_t *ids = NULL;
     int64_t n_ids = 0, mt = 0;
     if (dec_gen_parse(s, hr, kind, r, &ids, &n_ids, &e) || dec_gen_check(s, &r->q, kind, ids, n_ids, &mt, &e)) goto bad;
     pdb_dec_request dq = dec_gen_request(s, r, kind, ids, n_ids, mt);
+    if ((r->anthropic || pdb_toolcall_active(&r->q.tools)) && !r->reply) {
+        pdb_openai_set_error(&e, 500, NULL, NULL, "out of memory");
+        goto bad;
+    }
     if (dec_gen_submit(s, hr, r, &dq, kind == PDB_OPENAI_CHAT ? "messages" : "prompt", &e)) goto bad;
     free(ids);
     if (!r->stream) {
@@ -524,10 +628,23 @@ static void dec_handle_models(pdb_dec_server *s, pdb_http_request *hr) {
 }
 
 static void dec_handle_health(pdb_dec_server *s, pdb_http_request *hr) {
+    json_t *lim = pdb_limits_json(&s->lim);
+    pdb_dec_stats st;
+    memset(&st, 0, sizeof st);
+    if (srv_enter(s)) {
+        pdb_dec_service_stats(s->svc, &st);
+        srv_leave(s);
+    }
+    /* what is in force beside the derived numbers (doctor compares them) */
+    json_object_set_new(lim, "max_body", json_integer((json_int_t)s->max_body));
+    json_object_set_new(lim, "cache_max_bytes", json_integer((json_int_t)s->cache_max_bytes));
+    if (st.store_disk_free_bytes != UINT64_MAX)
+        json_object_set_new(lim, "store_disk_bytes", json_integer((json_int_t)(st.store_bytes + st.store_disk_free_bytes)));
     dec_respond_json(s, hr, "/health", 200,
-                     json_pack("{s:s, s:s, s:s, s:b, s:s, s:s, s:I}", "status", "ok", "fingerprint", s->fingerprint, "model",
-                               s->model_id, "tokenizer", s->tok != NULL, "tokenizer_sha256", s->tokenizer_sha256, "cache_dir",
-                               s->cache_dir, "block_size", (json_int_t)s->block_size));
+                     json_pack("{s:s, s:s, s:s, s:s, s:b, s:s, s:s, s:I, s:o}", "status", "ok", "role", "decoder", "fingerprint",
+                               s->fingerprint, "model", s->model_id, "tokenizer", s->tok != NULL, "tokenizer_sha256",
+                               s->tokenizer_sha256, "cache_dir", s->cache_dir, "block_size", (json_int_t)s->block_size, "limits",
+                               lim));
 }
 
 static void dec_metric(char **buf, size_t *len, size_t cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -588,6 +705,7 @@ static void dec_handle(void *user, pdb_http_request *hr) {
     const char *path = pdb_http_request_path(hr), *method = pdb_http_request_method(hr);
     static const struct { const char *path, *method; } routes[] = {
         {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"}, {"/health", "GET"}, {"/metrics", "GET"},
+        {DEC_MESSAGES_PATH, "POST"},
     };
     size_t i = 0, nr = sizeof routes / sizeof routes[0];
     for (; i < nr; i++)
@@ -598,7 +716,7 @@ static void dec_handle(void *user, pdb_http_request *hr) {
         dec_respond_err(s, hr, "other", &e);
         return;
     }
-    if (strcmp(method, routes[i].method) && !(i >= 2 && !strcmp(method, "HEAD"))) {
+    if (strcmp(method, routes[i].method) && !(i >= 2 && i <= 4 && !strcmp(method, "HEAD"))) {
         pdb_openai_set_error(&e, 405, NULL, "method_not_allowed", "%.200s takes %s, not %.20s", path, routes[i].method, method);
         dec_respond_err(s, hr, routes[i].path, &e);
         return;
@@ -608,7 +726,8 @@ static void dec_handle(void *user, pdb_http_request *hr) {
     case 1: dec_handle_generate(s, hr, PDB_OPENAI_CHAT, routes[1].path); break;
     case 2: dec_handle_models(s, hr); break;
     case 3: dec_handle_health(s, hr); break;
-    default: dec_handle_metrics(s, hr); break;
+    case 4: dec_handle_metrics(s, hr); break;
+    default: dec_handle_generate(s, hr, PDB_OPENAI_CHAT, routes[5].path); break;
     }
 }
 
@@ -644,12 +763,35 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
     if (st != PDB_OK) goto fail;
     const pdb_config *c = pdb_dec_service_config(s->svc);
     s->vocab = c->vocab_size;
-    s->context = so.max_context > 0 && so.max_context < c->max_position_embeddings ? so.max_context : c->max_position_embeddings;
+    /* every limit from the window (refused: --max-context above the model's window, a --max-body or
+     * --cache-max-bytes that cannot serve a full window; each message names both numbers) */
+    pdb_arch_layout lay;
+    if ((st = pdb_arch_layout_of(c, &lay))) goto fail;
+    pdb_limits_in li = {.model_window = c->max_position_embeddings, .max_context = o->svc.max_context, .block_size = so.block_size,
+                        .vocab_size = c->vocab_size, .block_bytes = pdb_store_layout_block_bytes(&lay.layout, so.block_size)};
+    if ((st = pdb_limits_derive(&li, &s->lim)) || (o->max_body && (st = pdb_limits_check_body(&s->lim, "--max-body", o->max_body))) ||
+        (st = pdb_limits_check_store_cap(&s->lim, "--cache-max-bytes", so.cache_max_bytes))) {
+        pdb_err_wrap(st, "decode-server");
+        goto fail;
+    }
+    s->context = s->lim.window;
+    s->max_body = o->max_body ? o->max_body : (size_t)s->lim.max_body_bytes;
+    s->cache_max_bytes = so.cache_max_bytes;
+    {
+        pdb_dec_stats ds;
+        pdb_dec_service_stats(s->svc, &ds);
+        uint64_t disk = ds.store_bytes + ds.store_disk_free_bytes;
+        if (so.cache_dir && ds.store_disk_free_bytes != UINT64_MAX && disk < s->lim.window_store_bytes)
+            PDB_WARN("decode-server: the disk of %s can hold %llu bytes of blocks (present + free), less than a full window's %llu "
+                     "(%lld blocks of %llu bytes): the least recently used blocks will be evicted to make room",
+                     so.cache_dir, (unsigned long long)disk, (unsigned long long)s->lim.window_store_bytes,
+                     (long long)s->lim.window_blocks, (unsigned long long)s->lim.block_file_bytes);
+    }
     s->block_size = so.block_size;
     snprintf(s->fingerprint, sizeof s->fingerprint, "%s", pdb_dec_service_fingerprint_hex(s->svc));
     if (s->tok && pdb_hash_file_sha256(pdb_tokenizer_path(s->tok), s->tokenizer_sha256)) s->tokenizer_sha256[0] = 0;
     if (!realpath(so.cache_dir, s->cache_dir)) snprintf(s->cache_dir, sizeof s->cache_dir, "%s", so.cache_dir);
-    pdb_http_opts ho = {.host = o->host, .port = o->port, .max_body = o->max_body, .api_key = o->api_key, .handler = dec_handle, .user = s};
+    pdb_http_opts ho = {.host = o->host, .port = o->port, .max_body = s->max_body, .api_key = o->api_key, .handler = dec_handle, .user = s};
     st = pdb_http_server_start(&ho, &s->http);
     if (st != PDB_OK) goto fail;
     *out = s;

@@ -18,7 +18,9 @@
 #include "pdb_dec_model.h"
 #include "pdb_store.h"
 
-enum { SVC_CHUNK = 256 };
+/* SVC_MOUNT_BATCH: cached blocks read and verified at once when a request is admitted (one pool
+ * task each; bench/results/warm_mount.md), i.e. extra block buffers held by the service. */
+enum { SVC_CHUNK = 256, SVC_MOUNT_BATCH = 4 };
 typedef enum { RQ_QUEUED = 0, RQ_PREFILL, RQ_RUNNING } rq_state;
 
 typedef struct svc_req {
@@ -46,6 +48,8 @@ struct pdb_dec_service {
     pdb_dec_model *model;
     pdb_store *store;
     float *block_buf;
+    char *mount_buf;       /* [mount_batch] blocks: the cached prefix is read this many at a time */
+    int mount_batch;
     int max_batch;         /* RUNNING requests per forward (a PREFILL chunk comes on top) */
     pdb_dec_seg *segs;     /* [max_batch + 1] the scheduler's batch, allocated at open */
     svc_req **owners;      /* [max_batch + 1] the request of each segment */
@@ -90,14 +94,22 @@ static pdb_status admit(pdb_dec_service *s, svc_req *r) {
         PDB_WARN("request %llu: store lookup failed: %s", (unsigned long long)r->id, pdb_err_msg());
     int64_t b = 0;
     const pdb_store_layout *lay = pdb_dec_model_layout(s->model);
-    const void *pools[PDB_ARCH_MAX_POOLS];
-    pdb_arch_block_pools(lay, bs, s->block_buf, pools);
-    for (; b < hit; b++) {
-        if (pdb_store_load_block(s->store, h[b], b, (void *const *)pools)) {
+    uint64_t bb = (pdb_store_block_bytes(s->store) + 63) & ~(uint64_t)63; /* each buffer 64-byte aligned */
+    const void *pools[SVC_MOUNT_BATCH][PDB_ARCH_MAX_POOLS];
+    void *const *outs[SVC_MOUNT_BATCH];
+    for (int i = 0; i < s->mount_batch; i++) {
+        pdb_arch_block_pools(lay, bs, s->mount_buf + (uint64_t)i * bb, pools[i]);
+        outs[i] = (void *const *)pools[i];
+    }
+    while (b < hit) { /* several blocks read and verified at once (pool tasks), then put in order */
+        int64_t n = hit - b < s->mount_batch ? hit - b : s->mount_batch, ok = 0;
+        pdb_status st = pdb_store_load_blocks(s->store, (const uint8_t(*)[32])h + b, b, n, outs, s->pool, &ok);
+        for (int64_t i = 0; i < ok; i++) pdb_dec_seq_put_block(&r->seq, b + i, bs, s->mount_buf + (uint64_t)i * bb);
+        b += ok;
+        if (st) {
             PDB_WARN("request %llu: block %lld not mounted: %s", (unsigned long long)r->id, (long long)b, pdb_err_msg());
             break;
         }
-        pdb_dec_seq_put_block(&r->seq, b, bs, s->block_buf);
     }
     free(h);
     r->seq.len = r->prefilled = r->cached = b * bs;
@@ -298,6 +310,7 @@ static void svc_free(pdb_dec_service *s) {
     free(s->owners);
     if (s->store) pdb_store_close(s->store);
     free(s->block_buf);
+    free(s->mount_buf);
     pdb_dec_model_close(s->model);
     pdb_pool_destroy(s->pool);
     free(s);
@@ -329,7 +342,10 @@ pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service *
                             s->opts.block_size, o->cache_max_bytes, &s->store);
         if (st) goto fail;
         s->block_buf = malloc(pdb_store_block_bytes(s->store));
-        if (!s->block_buf) { st = pdb_err_set(PDB_NOMEM, "block buffer"); goto fail; }
+        int nt = pdb_pool_threads(s->pool);
+        s->mount_batch = nt < SVC_MOUNT_BATCH ? (nt > 0 ? nt : 1) : SVC_MOUNT_BATCH;
+        s->mount_buf = aligned_alloc(64, ((pdb_store_block_bytes(s->store) + 63) & ~(uint64_t)63) * (uint64_t)s->mount_batch);
+        if (!s->block_buf || !s->mount_buf) { st = pdb_err_set(PDB_NOMEM, "block buffers"); goto fail; }
     }
     s->max_batch = s->opts.max_batch > 0 ? s->opts.max_batch : 16;
     s->segs = malloc(sizeof(*s->segs) * (size_t)(s->max_batch + 1));
@@ -439,5 +455,10 @@ void pdb_dec_service_stats(const pdb_dec_service *s, pdb_dec_stats *out) {
         out->store_hits = ss.hits;
         out->store_misses = ss.misses;
         out->store_corrupt = ss.corrupt_removed;
+        out->store_bytes = ss.bytes;
+        out->store_evictions = ss.evictions;
+        out->store_disk_free_bytes = ss.disk_free_bytes;
+    } else {
+        out->store_disk_free_bytes = UINT64_MAX;
     }
 }

@@ -73,6 +73,8 @@ typedef struct pdb_dec_stats {
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
     uint64_t running, queued;
     uint64_t store_blocks_written, store_hits, store_misses, store_corrupt;
+    uint64_t store_bytes, store_evictions; /* block bytes in the store, blocks evicted */
+    uint64_t store_disk_free_bytes;        /* free bytes of the store's disk; UINT64_MAX = no store / unknown */
 } pdb_dec_stats;
 void pdb_dec_service_stats(const pdb_dec_service *s, pdb_dec_stats *st);
 

@@ -1,6 +1,7 @@
-/* pdb_dec_v4: the decode engine's DeepSeek-V4 ops: the f32 reference forward (pdb_v4, fixed
- * order, chunk-exact) on the decoder checkpoint, one pdb_v4_cache per sequence running on the
- * service's threads, and block copies through pdb_v4_pools (the layout the registry names, the
+/* pdb_dec_v4: the decode engine's DeepSeek-V4 ops: the V4 forward (pdb_v4: weights as stored,
+ * pdb_qmat's fixed-order products, chunk-exact) on the decoder checkpoint (its views stay valid
+ * while pdb_dec_model holds the reader open), one pdb_v4_cache per sequence running on the
+ * service's threads, a batch of segments as one multi-sequence step, and block copies through pdb_v4_pools (the layout the registry names, the
  * same functions the prefill engine's capture hook uses). */
 #include <stddef.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@ static pdb_status v4_open(const pdb_config *cfg, const pdb_st *st, pdb_pool *poo
     v->sem = (pdb_v4_semantics)sem;
     pdb_status s = pdb_v4_load_from(cfg, st, &v->m);
     if (s) { free(v); return s; }
+    PDB_INFO("decoder: deepseek_v4 weights held as stored: %.3f GB (%lld bytes)", (double)pdb_v4_model_bytes(v->m) / 1e9,
+             (long long)pdb_v4_model_bytes(v->m));
     v->pool = pool;
     *impl = v;
     return PDB_OK;
@@ -53,16 +56,22 @@ static void v4_seq_free(pdb_dec_seq *s) {
     s->state = NULL;
 }
 
-/* Segments run one after another (each is a chunk of its own sequence; the reference forward's
- * results do not depend on chunking, so this equals any batching). */
+/* All segments in one step (pdb_v4_forward_multi: each weight read once for every sequence's
+ * tokens, the attention per sequence); each segment's results are what it gets alone, so this
+ * equals any batching or chunking. */
 static pdb_status v4_forward(void *impl, pdb_dec_seg *segs, int n_segs) {
     v4_impl *v = impl;
+    if (n_segs <= 0) return PDB_OK;
+    pdb_v4_step *st = malloc(sizeof(pdb_v4_step) * (size_t)n_segs);
+    if (!st) return pdb_err_set(PDB_NOMEM, "v4 decoder: out of memory for %d segments", n_segs);
     for (int i = 0; i < n_segs; i++) {
         pdb_v4_cache *c = segs[i].seq->state;
         c->len = segs[i].seq->len;
-        PDB_TRY(pdb_v4_forward(v->m, c, segs[i].ids, segs[i].n, 0, segs[i].logits));
+        st[i] = (pdb_v4_step){c, segs[i].ids, segs[i].n, segs[i].logits};
     }
-    return PDB_OK;
+    pdb_status s = pdb_v4_forward_multi(v->m, st, n_segs);
+    free(st);
+    return s;
 }
 
 static void v4_get_block(void *impl, const pdb_dec_seq *s, int64_t b, int64_t bs, void *buf) {

@@ -16,6 +16,7 @@
 #include "pdb_dtype.h"
 #include "pdb_file.h"
 #include "pdb_pool.h"
+#include "pdb_qmat_st.h"
 #include "pdb_safetensors.h"
 
 
@@ -33,49 +34,8 @@ static pdb_arch_quant choose(const pdb_arch_def *a, const pdb_tensor_view *v, co
     return a->quant_kind(v->name);
 }
 
-/* DeepSeek's layout converted without loss (docs/formats/deepseek.md). A weight stored as
- * e4m3 [R, C] with an e8m0 scale per 128x128 block (a "<name minus .weight>.scale" or
- * NAME_scale_inv companion, F8_E8M0, or F32/BF16 holding only powers of two 2^-127..2^127) is
- * MXFP8 already: its codes are kept and each block's scale repeated for the block's 32-wide
- * groups (C % 32 == 0, so no group straddles two blocks). Returns 1 and the [R, C/32] e8m0 scales
- * (malloc'd) when v is such a weight; 0 when it is not (other FP8 goes through f32, as before). */
-static int ds_fp8_scales(const pdb_st *st, const pdb_tensor_view *v, uint8_t **out) {
-    *out = NULL;
-    if (v->dtype != PDB_DT_F8_E4M3 || v->ndim != 2 || v->shape[1] % 32) return 0;
-    int64_t R = v->shape[0], C = v->shape[1], rb = (R + 127) / 128, cb = (C + 127) / 128;
-    size_t n = strlen(v->name);
-    char *nm = malloc(n + 16);
-    if (!nm) return 0;
-    snprintf(nm, n + 16, "%s_scale_inv", v->name);
-    const pdb_tensor_view *s = pdb_st_find(st, nm);
-    if (!s && ends(v->name, ".weight")) {
-        snprintf(nm, n + 16, "%.*s.scale", (int)(n - 7), v->name);
-        s = pdb_st_find(st, nm);
-    }
-    if (!s) {
-        snprintf(nm, n + 16, "%s.scale", v->name);
-        s = pdb_st_find(st, nm);
-    }
-    free(nm);
-    if (!s || s->ndim != 2 || s->shape[0] != rb || s->shape[1] != cb) return 0;
-    uint8_t *bs = malloc((size_t)(rb * cb)), *sc = malloc((size_t)(R * C / 32));
-    float *f = malloc(sizeof(float) * (size_t)(rb * cb));
-    int ok = bs && sc && f;
-    if (ok && s->dtype == PDB_DT_F8_E8M0) memcpy(bs, s->data, (size_t)(rb * cb));
-    else if (ok && (s->dtype == PDB_DT_F32 || s->dtype == PDB_DT_BF16) && !pdb_dtype_to_f32(s->dtype, s->data, rb * cb, f))
-        for (int64_t i = 0; ok && i < rb * cb; i++) { /* a power of two exactly, inside e8m0's range */
-            bs[i] = pdb_f32_to_e8m0(f[i]);
-            ok = bs[i] != 0xFF && pdb_e8m0_to_f32(bs[i]) == f[i];
-        }
-    else ok = 0;
-    for (int64_t r = 0; ok && r < R; r++)
-        for (int64_t g = 0; g < C / 32; g++) sc[r * (C / 32) + g] = bs[(r / 128) * cb + g * 32 / 128];
-    free(bs);
-    free(f);
-    if (!ok) { free(sc); return 0; }
-    *out = sc;
-    return 1;
-}
+/* DeepSeek's layout converted without loss (docs/formats/deepseek.md): pdb_qmat_st_fp8_scales
+ * says whether a block-scaled FP8 weight is MXFP8 already and gives its per-32 scales. */
 
 /* What quantize writes into its output directory, all it ever removes when it replaces one: the
  * checkpoint and its record, then the files copied from the source (OUT_COPIED on; config.json
@@ -194,7 +154,7 @@ pdb_status pdb_quantize_model_ex(const char *src, const char *out_dir, const cha
             continue;
         }
         uint8_t *rep = NULL;
-        if (k != PDB_ARCH_Q_KEEP && ds_fp8_scales(st, v, &rep)) { /* FP8 128x128 with e8m0 scales: MXFP8 as it is */
+        if (k != PDB_ARCH_Q_KEEP && pdb_qmat_st_fp8_scales(st, v, &rep)) { /* FP8 128x128 with e8m0 scales: MXFP8 as it is */
             int64_t ss[2] = {v->shape[0], v->shape[1] / 32};
             bufs[nb++] = rep;
             snprintf(spath, sizeof spath, "%s_mx_scale", v->name);

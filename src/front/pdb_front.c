@@ -12,12 +12,14 @@
 
 #include "pdb_clock.h"
 #include "pdb_config.h"
+#include "pdb_anthropic.h"
 #include "pdb_arch.h"
 #include "pdb_dec_model.h"
 #include "pdb_front_bridge.h"
 #include "pdb_hash.h"
 #include "pdb_http.h"
 #include "pdb_http_client.h"
+#include "pdb_limits.h"
 #include "pdb_openai.h"
 #include "pdb_proc.h"
 #include "pdb_prompt.h"
@@ -35,7 +37,9 @@ struct pdb_front {
     pdb_arch_layout layout; /* the decoder's store layout (pools of one block) */
     uint8_t fp[32];
     char fp_hex[65], scheme[32];
+    pdb_limits lim;                 /* every limit, from the served window and the block size */
     char model_id[256];             /* the decoder's model id (GET /v1/models), "" until known */
+    int64_t decoder_window;         /* the decoder's max_model_len (same answer), 0 until known */
     char tokenizer_sha256[65], cache_real[4096];
     pdb_http_server *http;
     pthread_mutex_t mu;
@@ -53,6 +57,7 @@ static pdb_status opt_apply(pdb_front_opts *o, const char *key, const char *val,
     struct { const char *k; int64_t *p; } ints[] = {
         {"min_bridge_tokens", &o->policy.min_bridge_tokens}, {"min_tail", &o->policy.min_tail},
         {"max_bridge_tokens", &o->policy.max_bridge_tokens}, {"block_size", &o->block_size},
+        {"max_context", &o->max_context},
     };
     struct { const char *k; long *p; } longs[] = {
         {"prefill_connect_ms", &o->prefill_connect_ms}, {"prefill_timeout_ms", &o->prefill_timeout_ms},
@@ -70,6 +75,11 @@ static pdb_status opt_apply(pdb_front_opts *o, const char *key, const char *val,
             *longs[i].p = (long)v;
             return PDB_OK;
         }
+    if (!strcmp(key, "max_body")) {
+        if (!num) return pdb_err_set(PDB_INVALID, "%s: 'max_body' must be a non-negative integer", origin);
+        o->max_body = (size_t)v;
+        return PDB_OK;
+    }
     if (!strcmp(key, "max_bridges")) {
         if (!num || v > 1024) return pdb_err_set(PDB_INVALID, "%s: 'max_bridges' must be 0..1024", origin);
         o->max_bridges = (int)v;
@@ -79,7 +89,8 @@ static pdb_status opt_apply(pdb_front_opts *o, const char *key, const char *val,
 }
 
 static const char *const env_keys[] = {"min_bridge_tokens", "min_tail", "max_bridge_tokens", "block_size",
-                                       "prefill_connect_ms", "prefill_timeout_ms", "decoder_timeout_ms", "max_bridges"};
+                                       "prefill_connect_ms", "prefill_timeout_ms", "decoder_timeout_ms", "max_bridges",
+                                       "max_context", "max_body"};
 
 pdb_status pdb_front_opts_defaults(pdb_front_opts *o, const char *config_file) {
     memset(o, 0, sizeof *o);
@@ -87,8 +98,6 @@ pdb_status pdb_front_opts_defaults(pdb_front_opts *o, const char *config_file) {
     o->policy.min_bridge_tokens = 1024;
     o->policy.min_tail = 512;
     o->prefill_connect_ms = 2000;
-    o->prefill_timeout_ms = 600000;
-    o->decoder_timeout_ms = 600000;
     o->max_bridges = 4;
     if (config_file) {
         json_error_t e;
@@ -138,6 +147,7 @@ typedef struct {
     size_t resp_len;
     char hv[512];
     int attempted, stream;
+    int anthropic;                /* /v1/messages: Anthropic events and errors */
     int client_usage;             /* the client asked for stream usage */
     int status;                   /* decoder HTTP status */
     char *buf;                    /* non-stream body / SSE line assembly */
@@ -165,9 +175,14 @@ static int buf_add(relay *r, const char *p, size_t n) {
     return 1;
 }
 
+/* The decoder's cached prompt tokens in a body or chunk: OpenAI's usage.prompt_tokens_details.
+ * cached_tokens, or the Messages API's usage.cache_read_input_tokens (message_start carries it
+ * in message.usage). */
 static int64_t usage_cached(json_t *j) {
     json_t *u = json_object_get(j, "usage");
-    return json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    if (!u) u = json_object_get(json_object_get(j, "message"), "usage");
+    json_t *d = json_object_get(u, "prompt_tokens_details");
+    return d ? json_integer_value(json_object_get(d, "cached_tokens")) : json_integer_value(json_object_get(u, "cache_read_input_tokens"));
 }
 
 static json_t *verdict_json(const pdb_front_verdict *v) {
@@ -242,8 +257,35 @@ static int open_client_stream(relay *r, int64_t decoder_cached) {
     return r->hs != NULL;
 }
 
+/* One complete Messages API event ("event: TYPE\ndata: JSON"): message_start (the first) carries
+ * the decoder's cache_read_input_tokens, which decide the verdict before our headers go out;
+ * message_stop (the last) gets the pd_bridge object; the others pass unchanged. */
+static int on_anthropic_event(relay *r, const char *ev, size_t n) {
+    const char *d = memmem(ev, n, "\ndata: ", 7);
+    if (strncmp(ev, "event: ", 7) || !d) return 1; /* comments, pings without data: drop */
+    d += 7;
+    size_t dl = n - (size_t)(d - ev);
+    json_t *j = json_loadb(d, dl, 0, NULL);
+    if (!r->hs && !open_client_stream(r, j ? usage_cached(j) : 0)) { json_decref(j); return 0; }
+    const char *type = json_string_value(json_object_get(j, "type"));
+    int ok;
+    if (type && !strcmp(type, "message_stop")) {
+        json_object_set_new(j, "pd_bridge", verdict_json(r->v));
+        char *out = json_dumps(j, JSON_COMPACT);
+        const char *pre = "event: message_stop\ndata: ";
+        ok = out && pdb_http_stream_write(r->hs, pre, strlen(pre), -1) == PDB_OK &&
+             pdb_http_stream_write(r->hs, out, strlen(out), -1) == PDB_OK && pdb_http_stream_write(r->hs, "\n\n", 2, -1) == PDB_OK;
+        free(out);
+    } else {
+        ok = pdb_http_stream_write(r->hs, ev, n, -1) == PDB_OK && pdb_http_stream_write(r->hs, "\n\n", 2, -1) == PDB_OK;
+    }
+    json_decref(j);
+    return ok;
+}
+
 /* One complete SSE event (without the trailing blank line). */
 static int on_sse_event(relay *r, const char *ev, size_t n) {
+    if (r->anthropic) return on_anthropic_event(r, ev, n);
     if (n < 6 || strncmp(ev, "data: ", 6)) return 1; /* comments, other fields: drop */
     const char *d = ev + 6;
     size_t dl = n - 6;
@@ -318,7 +360,7 @@ static void forward(relay *r, const char *path, const char *body) {
         PDB_WARN("front: decoder %s: %s", url, why);
         pdb_openai_error e = {.status = 502, .type = "server_error"};
         snprintf(e.message, sizeof e.message, "the decoder at %.200s did not answer: %.200s", f->decoder_url, why);
-        char *ej = pdb_openai_error_json(&e);
+        char *ej = r->anthropic ? pdb_anthropic_error_json(&e) : pdb_openai_error_json(&e);
         relay_respond(r, 502, ej ? ej : "{}", ej ? strlen(ej) : 2);
         free(ej);
         pthread_mutex_lock(&f->mu);
@@ -398,7 +440,7 @@ static void relay_run(relay *r) {
 /* ======================================= requests =========================================== */
 
 static void respond_err(pdb_http_request *req, const pdb_openai_error *e, const char *verdict) {
-    char *ej = pdb_openai_error_json(e);
+    char *ej = !strcmp(pdb_http_request_path(req), "/v1/messages") ? pdb_anthropic_error_json(e) : pdb_openai_error_json(e);
     pdb_http_header h[1] = {{"X-PD-Bridge", verdict}};
     pdb_http_respond(req, e->status, "application/json", ej ? ej : "{}", ej ? strlen(ej) : 2, h, 1);
     free(ej);
@@ -411,19 +453,23 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     pdb_openai_request q;
     pdb_openai_error err;
     memset(&err, 0, sizeof err);
-    pdb_openai_limits lim = {.max_context = f->cfg.max_position_embeddings};
+    const char *mid = decoder_model_id(f); /* also learns the decoder's window (max_model_len) */
     pthread_mutex_lock(&f->mu);
     f->requests++;
+    pdb_limits L = f->lim; /* the served window: ours, or the decoder's max_model_len when smaller */
+    if (f->decoder_window > 0 && f->decoder_window < L.window) L.window = f->decoder_window;
     pthread_mutex_unlock(&f->mu);
-    if (pdb_openai_parse_request(kind, pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)) {
+    pdb_openai_limits lim = {.max_context = L.window};
+    int anthropic = !strcmp(path, "/v1/messages"); /* the Messages API: converted like the decoder converts it */
+    if (anthropic ? pdb_anthropic_parse_request(pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)
+                  : pdb_openai_parse_request(kind, pdb_http_request_body(req), pdb_http_request_body_len(req), &lim, &q, &err)) {
         respond_err(req, &err, "skipped invalid_request");
         return;
     }
     int mode = pdb_front_parse_mode(pdb_http_request_header(req, "X-PD-Bridge-Mode"));
     int32_t *ids = NULL;
     int64_t n = 0;
-    const char *mid = decoder_model_id(f); /* unknown model: the decoder's 404, before any bridge */
-    if (mid && pdb_openai_check_model(&q, mid, &err)) {
+    if (mid && pdb_openai_check_model(&q, mid, &err)) { /* unknown model: the decoder's 404, before any bridge */
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }
@@ -436,8 +482,10 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }
-    /* past the served window: refused here, before any block is bridged (the decoder would refuse it after) */
-    if (pdb_openai_check_context(&q, kind, n, f->cfg.max_position_embeddings, &err)) {
+    /* past the served window (or an absent max_tokens whose default does not fit): refused here,
+     * before any block is bridged, by the decoder's own rule (it would refuse it after) */
+    int64_t max_tokens = 0;
+    if (pdb_limits_check_request(&L, &q, kind, n, &max_tokens, &err)) {
         respond_err(req, &err, "skipped invalid_request");
         goto out;
     }
@@ -454,7 +502,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     }
     v.blocks_cached_before = cached;
     pdb_front_plan plan = pdb_front_policy_decide(&f->o.policy, (pdb_bridge_mode)mode, n, f->o.block_size, cached);
-    relay rr = {.f = f, .stream = q.stream, .client_usage = q.include_usage, .t_start = t0}, *r = &rr;
+    relay rr = {.f = f, .stream = q.stream, .anthropic = anthropic, .client_usage = q.include_usage, .t_start = t0}, *r = &rr;
     if (plan.kind == PDB_PLAN_SKIP) {
         snprintf(v.kind, sizeof v.kind, "skipped");
         snprintf(v.reason, sizeof v.reason, "%s", plan.skip_reason);
@@ -489,7 +537,7 @@ static void handle_completion(pdb_front *f, pdb_http_request *req, pdb_openai_ki
     /* forward the original request; streams ask the decoder for usage on every chunk so the
      * verdict can use its cached_tokens before our headers go out */
     json_t *body = json_loadb(pdb_http_request_body(req), pdb_http_request_body_len(req), 0, NULL);
-    if (q.stream) {
+    if (q.stream && !anthropic) {
         json_t *so = json_object();
         json_object_set_new(so, "include_usage", json_true());
         json_object_set_new(so, "continuous_usage_stats", json_true());
@@ -537,9 +585,12 @@ static const char *decoder_model_id(pdb_front *f) {
     relay r = {.f = f};
     pdb_status cs = decoder_call(f, "/v1/models", NULL, 5000L, &r, NULL, 0);
     json_t *j = cs == PDB_OK && r.status == 200 && r.buf ? json_loadb(r.buf, r.len, 0, NULL) : NULL;
-    const char *id = json_string_value(json_object_get(json_array_get(json_object_get(j, "data"), 0), "id"));
+    json_t *m0 = json_array_get(json_object_get(j, "data"), 0);
+    const char *id = json_string_value(json_object_get(m0, "id"));
+    json_int_t dw = json_integer_value(json_object_get(m0, "max_model_len"));
     pthread_mutex_lock(&f->mu);
     if (id) snprintf(f->model_id, sizeof f->model_id, "%s", id);
+    if (id && dw > 0) f->decoder_window = dw;
     pthread_mutex_unlock(&f->mu);
     json_decref(j);
     free(r.buf);
@@ -579,12 +630,18 @@ static void handler(void *user, pdb_http_request *req) {
     int post = !strcmp(m, "POST"), get = !strcmp(m, "GET");
     if (!strcmp(p, "/v1/completions") && post) handle_completion(f, req, PDB_OPENAI_COMPLETION, p);
     else if (!strcmp(p, "/v1/chat/completions") && post) handle_completion(f, req, PDB_OPENAI_CHAT, p);
+    else if (!strcmp(p, "/v1/messages") && post) handle_completion(f, req, PDB_OPENAI_CHAT, p);
     else if (!strcmp(p, "/v1/models") && get) proxy_get(f, req, p);
     else if (!strcmp(p, "/metrics") && get) handle_metrics(f, req);
     else if (!strcmp(p, "/health") && get) {
-        json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s}", "status", "ok", "role", "front", "fingerprint", f->fp_hex,
-                              "block_size", (json_int_t)f->o.block_size, "tokenizer_sha256", f->tokenizer_sha256, "cache_dir",
-                              f->cache_real, "decoder", f->decoder_url, "prefill", f->prefill_url);
+        json_t *lim = pdb_limits_json(&f->lim);
+        json_object_set_new(lim, "max_body", json_integer((json_int_t)f->o.max_body));
+        json_object_set_new(lim, "prefill_timeout_ms_set", json_integer((json_int_t)f->o.prefill_timeout_ms));
+        json_object_set_new(lim, "decoder_timeout_ms_set", json_integer((json_int_t)f->o.decoder_timeout_ms));
+        json_object_set_new(lim, "max_bridge_tokens", json_integer((json_int_t)f->o.policy.max_bridge_tokens));
+        json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:o}", "status", "ok", "role", "front", "fingerprint",
+                              f->fp_hex, "block_size", (json_int_t)f->o.block_size, "tokenizer_sha256", f->tokenizer_sha256,
+                              "cache_dir", f->cache_real, "decoder", f->decoder_url, "prefill", f->prefill_url, "limits", lim);
         char *b = json_dumps(j, JSON_COMPACT);
         json_decref(j);
         pdb_http_respond(req, 200, "application/json", b ? b : "{}", b ? strlen(b) : 2, NULL, 0);
@@ -597,6 +654,35 @@ static void handler(void *user, pdb_http_request *req) {
 }
 
 /* ======================================= lifecycle ========================================== */
+
+/* Every limit from the window (pdb_limits); refused when --max-context is above the model's
+ * window or --max-body cannot hold a full window; timeouts and max_bridge_tokens below what a
+ * full window needs are the operator's choice and are warned about, naming both numbers. */
+static pdb_status front_limits(pdb_front *f) {
+    pdb_limits_in li = {.model_window = f->cfg.max_position_embeddings, .max_context = f->o.max_context,
+                        .block_size = f->o.block_size, .vocab_size = f->cfg.vocab_size,
+                        .block_bytes = pdb_store_layout_block_bytes(&f->layout.layout, f->o.block_size)};
+    pdb_status s = pdb_limits_derive(&li, &f->lim);
+    if (!s && f->o.max_body) s = pdb_limits_check_body(&f->lim, "--max-body", f->o.max_body);
+    if (s) return pdb_err_wrap(s, "front");
+    if (!f->o.max_body) f->o.max_body = (size_t)f->lim.max_body_bytes;
+    struct { long *v; int64_t need; const char *flag; } t[] = {
+        {&f->o.prefill_timeout_ms, f->lim.prefill_timeout_ms, "--prefill-timeout-ms"},
+        {&f->o.decoder_timeout_ms, f->lim.decoder_timeout_ms, "--decoder-timeout-ms"},
+    };
+    for (int i = 0; i < 2; i++) {
+        if (!*t[i].v) *t[i].v = (long)t[i].need;
+        else if (*t[i].v < t[i].need)
+            PDB_WARN("front: %s %ld is below what a full window of %lld tokens needs at %d tokens/s (%lld ms): long prompts may "
+                     "end as partial (prefill) or be cut (decoder)", t[i].flag, *t[i].v, (long long)f->lim.window,
+                     PDB_LIMITS_MIN_TOKENS_PER_S, (long long)t[i].need);
+    }
+    int64_t bridgeable = f->lim.window_blocks * f->o.block_size;
+    if (f->o.policy.max_bridge_tokens && f->o.policy.max_bridge_tokens < bridgeable)
+        PDB_WARN("front: --max-bridge-tokens %lld is below a full window's %lld bridgeable tokens: longer prompts are bridged in "
+                 "part (verdict partial, reason=max_bridge_tokens)", (long long)f->o.policy.max_bridge_tokens, (long long)bridgeable);
+    return PDB_OK;
+}
 
 pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
     if (!o->decoder_url || !o->prefill_url || !o->decoder_model || !o->cache_dir)
@@ -629,10 +715,11 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
     }
     if ((s = pdb_arch_layout_of(&f->cfg, &f->layout))) goto fail;
     if ((s = pdb_arch_check_block_size(&f->cfg, f->o.block_size))) goto fail;
+    if ((s = front_limits(f))) goto fail;
     if ((s = pdb_store_open(o->cache_dir, &f->layout.layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;
     if (!realpath(o->cache_dir, f->cache_real)) snprintf(f->cache_real, sizeof f->cache_real, "%s", o->cache_dir);
     if ((s = pdb_http_client_init())) goto fail;
-    pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = o->max_body,
+    pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = f->o.max_body,
                         .handler = handler, .user = f};
     if ((s = pdb_http_server_start(&ho, &f->http))) goto fail;
     PDB_INFO("front: port %d, decoder %s, prefill %s, store %s (block %lld, fingerprint %.16s...), policy min_bridge_tokens=%lld "

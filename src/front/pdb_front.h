@@ -26,11 +26,13 @@ typedef struct pdb_front_opts {
     const char *cache_dir;       /* the decoder's store directory (shared filesystem) */
     int64_t block_size;          /* must match the decoder's store; 0 = 2048 */
     pdb_front_policy policy;
-    long prefill_connect_ms, prefill_timeout_ms, decoder_timeout_ms;
+    long prefill_connect_ms;
+    long prefill_timeout_ms, decoder_timeout_ms; /* 0 = derived from the window (pdb_limits) */
+    int64_t max_context;         /* the served window; 0 = the decoder checkpoint's max_position_embeddings */
     int max_bridges;             /* concurrent bridges; 0 = 4 */
     const char *host;
     int port;
-    size_t max_body;
+    size_t max_body;             /* request body bound; 0 = derived from the window (pdb_limits) */
     const char *api_key;         /* required from clients when set */
     const char *upstream_api_key;/* sent to decoder and prefill (NULL = api_key) */
 } pdb_front_opts;

@@ -7,8 +7,9 @@
  * function the decoder uses for its own blocks. Both caches run on one execution context (the
  * backend's threads, and on CUDA the device's provider), held by the caches, not the weights.
  * The decoder's model is loaded with PDB_V4_PART_HOOK: only the tensors pdb_v4_cache_feed reads
- * (the same f32 arrays a full load makes, so the pools are the same), not the decoder's experts
- * or the rest of its forward (issue 17 item 4).
+ * (the same qmat views of the decoder checkpoint's stored bytes a full load makes, so the pools
+ * are the same), not the decoder's experts or the rest of its forward (issue 17 item 4); the
+ * engine's own model computes on its checkpoint's formats as stored (bf16 stays bf16).
  * Invariants: the hook cache's len equals the engine cache's len between chunks (the hook's
  * pools need every chunk from position 0, so it runs whatever `capture` says); with the same
  * weights on both sides (--scheme none) every block equals the decoder's own bit for bit, for

@@ -22,6 +22,7 @@
 #include "pdb_http.h"
 #include "pdb_prefill_engine.h"
 #include "pdb_proc.h"
+#include "pdb_limits.h"
 #include "pdb_segment.h"
 #include "pdb_spool.h"
 #include "pdb_store.h"
@@ -37,6 +38,8 @@ struct pdb_prefill_server {
     char fp_hex[65], scheme[32], backend[16];
     const pdb_arch_def *arch; /* the model's architecture (the registry's) */
     pdb_arch_layout layout; /* the decoder's store layout: what one segment holds */
+    pdb_limits lim;         /* every limit, from the served window (pdb_limits) */
+    int64_t max_tokens;     /* longest token_ids accepted (>= lim.window) */
     pdb_prefill_backend *engines[PS_MAX_ENGINES];
     int busy[PS_MAX_ENGINES], n_engines;
     pthread_mutex_t mu;
@@ -350,6 +353,12 @@ static int pf_parse(pdb_prefill_server *s, pdb_http_request *r, json_t *j, pf_re
         pdb_http_respond_error(r, 400, "invalid_request_error", "block_size", NULL, msg);
         return -1;
     }
+    if (s->o.block_size && bs != s->o.block_size) {
+        snprintf(msg, sizeof msg, "block_size %lld: this prefill server serves block size %lld only (--block-size)", (long long)bs,
+                 (long long)s->o.block_size);
+        pdb_http_respond_error(r, 400, "invalid_request_error", "block_size", NULL, msg);
+        return -1;
+    }
     if (!fp) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "fingerprint", NULL, "fingerprint (64 hex) is required");
         return -1;
@@ -372,9 +381,14 @@ static int pf_parse(pdb_prefill_server *s, pdb_http_request *r, json_t *j, pf_re
         pdb_http_respond_error(r, 409, "invalid_request_error", "fingerprint", "fingerprint_mismatch", msg);
         return -1;
     }
-    int64_t maxt = s->o.max_tokens ? s->o.max_tokens : s->cfg.max_position_embeddings;
-    if (n > maxt) {
-        snprintf(msg, sizeof msg, "%lld tokens exceed this server's limit of %lld", (long long)n, (long long)maxt);
+    if (n > s->lim.window) { /* past the served window: the window named, as the decoder does */
+        snprintf(msg, sizeof msg, "the prompt has %lld tokens; this model's maximum context length is %lld tokens", (long long)n,
+                 (long long)s->lim.window);
+        pdb_http_respond_error(r, 400, "invalid_request_error", "token_ids", "context_length_exceeded", msg);
+        return -1;
+    }
+    if (n > s->max_tokens) { /* cannot happen: max_tokens >= window (checked at start) */
+        snprintf(msg, sizeof msg, "%lld tokens exceed this server's limit of %lld", (long long)n, (long long)s->max_tokens);
         pdb_http_respond_error(r, 413, "invalid_request_error", "token_ids", NULL, msg);
         return -1;
     }
@@ -542,11 +556,19 @@ static void handler(void *user, pdb_http_request *r) {
     const char *m = pdb_http_request_method(r), *p = pdb_http_request_path(r);
     char buf[4096];
     if (!strcmp(p, "/health") && !strcmp(m, "GET")) {
-        int n = snprintf(buf, sizeof buf,
-                         "{\"status\":\"ok\",\"role\":\"prefill\",\"fingerprint\":\"%s\",\"scheme\":\"%s\",\"backend\":\"%s\","
-                         "\"engines\":%d,\"model_type\":\"%s\"}",
-                         s->fp_hex, s->scheme, s->backend, s->n_engines, s->cfg.model_type);
-        pdb_http_respond(r, 200, "application/json", buf, (size_t)n, NULL, 0);
+        json_t *lim = pdb_limits_json(&s->lim);
+        json_object_set_new(lim, "max_body", json_integer((json_int_t)s->lim.max_body_bytes));
+        json_object_set_new(lim, "max_tokens", json_integer((json_int_t)s->max_tokens));
+        json_object_set_new(lim, "spill_max_bytes", json_integer((json_int_t)s->spool_spill_max));
+        json_object_set_new(lim, "block_size_fixed", json_boolean(s->o.block_size != 0));
+        json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:i, s:s, s:o}", "status", "ok", "role", "prefill", "fingerprint", s->fp_hex,
+                              "scheme", s->scheme, "backend", s->backend, "engines", s->n_engines, "model_type", s->cfg.model_type,
+                              "limits", lim);
+        char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (b) pdb_http_respond(r, 200, "application/json", b, strlen(b), NULL, 0);
+        else pdb_http_respond_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        free(b);
     } else if (!strcmp(p, "/metrics") && !strcmp(m, "GET")) {
         pdb_spool_stats ss;
         pdb_spool_get_stats(s->spool, &ss);
@@ -623,6 +645,17 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
     if (!st) st = pdb_st_open(o->model_dir, &s->est);
     if (!st) st = pdb_st_open(o->decoder_dir, &s->dst);
     if (!st) st = pdb_dec_model_identity(o->decoder_dir, &dcfg, s->dst, s->scheme, fp);
+    if (!st && o->block_size && (st = s->arch->check_block_size(&s->cfg, o->block_size)))
+        st = pdb_err_wrap(st, "prefill-server --block-size %lld", (long long)o->block_size);
+    if (!st) { /* every limit from the window: refused when --max-context is above the model's or --max-tokens below the window */
+        int64_t bs = o->block_size ? o->block_size : 2048;
+        pdb_limits_in li = {.model_window = s->cfg.max_position_embeddings, .max_context = o->max_context, .block_size = bs,
+                            .vocab_size = s->cfg.vocab_size, .block_bytes = pdb_store_layout_block_bytes(&s->layout.layout, bs)};
+        st = pdb_limits_derive(&li, &s->lim);
+        if (!st) st = pdb_limits_check_tokens(&s->lim, "--max-tokens", o->max_tokens);
+        if (st) st = pdb_err_wrap(st, "prefill-server");
+        s->max_tokens = o->max_tokens ? o->max_tokens : s->lim.window;
+    }
     if (st) goto fail;
     pdb_store_hash_hex(fp, s->fp_hex);
     s->n_engines = o->parallel > 0 ? (o->parallel < PS_MAX_ENGINES ? o->parallel : PS_MAX_ENGINES) : 1;
@@ -644,7 +677,13 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
                          .mem_max_bytes = o->spool_mem_bytes > 0 ? (uint64_t)o->spool_mem_bytes : (uint64_t)4 << 20,
                          .ttl_ms = (o->spool_ttl_s > 0 ? o->spool_ttl_s : 120) * 1000LL};
     if ((st = pdb_spool_open(&so, &s->spool))) goto fail;
-    pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .handler = handler, .user = s};
+    if (s->spool_spill_max < s->lim.window_spill_bytes)
+        PDB_WARN("prefill-server: the spill (--spill-max-mb %llu) holds less than a full window's transfer (%lld segments, %llu bytes "
+                 "at block size %lld): the engine pauses while the front drains (nothing is lost), but a resume after a break "
+                 "recomputes what the spill no longer holds", (unsigned long long)(s->spool_spill_max >> 20),
+                 (long long)s->lim.window_blocks, (unsigned long long)s->lim.window_spill_bytes, (long long)s->lim.block_size);
+    pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = (size_t)s->lim.max_body_bytes,
+                        .handler = handler, .user = s};
     if ((st = pdb_http_server_start(&ho, &s->http))) goto fail;
     PDB_INFO("prefill-server: %s on port %d, backend %s x%d, decoder %s (fingerprint %.16s..., scheme %s), spill %s (at most %llu MB)",
              o->model_dir, pdb_http_server_port(s->http), s->backend, s->n_engines, o->decoder_dir, s->fp_hex, s->scheme,

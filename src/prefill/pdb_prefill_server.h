@@ -27,7 +27,9 @@ typedef struct pdb_prefill_server_opts {
     int threads;               /* CPU threads per engine; 0 = all cores / parallel */
     int parallel;              /* engines (concurrent prefills); 0 = 1 */
     int64_t chunk;             /* prefill chunk; 0 = 512 */
-    int64_t max_tokens;        /* longest prompt accepted; 0 = the config's max_position_embeddings */
+    int64_t max_context;       /* the served window; 0 = the config's max_position_embeddings (above it: refused) */
+    int64_t max_tokens;        /* longest prompt accepted; 0 = the window; below the window: refused at start */
+    int64_t block_size;        /* the only block size served; 0 = any the architecture allows (limits reported at 2048) */
     const char *host;          /* NULL = 127.0.0.1 */
     int port;                  /* 0 = ephemeral */
     const char *api_key;

@@ -125,6 +125,9 @@ static int fsync_dir(const pdb_store_io *io, const char *dir_path) {
 
 /* Create a uniquely named temp file in dir_path, write the pieces, fsync, close.
  * On failure nothing is left behind. */
+/* The disk (or the user's quota) is full: reported as PDB_TOO_LARGE so the store can make room. */
+#define NO_SPACE(e) ((e) == ENOSPC || (e) == EDQUOT)
+
 static pdb_status write_temp(const pdb_store_io *io, const char *dir_path, const char *what,
                              const void *const *bufs, const uint64_t *lens, int n_bufs,
                              char *tmp_path, size_t tmp_cap) {
@@ -133,7 +136,10 @@ static pdb_status write_temp(const pdb_store_io *io, const char *dir_path, const
                      (long)getpid(), seq, what);
     if (n < 0 || (size_t)n >= tmp_cap) return pdb_err_set(PDB_INVALID, "path too long in %s", dir_path);
     int fd = io->open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return pdb_err_set(PDB_IO, "create %s: %s", tmp_path, strerror(errno));
+    if (fd < 0) {
+        int e = errno;
+        return pdb_err_set(NO_SPACE(e) ? PDB_TOO_LARGE : PDB_IO, "create %s: %s", tmp_path, strerror(e));
+    }
     int err = 0;
     const char *step = "write";
     for (int i = 0; i < n_bufs && !err; i++) err = write_all(io, fd, bufs[i], lens[i]);
@@ -147,7 +153,7 @@ static pdb_status write_temp(const pdb_store_io *io, const char *dir_path, const
     }
     if (err) {
         unlink(tmp_path);
-        return pdb_err_set(PDB_IO, "%s %s: %s", step, tmp_path, strerror(err));
+        return pdb_err_set(NO_SPACE(err) ? PDB_TOO_LARGE : PDB_IO, "%s %s: %s", step, tmp_path, strerror(err));
     }
     return PDB_OK;
 }

@@ -40,7 +40,8 @@ pdb_status pdb_block_hash_one(const uint8_t *fingerprint, const uint8_t *parent,
 /* Write the block file for id into dir_path/<hash hex>.pdbblk (dir_path must exist) from
  * tokens [block_size] and pool_data[p] [n_layers, rows, width] of layout. *published says
  * whether the final file became visible (it can be, complete, even when a later dir fsync
- * fails and an error is returned). *file_bytes: size of the file. */
+ * fails and an error is returned). *file_bytes: size of the file. A write that fails because
+ * the disk is full (ENOSPC, EDQUOT) returns PDB_TOO_LARGE, any other I/O failure PDB_IO. */
 pdb_status pdb_block_write(const pdb_store_io *io, const char *dir_path, const pdb_block_id *id,
                            const pdb_store_layout *layout, const int32_t *tokens,
                            const void *const *pool_data, int *published, uint64_t *file_bytes);

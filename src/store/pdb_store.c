@@ -19,10 +19,14 @@
  *       the same inode) and counted in corrupt_removed; the caller sees a miss.
  *   I3. Visible block files are complete (pdb_block_write: temp + fsync + rename + fsync dir);
  *       temp files never survive an error; temp files of dead writers are removed at open.
- *   I4. After a write, while max_bytes != 0 and total_bytes > max_bytes, the least recently
- *       used entries are evicted (file unlinked), never the block this write just published.
- *       Use = write, load, lookup hit. The order survives restarts through file mtimes (set on
- *       use, at most once per PDB_STORE_TOUCH_S per entry) which the open scan sorts by.
+ *   I4. Before a write, while max_bytes != 0 and total_bytes + the new block's bound would pass
+ *       max_bytes, the least recently used entries are evicted (file unlinked), never a block of
+ *       the writing stream's own prefix (0..b-1: evicting it would make the prompt unmountable);
+ *       when the prefix and the block cannot fit under the cap at all the put is refused
+ *       (PDB_TOO_LARGE naming both numbers) and nothing is evicted. A write the disk refuses
+ *       (ENOSPC/EDQUOT) evicts unprotected LRU entries worth at least one block and is retried
+ *       once. Use = write, load, lookup hit. The order survives restarts through file mtimes
+ *       (set on use, at most once per PDB_STORE_TOUCH_S per entry) which the open scan sorts by.
  *   I5. The cap is enforced over the blocks this handle knows (scanned at open, seen or
  *       written since); blocks other processes write count once this handle has seen them.
  *   I6. A stream's puts are strictly increasing in block index and each needs the whole prefix
@@ -38,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +50,7 @@
 
 #include "pdb_block.h"
 #include "pdb_file.h"
+#include "pdb_pool.h"
 #include "pdb_sys.h"
 
 #define PDB_STORE_TOUCH_S 2                 /* min seconds between mtime updates of one block */
@@ -52,6 +58,7 @@
 #define PDB_STORE_MAX_ENTRIES (1ULL << 26)  /* index cap; blocks beyond it are still found on disk */
 #define PDB_STORE_MAX_TOKENS (1LL << 31)    /* stream_begin limit */
 #define PATH_CAP 4096
+#define PDB_STORE_HEADER_BOUND 4096         /* bytes of a block file's header, at most (= PDB_LIMITS_BLOCK_HEADER_BYTES) */
 
 typedef struct entry {
     uint8_t hash[32];
@@ -71,6 +78,7 @@ struct pdb_store {
     int64_t block_size;
     uint64_t max_bytes;
     uint64_t block_bytes; /* sum of pool bytes per block */
+    uint64_t file_bytes_seen; /* largest block file indexed so far (mu), 0 = none yet */
     pdb_store_io io;
 
     pthread_mutex_t mu;
@@ -289,6 +297,8 @@ static entry *idx_insert(pdb_store *s, const uint8_t *h, uint64_t bytes, int64_t
     lru_push_front(s, e);
     s->n_entries++;
     s->total_bytes += bytes;
+    if (bytes > s->file_bytes_seen && bytes <= s->block_bytes + (uint64_t)s->block_size * 4 + PDB_STORE_HEADER_BOUND)
+        s->file_bytes_seen = bytes;
     idx_grow(s);
     return e;
 }
@@ -326,22 +336,38 @@ static void block_paths(const pdb_store *s, const uint8_t *h, char *sub, char *p
     snprintf(path, PATH_CAP, "%s/%.2s/%s" PDB_BLOCK_EXT, s->dir, hex, hex);
 }
 
-/* I4: evict LRU entries (never `keep`) while over the cap. */
-static void evict_locked(pdb_store *s, const uint8_t *keep) {
+/* Is e one of blocks 0..upto of stream w (the prompt being written)? */
+static int is_protected(const pdb_store_stream *w, int64_t upto, const entry *e) {
+    return w && e->block_index >= 0 && e->block_index <= upto && e->block_index < w->n_blocks &&
+           memcmp(e->hash, w->hashes[e->block_index], 32) == 0;
+}
+
+/* I4: evict LRU entries (never blocks 0..upto of w) until total_bytes <= target or `freed`
+ * bytes are gone (whichever is given: target UINT64_MAX / freed 0 = not used). Returns the
+ * bytes freed. */
+static uint64_t evict_lru_locked(pdb_store *s, const pdb_store_stream *w, int64_t upto, uint64_t target, uint64_t want_freed) {
     char sub[PATH_CAP], path[PATH_CAP];
+    uint64_t freed = 0;
     entry *e = s->lru.prev;
-    while (s->max_bytes && s->total_bytes > s->max_bytes && e != &s->lru) {
+    while (e != &s->lru && (s->total_bytes > target || freed < want_freed)) {
         entry *prev = e->prev;
-        if (!keep || memcmp(e->hash, keep, 32) != 0) {
+        if (!is_protected(w, upto, e)) {
             block_paths(s, e->hash, sub, path);
             if (unlink(path) != 0 && errno != ENOENT)
                 PDB_WARN("store: evicting %s: %s", path, strerror(errno));
             else
                 s->stats.evictions++;
+            freed += e->bytes;
             idx_remove(s, e);
         }
         e = prev;
     }
+    return freed;
+}
+
+/* I4 after a write or at open: back under the cap. */
+static void evict_locked(pdb_store *s, const pdb_store_stream *w, int64_t upto) {
+    if (s->max_bytes) evict_lru_locked(s, w, upto, s->max_bytes, 0);
 }
 
 /* ---- helpers outside the lock -------------------------------------------------------------- */
@@ -513,10 +539,17 @@ static pdb_status scan_dir(pdb_store *s) {
         if (n) qsort(items, n, sizeof *items, cmp_scan);
         for (uint64_t i = 0; i < n; i++) idx_insert(s, items[i].hash, items[i].bytes, -1, items[i].mtime / 1000000000);
         if (n_tmp) PDB_INFO("store %s: removed %d temp file(s) left by interrupted writers", s->dir, n_tmp);
-        evict_locked(s, NULL);
+        evict_locked(s, NULL, -1);
     }
     free(items);
     return st;
+}
+
+/* Bytes an unprivileged writer may still use on the store's filesystem; UINT64_MAX when unknown. */
+static uint64_t disk_free(const pdb_store *s) {
+    struct statvfs v;
+    if (statvfs(s->dir, &v) != 0) return UINT64_MAX;
+    return (uint64_t)v.f_bavail * (uint64_t)(v.f_frsize ? v.f_frsize : v.f_bsize);
 }
 
 static pdb_status mkdir_p1(const char *path) {
@@ -571,6 +604,13 @@ pdb_status pdb_store_open(const char *dir, const pdb_store_layout *layout,
         pdb_store_close(s);
         return st;
     }
+    /* The cap against the disk: warned, not refused (free space is shared and changes; a full
+     * disk at write time makes room by eviction, I4). docs/decisions.md D27. */
+    uint64_t free_b = disk_free(s);
+    if (max_bytes && free_b != UINT64_MAX && max_bytes > s->total_bytes + free_b)
+        PDB_WARN("store %s: the cap (--cache-max-bytes %" PRIu64 ") is more than this disk can hold for the store: %" PRIu64
+                 " bytes of blocks + %" PRIu64 " bytes free = %" PRIu64 "; writes past it make room by evicting old blocks",
+                 s->dir, max_bytes, s->total_bytes, free_b, s->total_bytes + free_b);
     *out = s;
     return PDB_OK;
 }
@@ -600,6 +640,7 @@ void pdb_store_get_stats(pdb_store *s, pdb_store_stats *out) {
     out->bytes = s->total_bytes;
     out->max_bytes = s->max_bytes;
     pthread_mutex_unlock(&s->mu);
+    out->disk_free_bytes = disk_free(s);
 }
 
 /* ---- hashing --------------------------------------------------------------------------------- */
@@ -682,6 +723,45 @@ pdb_status pdb_store_load_block(pdb_store *s, const uint8_t hash[32], int64_t bl
     return st;
 }
 
+typedef struct load_many {
+    pdb_store *s;
+    const uint8_t (*hashes)[32];
+    int64_t first;
+    void *const *const *outs;
+    pdb_status *st;
+    char (*msg)[256];
+} load_many;
+
+static void load_many_task(void *vc, int64_t i, int thread) {
+    (void)thread;
+    load_many *c = vc;
+    c->st[i] = pdb_store_load_block(c->s, c->hashes[i], c->first + i, c->outs[i]);
+    if (c->st[i] != PDB_OK) snprintf(c->msg[i], sizeof c->msg[i], "%s", pdb_err_msg()); /* the message is per thread */
+}
+
+pdb_status pdb_store_load_blocks(pdb_store *s, const uint8_t (*hashes)[32], int64_t first_index, int64_t n,
+                                 void *const *const *pool_outs, pdb_pool *pool, int64_t *n_ok) {
+    *n_ok = 0;
+    if (n <= 0) return PDB_OK;
+    if (!hashes || !pool_outs || first_index < 0) return pdb_err_set(PDB_INVALID, "load_blocks: bad arguments");
+    pdb_status *st = calloc((size_t)n, sizeof *st);
+    char(*msg)[256] = calloc((size_t)n, sizeof *msg);
+    if (!st || !msg) {
+        free(st);
+        free(msg);
+        return pdb_err_set(PDB_NOMEM, "load_blocks: %lld blocks", (long long)n);
+    }
+    load_many c = {s, hashes, first_index, pool_outs, st, msg};
+    pdb_pool_run(pool, n, load_many_task, &c);
+    int64_t k = 0;
+    while (k < n && st[k] == PDB_OK) k++;
+    pdb_status r = k < n ? pdb_err_set(st[k], "%s", msg[k]) : PDB_OK;
+    *n_ok = k;
+    free(st);
+    free(msg);
+    return r;
+}
+
 /* ---- streaming writer ------------------------------------------------------------------------ */
 
 pdb_status pdb_store_stream_begin(pdb_store *s, const int32_t *tokens, int64_t n_tokens, pdb_store_stream **out) {
@@ -717,6 +797,37 @@ int64_t pdb_store_stream_n_blocks(const pdb_store_stream *w) { return w->n_block
 const uint8_t *pdb_store_stream_hash(const pdb_store_stream *w, int64_t b) {
     PDB_ASSERT(b >= 0 && b < w->n_blocks, "stream_hash: block index out of range");
     return w->hashes[b];
+}
+
+/* The bytes one more block file takes: the largest seen (+ slack for a longer created_at), else
+ * the bound (pools + tokens + header). Called under mu. */
+static uint64_t block_bound(const pdb_store *s) {
+    uint64_t bound = s->block_bytes + (uint64_t)s->block_size * 4 + PDB_STORE_HEADER_BOUND;
+    return s->file_bytes_seen && s->file_bytes_seen + 64 < bound ? s->file_bytes_seen + 64 : bound;
+}
+
+/* I4 before block b of w is written: under a cap, evict unprotected LRU blocks so that it fits;
+ * PDB_TOO_LARGE (nothing evicted) when the stream's own prefix and the block exceed the cap. */
+static pdb_status make_room(pdb_store *s, const pdb_store_stream *w, int64_t b) {
+    if (!s->max_bytes) return PDB_OK;
+    pthread_mutex_lock(&s->mu);
+    uint64_t need = block_bound(s), kept = 0;
+    if (s->total_bytes + need > s->max_bytes) {
+        for (int64_t j = 0; j < b; j++) {
+            entry *e = idx_find(s, w->hashes[j]);
+            if (e) kept += e->bytes;
+        }
+        if (kept + need > s->max_bytes) {
+            pthread_mutex_unlock(&s->mu);
+            return pdb_err_set(PDB_TOO_LARGE,
+                               "store %s: the cap of %" PRIu64 " bytes cannot hold block %" PRId64 " of this prompt: its %" PRId64
+                               " earlier blocks (%" PRIu64 " bytes, kept) and this one (up to %" PRIu64 " bytes) need %" PRIu64,
+                               s->dir, s->max_bytes, b, b, kept, need, kept + need);
+        }
+        evict_lru_locked(s, w, b - 1, s->max_bytes - need, 0);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return PDB_OK;
 }
 
 pdb_status pdb_store_stream_put(pdb_store_stream *w, int64_t b, const void *const *pool_data) {
@@ -755,17 +866,28 @@ pdb_status pdb_store_stream_put(pdb_store_stream *w, int64_t b, const void *cons
     char sub[PATH_CAP], path[PATH_CAP];
     block_paths(s, h, sub, path);
     PDB_TRY(mkdir_p1(sub));
+    PDB_TRY(make_room(s, w, b));
     pdb_block_id id = {h, parent, s->fingerprint, b, s->block_size};
     int published = 0;
     uint64_t bytes = 0;
     pdb_status st = pdb_block_write(&s->io, sub, &id, &s->layout, w->tokens + b * s->block_size, pool_data,
                                     &published, &bytes);
+    if (st == PDB_TOO_LARGE && !published) { /* the disk is full: make room (I4), then once more */
+        pthread_mutex_lock(&s->mu);
+        uint64_t freed = evict_lru_locked(s, w, b - 1, UINT64_MAX, s->file_bytes_seen ? s->file_bytes_seen : block_bound(s));
+        pthread_mutex_unlock(&s->mu);
+        PDB_WARN("store %s: block %" PRId64 ": %s; evicted %" PRIu64 " bytes of least recently used blocks and retrying once",
+                 s->dir, b, pdb_err_msg(), freed);
+        st = pdb_block_write(&s->io, sub, &id, &s->layout, w->tokens + b * s->block_size, pool_data, &published, &bytes);
+        if (st == PDB_TOO_LARGE)
+            st = pdb_err_wrap(st, "still no room after evicting %" PRIu64 " bytes of least recently used blocks", freed);
+    }
     if (published) {
         pthread_mutex_lock(&s->mu);
         entry *e = idx_note(s, h, bytes, b);
         if (e) e->touched_s = now_s();
         s->stats.writes++;
-        evict_locked(s, h);
+        evict_locked(s, w, b);
         pthread_mutex_unlock(&s->mu);
     }
     if (st != PDB_OK) return pdb_err_wrap(st, "store %s: writing block %" PRId64, s->dir, b);

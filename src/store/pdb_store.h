@@ -66,7 +66,11 @@ typedef struct pdb_store pdb_store;
  * records block_size, the fingerprint and the layout in <dir>/store.json; a later open with a
  * different block_size or layout fails with PDB_MISMATCH (a different fingerprint is fine).
  * Scans the directory to rebuild the index (LRU order from file mtimes) and removes temp
- * files left by crashed writers. max_bytes: cap on block file bytes, 0 = unlimited. */
+ * files left by crashed writers. max_bytes: cap on block file bytes, 0 = unlimited; a cap above
+ * what the disk can hold (blocks already there + free space) is warned about, not refused. Under
+ * the cap a put evicts least recently used blocks before it writes, never the writing prompt's
+ * own earlier blocks (when those and the new block exceed the cap the put is PDB_TOO_LARGE); a
+ * put the disk refuses for space evicts and retries once. */
 pdb_status pdb_store_open(const char *dir, const pdb_store_layout *layout,
                           const uint8_t fingerprint[PDB_STORE_HASH_BYTES], int64_t block_size,
                           uint64_t max_bytes, pdb_store **out);
@@ -89,6 +93,15 @@ pdb_status pdb_store_longest_prefix(pdb_store *store,
  * PDB_NOT_FOUND if absent; PDB_CORRUPT if the file was bad (it is removed). */
 pdb_status pdb_store_load_block(pdb_store *store, const uint8_t hash[PDB_STORE_HASH_BYTES],
                                 int64_t block_index, void *const *pool_out /* [n_pools] */);
+
+/* Mount n consecutive blocks of a chain (hashes[i] is block first_index + i) into
+ * pool_outs[i][p], as pdb_store_load_block each (full verification), several at once: each
+ * block is one task of pool (NULL: one after the other on the caller's thread). *n_ok = the
+ * number of leading blocks mounted; when it is < n the status and message are those of block
+ * first_index + *n_ok (later blocks may have been read too: their buffers are not meaningful). */
+typedef struct pdb_pool pdb_pool;
+pdb_status pdb_store_load_blocks(pdb_store *store, const uint8_t (*hashes)[PDB_STORE_HASH_BYTES], int64_t first_index, int64_t n,
+                                 void *const *const *pool_outs /* [n][n_pools] */, pdb_pool *pool, int64_t *n_ok);
 
 /* ---- streaming writer: keeps no block data; writes straight from the caller's buffers.
  * One stream is used by one thread at a time; many streams may run on one store at once. */
@@ -120,6 +133,7 @@ typedef struct pdb_store_stats {
     uint64_t n_blocks;        /* blocks in this handle's index */
     uint64_t bytes;           /* bytes of those block files */
     uint64_t max_bytes;       /* the cap (0 = unlimited) */
+    uint64_t disk_free_bytes; /* free bytes of the store's filesystem for this user (statvfs), UINT64_MAX unknown */
 } pdb_store_stats;
 void pdb_store_get_stats(pdb_store *store, pdb_store_stats *out);
 

@@ -8,6 +8,55 @@
 #include <string.h>
 
 #include "pdb_chat.h"
+#include "pdb_tools.h"
+
+/* The chat prompt text of q: its messages (an assistant's calls and tool outputs included), the
+ * tools section as one more system message when tools are active, and the forced-call prefix
+ * after the generation prompt when a call is forced (pdb_tools). */
+static pdb_status pdb_prompt_render_chat(const pdb_openai_request *q, char **text, size_t *len) {
+    int tools_on = pdb_toolcall_active(&q->tools);
+    size_t n = q->n_messages + (tools_on ? 1 : 0), n_calls = 0;
+    for (size_t i = 0; i < q->n_messages; i++) n_calls += q->messages[i].n_tool_calls;
+    pdb_chat_message *m = calloc(n + 1, sizeof *m);
+    pdb_chat_tool_call *calls = calloc(n_calls + 1, sizeof *calls);
+    pdb_tools_def *defs = calloc(q->tools.n_tools + 1, sizeof *defs);
+    char *section = NULL, *prefix = NULL, *out = NULL;
+    size_t section_len = 0, prefix_len = 0, out_len = 0;
+    pdb_status st = m && calls && defs ? PDB_OK : pdb_err_set(PDB_NOMEM, "out of memory");
+    for (size_t i = 0, c = 0; st == PDB_OK && i < q->n_messages; i++) {
+        const pdb_openai_message *qm = &q->messages[i];
+        m[i] = (pdb_chat_message){qm->role, qm->content, calls + c, qm->n_tool_calls};
+        if (qm->n_tool_calls && qm->content_null) m[i].content = NULL;
+        for (size_t k = 0; k < qm->n_tool_calls; k++, c++) calls[c] = (pdb_chat_tool_call){qm->tool_calls[k].name, qm->tool_calls[k].arguments};
+    }
+    if (st == PDB_OK && tools_on) {
+        for (size_t i = 0; i < q->tools.n_tools; i++)
+            defs[i] = (pdb_tools_def){q->tools.tools[i].name, q->tools.tools[i].description, q->tools.tools[i].parameters};
+        st = pdb_tools_render_section(defs, q->tools.n_tools, &section, &section_len);
+        if (st == PDB_OK) m[q->n_messages] = (pdb_chat_message){"system", section, NULL, 0};
+    }
+    if (st == PDB_OK) st = pdb_chat_render_prompt(m, n, true, &out, &out_len);
+    const char *forced = tools_on ? pdb_toolcall_forced_name(&q->tools) : NULL;
+    if (st == PDB_OK && forced) st = pdb_tools_forced_prefix(forced, &prefix, &prefix_len);
+    if (st == PDB_OK && prefix) {
+        char *grown = realloc(out, out_len + prefix_len + 1);
+        if (!grown) st = pdb_err_set(PDB_NOMEM, "out of memory");
+        else {
+            memcpy(grown + out_len, prefix, prefix_len + 1);
+            out = grown;
+            out_len += prefix_len;
+        }
+    }
+    free(m);
+    free(calls);
+    free(defs);
+    free(section);
+    free(prefix);
+    if (st != PDB_OK) { free(out); return st; }
+    *text = out;
+    *len = out_len;
+    return PDB_OK;
+}
 
 pdb_status pdb_prompt_encode_request(const pdb_tokenizer *tok, const pdb_openai_request *q, int32_t **ids, int64_t *n_ids,
                                      pdb_openai_error *err) {
@@ -29,11 +78,8 @@ pdb_status pdb_prompt_encode_request(const pdb_tokenizer *tok, const pdb_openai_
     size_t len = 0;
     int add_bos = 0;
     if (q->kind == PDB_OPENAI_CHAT) {
-        pdb_chat_message *m = calloc(q->n_messages, sizeof *m);
-        if (!m) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
-        for (size_t i = 0; i < q->n_messages; i++) m[i] = (pdb_chat_message){q->messages[i].role, q->messages[i].content};
-        pdb_status st = pdb_chat_render_prompt(m, q->n_messages, true, &text, &len);
-        free(m);
+        pdb_status st = pdb_prompt_render_chat(q, &text, &len);
+        if (st == PDB_NOMEM) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
         if (st != PDB_OK) return pdb_openai_set_error(err, 400, "messages", "invalid_value", "%s", pdb_err_msg());
     } else {
         text = q->prompt_text;

@@ -182,7 +182,7 @@ static void test_response_shapes(void **state) {
     (void)state;
     pdb_openai_meta m = {PDB_OPENAI_COMPLETION, "cmpl-1", 1700000000, "tiny"};
     int32_t ids[3] = {4, 5, 6};
-    pdb_openai_result res = {"ab\xff", 3, "length", ids, 3};
+    pdb_openai_result res = {"ab\xff", 3, "length", ids, 3, NULL, 0};
     pdb_openai_usage u = {10, 3, 8};
     json_t *extra = json_pack("{s:{s:s}}", "pd_bridge", "verdict", "skipped short");
     char *out;

@@ -10,7 +10,11 @@
  *     an f32 copy holding the same dequantized numbers;
  * (4) the decoder on `quantize --scheme mx` of the deepseek-layout checkpoint and the decoder on
  *     `--scheme none` of the f32 copy give bit-identical logits (both load their weights as the
- *     same f32 numbers). */
+ *     same numbers);
+ * (5) DeepSeek-V4 served directly: the V4 loader holds the deepseek layout as stored (FP8 128x128
+ *     as MXFP8 viewing the checkpoint's codes, FP4 experts as MXFP4 viewing its bytes; bytes held
+ *     under a third of the f32 copy's), and the decoder opened on the deepseek directory itself
+ *     gives the f32 copy's logits bit for bit. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +29,7 @@
 #include "pdb_quantize.h"
 #include "pdb_safetensors.h"
 #include "pdb_test_util.h"
+#include "pdb_v4.h"
 
 enum { NA = 2, T = 45 };
 typedef struct fx { const char *arch; uint64_t seed; char bf[512], ds[512], f32[512], dsmx[512], f32none[512]; } fx;
@@ -257,10 +262,57 @@ static void test_decoder(void **st) {
     }
 }
 
+/* (5) V4 on the deepseek layout as stored, and the decoder serving it directly. */
+static void test_v4_served_directly(void **st) {
+    const fx *f = &F[0];
+    assert_string_equal(f->arch, "deepseek_v4");
+    pdb_v4_model *ds, *fl;
+    PDB_TEST_OK(pdb_v4_load(f->ds, &ds));
+    PDB_TEST_OK(pdb_v4_load(f->f32, &fl));
+    const pdb_st *rd = ds->own_st; /* the checkpoint pdb_v4_load keeps open for its views */
+    assert_non_null(rd);
+    const pdb_tensor_view *wq = pdb_st_find(rd, "layers.0.attn.wq_a.weight");
+    if (!wq) wq = pdb_st_find(rd, "model.layers.0.attn.wq_a.weight");
+    assert_non_null(wq);
+    assert_int_equal(wq->dtype, PDB_DT_F8_E4M3);
+    const pdb_v4_layer *L0 = &ds->layers[0];
+    assert_int_equal(L0->wq_a.fmt, PDB_QF_MXFP8);
+    assert_ptr_equal(L0->wq_a.data, wq->data); /* the codes viewed in place, not copied */
+    assert_int_equal(L0->w1[0].fmt, PDB_QF_MXFP4);
+    assert_int_equal(fl->layers[0].wq_a.fmt, PDB_QF_F32);
+    printf("  [deepseek_v4] loader on the deepseek layout: %lld bytes of weights held (f32 copy: %lld)\n",
+           (long long)pdb_v4_model_bytes(ds), (long long)pdb_v4_model_bytes(fl));
+    assert_true(pdb_v4_model_bytes(ds) * 3 < pdb_v4_model_bytes(fl));
+    pdb_v4_free(ds);
+    pdb_v4_free(fl);
+    pdb_dec_model *m[2];
+    PDB_TEST_OK(pdb_dec_model_open(f->ds, NULL, &m[0]));
+    PDB_TEST_OK(pdb_dec_model_open(f->f32, NULL, &m[1]));
+    int64_t V = pdb_dec_model_config(m[0])->vocab_size;
+    int32_t ids[T];
+    pdb_test_ids(ids, T, (int)V, 13);
+    float *l[2];
+    for (int j = 0; j < 2; j++) {
+        l[j] = malloc(sizeof(float) * (size_t)V);
+        pdb_dec_seq s;
+        PDB_TEST_OK(pdb_dec_seq_init(&s, m[j], T));
+        pdb_dec_seg sg = {&s, ids, T, l[j]};
+        PDB_TEST_OK(pdb_dec_forward(m[j], &sg, 1));
+        pdb_dec_seq_free(&s);
+    }
+    assert_memory_equal(l[0], l[1], sizeof(float) * (size_t)V);
+    printf("  [deepseek_v4] decoder serving the deepseek layout directly = the decoder on its f32 copy, bit for bit\n");
+    for (int j = 0; j < 2; j++) {
+        free(l[j]);
+        pdb_dec_model_close(m[j]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rounding), cmocka_unit_test(test_lossless_quantize),
         cmocka_unit_test(test_reference_forward), cmocka_unit_test(test_decoder),
+        cmocka_unit_test(test_v4_served_directly),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

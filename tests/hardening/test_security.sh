@@ -6,8 +6,8 @@
 # resident and peak resident memory (pdb_process_rss_bytes, pdb_process_peak_rss_bytes > 0); the
 # front passes its upstream key (a bridge completes, so the prefill server accepted it); request paths and fields cannot name files
 # (traversal attempts are 404s); limits answer with clear OpenAI-style errors: request headers
-# over 16 KiB -> 431, bodies over the limit -> 413, prompts over the context / --max-tokens ->
-# 400 / 413, token ids outside the vocabulary -> 400, more concurrent bridges than --max-bridges
+# over 16 KiB -> 431, bodies over the limit -> 413, prompts over the context (--max-context) ->
+# 400, token ids outside the vocabulary -> 400, more concurrent bridges than --max-bridges
 # -> served natively with the truthful verdict "skipped busy". A client sending good requests
 # throughout must get every answer right.
 set -euo pipefail
@@ -27,7 +27,7 @@ start dec "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache" --port 0 
     --api-key "$KEY" --max-body 65536 --max-context 2048
 DEC=$URL
 start pre "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port 0 --backend cpu --parallel 2 --threads 1 \
-    --api-key "$KEY" --max-tokens 1900
+    --api-key "$KEY" --max-context 1900
 PRE=$URL
 start front "$BIN" front --decoder "$DEC" --prefill "$PRE" --decoder-model "$T/dec" --cache-dir "$T/cache" --port 0 \
     --block-size $BS --min-bridge-tokens 256 --min-tail 128 --max-bridges 1 --api-key "$FKEY" --upstream-api-key "$KEY"
@@ -157,7 +157,7 @@ r = pdbh.post(front, pdbh.body(pdbh.prompt(3, 2100)), headers=auth(fkey))
 check(r["status"] == 400 and is_openai_error(r), "front: 2100 tokens over the decoder's context -> 400 (got %s %s)" % (r["status"], r["verdict"][:30]))
 fp = json.loads(pdbh.get(pre, "/health")[1]).get("fingerprint")
 r = pdbh.post(pre, {"token_ids": pdbh.prompt(4, 2000), "block_size": bs, "first_block": 0, "fingerprint": fp}, path="/v1/prefill", headers=auth(key))
-check(r["status"] == 413 and is_openai_error(r), "prefill-server --max-tokens 1900: 2000 tokens -> 413 (got %s)" % r["status"])
+check(r["status"] == 400 and is_openai_error(r, "context_length_exceeded"), "prefill-server --max-context 1900: 2000 tokens -> 400 context_length_exceeded (got %s)" % r["status"])
 for name, url, k, path, b in (("decode-server", dec, key, "/v1/completions", {"prompt": [5, 1000, 7], "max_tokens": 1}),
                               ("front", front, fkey, "/v1/completions", {"prompt": [5, 1000, 7], "max_tokens": 1}),
                               ("decode-server", dec, key, "/v1/completions", {"prompt": [5, -3], "max_tokens": 1}),

@@ -22,6 +22,8 @@
 #include "pdb_file.h"
 #include "pdb_make_model.h"
 #include "pdb_test_util.h"
+#include "pdb_pool.h"
+#include "pdb_qmat_st.h"
 #include "pdb_v4.h"
 #include "pdb_v4_qsim.h"
 
@@ -418,21 +420,23 @@ static void test_hook_part(void **st) {
     int64_t hb = pdb_v4_model_bytes(h), fb = pdb_v4_model_bytes(g_m), want = 0;
     for (int64_t l = 0; l < L; l++) {
         const pdb_v4_layer *y = &h->layers[l];
-        assert_non_null(y->wkv);
+        assert_non_null(y->wkv.data);
         assert_non_null(y->kv_norm);
-        assert_null(y->wq_a);
+        assert_null(y->wq_a.data);
         assert_null(y->w1);
-        assert_null(y->gate);
+        assert_null(y->gate.data);
         assert_null(y->hc_attn_fn);
-        want += cfg.head_dim * (H + 1);
+        want += pdb_qmat_st_bytes(&y->wkv) + cfg.head_dim * (int64_t)sizeof(float);
         const pdb_v4_compressor *cp[2] = {&y->comp, &y->icomp};
         for (int k = 0; k < 2; k++)
-            if (cp[k]->wkv) want += cp[k]->coff * cp[k]->dim * (2 * H + cp[k]->rate) + cp[k]->dim;
+            if (cp[k]->wkv.data)
+                want += pdb_qmat_st_bytes(&cp[k]->wkv) + pdb_qmat_st_bytes(&cp[k]->wgate) +
+                        (cp[k]->coff * cp[k]->dim * cp[k]->rate + cp[k]->dim) * (int64_t)sizeof(float);
     }
-    assert_null(h->embed);
-    assert_null(h->head);
+    assert_null(h->embed.data);
+    assert_null(h->head.data);
     printf("  hook part: %lld bytes of weights, the full model %lld (%.1f%%)\n", (long long)hb, (long long)fb, 100.0 * hb / fb);
-    assert_int_equal(hb, want * (int64_t)sizeof(float));
+    assert_int_equal(hb, want);
     assert_true(hb * 5 < fb);
     /* the same inputs into both models' cache feeds give the same pools, bit for bit */
     float *x = malloc(sizeof(float) * (size_t)(L * T * H));
@@ -474,6 +478,69 @@ static void test_hook_part(void **st) {
     pdb_v4_cache_free(&c);
     pdb_v4_free(h);
     pdb_st_close(rd);
+}
+
+/* A multi-sequence step (pdb_v4_forward_multi): three sequences at different lengths (0, 37 and
+ * 130 cached tokens: sliding, CSA with the indexer's top-k and HCA paths), a prefill chunk of
+ * each, then decode steps of one token each, together on a pool of 2 threads; every sequence's
+ * logits and every pool are bit for bit what pdb_v4_forward gives it alone on the calling thread,
+ * in both semantics. */
+static void test_multi_sequence(void **st) {
+    enum { S = 3, CAP = 200, ROUNDS = 4 };
+    const int64_t V = g_m->cfg.vocab_size, pre[S] = {37, 130, 0}, first[S] = {5, 1, 11};
+    int32_t ids[CAP];
+    make_ids(ids, CAP);
+    pdb_pool *pool;
+    PDB_TEST_OK(pdb_pool_create(2, &pool));
+    float *la = malloc(sizeof(float) * (size_t)(S * V)), *lm = malloc(sizeof(float) * (size_t)(S * V));
+    for (int sem = 0; sem < 2; sem++) {
+        pdb_v4_cache a[S], b[S];
+        for (int i = 0; i < S; i++) {
+            PDB_TEST_OK(pdb_v4_cache_init(&a[i], g_m, CAP, (pdb_v4_semantics)sem));
+            PDB_TEST_OK(pdb_v4_cache_init(&b[i], g_m, CAP, (pdb_v4_semantics)sem));
+            b[i].exec.pool = pool;
+            if (pre[i]) {
+                PDB_TEST_OK(pdb_v4_forward(g_m, &a[i], ids + 7 * i, pre[i], 0, NULL));
+                PDB_TEST_OK(pdb_v4_forward(g_m, &b[i], ids + 7 * i, pre[i], 0, NULL));
+            }
+        }
+        for (int r = 0; r < ROUNDS; r++) {
+            pdb_v4_step steps[S];
+            for (int i = 0; i < S; i++) {
+                int64_t T = r ? 1 : first[i], p = a[i].len;
+                const int32_t *x = ids + (p + 11 * i) % (CAP - 16);
+                PDB_TEST_OK(pdb_v4_forward(g_m, &a[i], x, T, 0, la + i * V));
+                steps[i] = (pdb_v4_step){&b[i], x, T, i == 1 && r == 2 ? NULL : lm + i * V}; /* one step without logits */
+            }
+            PDB_TEST_OK(pdb_v4_forward_multi(g_m, steps, S));
+            for (int i = 0; i < S; i++) {
+                assert_int_equal(a[i].len, b[i].len);
+                if (steps[i].logits && memcmp(la + i * V, lm + i * V, sizeof(float) * (size_t)V))
+                    fail_msg("[%s] round %d sequence %d: logits differ from the sequence alone", pdb_v4_semantics_name((pdb_v4_semantics)sem), r, i);
+                if (!layer_pools_equal(g_m, &a[i], &b[i]))
+                    fail_msg("[%s] round %d sequence %d: pools differ from the sequence alone", pdb_v4_semantics_name((pdb_v4_semantics)sem), r, i);
+            }
+        }
+        for (int i = 0; i < S; i++) {
+            pdb_v4_cache_free(&a[i]);
+            pdb_v4_cache_free(&b[i]);
+        }
+    }
+    printf("  multi-sequence step: 3 sequences (0/37/130 cached), %d rounds, logits and pools bit-identical to each alone, "
+           "both semantics\n", ROUNDS);
+    /* refusals: one cache twice, an empty sequence */
+    pdb_v4_cache c;
+    PDB_TEST_OK(pdb_v4_cache_init(&c, g_m, CAP, PDB_V4_SEM_EXACT));
+    pdb_v4_step two[2] = {{&c, ids, 2, NULL}, {&c, ids, 3, NULL}};
+    assert_int_equal(pdb_v4_forward_multi(g_m, two, 2), PDB_INVALID);
+    assert_non_null(strstr(pdb_err_msg(), "share one cache"));
+    two[1].T = 0;
+    assert_int_equal(pdb_v4_forward_multi(g_m, two, 2), PDB_INVALID);
+    assert_int_equal(c.len, 0);
+    pdb_v4_cache_free(&c);
+    free(la);
+    free(lm);
+    pdb_pool_destroy(pool);
 }
 
 static void test_bad_inputs(void **st) {
@@ -536,7 +603,7 @@ int main(void) {
     const struct CMUnitTest fwd_tests[] = {
         cmocka_unit_test(test_chunked_equals_one_shot), cmocka_unit_test(test_decode_equals_full_forward),
         cmocka_unit_test(test_deepseek_fp4_experts), cmocka_unit_test(test_hook_part),
-        cmocka_unit_test(test_bad_inputs), cmocka_unit_test(test_cli_forward),
+        cmocka_unit_test(test_multi_sequence), cmocka_unit_test(test_bad_inputs), cmocka_unit_test(test_cli_forward),
     };
     int rc = cmocka_run_group_tests(cfg_tests, NULL, NULL);
     return rc | cmocka_run_group_tests(fwd_tests, setup_model, teardown_model);

@@ -242,11 +242,16 @@ static void run_prefill(fixture *f, const char *preset) {
     float *full = malloc(sizeof(float) * (size_t)(L * T * row)), *one = malloc(sizeof(float) * (size_t)(L * T * row));
     float *logits = malloc(sizeof(float) * (size_t)V);
     float *one_logits = malloc(sizeof(float) * (size_t)V);
-    pdb_cuda_prec precs[3] = {PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_F32, PDB_CUDA_PREC_EXACT};
-    const char *pname[3] = {"bf16", "f32", "exact"};
-    for (int pi = 0; pi < 3; pi++) {
+    /* bf16 three times: the MHA form and the absorbed form on the tensor cores, and the CUDA-core kernel */
+    pdb_cuda_prec precs[5] = {PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_F32,
+                              PDB_CUDA_PREC_EXACT};
+    pdb_cuda_attn attns[5] = {PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_ABSORBED_TC, PDB_CUDA_ATTN_CUDA_CORES,
+                              PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_AUTO};
+    const char *pname[5] = {"bf16", "bf16-absorbed", "bf16-cudacores", "f32", "exact"};
+    float *tc_logits = malloc(sizeof(float) * (size_t)V);
+    for (int pi = 0; pi < 5; pi++) {
         pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = f->st, .exec = {.threads = 1, .device = 0}};
-        pdb_cuda_prefill_opts co = {.prec = precs[pi], .sub_chunk = 0, .page_tokens = 64};
+        pdb_cuda_prefill_opts co = {.prec = precs[pi], .sub_chunk = 0, .page_tokens = 64, .attn = attns[pi]};
         pdb_prefill_backend *be = NULL;
         PDB_TEST_OK(pdb_prefill_cuda_create(&o, &co, &be));
         int64_t chunks[] = {1000, 1, 7, 64}; /* 1000 >= T: one-shot (in passes of sub_chunk) first */
@@ -273,6 +278,13 @@ static void run_prefill(fixture *f, const char *preset) {
             if (k == 0) {
                 memcpy(one, full, sizeof(float) * (size_t)(L * T * row));
                 memcpy(one_logits, logits, sizeof(float) * (size_t)V);
+                if (pi == 0) memcpy(tc_logits, logits, sizeof(float) * (size_t)V);
+                if (pi == 1 || pi == 2) { /* the bf16 attentions agree to bf16 rounding of Q, K, V and P */
+                    float d = 0;
+                    for (int64_t v = 0; v < V; v++) d = fmaxf(d, fabsf(logits[v] - tc_logits[v]));
+                    printf("cuda-metric %s bf16 MHA-form vs %s attention max_dlogit=%.3e\n", preset, pname[pi], d);
+                    assert_true(d < 5e-2f);
+                }
             } else {
                 cmp ro = compare(full, one, L * T * row);
                 int lsame = !memcmp(logits, one_logits, sizeof(float) * (size_t)V);
@@ -287,6 +299,7 @@ static void run_prefill(fixture *f, const char *preset) {
         }
         be->destroy(be);
     }
+    free(tc_logits);
     free(full); free(one); free(logits); free(one_logits); free(ref_logits); free(nat_lat); free(ids);
     pdb_v2_cache_free(&cache);
     pdb_v2_free(m);

@@ -2,8 +2,9 @@
  * pdb_prefill_backend_cuda_v4_create). Without a GPU: creating the provider and the backend fails
  * with PDB_CUDA (CUDA build) or PDB_UNSUPPORTED (no nvcc), with a message, nothing crashes, and the
  * GPU checks print "skipped: no GPU". With a GPU: (1) the provider's products equal
- * pdb_v4_mm_ref bit for bit on shapes with strides, K not a multiple of 8, one row, thousands of
- * columns, accumulation, and a weight seen again (its device copy reused); (2) the CUDA backend's
+ * pdb_v4_mm_ref (pdb_qmat's order) bit for bit on shapes with strides, K not a multiple of 32,
+ * one row, thousands of columns, weights in f32, bf16, MXFP8 and MXFP4, a weight seen again (its
+ * device copy reused) and a row view sharing its data pointer; (2) the CUDA backend's
  * segments on the tiny preset (every attention path) are the decoder's own blocks bit for bit in
  * both semantics, for chunks 7, 45, 130 and one shot (issue 8: V4 pool exactness on CUDA), now with the
  * window/compressed attention on the GPU as well; (3) the provider's attention equals
@@ -61,36 +62,65 @@ static float frand(uint32_t *x) {
     return ((float)(*x >> 8) / 16777216.0f - 0.5f) * 4.0f;
 }
 
+/* A random weight [N, K] of format f: f32 / bf16 values, or MX codes (no NaN code) with e8m0
+ * scales near 2^0. Its buffers are *data, *scales (malloc'd). */
+static pdb_qmat rand_qmat(pdb_qfmt f, int64_t N, int64_t K, uint32_t *x, void **data, uint8_t **scales) {
+    int64_t n = N * K, nb = f == PDB_QF_F32 ? 4 * n : f == PDB_QF_BF16 ? 2 * n : f == PDB_QF_MXFP8 ? n : n / 2;
+    uint8_t *d = malloc((size_t)nb), *sc = f >= PDB_QF_MXFP8 ? malloc((size_t)(n / 32)) : NULL;
+    for (int64_t i = 0; i < nb; i++) {
+        *x = *x * 1664525u + 1013904223u;
+        d[i] = (uint8_t)(*x >> 13);
+        if (f == PDB_QF_MXFP8 && (d[i] & 0x7F) == 0x7F) d[i] ^= 1; /* no NaN code */
+        if (f == PDB_QF_BF16 && i % 2 == 1) d[i] = (uint8_t)(0x3C + (d[i] & 0x03) + (d[i] & 0x80)); /* |w| in [2^-7, 2^1) */
+        if (f == PDB_QF_F32 && i % 4 == 3) d[i] = (uint8_t)(0x3C + (d[i] & 0x01) + (d[i] & 0x80));
+    }
+    for (int64_t i = 0; sc && i < n / 32; i++) {
+        *x = *x * 1664525u + 1013904223u;
+        sc[i] = (uint8_t)(120 + (*x >> 20) % 10);
+    }
+    *data = d;
+    *scales = sc;
+    return (pdb_qmat){f, N, K, d, sc, 0};
+}
+
 static void test_mm_matches_reference(void **st) {
     (void)st;
     if (!have_gpu()) { printf("skipped: no GPU (provider products)\n"); return; }
     pdb_v4_mm_provider *p = NULL;
     PDB_TEST_OK(pdb_cuda_v4_mm_create(0, &p));
-    struct { int64_t M, N, K, lda, ldb, ldc; int acc; } sh[] = {
-        {1, 1, 1, 1, 1, 1, 0},          {3, 5, 7, 9, 8, 6, 0},           {300, 257, 4099, 4101, 4099, 300, 0},
-        {64, 1000, 64, 64, 64, 1000, 1}, {2, 4096, 4096, 4096, 4096, 4096, 0}, {129, 33, 520, 520, 524, 40, 1},
+    /* strides, K not a multiple of 32 (f32 / bf16 tails), one row, thousands of outputs, every format */
+    struct { int64_t M, N, K, lda, ldc; pdb_qfmt f; } sh[] = {
+        {1, 1, 1, 1, 1, PDB_QF_F32},           {3, 5, 7, 9, 6, PDB_QF_F32},            {300, 257, 4099, 4101, 300, PDB_QF_F32},
+        {64, 1000, 64, 64, 1000, PDB_QF_BF16}, {2, 4096, 4096, 4096, 4096, PDB_QF_MXFP8}, {129, 33, 520, 520, 40, PDB_QF_BF16},
+        {5, 700, 2048, 2050, 701, PDB_QF_MXFP4}, {37, 96, 96, 96, 96, PDB_QF_MXFP8},    {1, 4096, 1024, 1024, 4096, PDB_QF_MXFP4},
     };
     uint32_t x = 5;
     int64_t total = 0;
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
         int64_t M = sh[i].M, N = sh[i].N, K = sh[i].K;
-        float *A = malloc(sizeof(float) * (size_t)(M * sh[i].lda)), *B = malloc(sizeof(float) * (size_t)(N * sh[i].ldb));
+        void *wd;
+        uint8_t *ws;
+        pdb_qmat W = rand_qmat(sh[i].f, N, K, &x, &wd, &ws);
+        float *A = malloc(sizeof(float) * (size_t)(M * sh[i].lda));
         float *C = malloc(sizeof(float) * (size_t)(M * sh[i].ldc)), *R = malloc(sizeof(float) * (size_t)(M * sh[i].ldc));
         for (int64_t j = 0; j < M * sh[i].lda; j++) A[j] = frand(&x);
-        for (int64_t j = 0; j < N * sh[i].ldb; j++) B[j] = frand(&x) * 0.03f;
         for (int64_t j = 0; j < M * sh[i].ldc; j++) C[j] = R[j] = frand(&x);
-        for (int rep = 0; rep < 2; rep++) { /* the second time B's device copy is reused */
-            PDB_TEST_OK(p->mm(p->ctx, M, N, K, A, sh[i].lda, B, sh[i].ldb, sh[i].acc, C, sh[i].ldc));
-            pdb_v4_mm_ref(M, N, K, A, sh[i].lda, B, sh[i].ldb, sh[i].acc, R, sh[i].ldc);
+        /* the whole weight twice (the second time its device copy is reused), then a row view
+         * sharing its data pointer (a device copy of its own) */
+        pdb_qmat view = pdb_qmat_view_rows(&W, 0, N > 1 ? N / 2 : 1);
+        const pdb_qmat *ws3[3] = {&W, &W, &view};
+        for (int rep = 0; rep < 3; rep++) {
+            PDB_TEST_OK(p->mm(p->ctx, M, A, sh[i].lda, ws3[rep], C, sh[i].ldc));
+            PDB_TEST_OK(pdb_v4_mm_ref(M, A, sh[i].lda, ws3[rep], R, sh[i].ldc));
             if (memcmp(C, R, sizeof(float) * (size_t)(M * sh[i].ldc)))
-                fail_msg("shape %zu (M %lld N %lld K %lld acc %d) rep %d differs from pdb_v4_mm_ref", i, (long long)M,
-                         (long long)N, (long long)K, sh[i].acc, rep);
+                fail_msg("shape %zu (M %lld N %lld K %lld fmt %d) rep %d differs from pdb_v4_mm_ref", i, (long long)M,
+                         (long long)ws3[rep]->rows, (long long)K, (int)sh[i].f, rep);
+            total += M * ws3[rep]->rows;
         }
-        total += 2 * M * N;
-        free(A); free(B); free(C); free(R);
+        free(A); free(C); free(R); free(wd); free(ws);
     }
-    printf("cuda-metric v4 provider: %lld products bit-identical to pdb_v4_mm_ref over %zu shapes\n", (long long)total,
-           sizeof sh / sizeof sh[0]);
+    printf("cuda-metric v4 provider: %lld products bit-identical to pdb_v4_mm_ref (pdb_qmat's order) over %zu shapes\n",
+           (long long)total, sizeof sh / sizeof sh[0]);
     p->destroy(p->ctx);
 }
 

@@ -1,6 +1,7 @@
 /* test_store: the prefix-cache store. Chain hash known answer and sensitivity; write,
  * restart, lookup, mount; a second handle sees another's blocks; corruption anywhere is a
- * miss and the file is removed; store.json refuses another block_size/layout; LRU eviction;
+ * miss and the file is removed; store.json refuses another block_size/layout; LRU eviction
+ * (never of the writing prompt's own prefix); a full disk (ENOSPC) evicts and retries once;
  * streaming order rules; fault injection on every I/O call of a block write; 4 threads.
  * Invariant: every test works in its own fresh directory under /tmp and removes it. */
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <openssl/evp.h>
 
 #include "pdb_block.h"
+#include "pdb_pool.h"
 #include "pdb_safetensors.h"
 #include "pdb_store.h"
 
@@ -602,13 +604,191 @@ static void test_lru_eviction(void **state) {
     assert_consistent(s, dir);
     pdb_store_close(s);
 
-    /* a single block larger than the cap: the block just written is never evicted */
+    /* a single block larger than the cap: refused naming the cap, nothing evicted for it */
     s = open_store(dir, fb / 2);
     assert_int_equal(prefix_of(s, tok[5], BS), 0);
-    write_prompt(s, tok[5], BS);
-    assert_int_equal(prefix_of(s, tok[5], BS), 1);
-    assert_int_equal(prefix_of(s, tok[2], BS), 0);
+    pdb_store_stream *w = NULL;
+    assert_int_equal(pdb_store_stream_begin(s, tok[5], BS, &w), PDB_OK);
+    blockbuf bb = bb_alloc();
+    bb_fill(&bb, pdb_store_stream_hash(w, 0));
+    assert_int_equal(pdb_store_stream_put(w, 0, (const void *const *)bb.p), PDB_TOO_LARGE);
+    char cap[32];
+    snprintf(cap, sizeof cap, "%llu", (unsigned long long)(fb / 2));
+    assert_non_null(strstr(pdb_err_msg(), cap));
+    pdb_store_stream_abort(w);
+    bb_free(&bb);
+    assert_int_equal(prefix_of(s, tok[5], BS), 0);
     assert_consistent(s, dir);
+    pdb_store_close(s);
+    rm_dir(dir);
+}
+
+/* Several blocks mounted at once (pdb_store_load_blocks on a pool of 3 threads): every block's
+ * bytes as written; a corrupt block in the middle stops the count there with its status and a
+ * message naming its file, the blocks before it mounted. */
+static void test_load_blocks(void **state) {
+    (void)state;
+    char *dir = mk_dir();
+    int32_t tok[5 * BS];
+    make_tokens(tok, 5 * BS, 31);
+    uint8_t h[5][32];
+    assert_int_equal(pdb_store_hash_chain(FP, tok, 5 * BS, BS, h), PDB_OK);
+    pdb_store *s = open_store(dir, 0);
+    write_prompt(s, tok, 5 * BS);
+    pdb_pool *pool = NULL;
+    assert_int_equal(pdb_pool_create(3, &pool), PDB_OK);
+    blockbuf got[5];
+    void *const *outs[5];
+    for (int i = 0; i < 5; i++) {
+        got[i] = bb_alloc();
+        outs[i] = (void *const *)got[i].p;
+    }
+    int64_t ok = -1;
+    assert_int_equal(pdb_store_load_blocks(s, (const uint8_t(*)[32])h, 0, 5, outs, pool, &ok), PDB_OK);
+    assert_int_equal(ok, 5);
+    blockbuf want = bb_alloc();
+    for (int i = 0; i < 5; i++) {
+        bb_fill(&want, h[i]);
+        for (int p = 0; p < NP; p++) assert_memory_equal(got[i].p[p], want.p[p], pdb_store_pool_bytes(&POOLS[p], BS));
+    }
+    assert_int_equal(pdb_store_load_blocks(s, (const uint8_t(*)[32])h + 2, 2, 3, outs, NULL, &ok), PDB_OK); /* no pool */
+    assert_int_equal(ok, 3);
+    /* flip a data byte of block 2 */
+    char p2[4096];
+    block_path(dir, h[2], p2, sizeof p2);
+    FILE *f = fopen(p2, "r+b");
+    assert_non_null(f);
+    fseek(f, -10, SEEK_END);
+    int c = fgetc(f);
+    fseek(f, -10, SEEK_END);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    assert_int_equal(pdb_store_load_blocks(s, (const uint8_t(*)[32])h, 0, 5, outs, pool, &ok), PDB_CORRUPT);
+    assert_int_equal(ok, 2);
+    char hex[65];
+    pdb_store_hash_hex(h[2], hex);
+    assert_non_null(strstr(pdb_err_msg(), hex));
+    for (int i = 0; i < 5; i++) bb_free(&got[i]);
+    bb_free(&want);
+    pdb_pool_destroy(pool);
+    pdb_store_close(s);
+    rm_dir(dir);
+}
+
+/* A cap smaller than one prompt: the prompt's own earlier blocks are never evicted to make room
+ * for its later ones (the old store evicted block 0 while block 3 was written, so nothing of the
+ * prompt could be mounted); other prompts' blocks go first, LRU; when the prompt itself does not
+ * fit the put is refused naming the cap and the need. */
+static void test_cap_keeps_the_prompts_prefix(void **state) {
+    (void)state;
+    char *dir = mk_dir();
+    int32_t other[BS], tok[4 * BS];
+    make_tokens(other, BS, 7);
+    make_tokens(tok, 4 * BS, 8);
+    pdb_store *s = open_store(dir, 0);
+    write_prompt(s, other, BS);
+    pdb_store_stats stt;
+    pdb_store_get_stats(s, &stt);
+    uint64_t fb = stt.bytes;
+    pdb_store_close(s);
+    s = open_store(dir, fb * 3 + fb / 2); /* room for 3 blocks: `other` + 2 of the prompt, then other goes */
+    pdb_store_stream *w = NULL;
+    assert_int_equal(pdb_store_stream_begin(s, tok, 4 * BS, &w), PDB_OK);
+    blockbuf b = bb_alloc();
+    for (int64_t i = 0; i < 3; i++) {
+        bb_fill(&b, pdb_store_stream_hash(w, i));
+        assert_int_equal(pdb_store_stream_put(w, i, (const void *const *)b.p), PDB_OK);
+    }
+    assert_int_equal(prefix_of(s, other, BS), 0); /* evicted to make room for block 2 */
+    assert_int_equal(prefix_of(s, tok, 4 * BS), 3);
+    bb_fill(&b, pdb_store_stream_hash(w, 3));
+    assert_int_equal(pdb_store_stream_put(w, 3, (const void *const *)b.p), PDB_TOO_LARGE);
+    assert_non_null(strstr(pdb_err_msg(), "cannot hold block 3"));
+    assert_int_equal(prefix_of(s, tok, 4 * BS), 3); /* the first three are still mountable */
+    for (int64_t i = 0; i < 3; i++) assert_int_equal(load_and_check(s, pdb_store_stream_hash(w, i), i), PDB_OK);
+    pdb_store_get_stats(s, &stt);
+    assert_int_equal(stt.evictions, 1);
+    assert_true(stt.bytes <= stt.max_bytes);
+    assert_true(stt.disk_free_bytes > 0);
+    assert_consistent(s, dir);
+    pdb_store_stream_abort(w);
+    bb_free(&b);
+    pdb_store_close(s);
+    rm_dir(dir);
+}
+
+/* The disk refuses a block for lack of space (ENOSPC at every write until blocks are removed):
+ * the store evicts least recently used blocks (not the prompt's own earlier ones) and retries
+ * once, which succeeds; when the retry also fails the put fails and says it evicted. */
+static int nospc_until_unlinks, nospc_failures;
+static const char *nospc_dir;
+static ssize_t nospc_write(int fd, const void *b, size_t n) {
+    if (nospc_until_unlinks && count_tree(nospc_dir).blocks >= nospc_until_unlinks) {
+        nospc_failures++;
+        errno = ENOSPC;
+        return -1;
+    }
+    return write(fd, b, n);
+}
+
+static void test_enospc_evicts_and_retries(void **state) {
+    (void)state;
+    char *dir = mk_dir();
+    nospc_dir = dir;
+    int32_t old1[BS], old2[BS], tok[2 * BS];
+    make_tokens(old1, BS, 21);
+    make_tokens(old2, BS, 22);
+    make_tokens(tok, 2 * BS, 23);
+    pdb_store *s = open_store(dir, 0); /* no cap: only the disk limits it */
+    write_prompt(s, old1, BS);
+    write_prompt(s, old2, BS);
+    assert_int_equal(prefix_of(s, old2, BS), 1); /* old2 used last: old1 is the LRU */
+    pdb_store_stream *w = NULL;
+    assert_int_equal(pdb_store_stream_begin(s, tok, 2 * BS, &w), PDB_OK);
+    blockbuf b = bb_alloc();
+    bb_fill(&b, pdb_store_stream_hash(w, 0));
+    assert_int_equal(pdb_store_stream_put(w, 0, (const void *const *)b.p), PDB_OK);
+    /* "the disk holds 3 block files": block 1 of the prompt finds it full */
+    pdb_store_io io = *pdb_block_default_io();
+    io.write = nospc_write;
+    nospc_until_unlinks = 3;
+    nospc_failures = 0;
+    pdb_store_set_io(s, &io);
+    bb_fill(&b, pdb_store_stream_hash(w, 1));
+    pdb_status st = pdb_store_stream_put(w, 1, (const void *const *)b.p);
+    pdb_store_set_io(s, NULL);
+    if (st != PDB_OK) fail_msg("put after ENOSPC: %s", pdb_err_msg());
+    assert_int_equal(nospc_failures, 1);
+    assert_int_equal(prefix_of(s, old1, BS), 0); /* the LRU block made room */
+    assert_int_equal(prefix_of(s, tok, 2 * BS), 2); /* the prompt's block 0 was kept */
+    assert_int_equal(load_and_check(s, pdb_store_stream_hash(w, 1), 1), PDB_OK);
+    assert_int_equal(count_tree(dir).tmps, 0);
+    pdb_store_stats stt;
+    pdb_store_get_stats(s, &stt);
+    assert_int_equal(stt.evictions, 1);
+    assert_consistent(s, dir);
+    pdb_store_stream_abort(w);
+    /* the disk stays full: one retry, then a clear failure, the prefix still there */
+    int32_t tok2[2 * BS];
+    make_tokens(tok2, 2 * BS, 24);
+    assert_int_equal(pdb_store_stream_begin(s, tok2, 2 * BS, &w), PDB_OK);
+    bb_fill(&b, pdb_store_stream_hash(w, 0));
+    assert_int_equal(pdb_store_stream_put(w, 0, (const void *const *)b.p), PDB_OK);
+    nospc_until_unlinks = 1;
+    nospc_failures = 0;
+    pdb_store_set_io(s, &io);
+    bb_fill(&b, pdb_store_stream_hash(w, 1));
+    st = pdb_store_stream_put(w, 1, (const void *const *)b.p);
+    pdb_store_set_io(s, NULL);
+    assert_int_equal(st, PDB_TOO_LARGE);
+    assert_int_equal(nospc_failures, 2);
+    assert_non_null(strstr(pdb_err_msg(), "still no room after evicting"));
+    assert_int_equal(prefix_of(s, tok2, 2 * BS), 1);
+    assert_int_equal(count_tree(dir).tmps, 0);
+    assert_consistent(s, dir);
+    nospc_until_unlinks = 0;
+    pdb_store_stream_abort(w);
+    bb_free(&b);
     pdb_store_close(s);
     rm_dir(dir);
 }
@@ -684,7 +864,7 @@ static void test_tmp_cleanup(void **state) {
 
 /* ---- fault injection --------------------------------------------------------------------------- */
 
-static int fi_calls, fi_fail_at;
+static int fi_calls, fi_fail_at, fi_nospace; /* fi_nospace: the failed call was a write refused for space */
 static int fi_hit(void) { return ++fi_calls == fi_fail_at; }
 static int fi_open(const char *p, int fl, mode_t m) {
     if (fi_hit()) { errno = EIO; return -1; }
@@ -693,6 +873,7 @@ static int fi_open(const char *p, int fl, mode_t m) {
 static ssize_t fi_write(int fd, const void *b, size_t n) {
     if (fi_hit()) { /* disk full part way: half the bytes land in the temp file, then failure */
         if (n > 1 && write(fd, b, n / 2) < 0) return -1;
+        fi_nospace = 1;
         errno = ENOSPC;
         return -1;
     }
@@ -733,6 +914,7 @@ static void test_fault_injection(void **state) {
         assert_int_equal(pdb_store_stream_begin(s, tok, 2 * BS, &w), PDB_OK);
         fi_calls = 0;
         fi_fail_at = k;
+        fi_nospace = 0;
         pdb_store_set_io(s, &FI_IO);
         pdb_status st = pdb_store_stream_put(w, 1, (const void *const *)b.p);
         pdb_store_set_io(s, NULL);
@@ -741,6 +923,15 @@ static void test_fault_injection(void **state) {
             assert_int_equal(st, PDB_OK);
             pdb_store_stream_abort(w);
             break;
+        }
+        if (fi_nospace) { /* a full disk: the store made room and retried once, which succeeded */
+            assert_int_equal(st, PDB_OK);
+            assert_int_equal(count_tree(dir).tmps, 0);
+            assert_int_equal(load_and_check(s, h[1], 1), PDB_OK);
+            assert_consistent(s, dir);
+            pdb_store_stream_abort(w);
+            n_fail++;
+            continue;
         }
         n_fail++;
         assert_int_not_equal(st, PDB_OK);
@@ -867,6 +1058,9 @@ int main(void) {
         cmocka_unit_test(test_name_mismatch),
         cmocka_unit_test(test_reopen_mismatch),
         cmocka_unit_test(test_lru_eviction),
+        cmocka_unit_test(test_load_blocks),
+        cmocka_unit_test(test_cap_keeps_the_prompts_prefix),
+        cmocka_unit_test(test_enospc_evicts_and_retries),
         cmocka_unit_test(test_put_order),
         cmocka_unit_test(test_tmp_cleanup),
         cmocka_unit_test(test_fault_injection),

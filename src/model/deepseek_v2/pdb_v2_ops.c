@@ -11,6 +11,7 @@
 
 #include "pdb_clock.h"
 #include "pdb_math.h"
+#include "pdb_qmat_st.h"
 #include "pdb_v2.h"
 #include "pdb_v2_names.h"
 #include "pdb_sys.h" /* the spin hint of the head steps' barrier */
@@ -44,42 +45,16 @@ static pdb_status own(pdb_v2_qweights *w, void *p) {
     return s ? pdb_err_wrap(s, "weights") : PDB_OK;
 }
 
-/* A linear weight [rows, cols], role `role` (pdb_v2_names) of layer l / expert e: BF16/F32 views,
- * MX with "<name>_mx_scale", or any other float dtype (incl. DeepSeek block-scaled FP8) dequantized
- * into an owned f32 copy. */
+/* A linear weight [rows, cols], role `role` (pdb_v2_names) of layer l / expert e, as stored
+ * (pdb_qmat_st_load: BF16/F32/MX views, DeepSeek block FP8 as MXFP8, others an owned f32 copy). */
 static pdb_status load_qmat(pdb_v2_qweights *w, const pdb_st *st, pdb_qmat *q, int64_t rows, int64_t cols, int role,
                             int64_t l, int64_t e) {
     char name[PDB_NAMES_MAX_LEN];
     pdb_v2_names_format(role, l, e, name);
     if (cols > w->max_cols) w->max_cols = cols;
-    const pdb_tensor_view *v = pdb_st_find(st, name), *mq, *sc;
-    if (!v) return pdb_err_set(PDB_NOT_FOUND, "checkpoint: missing tensor '%s'", name);
-    int mx4;
-    PDB_TRY(pdb_st_get_mx(st, name, rows, cols, &mq, &sc, &mx4));
-    q->rows = rows;
-    q->cols = cols;
-    q->scales = NULL;
-    q->nan_free = 0;
-    if (sc) {
-        q->fmt = mx4 ? PDB_QF_MXFP4 : PDB_QF_MXFP8;
-        q->data = mq->data;
-        q->scales = sc->data;
-        pdb_qmat_scan_nan(q); /* lets the decode kernel skip the NaN fix-up: same results, less work */
-        return PDB_OK;
-    }
     int64_t shape[2] = {rows, cols};
-    if (v->dtype == PDB_DT_BF16 || (v->dtype == PDB_DT_F32 && !((uintptr_t)v->data & 3))) {
-        PDB_TRY(pdb_st_get(st, name, 2, shape, &v));
-        q->fmt = v->dtype == PDB_DT_BF16 ? PDB_QF_BF16 : PDB_QF_F32;
-        q->data = v->data;
-        return PDB_OK;
-    }
-    float *f = NULL;
-    PDB_TRY(pdb_st_load_f32(st, name, 2, shape, &f));
-    PDB_TRY(own(w, f));
-    q->fmt = PDB_QF_F32;
-    q->data = f;
-    return PDB_OK;
+    pdb_status s = pdb_qmat_st_load(st, name, 2, shape, &w->owned, q, NULL);
+    return s ? pdb_err_wrap(s, "weights") : PDB_OK;
 }
 
 static pdb_status load_vec(pdb_v2_qweights *w, const pdb_st *st, float **out, int64_t n, int role, int64_t l,

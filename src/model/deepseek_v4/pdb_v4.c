@@ -1,8 +1,11 @@
 /* pdb_v4: the DeepSeek-V4 forward (hyper-connections -> attention with sliding window, CSA or
- * HCA -> hyper-connections -> MoE), readable top to bottom: cache -> hyper-connections ->
- * compressor -> indexer -> attention -> MoE -> layer -> forward. All math is f32 with
- * reductions in double; the order of every reduction is fixed, so the per-token cache updates
- * do not depend on how a prompt is chunked. See pdb_v4.h for the pools and docs/v4.md. */
+ * HCA -> hyper-connections -> MoE), readable top to bottom: products -> cache -> hyper-connections
+ * -> compressor -> indexer -> attention -> MoE -> layer -> forward. Activations are f32 with
+ * reductions in double; every product with a weight is pdb_qmat's fixed-order dot on the stored
+ * format, the independent products of one step in one dispatch (pdb_qmat_matmul_multi, the
+ * experts' gate/up as gangs with the SwiGLU as their post), bit-identical to one product at a
+ * time; so the per-token cache updates do not depend on how a prompt is chunked or batched. See
+ * pdb_v4.h for the pools and docs/v4.md. */
 #include "pdb_v4.h"
 
 #include <math.h>
@@ -12,62 +15,45 @@
 #include "pdb_math.h"
 #include "pdb_v4_qsim.h"
 
-/* ======================================== matmul ======================================== */
+/* ======================================== products ======================================== */
 
-/* C[M, N] (ldc) = A[M, K] (lda) @ B[N, K]^T (ldb) (+ C when acc): PyTorch Linear with W = B.
- * Each element is one dot product in a fixed order (8 f32 partial sums over k mod 8, combined
- * pairwise, then the tail), so a row's result never depends on M: chunked prefill, decode and
- * one-shot produce bit-identical rows (OpenBLAS picks kernels by shape). With a pool, blocks of
- * output columns run on its threads; an element's arithmetic is the same on any thread. */
-typedef struct mm_job {
-    int64_t M, N, K, lda, ldb, ldc;
-    const float *A, *B;
-    float *C;
-    int acc;
-} mm_job;
-
-enum { MM_COLS = 32 };
-
-static void mm_cols(const mm_job *j, int64_t n0, int64_t n1) {
-    int64_t K = j->K, K8 = K - K % 8;
-    for (int64_t m = 0; m < j->M; m++) {
-        const float *a = j->A + m * j->lda;
-        for (int64_t n = n0; n < n1; n++) {
-            const float *b = j->B + n * j->ldb;
-            float p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (int64_t k = 0; k < K8; k += 8)
-                for (int i = 0; i < 8; i++) p[i] += a[k + i] * b[k + i];
-            float s = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
-            for (int64_t k = K8; k < K; k++) s += a[k] * b[k];
-            float *c = j->C + m * j->ldc + n;
-            *c = j->acc ? *c + s : s;
-        }
+/* jobs[0 .. n) (gangs of `gang` members, post after each gang's rows: pdb_qmat_matmul_gangs)
+ * where the execution context puts them: its provider, one product per job (then every gang's
+ * post over all its rows), else pdb_qmat on the pool's threads in one dispatch. Each element is
+ * the same either way (the provider contract). */
+static pdb_status v4_run(const pdb_v4_exec *ex, const pdb_qmat_job *jobs, int n, int gang, pdb_qmat_post_fn post) {
+    if (ex->mm) {
+        for (int i = 0; i < n; i++)
+            if (jobs[i].n > 0 && jobs[i].w->rows > 0)
+                PDB_TRY(ex->mm->mm(ex->mm->ctx, jobs[i].n, jobs[i].x, jobs[i].ldx, jobs[i].w, jobs[i].y, jobs[i].ldy));
+        if (post)
+            for (int g = 0; g < n; g += gang) {
+                int any = 0;
+                for (int k = 0; k < gang; k++) any |= jobs[g + k].n > 0 && jobs[g + k].w->rows > 0;
+                if (any) post(&jobs[g], 0, jobs[g].w->rows);
+            }
+        return PDB_OK;
     }
-}
-
-static void mm_task(void *ctx, int64_t task, int thread) {
-    (void)thread;
-    const mm_job *j = ctx;
-    int64_t n0 = task * MM_COLS, n1 = n0 + MM_COLS < j->N ? n0 + MM_COLS : j->N;
-    mm_cols(j, n0, n1);
-}
-
-void pdb_v4_mm_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int acc,
-                   float *C, int64_t ldc) {
-    mm_job j = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B, .C = C, .acc = acc};
-    mm_cols(&j, 0, N);
-}
-
-/* A product where the execution context puts it: its provider, else the CPU (the pool's
- * threads when it has one). */
-static pdb_status v4_mm(const pdb_v4_exec *x, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
-                        const float *B, int64_t ldb, int acc, float *C, int64_t ldc) {
-    if (M <= 0 || N <= 0) return PDB_OK;
-    if (x->mm) return x->mm->mm(x->mm->ctx, M, N, K, A, lda, B, ldb, acc, C, ldc);
-    mm_job j = {.M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc, .A = A, .B = B, .C = C, .acc = acc};
-    if (N <= MM_COLS || M * N * K < (1 << 16)) mm_cols(&j, 0, N);
-    else pdb_pool_run(x->pool, (N + MM_COLS - 1) / MM_COLS, mm_task, &j);
+    int64_t widest = 1;
+    for (int i = 0; i < n; i++)
+        if (jobs[i].w->cols > widest) widest = jobs[i].w->cols;
+    float *rowbuf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(pdb_pool_threads(ex->pool), widest));
+    if (!rowbuf) return pdb_err_set(PDB_NOMEM, "v4 products: out of memory for the row scratch");
+    pdb_qmat_matmul_gangs(ex->pool, jobs, n, gang, post, rowbuf);
+    free(rowbuf);
     return PDB_OK;
+}
+
+/* One product y [n, ldy] = x [n, ldx] @ w^T. */
+static pdb_status v4_mm(const pdb_v4_exec *ex, const pdb_qmat *w, const float *x, int64_t ldx, int64_t n, float *y,
+                        int64_t ldy) {
+    pdb_qmat_job j = {w, x, ldx, n, y, ldy};
+    return v4_run(ex, &j, 1, 1, NULL);
+}
+
+pdb_status pdb_v4_mm_ref(int64_t M, const float *A, int64_t lda, const pdb_qmat *W, float *C, int64_t ldc) {
+    pdb_v4_exec ex = {0};
+    return v4_mm(&ex, W, A, lda, M, C, ldc);
 }
 
 /* ======================================== semantics / cache ======================================== */
@@ -288,21 +274,6 @@ static void compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, co
     }
 }
 
-/* Project x [T, H] through a compressor and feed it. */
-static pdb_status run_compressor(const pdb_v4_exec *ex, const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
-                                 const float *x, int64_t T, int64_t p0, float *buf_kv, float *buf_gate, float *ov_kv,
-                                 float *ov_gate, float *entries) {
-    int64_t H = c->hidden_size, D = cp->coff * cp->dim;
-    float *kvp = falloc(T * D), *gp = falloc(T * D);
-    if (!kvp || !gp) { free(kvp); free(gp); return pdb_err_set(PDB_NOMEM, "v4 compressor: out of memory"); }
-    pdb_status s = v4_mm(ex, T, D, H, x, H, cp->wkv, H, 0, kvp, D);
-    if (!s) s = v4_mm(ex, T, D, H, x, H, cp->wgate, H, 0, gp, D);
-    if (!s) compress_tokens(c, cp, rope, q, kvp, gp, T, p0, buf_kv, buf_gate, ov_kv, ov_gate, entries);
-    free(kvp);
-    free(gp);
-    return s;
-}
-
 /* ======================================== indexer ======================================== */
 
 typedef struct { float s; int32_t i; } scored;
@@ -357,57 +328,101 @@ static void idx_task(void *ctx, int64_t t, int thread) {
 
 /* For each of the T queries pick its compressed entries: all nv = (p+1)/rate when nv <= topk, else
  * the topk highest scores sum_h w_h * relu(q_h . k_w) / sqrt(ihd), equal scores by lower index.
- * sel [T, topk] (entry ids, ascending order irrelevant), nsel [T]. qr [T, qlr], x [T, H]. The
+ * sel [T, topk] (entry ids, ascending order irrelevant), nsel [T]. iq [T, nih*ihd] (the queries'
+ * projection, rotated and rounded here in place), wt [T, nih] (the head weights' projection). The
  * queries are independent and run on the pool's threads. */
 static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, const pdb_v4_layer *L, const pdb_v4_layer_cache *lc, qsim_kind q,
-                              const float *qr, const float *x, int64_t T, int64_t p0, int32_t *sel, int64_t *nsel) {
+                              float *iq, const float *wt, int64_t T, int64_t p0, int32_t *sel, int64_t *nsel) {
     const pdb_config *c = &m->cfg;
-    int64_t nih = c->index_n_heads, ihd = c->index_head_dim, qlr = c->q_lora_rank, H = c->hidden_size;
+    int64_t nih = c->index_n_heads, ihd = c->index_head_dim;
     int64_t K = c->index_topk, r = L->rate;
     int64_t nmax = (p0 + T) / r, nth = pdb_pool_threads(ex->pool), stride = nmax > 0 ? nmax : 1;
-    float *iq = falloc(T * nih * ihd), *wt = falloc(T * nih);
     scored *sc = malloc(sizeof(scored) * (size_t)(stride * nth));
-    if (!iq || !wt || !sc) { free(iq); free(wt); free(sc); return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory"); }
-    pdb_status s = v4_mm(ex, T, nih * ihd, qlr, qr, qlr, L->idx_wq_b, qlr, 0, iq, nih * ihd);
-    if (!s) s = v4_mm(ex, T, nih, H, x, H, L->idx_wproj, H, 0, wt, nih);
-    if (!s) {
-        v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .wt = wt, .sel = sel, .nsel = nsel, .sc = sc, .sc_stride = stride,
-                        .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q,
-                        .wscale = (float)(1.0 / sqrt((double)nih)), .sscale = (float)(1.0 / sqrt((double)ihd))};
-        pdb_pool_run(ex->pool, T, idx_task, &j);
-    }
-    free(iq);
-    free(wt);
+    if (!sc) return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory");
+    v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .wt = wt, .sel = sel, .nsel = nsel, .sc = sc, .sc_stride = stride,
+                    .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q,
+                    .wscale = (float)(1.0 / sqrt((double)nih)), .sscale = (float)(1.0 / sqrt((double)ihd))};
+    pdb_pool_run(ex->pool, T, idx_task, &j);
     free(sc);
-    return s;
+    return PDB_OK;
 }
 
 /* ======================================== cache feed (the decoder's pools) ======================================== */
 
-pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *kv_out) {
+/* The feed's products of R rows x [R, H]: kv [R, hd] (wkv), kvp / gp [R, coff*hd] (the compressor's
+ * wkv / wgate, compressed layers), ikvp / igp [R, 2*ihd] (the indexer's compressor, CSA), with
+ * `extra` products (the attention's q_a) in the same dispatch. */
+static pdb_status feed_products(const pdb_v4_exec *ex, const pdb_v4_layer *L, int64_t H, const float *x, int64_t R, float *kv,
+                                float *kvp, float *gp, float *ikvp, float *igp, const pdb_qmat_job *extra, int n_extra) {
+    pdb_qmat_job jobs[5 + 1];
+    PDB_ASSERT(n_extra <= 1, "v4 feed: one extra product at most");
+    int nj = 0;
+    int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = L->attn == PDB_V4_ATTN_CSA ? L->icomp.coff * L->icomp.dim : 0;
+    jobs[nj++] = (pdb_qmat_job){&L->wkv, x, H, R, kv, L->wkv.rows};
+    if (D) {
+        jobs[nj++] = (pdb_qmat_job){&L->comp.wkv, x, H, R, kvp, D};
+        jobs[nj++] = (pdb_qmat_job){&L->comp.wgate, x, H, R, gp, D};
+    }
+    if (ID) {
+        jobs[nj++] = (pdb_qmat_job){&L->icomp.wkv, x, H, R, ikvp, ID};
+        jobs[nj++] = (pdb_qmat_job){&L->icomp.wgate, x, H, R, igp, ID};
+    }
+    for (int i = 0; i < n_extra; i++) jobs[nj++] = extra[i];
+    return v4_run(ex, jobs, nj, 1, NULL);
+}
+
+/* The feed's per-token steps for one sequence's T tokens at positions cc->len..: kv rows [T, hd]
+ * normed, RoPE'd and rounded in place, then into the window; the compressors fed from kvp / gp and
+ * ikvp / igp (feed_products' outputs for these tokens). */
+static void feed_steps(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, float *kv, const float *kvp, const float *gp,
+                       const float *ikvp, const float *igp, int64_t T) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     pdb_v4_layer_cache *lc = &cc->layers[l];
-    int64_t H = c->hidden_size, hd = c->head_dim, W = c->sliding_window, p0 = cc->len;
+    int64_t hd = c->head_dim, W = c->sliding_window, p0 = cc->len;
     int official = cc->sem == PDB_V4_SEM_OFFICIAL;
-    float *kv = kv_out ? kv_out : falloc(T * hd);
-    if (!kv) return pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory");
-    pdb_status s = v4_mm(&cc->exec, T, hd, H, x, H, L->wkv, H, 0, kv, hd);
-    for (int64_t t = 0; t < T && !s; t++) {
+    for (int64_t t = 0; t < T; t++) {
         pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
         finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
     }
     /* compressed entries (and the indexer's keys) of every window completed by this chunk */
-    if (!s && L->rate)
-        s = run_compressor(&cc->exec, c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, x, T, p0, lc->buf_kv,
-                           lc->buf_gate, lc->ov_kv, lc->ov_gate, lc->comp);
-    if (!s && L->attn == PDB_V4_ATTN_CSA)
-        s = run_compressor(&cc->exec, c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, x, T, p0, lc->ibuf_kv,
-                           lc->ibuf_gate, lc->iov_kv, lc->iov_gate, lc->ikeys);
-    if (!s)
-        for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
-            memcpy(lc->win + (p % W) * hd, kv + (p - p0) * hd, sizeof(float) * (size_t)hd);
-    if (!kv_out) free(kv);
+    if (L->rate)
+        compress_tokens(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, kvp, gp, T, p0, lc->buf_kv, lc->buf_gate,
+                        lc->ov_kv, lc->ov_gate, lc->comp);
+    if (L->attn == PDB_V4_ATTN_CSA)
+        compress_tokens(c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, ikvp, igp, T, p0, lc->ibuf_kv,
+                        lc->ibuf_gate, lc->iov_kv, lc->iov_gate, lc->ikeys);
+    for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
+        memcpy(lc->win + (p % W) * hd, kv + (p - p0) * hd, sizeof(float) * (size_t)hd);
+}
+
+/* Scratch of the feed's products for R rows (feed_alloc / feed_free). */
+typedef struct v4_feedbuf { float *kv, *kvp, *gp, *ikvp, *igp; } v4_feedbuf;
+
+static void feed_free(v4_feedbuf *f) {
+    free(f->kv); free(f->kvp); free(f->gp); free(f->ikvp); free(f->igp);
+    memset(f, 0, sizeof *f);
+}
+
+static pdb_status feed_alloc(const pdb_v4_layer *L, int64_t hd, int64_t R, v4_feedbuf *f) {
+    int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = L->attn == PDB_V4_ATTN_CSA ? L->icomp.coff * L->icomp.dim : 0;
+    *f = (v4_feedbuf){falloc(R * hd), falloc(R * D), falloc(R * D), falloc(R * ID), falloc(R * ID)};
+    if (f->kv && f->kvp && f->gp && f->ikvp && f->igp) return PDB_OK;
+    feed_free(f);
+    return pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory for %lld rows", (long long)R);
+}
+
+pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *kv_out) {
+    const pdb_v4_layer *L = &m->layers[l];
+    int64_t hd = m->cfg.head_dim;
+    v4_feedbuf f;
+    PDB_TRY(feed_alloc(L, hd, T, &f));
+    pdb_status s = feed_products(&cc->exec, L, m->cfg.hidden_size, x, T, f.kv, f.kvp, f.gp, f.ikvp, f.igp, NULL, 0);
+    if (!s) {
+        feed_steps(m, cc, l, f.kv, f.kvp, f.gp, f.ikvp, f.igp, T);
+        if (kv_out) memcpy(kv_out, f.kv, sizeof(float) * (size_t)(T * hd));
+    }
+    feed_free(&f);
     return s;
 }
 
@@ -480,70 +495,111 @@ static void unrope_task(void *ctx, int64_t t, int thread) {
     for (int64_t h = 0; h < j->nh; h++) pdb_rope_apply(j->rope, j->o + (t * j->nh + h) * j->hd + j->hd - j->rd, -(j->p0 + t));
 }
 
-/* The attention block for T tokens of layer l: x [T, H] (after attn_norm) -> out [T, H]. */
-static pdb_status attention(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const float *x, int64_t T, float *out) {
+/* One sequence's share of a step: its cache and its tokens' rows r0 .. r0 + T - 1 of the step's
+ * activations (positions cache->len ..). */
+typedef struct v4_seg {
+    pdb_v4_cache *c;
+    int64_t r0, T;
+} v4_seg;
+
+/* The attention block of layer l for the rows of n sequences: x [R, H] (after attn_norm) -> out
+ * [R, H]. The products with weights run once over all R rows (the first sequence's execution
+ * context); the cache feed's steps, the indexer and the attention itself per sequence on its
+ * own cache. A row's results are what it gets alone (pdb_qmat's products do not depend on the
+ * rows beside them). */
+static pdb_status attention(const pdb_v4_model *m, const v4_seg *sg, int n, int64_t l, const float *x, int64_t R, float *out) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
-    pdb_v4_layer_cache *lc = &cc->layers[l];
-    const pdb_v4_exec *ex = &cc->exec;
+    const pdb_v4_exec *ex = &sg[0].c->exec;
     int64_t H = c->hidden_size, nh = c->num_heads, hd = c->head_dim, rd = c->qk_rope_head_dim, qlr = c->q_lora_rank;
-    int64_t W = c->sliding_window, G = c->o_groups, olr = c->o_lora_rank, gin = nh * hd / G, p0 = cc->len;
-    int official = cc->sem == PDB_V4_SEM_OFFICIAL;
-    int64_t lo = p0 - W + 1 > 0 ? p0 - W + 1 : 0, nold = p0 - lo, K = c->index_topk;
+    int64_t W = c->sliding_window, G = c->o_groups, olr = c->o_lora_rank, gin = nh * hd / G, K = c->index_topk;
     pdb_status s = PDB_OK;
-    float *qr = falloc(T * qlr), *q = falloc(T * nh * hd), *keys = falloc((nold + T) * hd), *o = falloc(T * nh * hd);
-    float *a = falloc(T * G * olr);
-    int32_t *sel = L->attn == PDB_V4_ATTN_CSA ? malloc(sizeof(int32_t) * (size_t)(T * K)) : NULL;
-    int64_t *nsel = L->attn == PDB_V4_ATTN_CSA ? malloc(sizeof(int64_t) * (size_t)T) : NULL;
-    if (!qr || !q || !keys || !o || !a || (L->attn == PDB_V4_ATTN_CSA && (!sel || !nsel))) {
+    int csa = L->attn == PDB_V4_ATTN_CSA;
+    int64_t nih = csa ? c->index_n_heads : 0, ihd = c->index_head_dim;
+    v4_feedbuf f = {0};
+    float *qr = falloc(R * qlr), *q = falloc(R * nh * hd), *o = falloc(R * nh * hd), *keys = falloc((W + R) * hd);
+    float *a = falloc(R * G * olr), *iq = falloc(R * nih * ihd), *iw = falloc(R * nih);
+    int32_t *sel = csa ? malloc(sizeof(int32_t) * (size_t)(R * K)) : NULL;
+    int64_t *nsel = csa ? malloc(sizeof(int64_t) * (size_t)R) : NULL, *pos = malloc(sizeof(int64_t) * (size_t)R);
+    pdb_qmat *views = malloc(sizeof(pdb_qmat) * (size_t)G);
+    pdb_qmat_job *jobs = malloc(sizeof(pdb_qmat_job) * (size_t)(G > 3 ? G : 3));
+    if (!qr || !q || !keys || !o || !a || !iq || !iw || !pos || !views || !jobs || (csa && (!sel || !nsel))) {
         s = pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
         goto done;
     }
-    /* queries: q_a -> q_norm -> q_b -> per-head unweighted RMSNorm -> RoPE on the trailing dims */
-    if ((s = v4_mm(ex, T, qlr, H, x, H, L->wq_a, H, 0, qr, qlr))) goto done;
-    for (int64_t t = 0; t < T; t++) pdb_math_rmsnorm(qr + t * qlr, qr + t * qlr, L->q_norm, qlr, c->rms_norm_eps);
-    if ((s = v4_mm(ex, T, nh * hd, qlr, qr, qlr, L->wq_b, qlr, 0, q, nh * hd))) goto done;
-    for (int64_t t = 0; t < T; t++)
+    for (int i = 0; i < n; i++)
+        for (int64_t t = 0; t < sg[i].T; t++) pos[sg[i].r0 + t] = sg[i].c->len + t;
+    /* the feed's products (K=V rows, compressor projections) with the query's q_a, one dispatch */
+    if ((s = feed_alloc(L, hd, R, &f))) goto done;
+    pdb_qmat_job qa = {&L->wq_a, x, H, R, qr, qlr};
+    if ((s = feed_products(ex, L, H, x, R, f.kv, f.kvp, f.gp, f.ikvp, f.igp, &qa, 1))) goto done;
+    /* queries: q_norm -> q_b (with the indexer's query and weight products) -> per-head
+     * unweighted RMSNorm -> RoPE on the trailing dims */
+    for (int64_t r = 0; r < R; r++) pdb_math_rmsnorm(qr + r * qlr, qr + r * qlr, L->q_norm, qlr, c->rms_norm_eps);
+    int nj = 0;
+    jobs[nj++] = (pdb_qmat_job){&L->wq_b, qr, qlr, R, q, nh * hd};
+    if (csa) {
+        jobs[nj++] = (pdb_qmat_job){&L->idx_wq_b, qr, qlr, R, iq, nih * ihd};
+        jobs[nj++] = (pdb_qmat_job){&L->idx_wproj, x, H, R, iw, nih};
+    }
+    if ((s = v4_run(ex, jobs, nj, 1, NULL))) goto done;
+    for (int64_t r = 0; r < R; r++)
         for (int64_t h = 0; h < nh; h++) {
-            float *qh = q + (t * nh + h) * hd;
+            float *qh = q + (r * nh + h) * hd;
             double ss = 0;
             for (int64_t i = 0; i < hd; i++) ss += (double)qh[i] * qh[i];
             float rr = (float)(1.0 / sqrt(ss / (double)hd + c->rms_norm_eps));
             for (int64_t i = 0; i < hd; i++) qh[i] *= rr;
-            pdb_rope_apply(L->rope, qh + hd - rd, p0 + t);
+            pdb_rope_apply(L->rope, qh + hd - rd, pos[r]);
         }
-    /* K=V rows: the cached window rows of positions lo..p0-1, then this chunk's (the feed
-     * writes the window, so the old rows are copied first) */
-    for (int64_t p = lo; p < p0; p++) memcpy(keys + (p - lo) * hd, lc->win + (p % W) * hd, sizeof(float) * (size_t)hd);
-    s = pdb_v4_cache_feed(m, cc, l, x, T, keys + nold * hd);
-    if (s) goto done;
-    if (L->attn == PDB_V4_ATTN_CSA) {
-        s = run_indexer(m, ex, L, lc, official ? QSIM_FP4_ROT : QSIM_NONE, qr, x, T, p0, sel, nsel);
-        if (s) goto done;
+    for (int i = 0; i < n && !s; i++) {
+        pdb_v4_cache *cc = sg[i].c;
+        pdb_v4_layer_cache *lc = &cc->layers[l];
+        const pdb_v4_exec *sx = &cc->exec;
+        int64_t r0 = sg[i].r0, T = sg[i].T, p0 = cc->len, lo = p0 - W + 1 > 0 ? p0 - W + 1 : 0, nold = p0 - lo;
+        /* K=V rows: the cached window rows of positions lo..p0-1 (copied before the feed writes the
+         * window), then this chunk's, fed into the cache token by token */
+        for (int64_t p = lo; p < p0; p++) memcpy(keys + (p - lo) * hd, lc->win + (p % W) * hd, sizeof(float) * (size_t)hd);
+        int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = csa ? L->icomp.coff * L->icomp.dim : 0;
+        feed_steps(m, cc, l, f.kv + r0 * hd, f.kvp + r0 * D, f.gp + r0 * D, f.ikvp + r0 * ID, f.igp + r0 * ID, T);
+        memcpy(keys + nold * hd, f.kv + r0 * hd, sizeof(float) * (size_t)(T * hd));
+        if (csa && (s = run_indexer(m, sx, L, lc, cc->sem == PDB_V4_SEM_OFFICIAL ? QSIM_FP4_ROT : QSIM_NONE, iq + r0 * nih * ihd,
+                                    iw + r0 * nih, T, p0, sel + r0 * K, nsel + r0)))
+            break;
+        /* attention per token and head over [window rows | picked compressed entries], with a sink
+         * (pdb_v4_attn_ref's contract: on the provider when it has one, else on the pool's
+         * threads), then the inverse RoPE of every output head on the host */
+        pdb_v4_attn_desc ad = {.T = T, .nh = nh, .hd = hd, .p0 = p0, .lo = lo, .W = W, .q = q + r0 * nh * hd, .keys = keys,
+                               .comp = lc->comp, .n_comp = L->rate ? (p0 + T) / L->rate : 0,
+                               .rate = L->attn == PDB_V4_ATTN_HCA ? L->rate : 0, .sel = csa ? sel + r0 * K : NULL,
+                               .nsel = csa ? nsel + r0 : NULL, .K = K, .sinks = L->sink,
+                               .scale = (float)(1.0 / sqrt((double)hd)), .o = o + r0 * nh * hd};
+        if ((s = sx->mm && sx->mm->attn ? sx->mm->attn(sx->mm->ctx, &ad) : pdb_v4_attn_ref(&ad, sx->pool))) break;
+        v4_unrope_job uj = {.rope = L->rope, .o = o + r0 * nh * hd, .p0 = p0, .nh = nh, .hd = hd, .rd = rd};
+        pdb_pool_run(sx->pool, T, unrope_task, &uj);
     }
-    /* attention per token and head over [window rows | picked compressed entries], with a sink
-     * (pdb_v4_attn_ref's contract: on the provider when it has one, else on the pool's threads),
-     * then the inverse RoPE of every output head on the host */
-    pdb_v4_attn_desc ad = {.T = T, .nh = nh, .hd = hd, .p0 = p0, .lo = lo, .W = W, .q = q, .keys = keys,
-                           .comp = lc->comp, .n_comp = L->rate ? (p0 + T) / L->rate : 0,
-                           .rate = L->attn == PDB_V4_ATTN_HCA ? L->rate : 0, .sel = sel, .nsel = nsel, .K = K,
-                           .sinks = L->sink, .scale = (float)(1.0 / sqrt((double)hd)), .o = o};
-    s = ex->mm && ex->mm->attn ? ex->mm->attn(ex->mm->ctx, &ad) : pdb_v4_attn_ref(&ad, ex->pool);
     if (s) goto done;
-    v4_unrope_job uj = {.rope = L->rope, .o = o, .p0 = p0, .nh = nh, .hd = hd, .rd = rd};
-    pdb_pool_run(ex->pool, T, unrope_task, &uj);
-    /* grouped low-rank output projection: group g of heads -> olr, then all groups -> H */
-    for (int64_t g = 0; g < G && !s; g++)
-        s = v4_mm(ex, T, olr, gin, o + g * gin, nh * hd, L->wo_a + g * olr * gin, gin, 0, a + g * olr, G * olr);
-    if (!s) s = v4_mm(ex, T, H, G * olr, a, G * olr, L->wo_b, G * olr, 0, out, H);
+    /* grouped low-rank output projection: group g of heads -> olr (rows g*olr.. of wo_a, all groups
+     * in one dispatch), then all groups -> H */
+    for (int64_t g = 0; g < G; g++) {
+        views[g] = pdb_qmat_view_rows(&L->wo_a, g * olr, olr);
+        jobs[g] = (pdb_qmat_job){&views[g], o + g * gin, nh * hd, R, a + g * olr, G * olr};
+    }
+    if (!(s = v4_run(ex, jobs, (int)G, 1, NULL))) s = v4_mm(ex, &L->wo_b, a, G * olr, R, out, H);
 done:
+    feed_free(&f);
     free(qr);
     free(q);
     free(keys);
     free(o);
     free(a);
+    free(iq);
+    free(iw);
     free(sel);
     free(nsel);
+    free(pos);
+    free(views);
+    free(jobs);
     return s;
 }
 
@@ -582,97 +638,142 @@ void pdb_v4_route(const pdb_config *cf, const pdb_v4_layer *ly, int32_t token, f
     for (int64_t k = 0; k < K; k++) wt[k] = scores[idx[k]] / den * (float)cf->routed_scaling_factor;
 }
 
-/* silu(clip(g)) * clip(u) in place into g; limit <= 0 disables the clipping. */
-static void swiglu(float *g, const float *u, int64_t n, float limit) {
-    for (int64_t i = 0; i < n; i++) {
-        float a = g[i], b = u[i];
-        if (limit > 0) {
-            a = fminf(a, limit);
-            b = fminf(fmaxf(b, -limit), limit);
+/* The post of a gate/up gang (pdb_qmat_matmul_gangs): gang[0] gate -> g, gang[1] up -> u, gang[2]
+ * a job skipped by the dispatch (n = 0) whose x points at the SwiGLU limit (<= 0: no clipping).
+ * Output rows [r0, r1) of every token: g = silu(clip(g)) * clip(u), in place. */
+static void swiglu_post(const pdb_qmat_job *gang, int64_t r0, int64_t r1) {
+    float limit = gang[2].x[0], *g = gang[0].y;
+    const float *u = gang[1].y;
+    int64_t ldg = gang[0].ldy, ldu = gang[1].ldy;
+    for (int64_t t = 0; t < gang[0].n; t++)
+        for (int64_t i = r0; i < r1; i++) {
+            float a = g[t * ldg + i], b = u[t * ldu + i];
+            if (limit > 0) {
+                a = fminf(a, limit);
+                b = fminf(fmaxf(b, -limit), limit);
+            }
+            g[t * ldg + i] = a / (1.0f + expf(-a)) * b;
         }
-        g[i] = a / (1.0f + expf(-a)) * b;
-    }
 }
 
-/* Routed experts (grouped by expert, ascending) + the shared expert: x [T, H] -> out [T, H]. */
+/* Routed experts (grouped by expert, ascending) + the shared expert: x [T, H] -> out [T, H]. Every
+ * picked expert's and the shared expert's gate/up products run as gangs in one dispatch (SwiGLU
+ * as their post), then every down product in one more; out = the routed outputs weighted and
+ * summed in expert order, then + the shared expert's. */
 static pdb_status moe(const pdb_v4_model *m, const pdb_v4_exec *ex, const pdb_v4_layer *L, const int32_t *ids, const float *x, int64_t T,
                       float *out) {
     const pdb_config *c = &m->cfg;
     int64_t H = c->hidden_size, E = c->n_routed_experts, K = c->num_experts_per_tok, I = c->moe_intermediate_size;
     float limit = (float)c->swiglu_limit;
     pdb_status s = PDB_OK;
-    int64_t TK = T * K; /* a token may pick one expert twice (hash tables): rows for every pick */
-    float *lg = falloc(T * E), *wt = falloc(TK), *xg = falloc(TK * H), *g = falloc(TK * I), *u = falloc(TK * I);
-    float *y = falloc(TK * H);
+    int64_t TK = T * K, NR = TK + (c->n_shared_experts ? T : 0); /* a token may pick one expert twice (hash tables): rows for every pick */
+    float *lg = falloc(T * E), *wt = falloc(TK), *xg = falloc(TK * H), *g = falloc(NR * I), *u = falloc(NR * I);
+    float *y = falloc(NR * H);
     int64_t *idx = malloc(sizeof(int64_t) * (size_t)TK), *rows = malloc(sizeof(int64_t) * (size_t)TK);
     float *rw = falloc(TK);
-    if (!lg || !wt || !xg || !g || !u || !y || !idx || !rows || !rw) { s = pdb_err_set(PDB_NOMEM, "v4 moe: out of memory"); goto done; }
-    if ((s = v4_mm(ex, T, E, H, x, H, L->gate, H, 0, lg, E))) goto done;
+    pdb_qmat_job *gu = malloc(sizeof(pdb_qmat_job) * (size_t)(3 * (E + 1))), *dn = malloc(sizeof(pdb_qmat_job) * (size_t)(E + 1));
+    if (!lg || !wt || !xg || !g || !u || !y || !idx || !rows || !rw || !gu || !dn) { s = pdb_err_set(PDB_NOMEM, "v4 moe: out of memory"); goto done; }
+    if ((s = v4_mm(ex, &L->gate, x, H, T, lg, E))) goto done;
     for (int64_t t = 0; t < T; t++) pdb_v4_route(c, L, ids[t], lg + t * E, idx + t * K, wt + t * K);
-    memset(out, 0, sizeof(float) * (size_t)(T * H));
+    /* the picks grouped by expert (ascending), tokens in order within one: rows n0 .. n0 + n - 1 */
+    int ng = 0, nd = 0;
+    int64_t n0 = 0;
     for (int64_t e = 0; e < E; e++) {
         int64_t n = 0;
         for (int64_t t = 0; t < T; t++)
             for (int64_t k = 0; k < K; k++)
                 if (idx[t * K + k] == e) { /* a duplicate pick (possible in hash tables) counts twice, as in transformers */
-                    rows[n] = t;
-                    rw[n] = wt[t * K + k];
-                    memcpy(xg + n * H, x + t * H, sizeof(float) * (size_t)H);
+                    rows[n0 + n] = t;
+                    rw[n0 + n] = wt[t * K + k];
+                    memcpy(xg + (n0 + n) * H, x + t * H, sizeof(float) * (size_t)H);
                     n++;
                 }
         if (!n) continue;
-        if ((s = v4_mm(ex, n, I, H, xg, H, L->w1 + e * I * H, H, 0, g, I))) goto done;
-        if ((s = v4_mm(ex, n, I, H, xg, H, L->w3 + e * I * H, H, 0, u, I))) goto done;
-        swiglu(g, u, n * I, limit);
-        if ((s = v4_mm(ex, n, H, I, g, I, L->w2 + e * H * I, I, 0, y, H))) goto done;
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t d = 0; d < H; d++) out[rows[j] * H + d] += rw[j] * y[j * H + d];
+        gu[ng++] = (pdb_qmat_job){&L->w1[e], xg + n0 * H, H, n, g + n0 * I, I};
+        gu[ng++] = (pdb_qmat_job){&L->w3[e], xg + n0 * H, H, n, u + n0 * I, I};
+        gu[ng++] = (pdb_qmat_job){&L->w1[e], &limit, 0, 0, NULL, 0};
+        dn[nd++] = (pdb_qmat_job){&L->w2[e], g + n0 * I, I, n, y + n0 * H, H};
+        n0 += n;
     }
     if (c->n_shared_experts) {
-        if ((s = v4_mm(ex, T, I, H, x, H, L->sh_w1, H, 0, g, I))) goto done;
-        if ((s = v4_mm(ex, T, I, H, x, H, L->sh_w3, H, 0, u, I))) goto done;
-        swiglu(g, u, T * I, limit);
-        s = v4_mm(ex, T, H, I, g, I, L->sh_w2, I, 1, out, H);
+        gu[ng++] = (pdb_qmat_job){&L->sh_w1, x, H, T, g + TK * I, I};
+        gu[ng++] = (pdb_qmat_job){&L->sh_w3, x, H, T, u + TK * I, I};
+        gu[ng++] = (pdb_qmat_job){&L->sh_w1, &limit, 0, 0, NULL, 0};
+        dn[nd++] = (pdb_qmat_job){&L->sh_w2, g + TK * I, I, T, y + TK * H, H};
     }
+    if ((s = v4_run(ex, gu, ng, 3, swiglu_post))) goto done;
+    if ((s = v4_run(ex, dn, nd, 1, NULL))) goto done;
+    memset(out, 0, sizeof(float) * (size_t)(T * H));
+    for (int64_t j = 0; j < TK; j++)
+        for (int64_t d = 0; d < H; d++) out[rows[j] * H + d] += rw[j] * y[j * H + d];
+    if (c->n_shared_experts)
+        for (int64_t i = 0; i < T * H; i++) out[i] = out[i] + y[TK * H + i];
 done:
-    free(lg); free(wt); free(xg); free(g); free(u); free(y); free(idx); free(rows); free(rw);
+    free(lg); free(wt); free(xg); free(g); free(u); free(y); free(idx); free(rows); free(rw); free(gu); free(dn);
     return s;
 }
 
 /* ======================================== layer / forward ======================================== */
 
-/* One hyper-connected sub-block: collapse the streams, norm, run `which` (0 attention, 1 MoE), expand. */
-static pdb_status sub_block(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, int which, const int32_t *ids,
-                            float *hs, int64_t T, const pdb_v4_hook *hook) {
+/* One hyper-connected sub-block over the rows of n sequences: collapse the streams, norm, run
+ * `which` (0 attention, 1 MoE), expand. The hook (one sequence only) sees the attention input. */
+static pdb_status sub_block(const pdb_v4_model *m, const v4_seg *sg, int n, int64_t l, int which, const int32_t *ids,
+                            float *hs, int64_t R, const pdb_v4_hook *hook) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     int64_t H = c->hidden_size, hc = c->hc_mult;
-    float *x = falloc(T * H), *out = falloc(T * H), *post = falloc(T * hc), *comb = falloc(T * hc * hc), *tmp = falloc(hc * H);
+    float *x = falloc(R * H), *out = falloc(R * H), *post = falloc(R * hc), *comb = falloc(R * hc * hc), *tmp = falloc(hc * H);
     pdb_status s = PDB_OK;
     if (!x || !out || !post || !comb || !tmp) { s = pdb_err_set(PDB_NOMEM, "v4 layer: out of memory"); goto done; }
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = 0; t < R; t++) {
         hc_pre(c, which ? L->hc_ffn_fn : L->hc_attn_fn, which ? L->hc_ffn_base : L->hc_attn_base,
                which ? L->hc_ffn_scale : L->hc_attn_scale, hs + t * hc * H, x + t * H, post + t * hc, comb + t * hc * hc, tmp);
         pdb_math_rmsnorm(x + t * H, x + t * H, which ? L->ffn_norm : L->attn_norm, H, c->rms_norm_eps);
     }
-    if (!which && hook) s = hook->attn_input(hook->user, l, x, T, cc->len);
-    if (!s) s = which ? moe(m, &cc->exec, L, ids, x, T, out) : attention(m, cc, l, x, T, out);
+    if (!which && hook) s = hook->attn_input(hook->user, l, x, R, sg[0].c->len);
+    if (!s) s = which ? moe(m, &sg[0].c->exec, L, ids, x, R, out) : attention(m, sg, n, l, x, R, out);
     if (s) goto done;
-    for (int64_t t = 0; t < T; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
+    for (int64_t t = 0; t < R; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
 done:
     free(x); free(out); free(post); free(comb); free(tmp);
     return s;
 }
 
-pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
-                          float *logits) {
-    return pdb_v4_forward_hooked(m, cc, ids, T, all_logits, logits, NULL);
-}
-
-pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
-                                 float *logits, const pdb_v4_hook *hook) {
+/* n sequences' tokens (ids [R], rows of sequence i from sg[i].r0) through every layer, then the
+ * logits of rows lrows[0 .. nl) into logits [nl, V]; every cache's len advanced by its T. */
+static pdb_status forward_rows(const pdb_v4_model *m, const v4_seg *sg, int n, const int32_t *ids, int64_t R,
+                               const int64_t *lrows, int64_t nl, float *logits, const pdb_v4_hook *hook) {
     const pdb_config *c = &m->cfg;
     int64_t H = c->hidden_size, hc = c->hc_mult, V = c->vocab_size;
+    float *hs = falloc(R * hc * H), *tmp = falloc(hc * H), *y = falloc(nl * H);
+    pdb_status s = PDB_OK;
+    if (!hs || !tmp || !y) { s = pdb_err_set(PDB_NOMEM, "v4 forward: out of memory for %lld tokens", (long long)R); goto done; }
+    for (int64_t t = 0; t < R; t++) {
+        pdb_qmat_row_f32(&m->embed, ids[t], hs + t * hc * H);
+        for (int64_t k = 1; k < hc; k++) memcpy(hs + (t * hc + k) * H, hs + t * hc * H, sizeof(float) * (size_t)H);
+    }
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        if ((s = sub_block(m, sg, n, l, 0, ids, hs, R, hook))) goto done;
+        if ((s = sub_block(m, sg, n, l, 1, ids, hs, R, hook))) goto done;
+    }
+    for (int i = 0; i < n; i++) sg[i].c->len += sg[i].T;
+    if (nl > 0) {
+        for (int64_t r = 0; r < nl; r++) {
+            hc_head(m, hs + lrows[r] * hc * H, y + r * H, tmp);
+            pdb_math_rmsnorm(y + r * H, y + r * H, m->norm, H, c->rms_norm_eps);
+        }
+        s = v4_mm(&sg[0].c->exec, &m->head, y, H, nl, logits, V);
+    }
+done:
+    free(hs);
+    free(tmp);
+    free(y);
+    return s;
+}
+
+/* The checks every forward makes on one sequence's call. */
+static pdb_status check_call(const pdb_v4_model *m, const pdb_v4_cache *cc, const int32_t *ids, int64_t T) {
+    int64_t V = m->cfg.vocab_size;
     if (m->part != PDB_V4_PART_ALL)
         return pdb_err_set(PDB_INVALID, "v4 forward: this model holds only the capture hook's weights (per layer wkv, kv_norm "
                                         "and the compressors); the embedding, head, hyper-connections, query, output and "
@@ -685,25 +786,56 @@ pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const 
         if (ids[t] < 0 || ids[t] >= V)
             return pdb_err_set(PDB_INVALID, "v4 forward: token id %d at %lld is outside the vocabulary (%lld)", ids[t],
                                (long long)t, (long long)V);
-    float *hs = falloc(T * hc * H), *tmp = falloc(hc * H), *y = falloc(H);
-    pdb_status s = PDB_OK;
-    if (!hs || !tmp || !y) { s = pdb_err_set(PDB_NOMEM, "v4 forward: out of memory for %lld tokens", (long long)T); goto done; }
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t k = 0; k < hc; k++) memcpy(hs + (t * hc + k) * H, m->embed + (int64_t)ids[t] * H, sizeof(float) * (size_t)H);
-    for (int64_t l = 0; l < c->num_layers; l++) {
-        if ((s = sub_block(m, cc, l, 0, ids, hs, T, hook))) goto done;
-        if ((s = sub_block(m, cc, l, 1, ids, hs, T, hook))) goto done;
+    return PDB_OK;
+}
+
+pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
+                          float *logits) {
+    return pdb_v4_forward_hooked(m, cc, ids, T, all_logits, logits, NULL);
+}
+
+pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *cc, const int32_t *ids, int64_t T, int all_logits,
+                                 float *logits, const pdb_v4_hook *hook) {
+    PDB_TRY(check_call(m, cc, ids, T));
+    int64_t nl = !logits ? 0 : all_logits ? T : 1;
+    int64_t *lrows = malloc(sizeof(int64_t) * (size_t)(nl > 0 ? nl : 1));
+    if (!lrows) return pdb_err_set(PDB_NOMEM, "v4 forward: out of memory");
+    for (int64_t r = 0; r < nl; r++) lrows[r] = T - nl + r;
+    v4_seg sg = {cc, 0, T};
+    pdb_status s = forward_rows(m, &sg, 1, ids, T, lrows, nl, logits, hook);
+    free(lrows);
+    return s;
+}
+
+pdb_status pdb_v4_forward_multi(const pdb_v4_model *m, const pdb_v4_step *steps, int n) {
+    if (n <= 0) return pdb_err_set(PDB_INVALID, "v4 forward: no sequences");
+    int64_t R = 0, nl = 0, V = m->cfg.vocab_size;
+    for (int i = 0; i < n; i++) {
+        pdb_status s = check_call(m, steps[i].c, steps[i].ids, steps[i].T);
+        if (s) return pdb_err_wrap(s, "sequence %d of %d", i, n);
+        for (int j = 0; j < i; j++)
+            if (steps[j].c == steps[i].c)
+                return pdb_err_set(PDB_INVALID, "v4 forward: sequences %d and %d share one cache", j, i);
+        R += steps[i].T;
+        nl += steps[i].logits != NULL;
     }
-    cc->len += T;
-    if (logits)
-        for (int64_t t = all_logits ? 0 : T - 1, r = 0; t < T; t++, r++) {
-            hc_head(m, hs + t * hc * H, y, tmp);
-            pdb_math_rmsnorm(y, y, m->norm, H, c->rms_norm_eps);
-            if ((s = v4_mm(&cc->exec, 1, V, H, y, H, m->head, H, 0, logits + r * V, V))) goto done;
-        }
-done:
-    free(hs);
-    free(tmp);
-    free(y);
+    v4_seg *sg = malloc(sizeof(v4_seg) * (size_t)n);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)R);
+    int64_t *lrows = malloc(sizeof(int64_t) * (size_t)(nl > 0 ? nl : 1));
+    float *lg = falloc(nl * V);
+    pdb_status s = PDB_OK;
+    if (!sg || !ids || !lrows || !lg) s = pdb_err_set(PDB_NOMEM, "v4 forward: out of memory for %d sequences", n);
+    for (int64_t i = 0, r0 = 0, k = 0; !s && i < n; r0 += steps[i].T, i++) {
+        sg[i] = (v4_seg){steps[i].c, r0, steps[i].T};
+        memcpy(ids + r0, steps[i].ids, sizeof(int32_t) * (size_t)steps[i].T);
+        if (steps[i].logits) lrows[k++] = r0 + steps[i].T - 1;
+    }
+    if (!s) s = forward_rows(m, sg, n, ids, R, lrows, nl, lg, NULL);
+    for (int64_t i = 0, k = 0; !s && i < n; i++)
+        if (steps[i].logits) memcpy(steps[i].logits, lg + (k++) * V, sizeof(float) * (size_t)V);
+    free(sg);
+    free(ids);
+    free(lrows);
+    free(lg);
     return s;
 }

@@ -1,4 +1,4 @@
-/* pdb_v4: the DeepSeek-V4 (V4-Flash architecture) CPU reference forward in f32, readable top to
+/* pdb_v4: the DeepSeek-V4 (V4-Flash architecture) CPU forward (activations f32, weights as stored), readable top to
  * bottom, with a cache whose per-layer state is exactly the decoder's pools (docs/v4.md):
  *   append pools  comp  [n_comp, head_dim]        one compressed entry per `rate` tokens (CSA 4, HCA 128)
  *                 ikeys [n_comp, index_head_dim]  CSA only: the indexer's compressed keys
@@ -7,10 +7,14 @@
  *                                                  (slot p % rate; gate already holds + ape)
  *                 ov_kv/ov_gate   [rate, head_dim]        CSA: previous full window's overlap half
  *                 ibuf_* / iov_*  the same for the indexer's compressor (index_head_dim)
- * Invariants: weights are f32 copies made at load (any checkpoint dtype, dequantized by the
- * shared core code); a forward call processes T tokens at positions cache->len .. len+T-1 and
- * every per-token step that feeds the cache (K=V row, compressor slots, emitted entries) is a
- * pure function of that token's inputs and the cache state, applied token by token, so any
+ * Invariants: every weight matrix is a pdb_qmat over the checkpoint's stored bytes (f32, bf16,
+ * MXFP8, MXFP4; DeepSeek's block FP8 as MXFP8, lossless) and every product with a weight is
+ * pdb_qmat's fixed-order dot (32 lanes, fused multiply-adds, folded 32->1: bit-identical across
+ * ISAs, threads and batch sizes); norms, biases, sinks, ape, the hyper-connection mixing and
+ * tid2eid are f32 / i32 arrays; a forward call processes T tokens at positions cache->len ..
+ * len+T-1 and every per-token step that feeds the cache (K=V row, compressor slots, emitted
+ * entries) is a pure function of that token's inputs and the cache state, applied token by token,
+ * so any
  * chunking of the prefill produces the same pools as one shot; compressed entries are emitted
  * in order the moment their window is full; the semantics (official | exact) is fixed per cache
  * and decides whether the FP8/FP4 simulations of pdb_v4_qsim are applied to cached rows, entries
@@ -24,6 +28,8 @@
 #include "pdb_config.h"
 #include "pdb_arch.h"
 #include "pdb_pool.h"
+#include "pdb_ptrs.h"
+#include "pdb_qmat.h"
 #include "pdb_rope.h"
 #include "pdb_safetensors.h"
 
@@ -38,11 +44,12 @@ const char *pdb_v4_semantics_name(pdb_v4_semantics s);
 
 typedef struct pdb_v4_compressor {
     int64_t rate, dim, coff;  /* coff = 2 for the overlapping (CSA) form, else 1 */
-    float *wkv, *wgate;       /* [coff*dim, H] each */
+    pdb_qmat wkv, wgate;      /* [coff*dim, H] each */
     float *ape;               /* [rate, coff*dim] position bias added to the gate */
     float *norm;              /* [dim] */
 } pdb_v4_compressor;
 
+/* A weight matrix that was not loaded (PDB_V4_PART_HOOK) has data NULL. */
 typedef struct pdb_v4_layer {
     pdb_v4_attn attn;
     int64_t rate;                    /* 0 sliding-only, else the compression rate */
@@ -52,25 +59,25 @@ typedef struct pdb_v4_layer {
     float *hc_attn_fn, *hc_ffn_fn;   /* [(2+hc)*hc, hc*H] */
     float *hc_attn_base, *hc_ffn_base; /* [(2+hc)*hc] */
     float *hc_attn_scale, *hc_ffn_scale; /* [3] */
-    float *wq_a;                     /* [qlr, H] */
+    pdb_qmat wq_a;                   /* [qlr, H] */
     float *q_norm;                   /* [qlr] */
-    float *wq_b;                     /* [nh*hd, qlr] */
-    float *wkv;                      /* [hd, H] */
+    pdb_qmat wq_b;                   /* [nh*hd, qlr] */
+    pdb_qmat wkv;                    /* [hd, H] */
     float *kv_norm;                  /* [hd] */
-    float *wo_a;                     /* [G*olr, nh*hd/G] */
-    float *wo_b;                     /* [H, G*olr] */
+    pdb_qmat wo_a;                   /* [G*olr, nh*hd/G] (group g: rows g*olr ..) */
+    pdb_qmat wo_b;                   /* [H, G*olr] */
     float *sink;                     /* [nh] */
     pdb_v4_compressor comp;          /* CSA/HCA */
     pdb_v4_compressor icomp;         /* CSA: the indexer's compressor */
-    float *idx_wq_b;                 /* [nih*ihd, qlr] */
-    float *idx_wproj;                /* [nih, H] */
-    float *gate;                     /* [E, H] */
+    pdb_qmat idx_wq_b;               /* [nih*ihd, qlr] */
+    pdb_qmat idx_wproj;              /* [nih, H] */
+    pdb_qmat gate;                   /* [E, H] the router */
     float *gate_bias;                /* [E] (score-routed layers) */
     int32_t *tid2eid;                /* [V, K] (hash-routed layers) */
-    float *w1, *w3;                  /* [E, I, H] */
-    float *w2;                       /* [E, H, I] */
-    float *sh_w1, *sh_w3;            /* [I, H] (n_shared_experts == 1) */
-    float *sh_w2;                    /* [H, I] */
+    pdb_qmat *w1, *w3;               /* [E] each [I, H] (NULL when not loaded) */
+    pdb_qmat *w2;                    /* [E] each [H, I] */
+    pdb_qmat sh_w1, sh_w3;           /* [I, H] (n_shared_experts == 1) */
+    pdb_qmat sh_w2;                  /* [H, I] */
 } pdb_v4_layer;
 
 /* Which tensors a load holds (pdb_v4_load_part). */
@@ -84,28 +91,32 @@ typedef enum pdb_v4_part {
 typedef struct pdb_v4_model {
     pdb_config cfg;
     pdb_v4_part part;                /* what was loaded */
-    int64_t bytes;                   /* bytes of the weight arrays held (f32 tensors, tid2eid; rope tables not counted) */
+    int64_t bytes;                   /* bytes of weights held: every qmat's data + scales (viewed in the
+                                        checkpoint or owned), the f32 vectors, tid2eid (rope tables not counted) */
     pdb_rope rope_main, rope_compress;
-    float *embed;                    /* [V, H] */
-    float *head;                     /* [V, H] (== embed when tied) */
+    pdb_qmat embed;                  /* [V, H] */
+    pdb_qmat head;                   /* [V, H] (== embed when tied) */
     float *norm;                     /* [H] */
     float *hc_head_fn;               /* [hc, hc*H] */
     float *hc_head_base;             /* [hc] */
     float *hc_head_scale;            /* [1] */
     pdb_v4_layer *layers;            /* [L] */
+    int64_t max_cols;                /* widest weight input: matmul scratch is PDB_QMAT_ROWBUF_FLOATS(threads, max_cols) */
+    pdb_ptrs owned;                  /* buffers made at load (f32 vectors, converted weights, expert tables) */
+    pdb_st *own_st;                  /* the checkpoint the views point into when pdb_v4_load opened it (closed by pdb_v4_free) */
 } pdb_v4_model;
 
-/* Where a V4 model's matrix products run. Every product is C[M, N] (ldc) = A[M, K] (lda) @
- * B[N, K]^T (ldb), plus C when acc, B always a weight of the model (its host pointer stays valid
- * and constant for the model's life), and each element in the reference order of
- * pdb_v4_mm_ref: 8 f32 partial sums over k mod 8 (p[j] = p[j] + a*b, two roundings), combined as
- * ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)), then the tail k >= K - K % 8 added in order.
- * A provider that keeps this order makes every engine bit-identical to the CPU. */
+/* Where a V4 model's matrix products run. Every product is C[M, N] (ldc) = A[M, K] (lda) @ W^T
+ * with W a weight of the model ([N = W->rows, K = W->cols], any pdb_qmat format; the qmat and its
+ * bytes stay valid and constant for the model's life: a provider may key a device copy on
+ * W->data), each element exactly as pdb_qmat_matmul computes it: the weight row dequantized
+ * exactly, then 32 lane accumulators (lane j takes k = j mod 32) with fused multiply-adds in k
+ * order starting from 0, folded 32->16->8->4->2->1 (lane i + lane i + half). A provider that keeps
+ * this order makes every engine bit-identical to the CPU (docs/v4.md). */
 struct pdb_v4_attn_desc;
 typedef struct pdb_v4_mm_provider {
     const char *name; /* "cuda" */
-    pdb_status (*mm)(void *ctx, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                     int64_t ldb, int acc, float *C, int64_t ldc);
+    pdb_status (*mm)(void *ctx, int64_t M, const float *A, int64_t lda, const pdb_qmat *W, float *C, int64_t ldc);
     /* Optional (NULL: on the host): one layer's window/compressed attention for T tokens, each
      * output element exactly as pdb_v4_attn_ref computes it (the contract below). */
     pdb_status (*attn)(void *ctx, const struct pdb_v4_attn_desc *d);
@@ -120,9 +131,9 @@ typedef struct pdb_v4_exec {
     const pdb_v4_mm_provider *mm;   /* NULL: products and attention on the CPU (pool) */
 } pdb_v4_exec;
 
-/* The reference product on the calling thread (the provider contract's definition). */
-void pdb_v4_mm_ref(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb, int acc,
-                   float *C, int64_t ldc);
+/* The reference product on the calling thread (the provider contract's definition):
+ * pdb_qmat_matmul without a pool. */
+pdb_status pdb_v4_mm_ref(int64_t M, const float *A, int64_t lda, const pdb_qmat *W, float *C, int64_t ldc);
 
 /* One layer's attention for T tokens at positions p0..p0+T-1, as plain data (all host memory,
  * read-only but o). Token t (position p = p0 + t), head h sees n = nw + nc keys, in this order:
@@ -180,9 +191,10 @@ typedef struct pdb_v4_cache {
 
 /* dir: HF model directory (config.json + safetensors). */
 pdb_status pdb_v4_load(const char *dir, pdb_v4_model **out);
-/* Load from an open reader with a parsed config (every tensor: pdb_v4_load_part's PDB_V4_PART_ALL). */
+/* Load from an open reader with a parsed config (every tensor: pdb_v4_load_part's PDB_V4_PART_ALL);
+ * the weights are views into st, which must stay open while the model lives. */
 pdb_status pdb_v4_load_from(const pdb_config *cfg, const pdb_st *st, pdb_v4_model **out);
-/* Load part of the tensors (pdb_v4_part); each loaded tensor is the same f32 array in any part. */
+/* Load part of the tensors (pdb_v4_part); each loaded tensor is the same qmat in any part. */
 pdb_status pdb_v4_load_part(const pdb_config *cfg, const pdb_st *st, pdb_v4_part part, pdb_v4_model **out);
 /* The bytes of weights m holds (pdb_v4_model.bytes). */
 int64_t pdb_v4_model_bytes(const pdb_v4_model *m);
@@ -198,6 +210,22 @@ void pdb_v4_cache_free(pdb_v4_cache *c);
  * [1, V] for the last one (NULL skips the head). */
 pdb_status pdb_v4_forward(const pdb_v4_model *m, pdb_v4_cache *c, const int32_t *ids, int64_t T, int all_logits,
                           float *logits);
+
+/* One sequence of a multi-sequence step: T tokens ids at positions c->len .., the logits of its
+ * last token into logits [V] (NULL: none). */
+typedef struct pdb_v4_step {
+    pdb_v4_cache *c;
+    const int32_t *ids;
+    int64_t T;
+    float *logits;
+} pdb_v4_step;
+/* n sequences (distinct caches) in one forward: every product with a weight runs once over all
+ * their tokens (each weight read once per step, on steps[0].c's execution context: the caches
+ * should share one), the cache feed, indexer and attention per sequence on its own cache. Every
+ * sequence's logits and cache are bit for bit what pdb_v4_forward gives it alone (pdb_qmat's
+ * products do not depend on the rows beside them). Each cache's len advances by its T; on an
+ * error the caches' state is unspecified. */
+pdb_status pdb_v4_forward_multi(const pdb_v4_model *m, const pdb_v4_step *steps, int n);
 
 /* The capture hook's view of a forward: called at every layer with that layer's attention input
  * x [T, H] (after the hyper-connection collapse and attn_norm) for positions p0..p0+T-1, before

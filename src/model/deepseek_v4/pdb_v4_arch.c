@@ -79,10 +79,11 @@ static pdb_status v4_ref_forward(void *r, const int32_t *ids, int64_t n, float *
     return pdb_v4_forward(v->m, &v->c, ids, n, 1, logits);
 }
 
-/* Indices are pdb_v4_semantics values. */
+/* Indices are pdb_v4_semantics values. v2: the products in pdb_qmat's order (D24; v1 summed 8 partial sums), so a
+ * store or prefill server of the v1 math never matches a v2 decoder. */
 static const pdb_arch_semantics V4_SEMANTICS[] = {
-    [PDB_V4_SEM_OFFICIAL] = {"official", "deepseek_v4/official/pools-f32/v1"},
-    [PDB_V4_SEM_EXACT] = {"exact", "deepseek_v4/exact/pools-f32/v1"},
+    [PDB_V4_SEM_OFFICIAL] = {"official", "deepseek_v4/official/pools-f32/v2"},
+    [PDB_V4_SEM_EXACT] = {"exact", "deepseek_v4/exact/pools-f32/v2"},
 };
 
 const pdb_arch_def pdb_arch_deepseek_v4 = {
