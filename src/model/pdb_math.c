@@ -18,6 +18,8 @@ void pdb_math_rmsnorm(float *y, const float *x, const float *w, int64_t n, doubl
 
 float pdb_math_exp(float x) { return (float)exp((double)x); }
 
+float pdb_math_log1pf(float x) { return (float)log1p((double)x); }
+
 void pdb_math_silu_mul(float *out, const float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + pdb_math_exp(-g[i])) * u[i];
 }

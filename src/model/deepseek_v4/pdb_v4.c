@@ -613,7 +613,7 @@ void pdb_v4_route(const pdb_config *cf, const pdb_v4_layer *ly, int32_t token, f
     else
         for (int64_t e = 0; e < E; e++) {
             float l = scores[e];
-            scores[e] = cf->scoring_func == PDB_V4_SCORE_SIGMOID ? sigmoidf(l) : sqrtf(l > 20.0f ? l : log1pf(expf(l)));
+            scores[e] = cf->scoring_func == PDB_V4_SCORE_SIGMOID ? sigmoidf(l) : sqrtf(l > 20.0f ? l : pdb_math_log1pf(expf(l)));
         }
     if (ly->hash) {
         for (int64_t k = 0; k < K; k++) idx[k] = ly->tid2eid[(int64_t)token * K + k];
