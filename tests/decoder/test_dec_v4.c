@@ -159,6 +159,27 @@ static void test_forward_and_blocks(void **st) {
         }
         pdb_dec_seq_free(&s2);
     }
+    /* a copy of a sequence mid-block (compressor buffers and overlap halves not empty) continues
+     * bit-identically: what n choices of one prompt rely on */
+    {
+        pdb_dec_seq s4, s5;
+        PDB_TEST_OK(pdb_dec_seq_init(&s4, m, T));
+        PDB_TEST_OK(pdb_dec_seq_init(&s5, m, T + NDEC));
+        prefill(m, &s4, ids, T, 19, NULL, 0, got);
+        PDB_TEST_OK(pdb_dec_seq_copy(&s5, &s4));
+        assert_int_equal(s5.len, T);
+        pdb_dec_seq_free(&s4); /* the copy owns nothing of the source */
+        for (int i = 0; i < NDEC; i++) {
+            pdb_dec_seg sg = {&s5, ids + T + i, 1, got};
+            PDB_TEST_OK(pdb_dec_forward(m, &sg, 1));
+            if (memcmp(got, ref + (i + 1) * V, sizeof(float) * V)) fail_msg("copied sequence: decode %d differs", i);
+        }
+        pdb_dec_seq small;
+        PDB_TEST_OK(pdb_dec_seq_init(&small, m, 10));
+        assert_int_equal(pdb_dec_seq_copy(&small, &s5), PDB_INVALID);
+        pdb_dec_seq_free(&small);
+        pdb_dec_seq_free(&s5);
+    }
     /* a wrong window in the mounted state is noticed (the state pools matter) */
     pdb_dec_seq s3;
     PDB_TEST_OK(pdb_dec_seq_init(&s3, m, T));
