@@ -24,6 +24,7 @@ struct pdb_json_vocab {
     int64_t n;
     char **bytes;    /* [n] NULL = never allowed */
     uint32_t *len;   /* [n] */
+    uint8_t *plain;  /* [n] 1: complete UTF-8 without '"', '\\' or control bytes (inside a string it changes nothing) */
 };
 
 static int j_top_is_object(const pdb_json_state *st) {
@@ -214,7 +215,8 @@ static pdb_status j_vocab_alloc(int64_t n, pdb_json_vocab **out) {
     v->n = n;
     v->bytes = calloc((size_t)(n ? n : 1), sizeof *v->bytes);
     v->len = calloc((size_t)(n ? n : 1), sizeof *v->len);
-    if (!v->bytes || !v->len) { pdb_json_vocab_free(v); return pdb_err_set(PDB_NOMEM, "json mask vocabulary of %lld tokens", (long long)n); }
+    v->plain = calloc((size_t)(n ? n : 1), 1);
+    if (!v->bytes || !v->len || !v->plain) { pdb_json_vocab_free(v); return pdb_err_set(PDB_NOMEM, "json mask vocabulary of %lld tokens", (long long)n); }
     *out = v;
     return PDB_OK;
 }
@@ -225,6 +227,15 @@ static pdb_status j_vocab_set(pdb_json_vocab *v, int64_t i, const char *b, size_
     if (!v->bytes[i]) return pdb_err_set(PDB_NOMEM, "json mask vocabulary");
     memcpy(v->bytes[i], b, len);
     v->len[i] = (uint32_t)len;
+    /* plain: what a string in its base state (no escape, no character pending) reads back to the
+     * same state, byte for byte checked by the recognizer itself */
+    pdb_json_state t;
+    memset(&t, 0, sizeof t);
+    t.lex = J_STRING;
+    t.depth = 1;
+    int plain = 1;
+    for (size_t k = 0; k < len && plain; k++) plain = b[k] != '"' && b[k] != '\\' && j_string_byte(&t, (unsigned char)b[k]);
+    v->plain[i] = (uint8_t)(plain && !t.u8_need && !t.esc);
     return PDB_OK;
 }
 
@@ -254,6 +265,7 @@ void pdb_json_vocab_free(pdb_json_vocab *v) {
     for (int64_t i = 0; v->bytes && i < v->n; i++) free(v->bytes[i]);
     free(v->bytes);
     free(v->len);
+    free(v->plain);
     free(v);
 }
 
@@ -265,10 +277,15 @@ int64_t pdb_json_mask_apply(const pdb_json_vocab *v, const pdb_json_state *st, f
         pdb_json_state t = *st;
         first_ok[c] = (uint8_t)j_feed_byte(&t, (unsigned)c);
     }
+    /* in a string's base state a plain token leaves the state as it is: allowed iff the state's
+     * distance fits the budget, without reading its bytes (most steps of most answers) */
+    int base_string = st->lex == J_STRING && !st->esc && !st->u8_need, plain_ok = pdb_json_state_dist(st) <= budget;
     int64_t allowed = 0;
     for (int64_t i = 0; i < n_vocab; i++) {
         int ok = 0;
-        if (i < v->n && v->bytes[i] && first_ok[(unsigned char)v->bytes[i][0]]) {
+        if (base_string && i < v->n && v->plain[i]) {
+            ok = plain_ok;
+        } else if (i < v->n && v->bytes[i] && first_ok[(unsigned char)v->bytes[i][0]]) {
             pdb_json_state t = *st;
             ok = pdb_json_state_feed(&t, v->bytes[i], v->len[i]) && pdb_json_state_dist(&t) <= budget;
         }
