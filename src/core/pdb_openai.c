@@ -835,6 +835,9 @@ static void pdb_openai_token_json(const pdb_openai_meta *m, int32_t id, json_t *
     }
 }
 
+/* JSON has no -inf: a token of probability 0 (a -inf or NaN logit) is -9999.0, as OpenAI writes it. */
+static double pdb_openai_lp(double x) { return isfinite(x) ? x : -9999.0; }
+
 /* chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null} */
 static json_t *pdb_openai_chat_logprobs(const pdb_openai_meta *m, const pdb_openai_result *res) {
     json_t *content = json_array();
@@ -844,10 +847,10 @@ static json_t *pdb_openai_chat_logprobs(const pdb_openai_meta *m, const pdb_open
         for (int k = 0; k < lp->n_top; k++) {
             json_t *tt, *tb;
             pdb_openai_token_json(m, lp->top[k].id, &tt, &tb);
-            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", tt, "logprob", lp->top[k].logprob, "bytes", tb));
+            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", tt, "logprob", pdb_openai_lp(lp->top[k].logprob), "bytes", tb));
         }
         pdb_openai_token_json(m, lp->id, &t, &b);
-        json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", t, "logprob", lp->logprob, "bytes", b, "top_logprobs", top));
+        json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", t, "logprob", pdb_openai_lp(lp->logprob), "bytes", b, "top_logprobs", top));
     }
     return json_pack("{s:o, s:n}", "content", content, "refusal");
 }
@@ -865,7 +868,7 @@ static json_t *pdb_openai_legacy_logprobs(const pdb_openai_meta *m, const pdb_op
             json_t *tt;
             pdb_openai_token_json(m, lp->top[k].id, &tt, NULL);
             if (!json_object_get(top, json_string_value(tt))) /* two ids of one text: the likelier is kept */
-                json_object_set_new(top, json_string_value(tt), json_real(lp->top[k].logprob));
+                json_object_set_new(top, json_string_value(tt), json_real(pdb_openai_lp(lp->top[k].logprob)));
             json_decref(tt);
         }
         size_t len = 0;
@@ -873,7 +876,7 @@ static json_t *pdb_openai_legacy_logprobs(const pdb_openai_meta *m, const pdb_op
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += len;
         json_array_append_new(tokens, t);
-        json_array_append_new(lps, json_real(lp->logprob));
+        json_array_append_new(lps, json_real(pdb_openai_lp(lp->logprob)));
         json_array_append_new(tops, top);
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);

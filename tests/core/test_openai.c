@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,7 +271,7 @@ static void test_logprobs_shapes(void **state) {
     (void)state;
     pdb_openai_meta m = {.kind = PDB_OPENAI_CHAT, .id = "c", .created = 1, .model = "m", .token_bytes = fake_bytes};
     pdb_openai_logprob lp[2] = {{.id = 1, .logprob = -0.25, .n_top = 2, .top = {{1, -0.25}, {0, -1.5}}},
-                                {.id = 2, .logprob = -3.0, .n_top = 0}};
+                                {.id = 2, .logprob = -3.0, .n_top = 1, .top = {{3, -INFINITY}}}};
     pdb_openai_result res[2] = {{.index = 0, .text = "bc", .text_len = 2, .finish_reason = "length", .logprobs = lp, .n_logprobs = 2},
                                 {.index = 1, .text = "a", .text_len = 1, .finish_reason = "stop"}};
     char *out;
@@ -293,6 +294,7 @@ static void test_logprobs_shapes(void **state) {
     json_t *e1 = json_array_get(content, 1); /* half a character: the text is repaired, the bytes are exact */
     assert_string_equal(json_string_value(json_object_get(e1, "token")), "\xEF\xBF\xBD\xEF\xBF\xBD");
     assert_int_equal(json_integer_value(json_array_get(json_object_get(e1, "bytes"), 1)), 0x82);
+    assert_true(json_real_value(json_object_get(json_array_get(json_object_get(e1, "top_logprobs"), 0), "logprob")) == -9999.0);
     json_decref(j);
     free(out);
 

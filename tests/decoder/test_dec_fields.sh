@@ -129,4 +129,6 @@ check(st == 400 and r["error"]["param"] == "stop", "JSON mode with stop: 400 nam
 print(f"{len(fails)} failure(s)")
 sys.exit(1 if fails else 0)
 PY
+pdb_e2e_stop_all
+if grep -qE "runtime error|AddressSanitizer|LeakSanitizer" "$T"/*.log; then pdb_e2e_fail "sanitizer report"; fi
 echo "test_dec_fields: all checks passed"

@@ -59,6 +59,12 @@ async function main() {
     try { const o = JSON.parse(j.choices[0].message.content); ok = o !== null && typeof o === 'object' && !Array.isArray(o); } catch (e) { ok = false; }
     check(ok, `JSON mode through the front, seed ${seed}: ${JSON.stringify(j.choices[0].message.content)}`);
   }
+  // the front refuses what the decoder would, before any bridge: an unknown field, a refused one
+  for (const [field, extra] of [['frobnicate', { frobnicate: 1 }], ['tools', { tools: [{ type: 'function', function: { name: 'f' } }] }]]) {
+    let status = 0, param = null;
+    try { await mk(front).chat.completions.create({ ...req, ...extra }); } catch (e) { status = e.status; param = e.param; }
+    check(status === 400 && param === field, `front: ${field} refused with 400 naming it (got ${status} ${param})`);
+  }
   console.log(`front-openai-client: ok (${verdict.split(';')[0]}, ${got.length} chars equal to native; bridged top-20 logprobs `
               + `of ${bv.length} positions identical to native, stream too; n = 2; JSON mode 3 seeds parse)`);
 }
