@@ -723,6 +723,7 @@ static void dec_handle_metrics(pdb_dec_server *s, pdb_http_request *hr) {
     const struct { const char *name, *help; uint64_t v; } ctr[] = {
         {"pdb_dec_prompt_tokens_total", "Prompt tokens of finished requests.", s->m_prompt},
         {"pdb_dec_cached_tokens_total", "Prompt tokens served from the prefix-cache store.", s->m_cached},
+        {"pdb_dec_prefill_tokens_total", "Prompt tokens run through the model (neither mounted nor copied).", st.prefill_tokens},
         {"pdb_dec_generated_tokens_total", "Tokens generated for finished requests.", s->m_generated},
         {"pdb_dec_requests_cancelled_total", "Requests cancelled (client gone or shutdown).", s->m_cancelled},
         {"pdb_dec_requests_failed_total", "Requests that ended with an engine error.", s->m_errors},

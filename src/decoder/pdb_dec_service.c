@@ -295,7 +295,7 @@ static void svc_fork(pdb_dec_service *s, svc_req *r) {
         pthread_mutex_lock(&s->mu);
         s->stats.running++;
         if (!st) {
-            s->stats.cached_tokens += (uint64_t)c->cached;
+            if (!copied) s->stats.cached_tokens += (uint64_t)c->cached; /* a copy mounted nothing */
             svc_req **pp = &s->active;
             while (*pp) pp = &(*pp)->next;
             *pp = c;
@@ -395,6 +395,9 @@ static void svc_advance(pdb_dec_service *s, const pdb_dec_seg *segs, svc_req **o
             done = 1;
         } else if (r->state == RQ_PREFILL) {
             r->prefilled += segs[i].n;
+            pthread_mutex_lock(&s->mu);
+            s->stats.prefill_tokens += (uint64_t)segs[i].n;
+            pthread_mutex_unlock(&s->mu);
             if (r->prefilled % s->opts.block_size == 0) store_block(s, r, r->prefilled / s->opts.block_size - 1);
             if (r->prefilled == r->n_ids) {
                 store_finish(r);

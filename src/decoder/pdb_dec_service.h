@@ -100,6 +100,7 @@ const char *pdb_dec_service_fingerprint_hex(const pdb_dec_service *s); /* 64 hex
 
 typedef struct pdb_dec_stats {
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
+    uint64_t prefill_tokens;   /* prompt tokens run through the model (not mounted, not copied) */
     uint64_t running, queued;
     uint64_t store_blocks_written, store_hits, store_misses, store_corrupt;
 } pdb_dec_stats;

@@ -249,6 +249,10 @@ static void test_choices(void **st) {
     assert_int_equal(three.lasts, 1);
     for (int k = 0; k < 3; k++) assert_true(three.n[k] == 12 && three.why[k] == PDB_FINISH_LENGTH);
     assert_memory_equal(three.toks[0], one.toks[0], sizeof(int32_t) * 12); /* choice 0 = the n = 1 answer */
+    /* one prefill: the n = 1 request computed its 300 tokens (and wrote 2 blocks); the n = 3 one
+     * mounted 256 and computed the 44-token tail once for its three choices */
+    assert_int_equal(after.prefill_tokens - before.prefill_tokens, 300 + 44);
+    assert_int_equal(after.cached_tokens - before.cached_tokens, 256);
     assert_memory_not_equal(three.toks[1], three.toks[0], sizeof(int32_t) * 12);
     assert_memory_not_equal(three.toks[2], three.toks[1], sizeof(int32_t) * 12);
     /* the prompt's 2 full blocks were written once (by the first request; the second hit them) */
