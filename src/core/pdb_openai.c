@@ -489,7 +489,7 @@ static pdb_status f_top_logprobs(json_t *root, const char *key, pdb_openai_reque
     if (k < 0 || k > PDB_OPENAI_MAX_TOP_LOGPROBS)
         return pdb_openai_set_error(err, 400, key, "invalid_value", "'top_logprobs' must be 0..%d, got %lld", PDB_OPENAI_MAX_TOP_LOGPROBS,
                                     (long long)k);
-    if (!r->logprobs)
+    if (!r->logprobs && k > 0)
         return pdb_openai_set_error(err, 400, key, "invalid_value", "'top_logprobs' needs 'logprobs': true");
     r->top_logprobs = (int)k;
     return PDB_OK;

@@ -214,6 +214,9 @@ static void test_new_fields(void **state) {
     parse_ok(PDB_OPENAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":5}", &r);
     assert_true(r.logprobs && r.top_logprobs == 5 && r.n == 1);
     pdb_openai_request_free(&r);
+    parse_ok(PDB_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":false,\"top_logprobs\":0}", &r);
+    assert_true(!r.logprobs && r.top_logprobs == 0);
+    pdb_openai_request_free(&r);
     parse_ok(PDB_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":20,"
                               "\"response_format\":{\"type\":\"json_object\"},\"store\":false,\"service_tier\":\"auto\","
                               "\"modalities\":[\"text\"],\"metadata\":{\"a\":\"b\"},\"prompt_cache_key\":\"k\","
