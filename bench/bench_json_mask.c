@@ -1,8 +1,9 @@
 /* bench_json_mask: what JSON mode costs per decode step: pdb_json_mask_apply over a real
  * tokenizer's vocabulary (every token's bytes tried against the recognizer state, the first-byte
  * filter first) along random walks that choose uniformly among the allowed tokens, as a sampler
- * with flat logits would. Prints the mean and p50/p99 microseconds per step and the mean number
- * of allowed tokens, by the state the step started in (in a string or not).
+ * with flat logits would. Each step is timed three times and the least kept (the box may be
+ * shared). Prints the mean and p50/p99 microseconds per step and the mean number of allowed
+ * tokens (the same for any correct version: a check that two versions decide alike).
  * Usage: bench_json_mask TOKENIZER_JSON [steps] [budget] */
 #include <math.h>
 #include <stdio.h>
@@ -36,10 +37,15 @@ int main(int argc, char **argv) {
     pdb_json_state_init(&st);
     int left = budget, walks = 1;
     for (int i = 0; i < steps; i++) {
-        for (int64_t k = 0; k < V; k++) logits[k] = 0;
-        double t0 = pdb_clock_now();
-        int64_t allowed = pdb_json_mask_apply(v, &st, logits, V, left - 1);
-        us[i] = (pdb_clock_now() - t0) * 1e6;
+        int64_t allowed = 0;
+        us[i] = INFINITY;
+        for (int rep = 0; rep < 3; rep++) { /* the least of three: a step's cost without the preemptions of a shared box */
+            for (int64_t k = 0; k < V; k++) logits[k] = 0;
+            double t0 = pdb_clock_now();
+            allowed = pdb_json_mask_apply(v, &st, logits, V, left - 1);
+            double t = (pdb_clock_now() - t0) * 1e6;
+            if (t < us[i]) us[i] = t;
+        }
         allowed_sum += (double)allowed;
         if (!allowed) { pdb_json_state_init(&st); left = budget; walks++; continue; }
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;

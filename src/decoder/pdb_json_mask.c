@@ -25,6 +25,7 @@ struct pdb_json_vocab {
     char **bytes;    /* [n] NULL = never allowed */
     uint32_t *len;   /* [n] */
     uint8_t *plain;  /* [n] 1: complete UTF-8 without '"', '\\' or control bytes (inside a string it changes nothing) */
+    uint32_t *skip;  /* [n] leading whitespace bytes (outside strings and numbers they change nothing) */
 };
 
 static int j_top_is_object(const pdb_json_state *st) {
@@ -216,7 +217,8 @@ static pdb_status j_vocab_alloc(int64_t n, pdb_json_vocab **out) {
     v->bytes = calloc((size_t)(n ? n : 1), sizeof *v->bytes);
     v->len = calloc((size_t)(n ? n : 1), sizeof *v->len);
     v->plain = calloc((size_t)(n ? n : 1), 1);
-    if (!v->bytes || !v->len || !v->plain) { pdb_json_vocab_free(v); return pdb_err_set(PDB_NOMEM, "json mask vocabulary of %lld tokens", (long long)n); }
+    v->skip = calloc((size_t)(n ? n : 1), sizeof *v->skip);
+    if (!v->bytes || !v->len || !v->plain || !v->skip) { pdb_json_vocab_free(v); return pdb_err_set(PDB_NOMEM, "json mask vocabulary of %lld tokens", (long long)n); }
     *out = v;
     return PDB_OK;
 }
@@ -236,6 +238,9 @@ static pdb_status j_vocab_set(pdb_json_vocab *v, int64_t i, const char *b, size_
     int plain = 1;
     for (size_t k = 0; k < len && plain; k++) plain = b[k] != '"' && b[k] != '\\' && j_string_byte(&t, (unsigned char)b[k]);
     v->plain[i] = (uint8_t)(plain && !t.u8_need && !t.esc);
+    uint32_t k = 0;
+    while (k < len && j_ws((unsigned char)b[k])) k++;
+    v->skip[i] = k;
     return PDB_OK;
 }
 
@@ -266,6 +271,7 @@ void pdb_json_vocab_free(pdb_json_vocab *v) {
     free(v->bytes);
     free(v->len);
     free(v->plain);
+    free(v->skip);
     free(v);
 }
 
@@ -279,13 +285,26 @@ int64_t pdb_json_mask_apply(const pdb_json_vocab *v, const pdb_json_state *st, f
     }
     /* in a string's base state a plain token leaves the state as it is: allowed iff the state's
      * distance fits the budget, without reading its bytes (most steps of most answers) */
-    int base_string = st->lex == J_STRING && !st->esc && !st->u8_need, plain_ok = pdb_json_state_dist(st) <= budget;
+    int base_string = st->lex == J_STRING && !st->esc && !st->u8_need, same_ok = pdb_json_state_dist(st) <= budget;
+    /* between tokens of the grammar (not in a string, a number or a literal) whitespace changes
+     * nothing: a token is judged by its first other byte, and one of whitespace only like a
+     * plain token in a string (most of a vocabulary's tokens start with a space) */
+    int ws_noop = st->lex != J_STRING && st->lex != J_NUMBER && st->lex != J_LITERAL;
     int64_t allowed = 0;
     for (int64_t i = 0; i < n_vocab; i++) {
         int ok = 0;
-        if (base_string && i < v->n && v->plain[i]) {
-            ok = plain_ok;
-        } else if (i < v->n && v->bytes[i] && first_ok[(unsigned char)v->bytes[i][0]]) {
+        if (i >= v->n || !v->bytes[i]) {
+            ok = 0;
+        } else if (base_string && v->plain[i]) {
+            ok = same_ok;
+        } else if (ws_noop) {
+            uint32_t k = v->skip[i];
+            if (k == v->len[i]) ok = same_ok;
+            else if (first_ok[(unsigned char)v->bytes[i][k]]) {
+                pdb_json_state t = *st;
+                ok = pdb_json_state_feed(&t, v->bytes[i] + k, v->len[i] - k) && pdb_json_state_dist(&t) <= budget;
+            }
+        } else if (first_ok[(unsigned char)v->bytes[i][0]]) {
             pdb_json_state t = *st;
             ok = pdb_json_state_feed(&t, v->bytes[i], v->len[i]) && pdb_json_state_dist(&t) <= budget;
         }
