@@ -1,5 +1,5 @@
 /* pdb_json_mask: the JSON object recognizer and the vocabulary mask (see pdb_json_mask.h).
- * State machine, one byte at a time: J_START (only whitespace or '{'), J_KEY_OR_END (after '{'),
+ * State machine, one byte at a time: J_START (only '{'), J_KEY_OR_END (after '{'),
  * J_KEY (after ',' in an object), J_COLON (after a key), J_VALUE (after ':' or ',' in an array),
  * J_VALUE_OR_END (after '['), J_AFTER (after a value in a container: ',' or its closer),
  * J_STRING, J_NUMBER, J_LITERAL, J_DONE (the top object closed: whitespace only). A number ends
@@ -104,8 +104,7 @@ static int j_string_byte(pdb_json_state *st, unsigned c) {
 
 static int j_feed_byte(pdb_json_state *st, unsigned c) {
     switch (st->lex) {
-    case J_START:
-        if (j_ws(c)) return 1;
+    case J_START: /* the answer starts with its '{' (no leading whitespace to spend tokens on) */
         if (c != '{') return 0;
         st->lex = J_KEY_OR_END;
         return j_push(st, 1);

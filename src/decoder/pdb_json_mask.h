@@ -1,14 +1,15 @@
 /* pdb_json_mask: constrained decoding of one JSON object (OpenAI's response_format json_object):
  * a byte-level pushdown recognizer of JSON text whose top-level value is an object, and the mask
  * that, before each sampling step, leaves only the tokens whose bytes extend the text so far
- * toward a complete object within the tokens left. Invariants: a state only ever holds a prefix
- * of some valid JSON object text (RFC 8259, UTF-8), restricted so that every JSON parser takes it:
- * no \uXXXX escapes (no lone surrogates, no NUL), integer parts of at most 15 digits and
- * exponents of at most 2 (every number a finite double, every integer an int64); pdb_json_state_dist is the
- * fewest bytes that complete it, and a mask with budget B allows only tokens after which at most
- * B bytes are still needed, so with single-byte tokens for the ASCII characters (byte-level BPE
- * vocabularies have them) a choice of max_tokens >= 2 always ends with a complete object. The
- * vocabulary is immutable after init; states are small values (copied per candidate token). */
+ * toward a complete object within the tokens left (the text starts with its '{'). Invariants: a
+ * state only ever holds a prefix of some valid JSON object text (RFC 8259, UTF-8), restricted
+ * so that every JSON parser takes it: no \uXXXX escapes (no lone surrogates, no NUL), integer
+ * parts of at most 15 digits and exponents of at most 2 (every number a finite double, every
+ * integer an int64); pdb_json_state_dist is the fewest bytes that complete it, and a mask with
+ * budget B allows only tokens after which at most B bytes are still needed, so with single-byte
+ * tokens for the ASCII characters (byte-level BPE vocabularies have them) a choice of
+ * max_tokens >= 2 always ends with a complete object. The vocabulary is immutable after init;
+ * states are small values (copied per candidate token). */
 #ifndef PDB_JSON_MASK_H
 #define PDB_JSON_MASK_H
 
