@@ -488,7 +488,7 @@ static int dec_gen_check(const pdb_dec_server *s, const pdb_openai_request *q, p
 static int dec_json_mask(void *user, void *state, float *logits, int64_t n_vocab, int64_t budget) {
     return (int)pdb_json_mask_apply(user, state, logits, n_vocab, budget);
 }
-static void dec_json_advance(void *user, void *state, int32_t tok) { pdb_json_mask_advance(user, state, tok); }
+static void dec_json_advance(void *user, void *state, int32_t tok) { (void)pdb_json_mask_advance(user, state, tok); }
 static void dec_json_init(void *user, void *state) { (void)user; pdb_json_state_init(state); }
 
 /* The engine request for r (its id string, response metadata and choices set here; the seed

@@ -285,10 +285,11 @@ int64_t pdb_json_mask_apply(const pdb_json_vocab *v, const pdb_json_state *st, f
     /* in a string's base state a plain token leaves the state as it is: allowed iff the state's
      * distance fits the budget, without reading its bytes (most steps of most answers) */
     int base_string = st->lex == J_STRING && !st->esc && !st->u8_need, same_ok = pdb_json_state_dist(st) <= budget;
-    /* between tokens of the grammar (not in a string, a number or a literal) whitespace changes
+    /* between tokens of the grammar (not in a string, a number or a literal; not before the
+     * first '{', which must come first) whitespace changes
      * nothing: a token is judged by its first other byte, and one of whitespace only like a
      * plain token in a string (most of a vocabulary's tokens start with a space) */
-    int ws_noop = st->lex != J_STRING && st->lex != J_NUMBER && st->lex != J_LITERAL;
+    int ws_noop = st->lex != J_STRING && st->lex != J_NUMBER && st->lex != J_LITERAL && st->lex != J_START;
     int64_t allowed = 0;
     for (int64_t i = 0; i < n_vocab; i++) {
         int ok = 0;
@@ -313,6 +314,6 @@ int64_t pdb_json_mask_apply(const pdb_json_vocab *v, const pdb_json_state *st, f
     return allowed;
 }
 
-void pdb_json_mask_advance(const pdb_json_vocab *v, pdb_json_state *st, int32_t tok) {
-    if (tok >= 0 && tok < v->n && v->bytes[tok]) pdb_json_state_feed(st, v->bytes[tok], v->len[tok]);
+int pdb_json_mask_advance(const pdb_json_vocab *v, pdb_json_state *st, int32_t tok) {
+    return tok >= 0 && tok < v->n && v->bytes[tok] && pdb_json_state_feed(st, v->bytes[tok], v->len[tok]);
 }

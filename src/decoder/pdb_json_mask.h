@@ -57,7 +57,8 @@ int64_t pdb_json_state_dist(const pdb_json_state *st);
  * after this one). Returns how many tokens remain allowed (0 when the object is complete: the
  * choice ends). */
 int64_t pdb_json_mask_apply(const pdb_json_vocab *v, const pdb_json_state *st, float *logits, int64_t n_vocab, int64_t budget);
-/* Advance st by token tok's bytes (a token the mask allowed). */
-void pdb_json_mask_advance(const pdb_json_vocab *v, pdb_json_state *st, int32_t tok);
+/* Advance st by token tok's bytes (a token the mask allowed): 1, or 0 when they are not a valid
+ * continuation (a token the mask would have refused; st is undefined then). */
+int pdb_json_mask_advance(const pdb_json_vocab *v, pdb_json_state *st, int32_t tok);
 
 #endif

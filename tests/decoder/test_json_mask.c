@@ -109,7 +109,8 @@ static void test_random_walks(void **state) {
             assert_true(tok >= 0 && bytes[tok]);
             memcpy(text + tl, bytes[tok], lens[tok]);
             tl += lens[tok];
-            pdb_json_mask_advance(v, &st, (int32_t)tok);
+            if (!pdb_json_mask_advance(v, &st, (int32_t)tok))
+                fail_msg("walk %d: the mask allowed token %lld, which does not continue %.*s", w, (long long)tok, (int)tl, text);
         }
         if (used < max_tokens) complete_early++;
         json_error_t je;
@@ -117,6 +118,11 @@ static void test_random_walks(void **state) {
         if (!j || !json_is_object(j)) fail_msg("walk %d (max_tokens %lld) ended in invalid JSON (%s): %.*s", w, (long long)max_tokens, je.text,
                                                (int)tl, text);
         assert_true(pdb_json_state_complete(&st));
+        /* the recognizer's own verdict on the whole text, from a fresh state; and it starts with '{' */
+        pdb_json_state fresh;
+        pdb_json_state_init(&fresh);
+        if (!pdb_json_state_feed(&fresh, text, tl) || !pdb_json_state_complete(&fresh) || text[0] != '{')
+            fail_msg("walk %d: the text is not one object from its first byte: %.*s", w, (int)tl, text);
         json_decref(j);
     }
     print_message("%d random walks, all valid objects; %d completed before their budget\n", walks, complete_early);
