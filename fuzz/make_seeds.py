@@ -48,7 +48,12 @@ bodies = [(0, {"prompt": "Hello", "max_tokens": 8, "temperature": 0}),
                             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
                "max_completion_tokens": 3, "temperature": 0.7}),
           (3, {"messages": [{"role": "developer", "content": "x"}], "max_tokens": 1}),
-          (1, {"messages": []}), (0, {"prompt": "", "echo": True})]
+          (1, {"messages": []}), (0, {"prompt": "", "echo": True}),
+          (0, {"prompt": "x", "n": 3, "best_of": 3, "logprobs": 5, "frequency_penalty": 0.5, "presence_penalty": -1,
+               "logit_bias": {"7": -100, "9": 2.5}, "user": "u", "stream_options": {"continuous_usage_stats": True}}),
+          (1, {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 20,
+               "response_format": {"type": "json_object"}, "store": False, "service_tier": "auto", "modalities": ["text"],
+               "metadata": {"a": "b"}, "prompt_cache_key": "k", "safety_identifier": "s", "tools": None, "frobnicate": 1})]
 for i, (k, b) in enumerate(bodies): put("openai", "body_%d" % i, bytes([k]) + json.dumps(b).encode())
 put("openai", "syntax_error", b"\x00{\"prompt\": [1, 2,")
 put("openai", "dup_keys", b"\x00{\"prompt\": \"a\", \"prompt\": \"b\"}")
