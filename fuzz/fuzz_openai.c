@@ -4,7 +4,8 @@
  * rest is the body. Properties: no crash/UB/leak; a refusal carries a 4xx status and a message;
  * a parsed request is internally consistent (completions: exactly one prompt form, ids >= 0;
  * chat: >= 1 message with role and content, tool calls complete, a forced tool among the tools;
- * at most 4 stop strings; Messages: max_tokens >= 1). */
+ * at most 4 stop strings; n, top_logprobs and logit_bias in range, n 1 and no JSON mode when
+ * tools are active; Messages: max_tokens >= 1). */
 #include <stdint.h>
 #include <string.h>
 
@@ -60,6 +61,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         FUZZ_CHECK(q.top_p > 0 && q.top_p <= 1, "top_p %g accepted", q.top_p);
         FUZZ_CHECK(q.temperature >= 0, "temperature %g accepted", q.temperature);
+        FUZZ_CHECK(q.n >= 1 && q.n <= PDB_OPENAI_MAX_N, "n %d accepted", q.n);
+        FUZZ_CHECK(q.top_logprobs >= 0 && q.top_logprobs <= PDB_OPENAI_MAX_TOP_LOGPROBS, "top_logprobs %d accepted", q.top_logprobs);
+        FUZZ_CHECK(q.n_bias >= 0 && q.n_bias <= PDB_OPENAI_MAX_LOGIT_BIAS && (!q.n_bias || (q.bias_ids && q.bias_vals)), "logit_bias");
+        for (int i = 0; i < q.n_bias; i++) FUZZ_CHECK(q.bias_ids[i] >= 0 && q.bias_vals[i] >= -100 && q.bias_vals[i] <= 100, "bias %d", i);
+        FUZZ_CHECK(!(q.echo && q.logprobs), "echo with logprobs accepted");
+        if (pdb_toolcall_active(&q.tools)) FUZZ_CHECK(q.n == 1 && !q.json_object, "n %d / json_object %d with tools accepted", q.n, q.json_object);
         if (lim.max_context && q.max_tokens >= 0) FUZZ_CHECK(q.max_tokens <= lim.max_context, "max_tokens over context");
         pdb_openai_request_free(&q);
     } else {

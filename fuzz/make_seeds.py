@@ -48,7 +48,12 @@ bodies = [(0, {"prompt": "Hello", "max_tokens": 8, "temperature": 0}),
                             {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
                "max_completion_tokens": 3, "temperature": 0.7}),
           (3, {"messages": [{"role": "developer", "content": "x"}], "max_tokens": 1}),
-          (1, {"messages": []}), (0, {"prompt": "", "echo": True})]
+          (1, {"messages": []}), (0, {"prompt": "", "echo": True}),
+          (0, {"prompt": "x", "n": 3, "best_of": 3, "logprobs": 5, "frequency_penalty": 0.5, "presence_penalty": -1,
+               "logit_bias": {"7": -100, "9": 2.5}, "user": "u", "stream_options": {"continuous_usage_stats": True}}),
+          (1, {"messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 20,
+               "response_format": {"type": "json_object"}, "store": False, "service_tier": "auto", "modalities": ["text"],
+               "metadata": {"a": "b"}, "prompt_cache_key": "k", "safety_identifier": "s", "tools": None, "frobnicate": 1})]
 for i, (k, b) in enumerate(bodies): put("openai", "body_%d" % i, bytes([k]) + json.dumps(b).encode())
 put("openai", "syntax_error", b"\x00{\"prompt\": [1, 2,")
 put("openai", "dup_keys", b"\x00{\"prompt\": \"a\", \"prompt\": \"b\"}")
@@ -61,6 +66,10 @@ put("openai", "tools_0", bytes([1]) + json.dumps({
                  {"role": "tool", "tool_call_id": "c1", "content": "18"}],
     "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
     "parallel_tool_calls": False}).encode())
+# tools beside the other fields: logprobs (served together), n = 2 (refused while tools are active)
+put("openai", "tools_1", bytes([1 | 2]) + json.dumps({
+    "messages": [{"role": "user", "content": "q"}], "tools": tools, "tool_choice": "auto", "logprobs": True,
+    "top_logprobs": 3, "n": 2, "max_tokens": 9}).encode())
 put("openai", "messages_0", bytes([4 | 2]) + json.dumps({
     "model": "m", "max_tokens": 8, "system": [{"type": "text", "text": "s"}], "stop_sequences": ["x"], "stream": True,
     "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]},

@@ -399,6 +399,7 @@ pdb_status pdb_anthropic_parse_request(const char *body, size_t len, const pdb_o
     req->max_tokens = -1;
     req->temperature = 1.0;
     req->top_p = 1.0;
+    req->n = 1;
     json_error_t je;
     json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
     if (!root)

@@ -1,8 +1,9 @@
 /* pdb_openai: OpenAI request parsing and response building with jansson (see pdb_openai.h).
  * Invariants: parse functions never keep a reference into the jansson tree (every string is
- * copied), fill *err on every failure path and leave *req fully freed then; unknown fields are
- * ignored as the OpenAI API does, but fields that would change the meaning of the answer and are
- * not supported (n > 1, echo, best_of > 1, suffix) are refused rather than silently dropped. */
+ * copied), fill *err on every failure path and leave *req fully freed then; every field is one
+ * row of PDB_OPENAI_FIELDS (honoured, refused or accepted; docs/api.md's table is the same list)
+ * and a field not in it is refused with a 400 naming it, so nothing a client sends is dropped
+ * without a word. */
 #include "pdb_openai.h"
 
 #include <math.h>
@@ -108,6 +109,9 @@ void pdb_openai_request_free(pdb_openai_request *r) {
     pdb_toolcall_set_free(&r->tools);
     free(r->messages);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->bias_ids);
+    free(r->bias_vals);
+    free(r->user);
     memset(r, 0, sizeof *r);
 }
 
@@ -328,84 +332,429 @@ static pdb_status pdb_openai_parse_stop(json_t *root, pdb_openai_request *r, pdb
     return PDB_OK;
 }
 
-static pdb_status pdb_openai_parse_fields(json_t *root, const pdb_openai_limits *lim, pdb_openai_request *r,
-                                          pdb_openai_error *err) {
-    json_t *model = json_object_get(root, "model");
-    if (model && !json_is_null(model)) {
-        if (!json_is_string(model))
-            return pdb_openai_set_error(err, 400, "model", "invalid_type", "'model' must be a string, not %s", pdb_openai_type_name(model));
-        r->model = pdb_openai_dup(json_string_value(model), json_string_length(model));
-        if (!r->model) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
-    }
-    if (r->kind == PDB_OPENAI_COMPLETION) PDB_TRY(pdb_openai_parse_prompt(root, r, err));
-    else PDB_TRY(pdb_openai_parse_messages(root, r, err));
-    if (r->kind == PDB_OPENAI_CHAT) PDB_TRY(pdb_toolcall_parse_openai(root, &r->tools, err));
+/* ---- the field table ------------------------------------------------------------------------ */
 
-    const char *mt_key = "max_tokens";
+/* A field's parser: called with the field's value present and not null (required fields are
+ * called always); fills r or *err. */
+typedef pdb_status (*pdb_openai_field_fn)(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim,
+                                          pdb_openai_error *err);
+
+static pdb_status f_model(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    json_t *model = json_object_get(root, key);
+    if (!json_is_string(model))
+        return pdb_openai_set_error(err, 400, "model", "invalid_type", "'model' must be a string, not %s", pdb_openai_type_name(model));
+    r->model = pdb_openai_dup(json_string_value(model), json_string_length(model));
+    return r->model ? PDB_OK : pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
+}
+
+static pdb_status f_prompt(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)key, (void)lim;
+    return pdb_openai_parse_prompt(root, r, err);
+}
+
+static pdb_status f_messages(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)key, (void)lim;
+    return pdb_openai_parse_messages(root, r, err);
+}
+
+/* max_tokens, and chat's max_completion_tokens (which wins when both are given: it comes later
+ * in the table). */
+static pdb_status f_max_tokens(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
     int64_t mt = -1;
-    int has_mt = 0;
-    PDB_TRY(pdb_openai_get_int(root, "max_tokens", &mt, &has_mt, err));
-    if (r->kind == PDB_OPENAI_CHAT) {
-        int has_mct = 0;
-        int64_t mct = -1;
-        PDB_TRY(pdb_openai_get_int(root, "max_completion_tokens", &mct, &has_mct, err));
-        if (has_mct) { mt = mct; has_mt = 1; mt_key = "max_completion_tokens"; }
-    }
-    if (has_mt) {
-        if (mt < 0) return pdb_openai_set_error(err, 400, mt_key, "invalid_value", "'%s' must be >= 0, got %lld", mt_key, (long long)mt);
-        if (lim && lim->max_context > 0 && mt > lim->max_context)
-            return pdb_openai_set_error(err, 400, mt_key, "invalid_value", "'%s' is %lld, more than the model's context length (%lld)",
-                                        mt_key, (long long)mt, (long long)lim->max_context);
-        r->max_tokens = mt;
-    }
-    PDB_TRY(pdb_openai_get_number(root, "temperature", &r->temperature, err));
+    PDB_TRY(pdb_openai_get_int(root, key, &mt, NULL, err));
+    if (mt < 0) return pdb_openai_set_error(err, 400, key, "invalid_value", "'%s' must be >= 0, got %lld", key, (long long)mt);
+    if (lim && lim->max_context > 0 && mt > lim->max_context)
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'%s' is %lld, more than the model's context length (%lld)", key,
+                                    (long long)mt, (long long)lim->max_context);
+    r->max_tokens = mt;
+    return PDB_OK;
+}
+
+static pdb_status f_temperature(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    PDB_TRY(pdb_openai_get_number(root, key, &r->temperature, err));
     if (r->temperature < 0)
-        return pdb_openai_set_error(err, 400, "temperature", "invalid_value", "'temperature' must be >= 0, got %g", r->temperature);
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'temperature' must be >= 0, got %g", r->temperature);
     if (r->temperature > 100)
-        return pdb_openai_set_error(err, 400, "temperature", "invalid_value", "'temperature' must be <= 100, got %g", r->temperature);
-    PDB_TRY(pdb_openai_get_number(root, "top_p", &r->top_p, err));
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'temperature' must be <= 100, got %g", r->temperature);
+    return PDB_OK;
+}
+
+static pdb_status f_top_p(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    PDB_TRY(pdb_openai_get_number(root, key, &r->top_p, err));
     if (!(r->top_p > 0 && r->top_p <= 1))
-        return pdb_openai_set_error(err, 400, "top_p", "invalid_value", "'top_p' must be in (0, 1], got %g", r->top_p);
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'top_p' must be in (0, 1], got %g", r->top_p);
+    return PDB_OK;
+}
+
+static pdb_status f_top_k(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
     int64_t tk = 0;
-    PDB_TRY(pdb_openai_get_int(root, "top_k", &tk, NULL, err));
+    PDB_TRY(pdb_openai_get_int(root, key, &tk, NULL, err));
     if (tk < -1 || tk > INT32_MAX)
-        return pdb_openai_set_error(err, 400, "top_k", "invalid_value", "'top_k' must be -1, 0 (off) or a positive count, got %lld",
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'top_k' must be -1, 0 (off) or a positive count, got %lld",
                                     (long long)tk);
     r->top_k = tk < 0 ? 0 : (int32_t)tk;
+    return PDB_OK;
+}
+
+static pdb_status f_seed(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
     int64_t seed = 0;
-    PDB_TRY(pdb_openai_get_int(root, "seed", &seed, &r->has_seed, err));
+    PDB_TRY(pdb_openai_get_int(root, key, &seed, &r->has_seed, err));
     r->seed = (uint64_t)seed;
-    PDB_TRY(pdb_openai_parse_stop(root, r, err));
-    PDB_TRY(pdb_openai_get_bool(root, "stream", &r->stream, err));
-    json_t *so = json_object_get(root, "stream_options");
-    if (so && !json_is_null(so)) {
-        if (!json_is_object(so))
-            return pdb_openai_set_error(err, 400, "stream_options", "invalid_type", "'stream_options' must be an object, not %s",
-                                        pdb_openai_type_name(so));
-        json_t *iu = json_object_get(so, "include_usage");
-        if (iu && !json_is_null(iu) && !json_is_boolean(iu))
-            return pdb_openai_set_error(err, 400, "stream_options.include_usage", "invalid_type", "'stream_options.include_usage' must be a boolean");
-        r->include_usage = json_is_true(iu);
-        json_t *cu = json_object_get(so, "continuous_usage_stats");
-        if (cu && !json_is_null(cu) && !json_is_boolean(cu))
-            return pdb_openai_set_error(err, 400, "stream_options.continuous_usage_stats", "invalid_type",
-                                        "'stream_options.continuous_usage_stats' must be a boolean");
-        r->continuous_usage = json_is_true(cu);
+    return PDB_OK;
+}
+
+static pdb_status f_stop(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)key, (void)lim;
+    return pdb_openai_parse_stop(root, r, err);
+}
+
+static pdb_status f_bool(json_t *root, const char *key, int *out, pdb_openai_error *err) { return pdb_openai_get_bool(root, key, out, err); }
+
+static pdb_status f_stream(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    return f_bool(root, key, &r->stream, err);
+}
+
+static pdb_status f_stream_options(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim,
+                                   pdb_openai_error *err) {
+    (void)lim;
+    json_t *so = json_object_get(root, key);
+    if (!json_is_object(so))
+        return pdb_openai_set_error(err, 400, key, "invalid_type", "'stream_options' must be an object, not %s", pdb_openai_type_name(so));
+    const char *k;
+    json_t *v;
+    json_object_foreach(so, k, v) {
+        char param[64];
+        snprintf(param, sizeof param, "stream_options.%.40s", k);
+        int *out = !strcmp(k, "include_usage") ? &r->include_usage : !strcmp(k, "continuous_usage_stats") ? &r->continuous_usage : NULL;
+        int obf = 0;
+        if (!strcmp(k, "include_obfuscation")) out = &obf;
+        if (!out)
+            return pdb_openai_set_error(err, 400, param, "unknown_parameter",
+                                        "'%s' is not a stream option (include_usage, continuous_usage_stats, include_obfuscation)", param);
+        if (!json_is_null(v) && !json_is_boolean(v))
+            return pdb_openai_set_error(err, 400, param, "invalid_type", "'%s' must be a boolean", param);
+        *out = json_is_true(v);
+        if (obf)
+            return pdb_openai_set_error(err, 400, param, "unsupported_value",
+                                        "'%s': true is not supported (chunks carry no obfuscation padding; send false)", param);
     }
-    PDB_TRY(pdb_openai_get_bool(root, "return_token_ids", &r->return_token_ids, err));
-    PDB_TRY(pdb_openai_get_bool(root, "ignore_eos", &r->ignore_eos, err));
+    return PDB_OK;
+}
+
+static pdb_status f_return_token_ids(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim,
+                                     pdb_openai_error *err) {
+    (void)lim;
+    return f_bool(root, key, &r->return_token_ids, err);
+}
+
+static pdb_status f_ignore_eos(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    return f_bool(root, key, &r->ignore_eos, err);
+}
+
+static pdb_status f_n(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
     int64_t n = 1;
-    PDB_TRY(pdb_openai_get_int(root, "n", &n, NULL, err));
-    if (n != 1) return pdb_openai_set_error(err, 400, "n", "unsupported_value", "only n = 1 is supported, got %lld", (long long)n);
-    int64_t best_of = 1;
-    PDB_TRY(pdb_openai_get_int(root, "best_of", &best_of, NULL, err));
-    if (best_of != 1) return pdb_openai_set_error(err, 400, "best_of", "unsupported_value", "only best_of = 1 is supported");
-    int echo = 0;
-    PDB_TRY(pdb_openai_get_bool(root, "echo", &echo, err));
-    if (echo) return pdb_openai_set_error(err, 400, "echo", "unsupported_value", "'echo' is not supported");
-    json_t *suffix = json_object_get(root, "suffix");
-    if (suffix && !json_is_null(suffix) && !(json_is_string(suffix) && json_string_length(suffix) == 0))
-        return pdb_openai_set_error(err, 400, "suffix", "unsupported_value", "'suffix' is not supported");
+    PDB_TRY(pdb_openai_get_int(root, key, &n, NULL, err));
+    if (n < 1 || n > PDB_OPENAI_MAX_N)
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'n' must be 1..%d, got %lld", PDB_OPENAI_MAX_N, (long long)n);
+    r->n = (int)n;
+    return PDB_OK;
+}
+
+/* best_of after n: generating more than n and returning the best is not done, so only best_of
+ * == n (or 1 with n 1) is served. */
+static pdb_status f_best_of(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    int64_t b = 1;
+    PDB_TRY(pdb_openai_get_int(root, key, &b, NULL, err));
+    if (b != r->n)
+        return pdb_openai_set_error(err, 400, key, "unsupported_value",
+                                    "'best_of' must equal n (%d): ranking more candidates than are returned is not supported, got %lld",
+                                    r->n, (long long)b);
+    return PDB_OK;
+}
+
+static pdb_status f_echo(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    return f_bool(root, key, &r->echo, err);
+}
+
+static pdb_status f_suffix(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)r, (void)lim;
+    json_t *suffix = json_object_get(root, key);
+    if (json_is_string(suffix) && json_string_length(suffix) == 0) return PDB_OK;
+    return pdb_openai_set_error(err, 400, key, "unsupported_value", "'suffix' is not supported (no fill-in-the-middle template)");
+}
+
+static pdb_status f_logprobs(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    if (r->kind == PDB_OPENAI_CHAT) return f_bool(root, key, &r->logprobs, err);
+    int64_t k = 0; /* completions: the number of alternatives, 0..20 */
+    PDB_TRY(pdb_openai_get_int(root, key, &k, NULL, err));
+    if (k < 0 || k > PDB_OPENAI_MAX_TOP_LOGPROBS)
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'logprobs' must be 0..%d, got %lld", PDB_OPENAI_MAX_TOP_LOGPROBS,
+                                    (long long)k);
+    r->logprobs = 1;
+    r->top_logprobs = (int)k;
+    return PDB_OK;
+}
+
+static pdb_status f_top_logprobs(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim,
+                                 pdb_openai_error *err) {
+    (void)lim;
+    int64_t k = 0;
+    PDB_TRY(pdb_openai_get_int(root, key, &k, NULL, err));
+    if (k < 0 || k > PDB_OPENAI_MAX_TOP_LOGPROBS)
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'top_logprobs' must be 0..%d, got %lld", PDB_OPENAI_MAX_TOP_LOGPROBS,
+                                    (long long)k);
+    if (!r->logprobs && k > 0)
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'top_logprobs' needs 'logprobs': true");
+    r->top_logprobs = (int)k;
+    return PDB_OK;
+}
+
+static pdb_status f_penalty(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    double *out = !strcmp(key, "frequency_penalty") ? &r->frequency_penalty : &r->presence_penalty;
+    PDB_TRY(pdb_openai_get_number(root, key, out, err));
+    if (*out < -2 || *out > 2) return pdb_openai_set_error(err, 400, key, "invalid_value", "'%s' must be in [-2, 2], got %g", key, *out);
+    return PDB_OK;
+}
+
+static pdb_status f_logit_bias(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    json_t *o = json_object_get(root, key);
+    if (!json_is_object(o))
+        return pdb_openai_set_error(err, 400, key, "invalid_type", "'logit_bias' must be an object of token id -> bias, not %s",
+                                    pdb_openai_type_name(o));
+    size_t n = json_object_size(o);
+    if (n > PDB_OPENAI_MAX_LOGIT_BIAS)
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'logit_bias' has %zu entries (limit %d)", n, PDB_OPENAI_MAX_LOGIT_BIAS);
+    if (!n) return PDB_OK;
+    r->bias_ids = malloc(n * sizeof *r->bias_ids);
+    r->bias_vals = malloc(n * sizeof *r->bias_vals);
+    if (!r->bias_ids || !r->bias_vals) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        char *end = NULL;
+        long long id = strtoll(k, &end, 10);
+        if (!*k || *end || id < 0 || id > INT32_MAX)
+            return pdb_openai_set_error(err, 400, key, "invalid_value", "'logit_bias' key '%.40s' is not a token id", k);
+        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+            return pdb_openai_set_error(err, 400, key, "invalid_value", "'logit_bias' value of token %lld must be a number in [-100, 100]", id);
+        r->bias_ids[r->n_bias] = (int32_t)id;
+        r->bias_vals[r->n_bias++] = (float)json_number_value(v);
+    }
+    return PDB_OK;
+}
+
+static pdb_status f_response_format(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim,
+                                    pdb_openai_error *err) {
+    (void)lim;
+    json_t *o = json_object_get(root, key), *t = json_object_get(o, "type");
+    if (!json_is_object(o) || !json_is_string(t))
+        return pdb_openai_set_error(err, 400, key, "invalid_type", "'response_format' must be {\"type\": \"text\" | \"json_object\"}");
+    const char *ts = json_string_value(t);
+    if (!strcmp(ts, "text")) return PDB_OK;
+    if (!strcmp(ts, "json_object")) { r->json_object = 1; return PDB_OK; }
+    if (!strcmp(ts, "json_schema"))
+        return pdb_openai_set_error(err, 400, key, "unsupported_value",
+                                    "'response_format' json_schema is not supported (json_object is: any JSON object)");
+    return pdb_openai_set_error(err, 400, key, "invalid_value", "'response_format' type '%.40s' is not text, json_object or json_schema", ts);
+}
+
+static pdb_status f_user(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    json_t *v = json_object_get(root, key);
+    if (!json_is_string(v))
+        return pdb_openai_set_error(err, 400, key, "invalid_type", "'%s' must be a string, not %s", key, pdb_openai_type_name(v));
+    if (json_string_length(v) > 256) return pdb_openai_set_error(err, 400, key, "invalid_value", "'%s' is over 256 bytes", key);
+    if (!r->user) r->user = pdb_openai_dup(json_string_value(v), json_string_length(v));
+    return PDB_OK;
+}
+
+/* Accepted and checked, no effect on the answer (docs/api.md says why per field). */
+static pdb_status f_string(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)r, (void)lim;
+    json_t *v = json_object_get(root, key);
+    if (!json_is_string(v))
+        return pdb_openai_set_error(err, 400, key, "invalid_type", "'%s' must be a string, not %s", key, pdb_openai_type_name(v));
+    return PDB_OK;
+}
+
+static pdb_status f_metadata(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)r, (void)lim;
+    json_t *o = json_object_get(root, key);
+    if (!json_is_object(o) || json_object_size(o) > 16)
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'metadata' must be an object of at most 16 string values");
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) if (!json_is_string(v) || strlen(k) > 64 || json_string_length(v) > 512)
+        return pdb_openai_set_error(err, 400, key, "invalid_value", "'metadata' key '%.64s': keys <= 64 bytes, string values <= 512", k);
+    return PDB_OK;
+}
+
+static pdb_status f_store(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim, (void)r;
+    int store = 0;
+    PDB_TRY(f_bool(root, key, &store, err));
+    if (store) return pdb_openai_set_error(err, 400, key, "unsupported_value", "'store': true is not supported (answers are not kept)");
+    return PDB_OK;
+}
+
+static pdb_status f_service_tier(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim, (void)r;
+    json_t *v = json_object_get(root, key);
+    if (json_is_string(v) && (!strcmp(json_string_value(v), "auto") || !strcmp(json_string_value(v), "default"))) return PDB_OK;
+    return pdb_openai_set_error(err, 400, key, "unsupported_value", "'service_tier' must be auto or default (one tier is served)");
+}
+
+static pdb_status f_modalities(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim, (void)r;
+    json_t *a = json_object_get(root, key), *v;
+    size_t i;
+    if (!json_is_array(a)) return pdb_openai_set_error(err, 400, key, "invalid_type", "'modalities' must be an array");
+    json_array_foreach(a, i, v) if (!json_is_string(v) || strcmp(json_string_value(v), "text"))
+        return pdb_openai_set_error(err, 400, key, "unsupported_value", "'modalities' entry %zu: only \"text\" is served", i);
+    return PDB_OK;
+}
+
+/* The tool fields (pdb_toolcall parses them; tool_choice after tools: it names one of them). */
+static pdb_status f_tools(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)lim;
+    return pdb_toolcall_parse_tools(json_object_get(root, key), &r->tools, err);
+}
+
+static pdb_status f_parallel_tool_calls(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim,
+                                        pdb_openai_error *err) {
+    (void)lim;
+    return pdb_toolcall_parse_parallel(json_object_get(root, key), &r->tools, err);
+}
+
+static pdb_status f_tool_choice(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim,
+                                pdb_openai_error *err) {
+    (void)lim;
+    return pdb_toolcall_parse_choice(json_object_get(root, key), &r->tools, err);
+}
+
+static pdb_status f_refused(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
+    (void)root, (void)r, (void)lim;
+    static const struct { const char *k, *why; } why[] = {
+        {"functions", "the deprecated form of tools; send 'tools'"}, {"function_call", "the deprecated form of tool_choice; send 'tool_choice'"},
+        {"audio", "audio output is not served"},
+        {"prediction", "predicted outputs are not supported"}, {"reasoning_effort", "the served template has no reasoning mode"},
+        {"verbosity", "the served template has no verbosity control"}, {"web_search_options", "web search is not available"},
+        {"prompt_cache_retention", "retention is the prefix-cache store's policy (--cache-max-bytes), not a request's"},
+    };
+    for (size_t i = 0; i < sizeof why / sizeof why[0]; i++)
+        if (!strcmp(why[i].k, key)) return pdb_openai_set_error(err, 400, key, "unsupported_parameter", "'%s' is refused: %s", key, why[i].why);
+    return pdb_openai_set_error(err, 400, key, "unsupported_parameter", "'%s' is not supported", key);
+}
+
+enum { F_C = PDB_OPENAI_COMPLETION, F_H = PDB_OPENAI_CHAT, F_B = F_C | F_H };
+typedef struct pdb_openai_field {
+    pdb_openai_field_info info;
+    pdb_openai_field_fn fn;
+    int required;        /* parsed even when absent (the parser then names it as missing) */
+} pdb_openai_field;
+
+/* Parse order is table order: cross-field rules read fields above them (best_of reads n,
+ * top_logprobs reads logprobs, max_completion_tokens overrides max_tokens). */
+static const pdb_openai_field PDB_OPENAI_FIELDS[] = {
+    {{"model", F_B, "honoured"}, f_model, 0},
+    {{"prompt", F_C, "honoured"}, f_prompt, 1},
+    {{"messages", F_H, "honoured"}, f_messages, 1},
+    {{"max_tokens", F_B, "honoured"}, f_max_tokens, 0},
+    {{"max_completion_tokens", F_H, "honoured"}, f_max_tokens, 0},
+    {{"temperature", F_B, "honoured"}, f_temperature, 0},
+    {{"top_p", F_B, "honoured"}, f_top_p, 0},
+    {{"top_k", F_B, "honoured"}, f_top_k, 0},
+    {{"seed", F_B, "honoured"}, f_seed, 0},
+    {{"stop", F_B, "honoured"}, f_stop, 0},
+    {{"stream", F_B, "honoured"}, f_stream, 0},
+    {{"stream_options", F_B, "honoured"}, f_stream_options, 0},
+    {{"return_token_ids", F_B, "honoured"}, f_return_token_ids, 0},
+    {{"ignore_eos", F_B, "honoured"}, f_ignore_eos, 0},
+    {{"n", F_B, "honoured"}, f_n, 0},
+    {{"best_of", F_C, "honoured"}, f_best_of, 0},
+    {{"echo", F_C, "honoured"}, f_echo, 0},
+    {{"suffix", F_C, "refused"}, f_suffix, 0},
+    {{"logprobs", F_B, "honoured"}, f_logprobs, 0},
+    {{"top_logprobs", F_H, "honoured"}, f_top_logprobs, 0},
+    {{"frequency_penalty", F_B, "honoured"}, f_penalty, 0},
+    {{"presence_penalty", F_B, "honoured"}, f_penalty, 0},
+    {{"logit_bias", F_B, "honoured"}, f_logit_bias, 0},
+    {{"response_format", F_H, "honoured"}, f_response_format, 0},
+    {{"user", F_B, "honoured"}, f_user, 0},
+    {{"safety_identifier", F_H, "honoured"}, f_user, 0},
+    {{"prompt_cache_key", F_H, "accepted"}, f_string, 0},
+    {{"metadata", F_H, "accepted"}, f_metadata, 0},
+    {{"store", F_H, "honoured"}, f_store, 0},
+    {{"service_tier", F_H, "honoured"}, f_service_tier, 0},
+    {{"modalities", F_H, "honoured"}, f_modalities, 0},
+    {{"audio", F_H, "refused"}, f_refused, 0},
+    {{"prediction", F_H, "refused"}, f_refused, 0},
+    {{"reasoning_effort", F_H, "refused"}, f_refused, 0},
+    {{"verbosity", F_H, "refused"}, f_refused, 0},
+    {{"web_search_options", F_H, "refused"}, f_refused, 0},
+    {{"prompt_cache_retention", F_H, "refused"}, f_refused, 0},
+    {{"tools", F_H, "honoured"}, f_tools, 0},
+    {{"parallel_tool_calls", F_H, "honoured"}, f_parallel_tool_calls, 0},
+    {{"tool_choice", F_H, "honoured"}, f_tool_choice, 0},
+    {{"functions", F_H, "refused"}, f_refused, 0},
+    {{"function_call", F_H, "refused"}, f_refused, 0},
+};
+#define PDB_OPENAI_N_FIELDS (sizeof PDB_OPENAI_FIELDS / sizeof PDB_OPENAI_FIELDS[0])
+
+const pdb_openai_field_info *pdb_openai_field_at(size_t i) { return i < PDB_OPENAI_N_FIELDS ? &PDB_OPENAI_FIELDS[i].info : NULL; }
+
+static const char *pdb_openai_endpoint_name(int kind) { return kind == PDB_OPENAI_CHAT ? "/v1/chat/completions" : "/v1/completions"; }
+
+static pdb_status pdb_openai_parse_fields(json_t *root, const pdb_openai_limits *lim, pdb_openai_request *r,
+                                          pdb_openai_error *err) {
+    /* every key must be a field of this endpoint: OpenAI's API answers an unrecognized argument
+     * with a 400 too, and a field dropped without a word changes an answer behind the client */
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v) {
+        size_t i = 0;
+        while (i < PDB_OPENAI_N_FIELDS && strcmp(PDB_OPENAI_FIELDS[i].info.name, key)) i++;
+        if (i == PDB_OPENAI_N_FIELDS)
+            return pdb_openai_set_error(err, 400, key, "unknown_parameter", "'%.48s' is not a parameter of %s (docs/api.md lists them)", key,
+                                        pdb_openai_endpoint_name(r->kind));
+        if (!(PDB_OPENAI_FIELDS[i].info.endpoints & (int)r->kind))
+            return pdb_openai_set_error(err, 400, key, "unknown_parameter", "'%s' is a parameter of %s, not of %s", key,
+                                        pdb_openai_endpoint_name(r->kind == PDB_OPENAI_CHAT ? PDB_OPENAI_COMPLETION : PDB_OPENAI_CHAT),
+                                        pdb_openai_endpoint_name(r->kind));
+    }
+    for (size_t i = 0; i < PDB_OPENAI_N_FIELDS; i++) {
+        const pdb_openai_field *f = &PDB_OPENAI_FIELDS[i];
+        if (!(f->info.endpoints & (int)r->kind)) continue;
+        json_t *val = json_object_get(root, f->info.name);
+        if (!f->required && (!val || json_is_null(val))) continue;
+        PDB_TRY(f->fn(root, f->info.name, r, lim, err));
+    }
+    /* rules between fields */
+    if (r->echo && r->logprobs)
+        return pdb_openai_set_error(err, 400, "echo", "unsupported_value",
+                                    "'echo' with 'logprobs' is not supported (the prompt's log-probabilities are not computed)");
+    /* an answer with tools is composed by one tool-call parser per request (pdb_dec_reply) */
+    if (pdb_toolcall_active(&r->tools) && r->n > 1)
+        return pdb_openai_set_error(err, 400, "n", "unsupported_value",
+                                    "'n' > 1 with 'tools' is not supported (one choice's text is parsed for calls); send n = 1 or "
+                                    "tool_choice \"none\"");
+    if (pdb_toolcall_active(&r->tools) && r->json_object)
+        return pdb_openai_set_error(err, 400, "response_format", "unsupported_value",
+                                    "'response_format' json_object with 'tools' is not supported (the JSON mask would forbid the "
+                                    "tool-call tokens); send one or the other, or tool_choice \"none\"");
     return PDB_OK;
 }
 
@@ -417,6 +766,7 @@ pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size
     req->max_tokens = -1;
     req->temperature = 1.0;
     req->top_p = 1.0;
+    req->n = 1;
     json_error_t je;
     json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
@@ -518,32 +868,102 @@ static pdb_status pdb_openai_finish(json_t *root, const pdb_openai_usage *u, con
     return PDB_OK;
 }
 
-/* The fields every choice carries (logprobs, finish_reason, token_ids when asked), as the only
- * element of root's "choices"; takes ownership of choice. */
-static void pdb_openai_add_choice(json_t *root, json_t *choice, const pdb_openai_result *res) {
-    json_object_set_new(choice, "logprobs", json_null());
-    json_object_set_new(choice, "finish_reason", res->finish_reason ? json_string(res->finish_reason) : json_null());
-    if (res->token_ids) json_object_set_new(choice, "token_ids", pdb_openai_ids_json(res->token_ids, res->n_token_ids));
-    json_t *choices = json_array();
-    json_array_append_new(choices, choice);
-    if (root) json_object_set_new(root, "choices", choices); else json_decref(choices);
+/* The token's text (bytes repaired to UTF-8) and its bytes array; token-id mode: "token_id:N", []. */
+static void pdb_openai_token_json(const pdb_openai_meta *m, int32_t id, json_t **text, json_t **bytes) {
+    size_t len = 0;
+    const char *b = m->token_bytes ? m->token_bytes(m->token_user, id, &len) : NULL;
+    if (!m->token_bytes || !b) {
+        char t[32];
+        snprintf(t, sizeof t, "token_id:%d", id);
+        *text = json_string(t);
+        if (bytes) *bytes = json_array();
+        return;
+    }
+    *text = pdb_openai_json_text(b, len);
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < len; i++) json_array_append_new(*bytes, json_integer((unsigned char)b[i]));
+    }
 }
 
-pdb_status pdb_openai_build_response(const pdb_openai_meta *m, const pdb_openai_result *res, const pdb_openai_usage *u,
+/* JSON has no -inf: a token of probability 0 (a -inf or NaN logit) is -9999.0, as OpenAI writes it. */
+static double pdb_openai_lp(double x) { return isfinite(x) ? x : -9999.0; }
+
+/* chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null} */
+static json_t *pdb_openai_chat_logprobs(const pdb_openai_meta *m, const pdb_openai_result *res) {
+    json_t *content = json_array();
+    for (int64_t i = 0; i < res->n_logprobs; i++) {
+        const pdb_openai_logprob *lp = &res->logprobs[i];
+        json_t *t, *b, *top = json_array();
+        for (int k = 0; k < lp->n_top; k++) {
+            json_t *tt, *tb;
+            pdb_openai_token_json(m, lp->top[k].id, &tt, &tb);
+            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", tt, "logprob", pdb_openai_lp(lp->top[k].logprob), "bytes", tb));
+        }
+        pdb_openai_token_json(m, lp->id, &t, &b);
+        json_array_append_new(content, json_pack("{s:o, s:f, s:o, s:o}", "token", t, "logprob", pdb_openai_lp(lp->logprob), "bytes", b, "top_logprobs", top));
+    }
+    return json_pack("{s:o, s:n}", "content", content, "refusal");
+}
+
+/* completions (legacy): {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"} */
+static json_t *pdb_openai_legacy_logprobs(const pdb_openai_meta *m, const pdb_openai_result *res) {
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = res->text_offset;
+    for (int64_t i = 0; i < res->n_logprobs; i++) {
+        const pdb_openai_logprob *lp = &res->logprobs[i];
+        json_t *t;
+        pdb_openai_token_json(m, lp->id, &t, NULL);
+        json_t *top = json_object();
+        for (int k = 0; k < lp->n_top; k++) {
+            json_t *tt;
+            pdb_openai_token_json(m, lp->top[k].id, &tt, NULL);
+            if (!json_object_get(top, json_string_value(tt))) /* two ids of one text: the likelier is kept */
+                json_object_set_new(top, json_string_value(tt), json_real(pdb_openai_lp(lp->top[k].logprob)));
+            json_decref(tt);
+        }
+        size_t len = 0;
+        if (m->token_bytes) m->token_bytes(m->token_user, lp->id, &len);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += len;
+        json_array_append_new(tokens, t);
+        json_array_append_new(lps, json_real(pdb_openai_lp(lp->logprob)));
+        json_array_append_new(tops, top);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
+}
+
+/* The fields every choice carries (index, logprobs, finish_reason, token_ids when asked). */
+static json_t *pdb_openai_choice_tail(const pdb_openai_meta *m, json_t *choice, const pdb_openai_result *res) {
+    json_t *lp = json_null();
+    if (res->logprobs) lp = m->kind == PDB_OPENAI_CHAT ? pdb_openai_chat_logprobs(m, res) : pdb_openai_legacy_logprobs(m, res);
+    json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+    json_object_set_new(choice, "finish_reason", res->finish_reason ? json_string(res->finish_reason) : json_null());
+    if (res->token_ids) json_object_set_new(choice, "token_ids", pdb_openai_ids_json(res->token_ids, res->n_token_ids));
+    return choice;
+}
+
+pdb_status pdb_openai_build_response(const pdb_openai_meta *m, const pdb_openai_result *res, int n_res, const pdb_openai_usage *u,
                                      const json_t *extra, char **out, size_t *out_len) {
     int chat = m->kind == PDB_OPENAI_CHAT;
     json_t *root = pdb_openai_head(m, chat ? "chat.completion" : "text_completion");
-    json_t *choice = json_pack("{s:i}", "index", 0);
-    json_t *text = pdb_openai_json_text(res->text, res->text_len);
-    if (chat && res->n_tool_calls) {
-        if (!res->text_len) { json_decref(text); text = json_null(); }
-        json_object_set_new(choice, "message", json_pack("{s:s, s:o, s:o}", "role", "assistant", "content", text ? text : json_null(),
-                                                         "tool_calls", pdb_toolcall_json(res->tool_calls, res->n_tool_calls, 0)));
-    } else if (chat)
-        json_object_set_new(choice, "message", json_pack("{s:s, s:o}", "role", "assistant", "content", text ? text : json_string("")));
-    else
-        json_object_set_new(choice, "text", text ? text : json_string(""));
-    pdb_openai_add_choice(root, choice, res);
+    json_t *choices = json_array();
+    for (int i = 0; i < n_res; i++) {
+        json_t *choice = json_pack("{s:i}", "index", res[i].index);
+        json_t *text = pdb_openai_json_text(res[i].text, res[i].text_len);
+        if (chat && res[i].n_tool_calls) { /* content is null when the model wrote only calls */
+            if (!res[i].text_len) { json_decref(text); text = json_null(); }
+            json_object_set_new(choice, "message",
+                                json_pack("{s:s, s:o, s:n, s:o}", "role", "assistant", "content", text ? text : json_null(), "refusal",
+                                          "tool_calls", pdb_toolcall_json(res[i].tool_calls, res[i].n_tool_calls, 0)));
+        } else if (chat)
+            json_object_set_new(choice, "message",
+                                json_pack("{s:s, s:o, s:n}", "role", "assistant", "content", text ? text : json_string(""), "refusal"));
+        else
+            json_object_set_new(choice, "text", text ? text : json_string(""));
+        json_array_append_new(choices, pdb_openai_choice_tail(m, choice, &res[i]));
+    }
+    if (root) json_object_set_new(root, "choices", choices); else json_decref(choices);
     static const pdb_openai_usage zero = {0, 0, 0};
     return pdb_openai_finish(root, u ? u : &zero, extra, 0, out, out_len);
 }
@@ -552,7 +972,7 @@ pdb_status pdb_openai_build_chunk(const pdb_openai_meta *m, const pdb_openai_res
                                   const json_t *extra, char **out, size_t *out_len) {
     int chat = m->kind == PDB_OPENAI_CHAT;
     json_t *root = pdb_openai_head(m, chat ? "chat.completion.chunk" : "text_completion");
-    json_t *choice = json_pack("{s:i}", "index", 0);
+    json_t *choice = json_pack("{s:i}", "index", res->index);
     if (chat) {
         json_t *delta = json_object();
         if (first) json_object_set_new(delta, "role", json_string("assistant"));
@@ -563,7 +983,9 @@ pdb_status pdb_openai_build_chunk(const pdb_openai_meta *m, const pdb_openai_res
     } else {
         json_object_set_new(choice, "text", pdb_openai_json_text(res->text, res->text_len));
     }
-    pdb_openai_add_choice(root, choice, res);
+    json_t *choices = json_array();
+    json_array_append_new(choices, pdb_openai_choice_tail(m, choice, res));
+    if (root) json_object_set_new(root, "choices", choices); else json_decref(choices);
     return pdb_openai_finish(root, u, extra, 1, out, out_len);
 }
 

@@ -19,6 +19,9 @@
 #define PDB_OPENAI_MAX_STOP_BYTES 256        /* per stop string */
 #define PDB_OPENAI_MAX_MESSAGES 4096
 #define PDB_OPENAI_MAX_PROMPT_IDS ((int64_t)1 << 24)
+#define PDB_OPENAI_MAX_N 16                  /* choices per request (n) */
+#define PDB_OPENAI_MAX_TOP_LOGPROBS 20       /* alternatives per position (top_logprobs, legacy logprobs) */
+#define PDB_OPENAI_MAX_LOGIT_BIAS 1024       /* entries of logit_bias */
 
 typedef enum pdb_openai_kind { PDB_OPENAI_COMPLETION = 1, PDB_OPENAI_CHAT = 2 } pdb_openai_kind;
 
@@ -64,7 +67,32 @@ typedef struct pdb_openai_request {
     int stream, include_usage, return_token_ids, ignore_eos;
     int continuous_usage;        /* stream_options.continuous_usage_stats (vLLM): usage on every chunk */
     pdb_tool_set tools;          /* chat: tools, tool_choice, parallel_tool_calls (pdb_toolcall) */
+    int n;                       /* choices, 1..PDB_OPENAI_MAX_N (default 1) */
+    int logprobs;                /* chat: logprobs true; completions: logprobs given (an integer) */
+    int top_logprobs;            /* 0..PDB_OPENAI_MAX_TOP_LOGPROBS alternatives per position */
+    int echo;                    /* completions: the prompt's text precedes each choice's text */
+    double frequency_penalty;    /* [-2, 2], default 0 */
+    double presence_penalty;     /* [-2, 2], default 0 */
+    int32_t *bias_ids;           /* [n_bias] logit_bias token ids (>= 0; vocabulary checked by the server) */
+    float *bias_vals;            /* [n_bias] in [-100, 100] */
+    int n_bias;
+    int json_object;             /* response_format {"type": "json_object"} */
+    char *user;                  /* user / safety_identifier (logged), NULL when absent */
 } pdb_openai_request;
+
+/* The request fields the parser knows, one row each (the one list: the parser dispatches on it,
+ * docs/api.md's table lists the same names and tests/core/test_openai checks that it does).
+ * rule: "honoured" (the answer follows it), "refused" (any non-null value is a 400 naming it),
+ * "accepted" (type-checked, no effect on the answer, docs/api.md says why). endpoints: bit 1
+ * completions, bit 2 chat (pdb_openai_kind values); a known field sent to the other endpoint is
+ * an unknown one there. */
+typedef struct pdb_openai_field_info {
+    const char *name;
+    int endpoints;
+    const char *rule;
+} pdb_openai_field_info;
+/* Row i of the table (NULL past its end). */
+const pdb_openai_field_info *pdb_openai_field_at(size_t i);
 
 typedef struct pdb_openai_limits {
     int64_t max_context;         /* max_tokens above this is refused; 0 = no check */
@@ -96,8 +124,19 @@ typedef struct pdb_openai_usage {
     int64_t prompt_tokens, completion_tokens, cached_tokens;
 } pdb_openai_usage;
 
+/* The log-probability of one generated token and its most likely alternatives (log-softmax of
+ * the decoder's raw logits at that position, computed in double in index order: pdb_sample.h). */
+typedef struct pdb_openai_alt { int32_t id; double logprob; } pdb_openai_alt;
+typedef struct pdb_openai_logprob {
+    int32_t id;
+    double logprob;
+    int n_top;                              /* <= PDB_OPENAI_MAX_TOP_LOGPROBS */
+    pdb_openai_alt top[PDB_OPENAI_MAX_TOP_LOGPROBS]; /* descending, ties by lowest id */
+} pdb_openai_logprob;
+
 /* What one choice produced (text need not be valid UTF-8: it is repaired). */
 typedef struct pdb_openai_result {
+    int index;                   /* the choice's index (0 .. n-1) */
     const char *text;
     size_t text_len;
     const char *finish_reason;   /* "stop" | "length" | "tool_calls" | NULL (stream chunk before the end) */
@@ -107,7 +146,13 @@ typedef struct pdb_openai_result {
      * call deltas of a chunk (delta.tool_calls); n_tool_calls 0 = none */
     const pdb_toolcall_out *tool_calls;
     size_t n_tool_calls;
+    const pdb_openai_logprob *logprobs; /* [n_logprobs], NULL = "logprobs": null */
+    int64_t n_logprobs;
+    size_t text_offset;          /* completions: offset in the choice's whole text of this result's text (echo, chunks) */
 } pdb_openai_result;
+
+/* The bytes of a token id (NULL = none); NULL function: token-id mode ("token_id:N", no bytes). */
+typedef const char *(*pdb_openai_token_bytes_fn)(void *user, int32_t id, size_t *len);
 
 /* Response identity shared by a body and all chunks of one stream. */
 typedef struct pdb_openai_meta {
@@ -115,16 +160,18 @@ typedef struct pdb_openai_meta {
     const char *id;              /* "cmpl-..." / "chatcmpl-..." */
     int64_t created;             /* unix seconds */
     const char *model;
+    pdb_openai_token_bytes_fn token_bytes; /* names the tokens of logprobs */
+    void *token_user;
 } pdb_openai_meta;
 
-/* Non-stream body: text_completion or chat.completion with one choice and usage. Each key of
+/* Non-stream body: text_completion or chat.completion with n_res choices and usage. Each key of
  * extra (an object, may be NULL; borrowed) is merged into the top level (e.g. "pd_bridge"). */
-pdb_status pdb_openai_build_response(const pdb_openai_meta *m, const pdb_openai_result *res, const pdb_openai_usage *u,
+pdb_status pdb_openai_build_response(const pdb_openai_meta *m, const pdb_openai_result *res, int n_res, const pdb_openai_usage *u,
                                      const json_t *extra, char **out, size_t *out_len);
 
-/* One SSE event "data: {...}\n\n" with a text_completion / chat.completion.chunk. first: chat
- * chunks carry delta.role = "assistant". usage (may be NULL) and extra (may be NULL) go into
- * this chunk: pass them on the final one. */
+/* One SSE event "data: {...}\n\n" with a text_completion / chat.completion.chunk holding one
+ * choice (res->index). first: chat chunks carry delta.role = "assistant". usage (may be NULL)
+ * and extra (may be NULL) go into this chunk: pass them on the final one. */
 pdb_status pdb_openai_build_chunk(const pdb_openai_meta *m, const pdb_openai_result *res, int first,
                                   const pdb_openai_usage *u, const json_t *extra, char **out, size_t *out_len);
 /* An error inside a stream: "data: {"error": {...}}\n\n". */

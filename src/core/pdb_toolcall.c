@@ -133,18 +133,18 @@ pdb_status pdb_toolcall_check_choice(const pdb_tool_set *t, const char *param, s
     return PDB_OK;
 }
 
-pdb_status pdb_toolcall_parse_openai(json_t *root, pdb_tool_set *t, struct pdb_openai_error *err) {
-    memset(t, 0, sizeof *t);
-    json_t *tools = json_object_get(root, "tools");
-    if (tools && !json_is_null(tools)) PDB_TRY(tc_parse_tools(tools, t, err));
-    json_t *ptc = json_object_get(root, "parallel_tool_calls");
-    if (ptc && !json_is_null(ptc)) {
-        if (!json_is_boolean(ptc))
-            return pdb_openai_set_error(err, 400, "parallel_tool_calls", "invalid_type", "'parallel_tool_calls' must be a boolean");
-        t->single_call = json_is_false(ptc);
-    }
-    json_t *c = json_object_get(root, "tool_choice");
-    if (!c || json_is_null(c)) return PDB_OK;
+pdb_status pdb_toolcall_parse_tools(json_t *tools, pdb_tool_set *t, struct pdb_openai_error *err) {
+    return tc_parse_tools(tools, t, err);
+}
+
+pdb_status pdb_toolcall_parse_parallel(json_t *ptc, pdb_tool_set *t, struct pdb_openai_error *err) {
+    if (!json_is_boolean(ptc))
+        return pdb_openai_set_error(err, 400, "parallel_tool_calls", "invalid_type", "'parallel_tool_calls' must be a boolean");
+    t->single_call = json_is_false(ptc);
+    return PDB_OK;
+}
+
+pdb_status pdb_toolcall_parse_choice(json_t *c, pdb_tool_set *t, struct pdb_openai_error *err) {
     if (json_is_string(c)) {
         const char *s = json_string_value(c);
         if (!strcmp(s, "auto")) t->choice = PDB_TOOL_CHOICE_AUTO;

@@ -55,8 +55,13 @@ const char *pdb_toolcall_forced_name(const pdb_tool_set *t);
 /* Tools are rendered into the prompt and the generated text is parsed for calls. */
 int pdb_toolcall_active(const pdb_tool_set *t);
 
-/* `tools` and `tool_choice` of an OpenAI chat request body (both optional). */
-pdb_status pdb_toolcall_parse_openai(json_t *root, pdb_tool_set *t, struct pdb_openai_error *err);
+/* The tool fields of an OpenAI chat request, one function per field (each a row of
+ * pdb_openai's field table, called with the field's non-null value): `tools` (an array),
+ * `parallel_tool_calls` (a boolean), `tool_choice` (checked against the tools already parsed, so
+ * it comes after `tools`). t starts zeroed (no tools, choice auto). */
+pdb_status pdb_toolcall_parse_tools(json_t *tools, pdb_tool_set *t, struct pdb_openai_error *err);
+pdb_status pdb_toolcall_parse_parallel(json_t *ptc, pdb_tool_set *t, struct pdb_openai_error *err);
+pdb_status pdb_toolcall_parse_choice(json_t *choice, pdb_tool_set *t, struct pdb_openai_error *err);
 /* An assistant message's `tool_calls` (param: "messages[i]"); absent or null leaves 0 calls. */
 pdb_status pdb_toolcall_parse_calls(json_t *msg, const char *param, pdb_tool_call **calls, size_t *n, struct pdb_openai_error *err);
 /* Check a tool definition's fields (name rule, description a string, parameters an object) and

@@ -24,6 +24,10 @@ typedef struct pdb_dec_arch {
     pdb_status (*forward)(void *impl, pdb_dec_seg *segs, int n_segs);
     void (*get_block)(void *impl, const pdb_dec_seq *s, int64_t b, int64_t bs, void *buf);
     void (*put_block)(void *impl, pdb_dec_seq *s, int64_t b, int64_t bs, const void *buf);
+    /* Optional: dst (initialised, cap >= src->len) gets src's cache of positions 0 .. src->len (n
+     * choices of one prompt share its prefill this way); NULL: not available (the service then
+     * prefills each choice's tail after the store's blocks). */
+    void (*seq_copy)(void *impl, pdb_dec_seq *dst, const pdb_dec_seq *src);
     /* Optional: the weights for benchmarks that count the bytes a step reads (NULL: none exposed). */
     const void *(*weights)(void *impl);
 } pdb_dec_arch;

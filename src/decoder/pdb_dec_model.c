@@ -193,6 +193,16 @@ void pdb_dec_seq_free(pdb_dec_seq *s) {
     if (s->model) s->model->arch->seq_free(s);
 }
 
+pdb_status pdb_dec_seq_copy(pdb_dec_seq *dst, const pdb_dec_seq *src) {
+    const pdb_dec_model *m = src->model;
+    if (!m->arch->seq_copy) return pdb_err_set(PDB_UNSUPPORTED, "the %s decode engine cannot copy a sequence", m->arch->name);
+    if (dst->model != m || dst->cap < src->len)
+        return pdb_err_set(PDB_INVALID, "sequence copy: destination of %lld positions for %lld", (long long)dst->cap, (long long)src->len);
+    m->arch->seq_copy(m->impl, dst, src);
+    dst->len = src->len;
+    return PDB_OK;
+}
+
 void pdb_dec_seq_get_block(const pdb_dec_seq *s, int64_t b, int64_t bs, void *buf) {
     s->model->arch->get_block(s->model->impl, s, b, bs, buf);
 }

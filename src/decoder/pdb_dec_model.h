@@ -62,6 +62,10 @@ const char *pdb_dec_model_semantics(const pdb_dec_model *m);
 
 pdb_status pdb_dec_seq_init(pdb_dec_seq *s, const pdb_dec_model *m, int64_t cap);
 void pdb_dec_seq_free(pdb_dec_seq *s);
+/* dst (initialised by pdb_dec_seq_init, cap >= src->len) becomes a copy of src's cache (len
+ * included): the same rows, so the same logits follow. PDB_UNSUPPORTED when src's engine has no
+ * copy (deepseek_v4), PDB_INVALID when dst is too small. */
+pdb_status pdb_dec_seq_copy(pdb_dec_seq *dst, const pdb_dec_seq *src);
 
 /* Run all segments as one batch (not thread-safe per model: one forward at a time). */
 pdb_status pdb_dec_forward(pdb_dec_model *m, pdb_dec_seg *segs, int n_segs);

@@ -25,7 +25,8 @@ struct pdb_dec_reply {
     int n_calls, done, oom;
     int started;             /* the first stream event went out */
     int open;                /* Anthropic stream: index of the open block, -1 none */
-    const int32_t *ids;      /* OpenAI stream: ids of the current feed, not yet sent */
+    const int32_t *ids;      /* OpenAI stream: ids of the current feed, not yet sent ... */
+    const pdb_openai_logprob *lps; /* ... and their log-probabilities (NULL: none) */
     int64_t n_ids;
     const pdb_openai_usage *u;
     pdb_anthropic_sse out;   /* bytes to send */
@@ -109,10 +110,17 @@ static void rp_put_bytes(pdb_dec_reply *r, char *s, size_t n) {
 static void rp_chunk(pdb_dec_reply *r, const char *text, size_t len, const pdb_toolcall_out *tc, const char *finish,
                      const pdb_openai_usage *u) {
     static const int32_t none[1] = {0};
-    pdb_openai_result res = {text, len, finish, NULL, 0, tc, tc ? 1 : 0};
-    if (r->o.return_token_ids && (r->n_ids || finish)) {
-        res.token_ids = r->n_ids ? r->ids : none;
-        res.n_token_ids = r->n_ids;
+    pdb_openai_result res = {.text = text, .text_len = len, .finish_reason = finish, .tool_calls = tc, .n_tool_calls = tc ? 1 : 0};
+    int lp = r->o.logprobs && r->lps && r->n_ids; /* a chunk carries the entries of the ids it carries */
+    if ((r->o.return_token_ids && (r->n_ids || finish)) || lp) {
+        if (r->o.return_token_ids) {
+            res.token_ids = r->n_ids ? r->ids : none;
+            res.n_token_ids = r->n_ids;
+        }
+        if (lp) {
+            res.logprobs = r->lps;
+            res.n_logprobs = r->n_ids;
+        }
         r->n_ids = 0;
     }
     const pdb_openai_usage *cu = u ? u : r->o.continuous_usage ? r->u : NULL;
@@ -216,10 +224,12 @@ static int rp_on_event(void *user, pdb_tools_event ev, int call, const char *s, 
     return r->oom ? -1 : r->done ? 1 : 0;
 }
 
-int pdb_dec_reply_feed(pdb_dec_reply *r, const char *text, size_t len, const int32_t *ids, int64_t n_ids, const pdb_openai_usage *u) {
+int pdb_dec_reply_feed(pdb_dec_reply *r, const char *text, size_t len, const int32_t *ids, const pdb_openai_logprob *lps,
+                       int64_t n_ids, const pdb_openai_usage *u) {
     if (r->done) return 1;
     r->u = u;
     r->ids = ids;
+    r->lps = lps;
     r->n_ids = n_ids;
     if (r->o.stream && !r->started) {
         if (r->o.api == PDB_DEC_REPLY_ANTHROPIC) rp_an_start(r);
@@ -232,8 +242,10 @@ int pdb_dec_reply_feed(pdb_dec_reply *r, const char *text, size_t len, const int
     } else {
         rp_text(r, text, len);
     }
-    if (r->o.stream && r->o.api == PDB_DEC_REPLY_OPENAI && r->o.return_token_ids && r->n_ids) rp_chunk(r, "", 0, NULL, NULL, NULL);
+    if (r->o.stream && r->o.api == PDB_DEC_REPLY_OPENAI && (r->o.return_token_ids || (r->o.logprobs && r->lps)) && r->n_ids)
+        rp_chunk(r, "", 0, NULL, NULL, NULL);
     r->ids = NULL;
+    r->lps = NULL;
     r->n_ids = 0;
     if (r->oom || rc < 0) return -1;
     return r->done ? 1 : 0;
@@ -241,7 +253,7 @@ int pdb_dec_reply_feed(pdb_dec_reply *r, const char *text, size_t len, const int
 
 pdb_status pdb_dec_reply_finish(pdb_dec_reply *r, const pdb_dec_reply_end *e) {
     r->u = &e->usage;
-    if (r->o.stream && !r->started) pdb_dec_reply_feed(r, "", 0, NULL, 0, &e->usage);
+    if (r->o.stream && !r->started) pdb_dec_reply_feed(r, "", 0, NULL, NULL, 0, &e->usage);
     if (r->o.parse_tools && !r->done) pdb_tools_parser_finish(&r->parser, rp_on_event, r);
     int anth = r->o.api == PDB_DEC_REPLY_ANTHROPIC;
     int called = r->n_calls > 0 && (!e->length || e->bound);
@@ -288,9 +300,12 @@ pdb_status pdb_dec_reply_finish(pdb_dec_reply *r, const pdb_dec_reply_end *e) {
             else ok = rp_append(&content, b->text, b->len);
         }
         static const int32_t none[1] = {0};
-        pdb_openai_result res = {content.text, content.len, r->reason, NULL, 0, tc, (size_t)k};
+        static const pdb_openai_logprob no_lp[1];
+        pdb_openai_result res = {.text = content.text, .text_len = content.len, .finish_reason = r->reason, .tool_calls = tc,
+                                 .n_tool_calls = (size_t)k};
         if (r->o.return_token_ids) { res.token_ids = e->all_ids ? e->all_ids : none; res.n_token_ids = e->n_all_ids; }
-        st = ok ? pdb_openai_build_response(&r->o.meta, &res, &e->usage, NULL, &body, &n) : pdb_err_set(PDB_NOMEM, "reply: out of memory");
+        if (r->o.logprobs) { res.logprobs = e->all_logprobs ? e->all_logprobs : no_lp; res.n_logprobs = e->all_logprobs ? e->n_all_ids : 0; }
+        st = ok ? pdb_openai_build_response(&r->o.meta, &res, 1, &e->usage, NULL, &body, &n) : pdb_err_set(PDB_NOMEM, "reply: out of memory");
         free(content.text);
         free(tc);
     }

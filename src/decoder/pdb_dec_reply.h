@@ -26,6 +26,7 @@ typedef struct pdb_dec_reply_opts {
     const char *forced_name;     /* a forced call: generation starts inside its arguments */
     int single_call;             /* the answer ends after its first call */
     int include_usage, continuous_usage, return_token_ids; /* OpenAI: as in the request */
+    int logprobs;                /* OpenAI: choices carry the tokens' log-probabilities (fed beside the ids) */
 } pdb_dec_reply_opts;
 
 typedef struct pdb_dec_reply pdb_dec_reply;
@@ -33,10 +34,11 @@ typedef struct pdb_dec_reply pdb_dec_reply;
 pdb_status pdb_dec_reply_new(const pdb_dec_reply_opts *o, pdb_dec_reply **out);
 void pdb_dec_reply_free(pdb_dec_reply *r);
 
-/* Final text, the ids generated since the last feed, the usage so far. Returns 1 when the answer
- * is complete (the calls block ended, or the first call with single_call: stop generating), -1
- * when out of memory, else 0. */
-int pdb_dec_reply_feed(pdb_dec_reply *r, const char *text, size_t len, const int32_t *ids, int64_t n_ids, const pdb_openai_usage *u);
+/* Final text, the ids generated since the last feed (and their log-probabilities, [n_ids] or
+ * NULL), the usage so far. Returns 1 when the answer is complete (the calls block ended, or the
+ * first call with single_call: stop generating), -1 when out of memory, else 0. */
+int pdb_dec_reply_feed(pdb_dec_reply *r, const char *text, size_t len, const int32_t *ids, const pdb_openai_logprob *lps,
+                       int64_t n_ids, const pdb_openai_usage *u);
 
 typedef struct pdb_dec_reply_end {
     int length;                  /* max_tokens (or the forced-call bound) was reached */
@@ -44,6 +46,7 @@ typedef struct pdb_dec_reply_end {
     const char *stop_sequence;   /* the stop string that ended the generation, NULL */
     pdb_openai_usage usage;
     const int32_t *all_ids;      /* non-stream return_token_ids: every generated id */
+    const pdb_openai_logprob *all_logprobs; /* non-stream logprobs: [n_all_ids] (NULL: none) */
     int64_t n_all_ids;
 } pdb_dec_reply_end;
 

@@ -25,6 +25,7 @@
 #include "pdb_http.h"
 #include "pdb_limits.h"
 #include "pdb_proc.h"
+#include "pdb_json_mask.h"
 #include "pdb_prompt.h"
 
 #define DEC_MAX_TEXT_BYTES ((size_t)256 << 20) /* generated text of one request */
@@ -48,6 +49,8 @@ struct pdb_dec_server {
     pdb_limits lim;          /* every limit, from the served window and the block size */
     size_t max_body;         /* the body bound in force (--max-body or lim.max_body_bytes) */
     uint64_t cache_max_bytes;/* the store cap in force (0 = unlimited) */
+    int max_batch;           /* the service's: n may not exceed it */
+    pdb_json_vocab *json_vocab; /* the tokens' bytes for JSON mode (NULL in token-id mode) */
     int64_t started;
     pthread_mutex_t mu;      /* closing, users */
     pthread_cond_t cv;
@@ -58,6 +61,18 @@ struct pdb_dec_server {
     uint64_t m_prompt, m_cached, m_generated, m_cancelled, m_errors;
     atomic_uint_fast64_t next_req, seed_counter;
 };
+
+/* One choice's output, under its request's mu. */
+typedef struct dec_choice {
+    int32_t *ids;            /* [cap_ids] generated ids */
+    pdb_openai_logprob *lp;  /* [cap_ids] their log-probabilities (logprobs requests) */
+    int64_t n_ids, cap_ids, ids_sent;
+    size_t off_sent;         /* completions: text offset of ids[ids_sent] in the choice's text (echo included) */
+    char *text; size_t text_len, text_cap;   /* emitted text (non-stream) */
+    char *pend; size_t pend_len, pend_cap;   /* held back bytes */
+    int sent_first, stop_matched;
+    pdb_finish finish;       /* NONE until its final event */
+} dec_choice;
 
 typedef struct dec_req {
     pdb_dec_server *srv;
@@ -70,14 +85,13 @@ typedef struct dec_req {
     char id_str[48];
     const char *endpoint;
     double t0; /* pdb_clock_now() at arrival */
+    char *echo; size_t echo_len;  /* completions with echo: the prompt's text */
     /* after submit, under mu */
     pdb_http_stream *hs;
-    int stream, sent_first, done, stop_matched, gone;
-    int32_t *ids;            /* [cap_ids] generated ids */
-    int64_t n_ids, cap_ids, ids_sent;
-    char *text; size_t text_len, text_cap;   /* emitted text (non-stream) */
-    char *pend; size_t pend_len, pend_cap;   /* held back bytes */
-    pdb_finish finish;
+    int stream, done, gone;
+    dec_choice *ch;          /* [n_ch] */
+    int n_ch;
+    pdb_finish finish;       /* the request's: an error or cancel of any choice wins */
     char error[256];
     int64_t prompt_tokens, cached_tokens;
     /* answers composed by pdb_dec_reply (chat with tools, /v1/messages); NULL = plain OpenAI */
@@ -135,15 +149,26 @@ static void dec_respond_json(pdb_dec_server *s, pdb_http_request *hr, const char
     dec_count_status(s, endpoint, status);
 }
 
+static const char *dec_token_bytes(void *user, int32_t id, size_t *len) {
+    const char *b = pdb_tokenizer_token_bytes(user, id, len);
+    if (!b) *len = 0;
+    return b;
+}
+
 /* ---- generation state ----------------------------------------------------------------------- */
 
 static void dec_req_release(dec_req *r) {
     if (atomic_fetch_sub(&r->refs, 1) != 1) return;
     pdb_openai_request_free(&r->q);
     pdb_dec_reply_free(r->reply);
-    free(r->ids);
-    free(r->text);
-    free(r->pend);
+    for (int i = 0; i < r->n_ch; i++) {
+        free(r->ch[i].ids);
+        free(r->ch[i].lp);
+        free(r->ch[i].text);
+        free(r->ch[i].pend);
+    }
+    free(r->ch);
+    free(r->echo);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -161,16 +186,17 @@ static int dec_grow(char **buf, size_t *cap, size_t need) {
     return 1;
 }
 
-/* Send (stream) or keep (non-stream) text that is final. Returns nonzero to cancel. mu held. */
 static const int32_t dec_no_ids[1] = {0};
 
-/* Reply mode: feed final text to the composer and send what it produced. Nonzero to cancel (the
- * answer is complete, the client is gone, no memory). mu held. */
+/* Reply mode (n is 1 there: choice 0): feed final text to the composer and send what it
+ * produced. Nonzero to cancel (the answer is complete, the client is gone, no memory). mu held. */
 static int dec_emit_reply(dec_req *r, const char *text, size_t len) {
-    int64_t new_ids = r->n_ids - r->ids_sent;
-    pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
-    int rc = pdb_dec_reply_feed(r->reply, text, len, new_ids ? r->ids + r->ids_sent : NULL, new_ids, &u);
-    r->ids_sent = r->n_ids;
+    dec_choice *c = &r->ch[0];
+    int64_t new_ids = c->n_ids - c->ids_sent;
+    pdb_openai_usage u = {r->prompt_tokens, c->n_ids, r->cached_tokens};
+    int rc = pdb_dec_reply_feed(r->reply, text, len, new_ids ? c->ids + c->ids_sent : NULL,
+                                new_ids && r->q.logprobs ? c->lp + c->ids_sent : NULL, new_ids, &u);
+    c->ids_sent = c->n_ids;
     if (rc < 0) snprintf(r->error, sizeof r->error, "out of memory composing the answer");
     size_t n = 0;
     char *out = pdb_dec_reply_take(r->reply, &n);
@@ -180,94 +206,136 @@ static int dec_emit_reply(dec_req *r, const char *text, size_t len) {
     return rc != 0;
 }
 
-static int dec_emit(dec_req *r, const char *text, size_t len, const char *finish, const pdb_openai_usage *u) {
-    if (r->reply) return dec_emit_reply(r, text, len);
-    if (!r->stream) {
-        if (!dec_grow(&r->text, &r->text_cap, r->text_len + len + 1)) {
-            snprintf(r->error, sizeof r->error, "generated text exceeds %zu bytes", DEC_MAX_TEXT_BYTES);
-            return 1;
-        }
-        if (len) memcpy(r->text + r->text_len, text, len);
-        r->text_len += len;
-        return 0;
-    }
-    if (!r->hs || r->gone) return 1;
-    int64_t new_ids = r->n_ids - r->ids_sent;
-    int want_ids = r->q.return_token_ids && new_ids > 0;
-    if (!len && !want_ids && !finish && r->sent_first) return 0;
-    pdb_openai_result res = {text, len, finish, want_ids ? r->ids + r->ids_sent : finish && r->q.return_token_ids ? dec_no_ids : NULL,
-                             want_ids ? new_ids : 0, NULL, 0};
-    pdb_openai_usage cu = {r->prompt_tokens, r->n_ids, r->cached_tokens};
-    if (!u && r->q.continuous_usage) u = &cu; /* vLLM's continuous_usage_stats: usage on every chunk */
+/* Bytes of ids[from, to) of c (text offsets of completions' logprobs). */
+static size_t dec_ids_bytes(const dec_req *r, const dec_choice *c, int64_t from, int64_t to) {
+    size_t n = 0, l = 0;
+    for (int64_t i = from; r->srv->tok && i < to; i++)
+        if (pdb_tokenizer_token_bytes(r->srv->tok, c->ids[i], &l)) n += l;
+    return n;
+}
+
+/* One SSE chunk of choice k; nonzero when the client is gone. mu held. */
+static int dec_send_chunk(dec_req *r, int k, const pdb_openai_result *res, const pdb_openai_usage *u) {
     char *chunk = NULL;
     size_t n = 0;
-    if (pdb_openai_build_chunk(&r->meta, &res, !r->sent_first, u, NULL, &chunk, &n) != PDB_OK) return 1;
+    if (pdb_openai_build_chunk(&r->meta, res, !r->ch[k].sent_first, u, NULL, &chunk, &n) != PDB_OK) return 1;
     pdb_status st = pdb_http_stream_write(r->hs, chunk, n, 0);
     free(chunk);
-    r->sent_first = 1;
-    r->ids_sent = r->n_ids;
-    if (st == PDB_OK && finish) st = pdb_http_stream_write(r->hs, PDB_OPENAI_SSE_DONE, strlen(PDB_OPENAI_SSE_DONE), 0);
+    r->ch[k].sent_first = 1;
     if (st != PDB_OK) { r->gone = 1; return 1; }
     return 0;
 }
 
+/* Send (stream) or keep (non-stream) text of choice k that is final; the chunk also carries the
+ * ids (and log-probabilities) generated since the last one. done: the request's last chunk
+ * ([DONE] follows). Returns nonzero to cancel. mu held. */
+static int dec_emit(dec_req *r, int k, const char *text, size_t len, const char *finish, const pdb_openai_usage *u, int done) {
+    if (r->reply) return dec_emit_reply(r, text, len);
+    dec_choice *c = &r->ch[k];
+    if (!r->stream) {
+        if (!dec_grow(&c->text, &c->text_cap, c->text_len + len + 1)) {
+            snprintf(r->error, sizeof r->error, "generated text exceeds %zu bytes", DEC_MAX_TEXT_BYTES);
+            return 1;
+        }
+        if (len) memcpy(c->text + c->text_len, text, len);
+        c->text_len += len;
+        return 0;
+    }
+    if (!r->hs || r->gone) return 1;
+    if (!c->sent_first && r->echo_len) { /* echo: the prompt's text is the choice's first chunk */
+        pdb_openai_result er = {.index = k, .text = r->echo, .text_len = r->echo_len};
+        if (dec_send_chunk(r, k, &er, NULL)) return 1;
+    }
+    int64_t new_ids = c->n_ids - c->ids_sent;
+    int want_ids = r->q.return_token_ids && new_ids > 0;
+    int want_lp = r->q.logprobs && new_ids > 0;
+    if (!len && !want_ids && !want_lp && !finish && c->sent_first) return 0;
+    pdb_openai_result res = {.index = k, .text = text, .text_len = len, .finish_reason = finish,
+                             .token_ids = want_ids ? c->ids + c->ids_sent : finish && r->q.return_token_ids ? dec_no_ids : NULL,
+                             .n_token_ids = want_ids ? new_ids : 0,
+                             .logprobs = want_lp ? c->lp + c->ids_sent : NULL, .n_logprobs = want_lp ? new_ids : 0,
+                             .text_offset = c->off_sent};
+    int64_t gen = 0;
+    for (int i = 0; i < r->n_ch; i++) gen += r->ch[i].n_ids;
+    pdb_openai_usage cu = {r->prompt_tokens, gen, r->cached_tokens};
+    if (!u && r->q.continuous_usage) u = &cu; /* vLLM's continuous_usage_stats: usage on every chunk */
+    if (dec_send_chunk(r, k, &res, u)) return 1;
+    c->off_sent += dec_ids_bytes(r, c, c->ids_sent, c->n_ids);
+    c->ids_sent = c->n_ids;
+    if (done && pdb_http_stream_write(r->hs, PDB_OPENAI_SSE_DONE, strlen(PDB_OPENAI_SSE_DONE), 0) != PDB_OK) { r->gone = 1; return 1; }
+    return 0;
+}
+
 /* Earliest occurrence of any stop string in pend, or -1. */
-static int64_t dec_find_stop(dec_req *r) {
+static int64_t dec_find_stop(dec_req *r, const dec_choice *c) {
     int64_t best = -1;
     for (int i = 0; i < r->q.n_stop; i++) {
-        const char *p = memmem(r->pend, r->pend_len, r->q.stop[i], r->q.stop_len[i]);
-        if (p && (best < 0 || p - r->pend < best)) { best = p - r->pend; r->stop_index = i; }
+        const char *p = memmem(c->pend, c->pend_len, r->q.stop[i], r->q.stop_len[i]);
+        if (p && (best < 0 || p - c->pend < best)) { best = p - c->pend; r->stop_index = i; }
     }
     return best;
 }
 
 /* Bytes at the end of pend that could be the start of a stop string. */
-static size_t dec_stop_holdback(const dec_req *r) {
+static size_t dec_stop_holdback(const dec_req *r, const dec_choice *c) {
     size_t hold = 0;
     for (int i = 0; i < r->q.n_stop; i++) {
         size_t sl = r->q.stop_len[i];
         for (size_t k = sl - 1; k > hold; k--)
-            if (k <= r->pend_len && !memcmp(r->pend + r->pend_len - k, r->q.stop[i], k)) { hold = k; break; }
+            if (k <= c->pend_len && !memcmp(c->pend + c->pend_len - k, r->q.stop[i], k)) { hold = k; break; }
     }
     return hold;
 }
 
-static void dec_pend_shift(dec_req *r, size_t n) {
-    if (n) memmove(r->pend, r->pend + n, r->pend_len - n);
-    r->pend_len -= n;
+static void dec_pend_shift(dec_choice *c, size_t n) {
+    if (n) memmove(c->pend, c->pend + n, c->pend_len - n);
+    c->pend_len -= n;
 }
 
-/* A generated token. mu held. Returns nonzero to cancel (stop string, client gone, limits). */
-static int dec_on_token(dec_req *r, int32_t tok) {
-    if (r->n_ids == r->cap_ids) {
-        int64_t nc = r->cap_ids ? r->cap_ids * 2 : 64;
-        int32_t *ni = realloc(r->ids, sizeof(int32_t) * (size_t)nc);
-        if (!ni) { snprintf(r->error, sizeof r->error, "out of memory"); return 1; }
-        r->ids = ni;
-        r->cap_ids = nc;
+/* A generated token of choice ev->choice. mu held. Returns nonzero to cancel that choice (stop
+ * string, client gone, limits). */
+static int dec_on_token(dec_req *r, const pdb_dec_event *ev) {
+    int k = ev->choice;
+    dec_choice *c = &r->ch[k];
+    int32_t tok = ev->token;
+    if (c->n_ids == c->cap_ids) {
+        int64_t nc = c->cap_ids ? c->cap_ids * 2 : 64;
+        int32_t *ni = realloc(c->ids, sizeof(int32_t) * (size_t)nc);
+        if (ni) c->ids = ni;
+        pdb_openai_logprob *nl = r->q.logprobs ? realloc(c->lp, sizeof *nl * (size_t)nc) : NULL;
+        if (nl) c->lp = nl;
+        if (!ni || (r->q.logprobs && !nl)) { snprintf(r->error, sizeof r->error, "out of memory"); return 1; }
+        c->cap_ids = nc;
     }
-    r->ids[r->n_ids++] = tok;
+    if (r->q.logprobs) {
+        pdb_openai_logprob *lp = &c->lp[c->n_ids];
+        lp->id = tok;
+        lp->logprob = ev->logprob;
+        lp->n_top = ev->n_top < PDB_OPENAI_MAX_TOP_LOGPROBS ? ev->n_top : PDB_OPENAI_MAX_TOP_LOGPROBS;
+        for (int i = 0; i < lp->n_top; i++) lp->top[i] = (pdb_openai_alt){ev->top_ids[i], ev->top_lp[i]};
+    }
+    c->ids[c->n_ids++] = tok;
     pdb_tokenizer *tk = r->srv->tok;
-    if (!tk) return dec_emit(r, "", 0, NULL, NULL);
+    if (!tk) return dec_emit(r, k, "", 0, NULL, NULL, 0);
     size_t bl = 0;
     const char *b = pdb_tokenizer_token_bytes(tk, tok, &bl);
     if (!b) bl = 0;
-    if (!dec_grow(&r->pend, &r->pend_cap, r->pend_len + bl + 1)) { snprintf(r->error, sizeof r->error, "text too long"); return 1; }
-    if (bl) memcpy(r->pend + r->pend_len, b, bl);
-    r->pend_len += bl;
-    int64_t at = dec_find_stop(r);
+    if (!dec_grow(&c->pend, &c->pend_cap, c->pend_len + bl + 1)) { snprintf(r->error, sizeof r->error, "text too long"); return 1; }
+    if (bl) memcpy(c->pend + c->pend_len, b, bl);
+    c->pend_len += bl;
+    int64_t at = dec_find_stop(r, c);
     if (at >= 0) {
-        r->stop_matched = 1;
-        r->pend_len = (size_t)at; /* the stop string and anything after it are dropped; the final
+        c->stop_matched = 1;
+        c->pend_len = (size_t)at; /* the stop string and anything after it are dropped; the final
                                    * event flushes what is left (stream: with finish_reason) */
         return 1;
     }
-    size_t safe = r->pend_len - dec_stop_holdback(r);
-    safe = pdb_openai_utf8_complete_prefix(r->pend, safe);
-    if (!safe && !(r->stream && (r->q.return_token_ids || r->reply))) return r->stream && r->gone;
-    int c = dec_emit(r, r->pend, safe, NULL, NULL);
-    dec_pend_shift(r, safe);
-    return c;
+    size_t safe = c->pend_len - dec_stop_holdback(r, c);
+    safe = pdb_openai_utf8_complete_prefix(c->pend, safe);
+    if (!safe && !(r->stream && (r->q.return_token_ids || r->q.logprobs || r->reply))) return r->stream && r->gone;
+    int cancel = dec_emit(r, k, c->pend, safe, NULL, NULL, 0);
+    dec_pend_shift(c, safe);
+    return cancel;
 }
 
 static const char *dec_finish_str(pdb_finish f) {
@@ -280,13 +348,15 @@ static const char *dec_finish_str(pdb_finish f) {
     }
 }
 
-/* Reply mode, a finished generation: the rest of the text and the end go to the composer (a
+/* Reply mode (choice 0), a finished generation: the rest of the text and the end go to the composer (a
  * stream sends its final events, a non-stream body waits in the composer for dec_gen_respond). */
 static void dec_reply_end(dec_req *r) {
-    if (r->pend_len) dec_emit_reply(r, r->pend, r->pend_len);
+    dec_choice *c = &r->ch[0];
+    if (c->pend_len) dec_emit_reply(r, c->pend, c->pend_len);
     pdb_dec_reply_end e = {.length = r->finish == PDB_FINISH_LENGTH, .bound = r->finish == PDB_FINISH_LENGTH && r->forced_bound,
-                           .stop_sequence = r->stop_matched ? r->q.stop[r->stop_index] : NULL,
-                           .usage = {r->prompt_tokens, r->n_ids, r->cached_tokens}, .all_ids = r->ids, .n_all_ids = r->n_ids};
+                           .stop_sequence = c->stop_matched ? r->q.stop[r->stop_index] : NULL,
+                           .usage = {r->prompt_tokens, c->n_ids, r->cached_tokens}, .all_ids = c->ids,
+                           .all_logprobs = r->q.logprobs ? c->lp : NULL, .n_all_ids = c->n_ids};
     if (pdb_dec_reply_finish(r->reply, &e) != PDB_OK) {
         r->finish = PDB_FINISH_ERROR;
         snprintf(r->error, sizeof r->error, "%s", pdb_err_msg());
@@ -313,56 +383,75 @@ static void dec_stream_error(dec_req *r, const pdb_openai_error *e) {
     free(chunk);
 }
 
+/* The final event of one choice; the request's last (ev->last) closes the stream and counts. */
 static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
     pdb_dec_server *s = r->srv;
-    r->finish = ev->finish;
-    if (r->error[0] && ev->finish != PDB_FINISH_ERROR) r->finish = PDB_FINISH_ERROR;
+    int k = ev->choice;
+    dec_choice *c = &r->ch[k];
+    c->finish = ev->finish;
+    if (r->error[0] && ev->finish != PDB_FINISH_ERROR) c->finish = PDB_FINISH_ERROR;
     if (ev->finish == PDB_FINISH_ERROR) snprintf(r->error, sizeof r->error, "%s", ev->error ? ev->error : "engine error");
+    if (c->finish == PDB_FINISH_ERROR || (c->finish == PDB_FINISH_CANCELLED && r->finish != PDB_FINISH_ERROR)) r->finish = c->finish;
+    else if (r->finish == PDB_FINISH_NONE && ev->last) r->finish = c->finish;
     r->prompt_tokens = ev->prompt_tokens;
     r->cached_tokens = ev->cached_tokens;
-    if (r->reply && (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) && (!r->stream || r->hs)) {
-        dec_reply_end(r);
-        r->pend_len = 0;
+    if (ev->last) /* choices that never started (the first one ended before its prefill did) end as it did */
+        for (int i = 0; i < r->n_ch; i++)
+            if (r->ch[i].finish == PDB_FINISH_NONE) r->ch[i].finish = c->finish;
+    if (r->reply) { /* n is 1: this is the request's last event */
+        if ((r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) && (!r->stream || r->hs)) {
+            dec_reply_end(r);
+            c->pend_len = 0;
+        }
+        if (r->stream && r->hs) {
+            if (r->finish != PDB_FINISH_LENGTH && r->finish != PDB_FINISH_STOP && !r->gone) {
+                pdb_openai_error e;
+                if (r->finish == PDB_FINISH_ERROR) pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
+                else pdb_openai_set_error(&e, 503, NULL, "cancelled", "the request was cancelled (server shutting down)");
+                dec_stream_error(r, &e);
+            }
+            pdb_http_stream_close(r->hs);
+            r->hs = NULL;
+        }
     }
-    if (r->reply && r->stream && r->hs) {
-        if (r->finish != PDB_FINISH_LENGTH && r->finish != PDB_FINISH_STOP && !r->gone) {
+    int ok = c->finish == PDB_FINISH_LENGTH || c->finish == PDB_FINISH_STOP;
+    int all_ok = ev->last && (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP);
+    if (r->reply) {
+        /* answered above */
+    } else if (r->stream && r->hs) {
+        int64_t gen = 0;
+        for (int i = 0; i < r->n_ch; i++) gen += r->ch[i].n_ids;
+        pdb_openai_usage u = {r->prompt_tokens, gen, r->cached_tokens};
+        if (ok) dec_emit(r, k, c->pend, c->pend_len, dec_finish_str(c->finish),
+                         all_ok && (r->q.include_usage || r->q.continuous_usage) ? &u : NULL, all_ok);
+        if (ev->last && !all_ok && !r->gone) { /* engine error, or cancelled by a server stop: say so in the stream */
             pdb_openai_error e;
             if (r->finish == PDB_FINISH_ERROR) pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
             else pdb_openai_set_error(&e, 503, NULL, "cancelled", "the request was cancelled (server shutting down)");
             dec_stream_error(r, &e);
         }
-        pdb_http_stream_close(r->hs);
-        r->hs = NULL;
-    } else if (r->stream && r->hs) {
-        if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
-            pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
-            dec_emit(r, r->pend, r->pend_len, dec_finish_str(r->finish), r->q.include_usage || r->q.continuous_usage ? &u : NULL);
-        } else if (!r->gone) { /* engine error, or cancelled by a server stop: say so in the stream */
-            pdb_openai_error e;
-            if (r->finish == PDB_FINISH_ERROR) pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
-            else pdb_openai_set_error(&e, 503, NULL, "cancelled", "the request was cancelled (server shutting down)");
-            char *chunk = NULL;
-            size_t n = 0;
-            if (pdb_openai_build_error_chunk(&e, &chunk, &n) == PDB_OK) pdb_http_stream_write(r->hs, chunk, n, 0);
-            free(chunk);
+        if (ev->last) {
+            pdb_http_stream_close(r->hs);
+            r->hs = NULL;
         }
-        pdb_http_stream_close(r->hs);
-        r->hs = NULL;
-    } else if (!r->stream && !r->reply) {
-        dec_emit(r, r->pend, r->pend_len, NULL, NULL);
+    } else if (!r->stream) {
+        dec_emit(r, k, c->pend, c->pend_len, NULL, NULL, 0);
     }
-    r->pend_len = 0;
+    c->pend_len = 0;
+    if (!ev->last) return;
+    int64_t gen = 0;
+    for (int i = 0; i < r->n_ch; i++) gen += r->ch[i].n_ids;
     pthread_mutex_lock(&s->mmu);
     s->m_prompt += (uint64_t)r->prompt_tokens;
     s->m_cached += (uint64_t)r->cached_tokens;
-    s->m_generated += (uint64_t)r->n_ids;
+    s->m_generated += (uint64_t)gen;
     if (r->finish == PDB_FINISH_CANCELLED || r->gone) s->m_cancelled++;
     if (r->finish == PDB_FINISH_ERROR) s->m_errors++;
     pthread_mutex_unlock(&s->mmu);
     if (r->stream)
-        PDB_INFO("req %s %s stream prompt=%lld cached=%lld generated=%lld finish=%s%s ms=%.1f", r->id_str, r->endpoint,
-                 (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids, dec_finish_str(r->finish),
-                 r->gone ? " (client gone)" : "", (pdb_clock_now() - r->t0) * 1e3);
+        PDB_INFO("req %s %s stream prompt=%lld cached=%lld generated=%lld n=%d finish=%s%s%s%s ms=%.1f", r->id_str, r->endpoint,
+                 (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)gen, r->n_ch, dec_finish_str(r->finish),
+                 r->gone ? " (client gone)" : "", r->q.user ? " user=" : "", r->q.user ? r->q.user : "", (pdb_clock_now() - r->t0) * 1e3);
 }
 
 static int dec_on_event(void *user, const pdb_dec_event *ev) {
@@ -371,11 +460,15 @@ static int dec_on_event(void *user, const pdb_dec_event *ev) {
     if (ev->finish == PDB_FINISH_NONE) {
         r->prompt_tokens = ev->prompt_tokens;
         r->cached_tokens = ev->cached_tokens;
-        int c = dec_on_token(r, ev->token);
+        int c = dec_on_token(r, ev);
         pthread_mutex_unlock(&r->mu);
         return c;
     }
     dec_on_final(r, ev);
+    if (!ev->last) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
     r->done = 1;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -426,8 +519,9 @@ static int dec_gen_parse(pdb_dec_server *s, pdb_http_request *hr, pdb_openai_kin
     return 0;
 }
 
-/* Validate: what this server can run (stop strings need a tokenizer; ids in the vocabulary; prompt
- * and generation within the context) and the tokens to generate (*mt); 0, or -1 with e set. */
+/* Validate: what this server can run (stop strings and JSON mode need a tokenizer; ids and
+ * logit_bias in the vocabulary; n within the batch; prompt and generation within the context)
+ * and the tokens to generate (*mt); 0, or -1 with e set. */
 static int dec_gen_check(const pdb_dec_server *s, const pdb_openai_request *q, pdb_openai_kind kind, const int32_t *ids,
                          int64_t n_ids, int64_t *mt, pdb_openai_error *e) {
     const char *pparam = kind == PDB_OPENAI_CHAT ? "messages" : "prompt";
@@ -435,6 +529,29 @@ static int dec_gen_check(const pdb_dec_server *s, const pdb_openai_request *q, p
         pdb_openai_set_error(e, 400, "stop", "no_tokenizer", "stop strings need a tokenizer; this model is served in token-id mode");
         return -1;
     }
+    if (!s->tok && q->json_object) {
+        pdb_openai_set_error(e, 400, "response_format", "no_tokenizer", "json_object needs a tokenizer (the tokens' bytes); this model is served in token-id mode");
+        return -1;
+    }
+    if (q->json_object && q->n_stop) {
+        pdb_openai_set_error(e, 400, "stop", "unsupported_value", "stop strings with json_object could cut the object short: send one or the other");
+        return -1;
+    }
+    if (q->json_object && q->max_tokens >= 0 && q->max_tokens < 2) {
+        pdb_openai_set_error(e, 400, "max_tokens", "invalid_value", "json_object needs max_tokens >= 2 (the shortest object, {}, may take two tokens)");
+        return -1;
+    }
+    if (q->n > s->max_batch) {
+        pdb_openai_set_error(e, 400, "n", "invalid_value", "'n' is %d; this decoder runs at most %d sequences at once (--max-batch)", q->n,
+                             s->max_batch);
+        return -1;
+    }
+    for (int i = 0; i < q->n_bias; i++)
+        if (q->bias_ids[i] >= s->vocab) {
+            pdb_openai_set_error(e, 400, "logit_bias", "invalid_token_id", "'logit_bias' token id %d is outside the vocabulary (0..%lld)",
+                                 q->bias_ids[i], (long long)s->vocab - 1);
+            return -1;
+        }
     if (n_ids == 0) { pdb_openai_set_error(e, 400, pparam, "invalid_value", "the prompt has no tokens"); return -1; }
     for (int64_t i = 0; i < n_ids; i++)
         if (ids[i] < 0 || ids[i] >= s->vocab) {
@@ -447,15 +564,43 @@ static int dec_gen_check(const pdb_dec_server *s, const pdb_openai_request *q, p
     return 0;
 }
 
-/* The engine request for r (its id string and response metadata set here; the seed drawn when
- * the request has none). */
-static pdb_dec_request dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai_kind kind, const int32_t *ids, int64_t n_ids,
-                                       int64_t mt) {
+/* JSON mode through the service's mask hook (pdb_json_mask over the server's vocabulary). */
+static int dec_json_mask(void *user, void *state, float *logits, int64_t n_vocab, int64_t budget) {
+    return (int)pdb_json_mask_apply(user, state, logits, n_vocab, budget);
+}
+static void dec_json_advance(void *user, void *state, int32_t tok) { (void)pdb_json_mask_advance(user, state, tok); }
+static void dec_json_init(void *user, void *state) { (void)user; pdb_json_state_init(state); }
+
+/* The engine request for r (its id string, response metadata and choices set here; the seed
+ * drawn when the request has none). 0, or -1 when out of memory. */
+static int dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai_kind kind, const int32_t *ids, int64_t n_ids, int64_t mt,
+                           pdb_dec_request *dq) {
     r->stream = r->q.stream;
+    r->n_ch = r->q.n > 0 ? r->q.n : 1;
+    r->ch = calloc((size_t)r->n_ch, sizeof *r->ch);
+    if (!r->ch) return -1;
+    if (r->q.echo) {
+        if (!r->q.prompt_is_ids) {
+            r->echo = malloc(r->q.prompt_len + 1);
+            if (!r->echo) return -1;
+            memcpy(r->echo, r->q.prompt_text, r->q.prompt_len);
+            r->echo_len = r->q.prompt_len;
+        } else if (s->tok && pdb_tokenizer_decode(s->tok, ids, n_ids, &r->echo, &r->echo_len) != PDB_OK) {
+            return -1;
+        }
+        for (int k = 0; k < r->n_ch; k++) {
+            r->ch[k].off_sent = r->echo_len;
+            if (!r->stream && r->echo_len) { /* the choice's text starts with the prompt */
+                if (!dec_grow(&r->ch[k].text, &r->ch[k].text_cap, r->echo_len + 1)) return -1;
+                memcpy(r->ch[k].text, r->echo, r->echo_len);
+                r->ch[k].text_len = r->echo_len;
+            }
+        }
+    }
     uint64_t num = atomic_fetch_add(&s->next_req, 1) + 1;
     snprintf(r->id_str, sizeof r->id_str, "%s%llx%06llx", r->anthropic ? "msg_" : kind == PDB_OPENAI_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)s->started, (unsigned long long)num);
-    r->meta = (pdb_openai_meta){kind, r->id_str, (int64_t)time(NULL), s->model_id};
+    r->meta = (pdb_openai_meta){kind, r->id_str, (int64_t)time(NULL), s->model_id, s->tok ? dec_token_bytes : NULL, s->tok};
     const char *forced = pdb_toolcall_active(&r->q.tools) ? pdb_toolcall_forced_name(&r->q.tools) : NULL;
     if (forced && mt > DEC_FORCED_ARG_TOKENS) {
         mt = DEC_FORCED_ARG_TOKENS;
@@ -465,16 +610,27 @@ static pdb_dec_request dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai
         pdb_dec_reply_opts ro = {.api = r->anthropic ? PDB_DEC_REPLY_ANTHROPIC : PDB_DEC_REPLY_OPENAI, .stream = r->stream,
                                  .meta = r->meta, .parse_tools = pdb_toolcall_active(&r->q.tools), .forced_name = forced,
                                  .single_call = r->q.tools.single_call, .include_usage = r->q.include_usage,
-                                 .continuous_usage = r->q.continuous_usage, .return_token_ids = r->q.return_token_ids};
-        if (pdb_dec_reply_new(&ro, &r->reply) != PDB_OK) r->reply = NULL; /* checked by the caller */
+                                 .continuous_usage = r->q.continuous_usage, .return_token_ids = r->q.return_token_ids,
+                                 .logprobs = r->q.logprobs};
+        if (r->n_ch != 1 || pdb_dec_reply_new(&ro, &r->reply) != PDB_OK) return -1; /* n > 1 with tools: refused by the parser */
     }
-    pdb_dec_request dq = {
+    *dq = (pdb_dec_request){
         .ids = ids, .n_ids = n_ids, .max_tokens = mt, .ignore_eos = r->q.ignore_eos, .on_event = dec_on_event, .user = r,
         .sample = {.temperature = (float)r->q.temperature, .top_p = (float)r->q.top_p, .top_k = r->q.top_k,
                    .seed = r->q.has_seed ? r->q.seed
                                          : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ atomic_fetch_add(&s->seed_counter, 1)},
+        .n_choices = r->n_ch, .logprobs = r->q.logprobs, .top_logprobs = r->q.top_logprobs,
+        .frequency_penalty = (float)r->q.frequency_penalty, .presence_penalty = (float)r->q.presence_penalty,
+        .bias_ids = r->q.bias_ids, .bias_vals = r->q.bias_vals, .n_bias = r->q.n_bias,
     };
-    return dq;
+    if (r->q.json_object && s->json_vocab) {
+        dq->mask = dec_json_mask;
+        dq->mask_advance = dec_json_advance;
+        dq->mask_init = dec_json_init;
+        dq->mask_user = s->json_vocab;
+        dq->mask_state_bytes = sizeof(pdb_json_state);
+    }
+    return 0;
 }
 
 /* Submit dq to the service (the engine's reference on r) and, for a stream, answer hr with the
@@ -547,6 +703,8 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
     const char *endpoint = r->endpoint;
     pdb_openai_error e;
     int status = 200;
+    int64_t gen = 0;
+    for (int i = 0; i < r->n_ch; i++) gen += r->ch[i].n_ids;
     if (r->reply && (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP)) {
         size_t n = 0;
         char *body = pdb_dec_reply_take(r->reply, &n);
@@ -560,12 +718,19 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
         }
         free(body);
     } else if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
-        pdb_openai_result res = {r->text, r->text_len, dec_finish_str(r->finish), r->q.return_token_ids ? (r->ids ? r->ids : dec_no_ids) : NULL,
-                                 r->n_ids, NULL, 0};
-        pdb_openai_usage u = {r->prompt_tokens, r->n_ids, r->cached_tokens};
+        pdb_openai_result res[PDB_OPENAI_MAX_N];
+        for (int k = 0; k < r->n_ch && k < PDB_OPENAI_MAX_N; k++) {
+            dec_choice *c = &r->ch[k];
+            res[k] = (pdb_openai_result){.index = k, .text = c->text, .text_len = c->text_len, .finish_reason = dec_finish_str(c->finish),
+                                         .token_ids = r->q.return_token_ids ? (c->ids ? c->ids : dec_no_ids) : NULL,
+                                         .n_token_ids = c->n_ids, .logprobs = r->q.logprobs ? c->lp : NULL, .n_logprobs = c->n_ids,
+                                         .text_offset = r->echo_len};
+            if (r->q.logprobs && !c->lp) res[k].logprobs = (const pdb_openai_logprob *)dec_no_ids, res[k].n_logprobs = 0;
+        }
+        pdb_openai_usage u = {r->prompt_tokens, gen, r->cached_tokens};
         char *body = NULL;
         size_t n = 0;
-        if (pdb_openai_build_response(&r->meta, &res, &u, NULL, &body, &n) == PDB_OK) {
+        if (pdb_openai_build_response(&r->meta, res, r->n_ch, &u, NULL, &body, &n) == PDB_OK) {
             pdb_http_respond(hr, 200, "application/json", body, n, NULL, 0);
             dec_count_status(s, endpoint, 200);
         } else {
@@ -583,10 +748,10 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
         pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error[0] ? r->error : "engine error");
         dec_respond_err(s, hr, endpoint, &e);
     }
-    PDB_INFO("req %s %s status=%d prompt=%lld cached=%lld generated=%lld finish=%s ms=%.1f", r->id_str, endpoint, status,
-             (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)r->n_ids,
+    PDB_INFO("req %s %s status=%d prompt=%lld cached=%lld generated=%lld n=%d finish=%s%s%s ms=%.1f", r->id_str, endpoint, status,
+             (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)gen, r->n_ch,
              r->reply && status == 200 ? pdb_dec_reply_reason(r->reply) : dec_finish_str(r->finish),
-             (pdb_clock_now() - r->t0) * 1e3);
+             r->q.user ? " user=" : "", r->q.user ? r->q.user : "", (pdb_clock_now() - r->t0) * 1e3);
 }
 
 /* POST /v1/completions and /v1/chat/completions: parse, validate, submit, then (non-stream) wait
@@ -599,9 +764,9 @@ static void dec_handle_generate(pdb_dec_server *s, pdb_http_request *hr, pdb_ope
     int32_t *ids = NULL;
     int64_t n_ids = 0, mt = 0;
     if (dec_gen_parse(s, hr, kind, r, &ids, &n_ids, &e) || dec_gen_check(s, &r->q, kind, ids, n_ids, &mt, &e)) goto bad;
-    pdb_dec_request dq = dec_gen_request(s, r, kind, ids, n_ids, mt);
-    if ((r->anthropic || pdb_toolcall_active(&r->q.tools)) && !r->reply) {
-        pdb_openai_set_error(&e, 500, NULL, NULL, "out of memory");
+    pdb_dec_request dq;
+    if (dec_gen_request(s, r, kind, ids, n_ids, mt, &dq)) {
+        pdb_openai_set_error(&e, 503, NULL, NULL, "out of memory");
         goto bad;
     }
     if (dec_gen_submit(s, hr, r, &dq, kind == PDB_OPENAI_CHAT ? "messages" : "prompt", &e)) goto bad;
@@ -678,6 +843,7 @@ static void dec_handle_metrics(pdb_dec_server *s, pdb_http_request *hr) {
     const struct { const char *name, *help; uint64_t v; } ctr[] = {
         {"pdb_dec_prompt_tokens_total", "Prompt tokens of finished requests.", s->m_prompt},
         {"pdb_dec_cached_tokens_total", "Prompt tokens served from the prefix-cache store.", s->m_cached},
+        {"pdb_dec_prefill_tokens_total", "Prompt tokens run through the model (neither mounted nor copied).", st.prefill_tokens},
         {"pdb_dec_generated_tokens_total", "Tokens generated for finished requests.", s->m_generated},
         {"pdb_dec_requests_cancelled_total", "Requests cancelled (client gone or shutdown).", s->m_cancelled},
         {"pdb_dec_requests_failed_total", "Requests that ended with an engine error.", s->m_errors},
@@ -788,6 +954,8 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
                      (long long)s->lim.window_blocks, (unsigned long long)s->lim.block_file_bytes);
     }
     s->block_size = so.block_size;
+    s->max_batch = so.max_batch > 0 ? so.max_batch : 16; /* the service's default */
+    if (s->tok && (st = pdb_json_vocab_from_tokenizer(s->tok, s->vocab, &s->json_vocab)) != PDB_OK) goto fail;
     snprintf(s->fingerprint, sizeof s->fingerprint, "%s", pdb_dec_service_fingerprint_hex(s->svc));
     if (s->tok && pdb_hash_file_sha256(pdb_tokenizer_path(s->tok), s->tokenizer_sha256)) s->tokenizer_sha256[0] = 0;
     if (!realpath(so.cache_dir, s->cache_dir)) snprintf(s->cache_dir, sizeof s->cache_dir, "%s", so.cache_dir);
@@ -798,6 +966,7 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
     return PDB_OK;
 fail:
     if (s->svc) pdb_dec_service_close(s->svc);
+    pdb_json_vocab_free(s->json_vocab);
     pdb_tokenizer_free(s->tok);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -818,6 +987,7 @@ void pdb_dec_server_stop(pdb_dec_server *s) {
     pthread_mutex_unlock(&s->mu);
     pdb_dec_service_close(s->svc); /* streams still open end as CANCELLED */
     pdb_http_server_stop(s->http);
+    pdb_json_vocab_free(s->json_vocab);
     pdb_tokenizer_free(s->tok);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);

@@ -6,8 +6,12 @@
  * so at least one prompt token is computed); a prefill chunk never crosses a full block's end,
  * and each new full block is written through the store's block writer the moment the prefill
  * reaches its end (so state pools are the state at the boundary), one block buffer at a time.
- * Invariants: callbacks run on the scheduler thread without mu held; each request gets exactly
- * one final event; a block that fails to load ends the mounted prefix (never served). */
+ * A request of n choices is one svc_req per choice sharing a svc_group (its settings and the
+ * count of choices not yet finished); only choice 0 is queued and prefilled; when its prefill
+ * ends the others are forked from it (svc_fork) and run as requests of their own.
+ * Invariants: callbacks run on the scheduler thread without mu held; each choice gets exactly
+ * one final event and the group's last one is marked last; a block that fails to load ends the
+ * mounted prefix (never served). */
 #include "pdb_dec_service.h"
 
 #include <pthread.h>
@@ -23,8 +27,30 @@
 enum { SVC_CHUNK = 256, SVC_MOUNT_BATCH = 4 };
 typedef enum { RQ_QUEUED = 0, RQ_PREFILL, RQ_RUNNING } rq_state;
 
+/* What the choices of one request share (owned by them all: freed with the last). */
+typedef struct svc_group {
+    int n_choices, refs, left; /* left: choices started and not finished */
+    int forked;
+    int logprobs, top_logprobs;
+    float freq, pres;
+    int32_t *bias_ids;
+    float *bias_vals;
+    int n_bias;
+    int (*mask)(void *, void *, float *, int64_t, int64_t);
+    void (*mask_advance)(void *, void *, int32_t);
+    void (*mask_init)(void *, void *);
+    void *mask_user;
+    size_t mask_state_bytes;
+} svc_group;
+
 typedef struct svc_req {
     uint64_t id;
+    int choice;
+    svc_group *grp;
+    int32_t *gen;          /* [cap_gen] tokens generated (kept when penalties need them) */
+    int64_t cap_gen;
+    float *raw;            /* [V] the logits before bias/penalties/mask (logprobs requests) */
+    void *mask_state;      /* [grp->mask_state_bytes] */
     int32_t *ids;
     int64_t n_ids, max_tokens, prefilled, cached, generated;
     pdb_sample_params sp;
@@ -64,24 +90,52 @@ struct pdb_dec_service {
     pdb_dec_stats stats;
 };
 
+static void group_unref(svc_group *g) {
+    if (!g || --g->refs) return;
+    free(g->bias_ids);
+    free(g->bias_vals);
+    free(g);
+}
+
 static void req_free(svc_req *r) {
     if (r->wst) pdb_store_stream_abort(r->wst);
     pdb_dec_seq_free(&r->seq);
+    group_unref(r->grp); /* the scheduler thread (or close, after it) is the only one to touch groups */
+    free(r->gen);
+    free(r->raw);
+    free(r->mask_state);
     free(r->logits);
     free(r->ids);
     free(r);
 }
 
 static void emit_final(pdb_dec_service *s, svc_req *r, pdb_finish why, const char *err) {
-    pdb_dec_event ev = {.token = -1, .finish = why, .prompt_tokens = r->n_ids, .cached_tokens = r->cached, .error = err};
+    (void)s;
+    int last = --r->grp->left == 0;
+    pdb_dec_event ev = {.choice = r->choice, .last = last, .token = -1, .finish = why, .prompt_tokens = r->n_ids,
+                        .cached_tokens = r->cached, .error = err};
     r->cb(r->user, &ev);
+}
+
+/* A choice's buffers: its logits, and what its group's settings need (raw logits for logprobs,
+ * the generated tokens for penalties, the mask's state). */
+static pdb_status req_buffers(pdb_dec_service *s, svc_req *r) {
+    svc_group *g = r->grp;
+    size_t V = (size_t)pdb_dec_model_config(s->model)->vocab_size;
+    r->logits = malloc(sizeof(float) * V);
+    if (g->logprobs) r->raw = malloc(sizeof(float) * V);
+    if (g->freq != 0.0f || g->pres != 0.0f) r->gen = malloc(sizeof(int32_t) * (size_t)(r->cap_gen = 64));
+    if (g->mask) r->mask_state = calloc(1, g->mask_state_bytes ? g->mask_state_bytes : 1);
+    if (!r->logits || (g->logprobs && !r->raw) || (r->cap_gen && !r->gen) || (g->mask && !r->mask_state))
+        return pdb_err_set(PDB_NOMEM, "request %llu choice %d buffers", (unsigned long long)r->id, r->choice);
+    if (g->mask) g->mask_init(g->mask_user, r->mask_state);
+    return PDB_OK;
 }
 
 /* Mount the cached prefix, allocate the sequence. Runs on the scheduler thread. */
 static pdb_status admit(pdb_dec_service *s, svc_req *r) {
     PDB_TRY(pdb_dec_seq_init(&r->seq, s->model, r->n_ids + r->max_tokens + 1));
-    r->logits = malloc(sizeof(float) * (size_t)pdb_dec_model_config(s->model)->vocab_size);
-    if (!r->logits) return pdb_err_set(PDB_NOMEM, "request %llu logits", (unsigned long long)r->id);
+    PDB_TRY(req_buffers(s, r));
     r->state = RQ_PREFILL;
     if (!s->store) return PDB_OK;
     int64_t bs = s->opts.block_size, nb = (r->n_ids - 1) / bs; /* keep >= 1 token to compute */
@@ -149,22 +203,128 @@ static void store_finish(svc_req *r) {
     r->wst = NULL;
 }
 
-/* Sample from r->logits, emit the token; returns 1 when the request finished. */
+/* Sample from r->logits, emit the token; returns 1 when the request finished. The order of one
+ * step: log-probabilities read the raw logits; then logit_bias, the penalties and the mask change
+ * them; then the sampler draws. */
 static int sample_and_emit(pdb_dec_service *s, svc_req *r) {
     const pdb_config *c = pdb_dec_model_config(s->model);
+    svc_group *g = r->grp;
+    int64_t V = c->vocab_size;
     if (r->generated >= r->max_tokens) { emit_final(s, r, PDB_FINISH_LENGTH, NULL); return 1; }
     if (__atomic_load_n(&r->cancel, __ATOMIC_RELAXED)) { emit_final(s, r, PDB_FINISH_CANCELLED, NULL); return 1; }
-    int32_t tok = pdb_sample_next_token(r->logits, c->vocab_size, &r->sp, &r->rng);
+    if (g->logprobs) memcpy(r->raw, r->logits, sizeof(float) * (size_t)V);
+    for (int i = 0; i < g->n_bias; i++) r->logits[g->bias_ids[i]] += g->bias_vals[i];
+    if (g->freq != 0.0f || g->pres != 0.0f) pdb_sample_apply_penalties(r->logits, V, r->gen, r->generated, g->freq, g->pres);
+    if (g->mask && !g->mask(g->mask_user, r->mask_state, r->logits, V, r->max_tokens - r->generated - 1)) {
+        emit_final(s, r, PDB_FINISH_STOP, NULL); /* the constraint is met (or nothing may follow) */
+        return 1;
+    }
+    int32_t tok = pdb_sample_next_token(r->logits, V, &r->sp, &r->rng);
+    if (g->mask) g->mask_advance(g->mask_user, r->mask_state, tok);
+    if (r->gen) {
+        if (r->generated == r->cap_gen) {
+            int64_t nc = r->cap_gen * 2;
+            int32_t *ng = realloc(r->gen, sizeof *ng * (size_t)nc);
+            if (!ng) { emit_final(s, r, PDB_FINISH_ERROR, "out of memory (generated tokens)"); return 1; }
+            r->gen = ng;
+            r->cap_gen = nc;
+        }
+        r->gen[r->generated] = tok;
+    }
+    pdb_dec_event ev = {.choice = r->choice, .token = tok, .finish = PDB_FINISH_NONE, .prompt_tokens = r->n_ids,
+                        .cached_tokens = r->cached};
+    if (g->logprobs) pdb_sample_logprobs(r->raw, V, tok, g->top_logprobs, &ev.logprob, ev.top_ids, ev.top_lp);
+    ev.n_top = g->logprobs ? g->top_logprobs : 0;
     r->generated++;
     pthread_mutex_lock(&s->mu);
     s->stats.generated_tokens++;
     pthread_mutex_unlock(&s->mu);
     if (tok == s->eos && !r->ignore_eos) { emit_final(s, r, PDB_FINISH_STOP, NULL); return 1; }
-    pdb_dec_event ev = {.token = tok, .finish = PDB_FINISH_NONE, .prompt_tokens = r->n_ids, .cached_tokens = r->cached};
     if (r->cb(r->user, &ev)) { emit_final(s, r, PDB_FINISH_STOP, NULL); return 1; }
     if (r->generated >= r->max_tokens) { emit_final(s, r, PDB_FINISH_LENGTH, NULL); return 1; }
     r->next_token = tok;
     return 0;
+}
+
+/* Choices 1 .. n-1 of r's group, at the end of r's prefill (r->logits hold the prompt's last
+ * logits): each a copy of r's sequence and logits with its own seed, sampled at once; an engine
+ * without a copy mounts the store's blocks (r wrote them) and prefills the tail instead. Each
+ * joins the active list; one that cannot start gets its final (error) event. */
+static void svc_fork(pdb_dec_service *s, svc_req *r) {
+    svc_group *g = r->grp;
+    g->forked = 1;
+    size_t V = (size_t)pdb_dec_model_config(s->model)->vocab_size;
+    for (int k = 1; k < g->n_choices; k++) {
+        svc_req *c = calloc(1, sizeof *c);
+        if (c) c->ids = malloc(sizeof(int32_t) * (size_t)r->n_ids);
+        if (!c || !c->ids) { /* not started: nothing to report for it, the others still run */
+            if (c) free(c);
+            PDB_WARN("request %llu: choice %d not started (out of memory)", (unsigned long long)r->id, k);
+            continue;
+        }
+        memcpy(c->ids, r->ids, sizeof(int32_t) * (size_t)r->n_ids);
+        c->id = r->id;
+        c->choice = k;
+        c->grp = g;
+        g->refs++;
+        g->left++;
+        c->n_ids = r->n_ids;
+        c->max_tokens = r->max_tokens;
+        c->sp = r->sp;
+        c->sp.seed = r->sp.seed + (uint64_t)k * 0x9E3779B97F4A7C15ull;
+        pdb_sample_rng_init(&c->rng, c->sp.seed);
+        c->ignore_eos = r->ignore_eos;
+        c->cb = r->cb;
+        c->user = r->user;
+        c->cancel = __atomic_load_n(&r->cancel, __ATOMIC_RELAXED);
+        pdb_status st = pdb_dec_seq_init(&c->seq, s->model, c->n_ids + c->max_tokens + 1);
+        if (!st) st = req_buffers(s, c);
+        int copied = 0;
+        if (!st) {
+            pdb_status cs = pdb_dec_seq_copy(&c->seq, &r->seq);
+            if (cs == PDB_OK) {
+                copied = 1;
+                memcpy(c->logits, r->logits, sizeof(float) * V);
+                c->prefilled = c->n_ids;
+                c->cached = r->cached;
+                c->state = RQ_RUNNING;
+            } else if (cs == PDB_UNSUPPORTED) {
+                pdb_dec_seq_free(&c->seq);
+                free(c->logits);
+                c->logits = NULL;
+                free(c->raw);
+                c->raw = NULL;
+                free(c->gen);
+                c->gen = NULL;
+                free(c->mask_state);
+                c->mask_state = NULL;
+                c->cap_gen = 0;
+                st = admit(s, c);
+            } else {
+                st = cs;
+            }
+        }
+        pthread_mutex_lock(&s->mu);
+        s->stats.running++;
+        if (!st) {
+            if (!copied) s->stats.cached_tokens += (uint64_t)c->cached; /* a copy mounted nothing */
+            svc_req **pp = &s->active;
+            while (*pp) pp = &(*pp)->next;
+            *pp = c;
+        }
+        pthread_mutex_unlock(&s->mu);
+        if (st) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", pdb_err_msg());
+            emit_final(s, c, PDB_FINISH_ERROR, msg);
+            req_free(c);
+            pthread_mutex_lock(&s->mu);
+            s->stats.running--;
+            pthread_mutex_unlock(&s->mu);
+        } else if (copied && sample_and_emit(s, c)) {
+            c->state = (rq_state)-1; /* reaped with the others */
+        }
+    }
 }
 
 /* ---- the scheduler's iteration, phase by phase ---- */
@@ -178,7 +338,7 @@ static int svc_next(pdb_dec_service *s, int max_batch, svc_req **admitted) {
     while (!s->stop && !s->active && !s->queue) pthread_cond_wait(&s->cv, &s->mu);
     if (s->stop) { pthread_mutex_unlock(&s->mu); return 0; }
     *admitted = NULL;
-    if (s->queue && n_active < max_batch) { /* one admission per iteration */
+    if (s->queue && n_active + s->queue->grp->n_choices <= max_batch) { /* one admission per iteration, all its choices fit */
         *admitted = s->queue;
         s->queue = (*admitted)->next;
         if (!s->queue) s->queue_tail = NULL;
@@ -247,10 +407,14 @@ static void svc_advance(pdb_dec_service *s, const pdb_dec_seg *segs, svc_req **o
             done = 1;
         } else if (r->state == RQ_PREFILL) {
             r->prefilled += segs[i].n;
+            pthread_mutex_lock(&s->mu);
+            s->stats.prefill_tokens += (uint64_t)segs[i].n;
+            pthread_mutex_unlock(&s->mu);
             if (r->prefilled % s->opts.block_size == 0) store_block(s, r, r->prefilled / s->opts.block_size - 1);
             if (r->prefilled == r->n_ids) {
                 store_finish(r);
                 r->state = RQ_RUNNING;
+                if (r->choice == 0 && r->grp->n_choices > 1 && !r->grp->forked) svc_fork(s, r);
                 done = sample_and_emit(s, r);
             }
         } else {
@@ -393,11 +557,35 @@ pdb_status pdb_dec_service_submit(pdb_dec_service *s, const pdb_dec_request *q, 
         if (q->ids[i] < 0 || q->ids[i] >= c->vocab_size)
             return pdb_err_set(PDB_INVALID, "token id %d at index %lld is outside the vocabulary (0..%lld)", q->ids[i],
                                (long long)i, (long long)c->vocab_size - 1);
+    int n_choices = q->n_choices > 0 ? q->n_choices : 1;
+    if (n_choices > s->max_batch)
+        return pdb_err_set(PDB_INVALID, "%d choices exceed the decoder's batch of %d sequences (--max-batch)", n_choices, s->max_batch);
+    if (q->top_logprobs < 0 || q->top_logprobs > PDB_DEC_MAX_TOP || q->n_bias < 0 || (q->mask && !(q->mask_advance && q->mask_init)))
+        return pdb_err_set(PDB_INVALID, "request settings out of range (top_logprobs %d, %d logit_bias entries)", q->top_logprobs, q->n_bias);
+    for (int i = 0; i < q->n_bias; i++)
+        if (q->bias_ids[i] < 0 || q->bias_ids[i] >= c->vocab_size)
+            return pdb_err_set(PDB_INVALID, "logit_bias token id %d is outside the vocabulary (0..%lld)", q->bias_ids[i],
+                               (long long)c->vocab_size - 1);
+    svc_group *g = calloc(1, sizeof *g);
+    if (!g) return pdb_err_set(PDB_NOMEM, "request");
+    *g = (svc_group){.n_choices = n_choices, .refs = 1, .left = 1, .logprobs = q->logprobs, .top_logprobs = q->logprobs ? q->top_logprobs : 0,
+                     .freq = q->frequency_penalty, .pres = q->presence_penalty, .n_bias = q->n_bias, .mask = q->mask,
+                     .mask_advance = q->mask_advance, .mask_init = q->mask_init, .mask_user = q->mask_user,
+                     .mask_state_bytes = q->mask_state_bytes};
+    if (q->n_bias) {
+        g->bias_ids = malloc(sizeof(int32_t) * (size_t)q->n_bias);
+        g->bias_vals = malloc(sizeof(float) * (size_t)q->n_bias);
+        if (!g->bias_ids || !g->bias_vals) { group_unref(g); return pdb_err_set(PDB_NOMEM, "request"); }
+        memcpy(g->bias_ids, q->bias_ids, sizeof(int32_t) * (size_t)q->n_bias);
+        memcpy(g->bias_vals, q->bias_vals, sizeof(float) * (size_t)q->n_bias);
+    }
     svc_req *r = calloc(1, sizeof *r);
     if (!r || !(r->ids = malloc(sizeof(int32_t) * (size_t)q->n_ids))) {
         free(r);
+        group_unref(g);
         return pdb_err_set(PDB_NOMEM, "request");
     }
+    r->grp = g;
     memcpy(r->ids, q->ids, sizeof(int32_t) * (size_t)q->n_ids);
     r->n_ids = q->n_ids;
     r->max_tokens = q->max_tokens;

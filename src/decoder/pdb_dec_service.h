@@ -2,8 +2,12 @@
  * scheduler thread that runs continuous batching over all active requests (each decode step
  * is one batched forward over every running sequence; new requests are prefilled between
  * steps, in chunks, so short requests are never blocked behind a long prompt).
- * Invariants: callbacks for one request are called from the scheduler thread, in order, and
- * the final callback (finished != 0) is called exactly once; after it the request handle is
+ * A request of n choices prefills its prompt once; at the prompt's end each further choice gets
+ * a copy of the sequence (an engine without a copy: the choice mounts the blocks the first one
+ * wrote and prefills only the tail) and its own sampling stream.
+ * Invariants: callbacks for one request are called from the scheduler thread, in order; each
+ * started choice gets exactly one final event (finish != NONE), and exactly one event of the
+ * request has `last` set, the final event of its last choice; after it the request handle is
  * invalid. The service knows nothing about who wrote the blocks it finds in its store. */
 #ifndef PDB_DEC_SERVICE_H
 #define PDB_DEC_SERVICE_H
@@ -35,8 +39,17 @@ typedef enum pdb_finish {
     PDB_FINISH_CANCELLED,  /* client went away */
 } pdb_finish;
 
+#define PDB_DEC_MAX_TOP 20     /* alternatives per position a request may ask for */
+
 typedef struct pdb_dec_event {
+    int choice;             /* 0 .. n_choices-1 */
+    int last;               /* the request's last event (with finish != NONE) */
     int32_t token;          /* valid when finish == NONE */
+    /* log-probabilities of token (requests with logprobs; pdb_sample_logprobs of the raw logits) */
+    double logprob;
+    int n_top;
+    int32_t top_ids[PDB_DEC_MAX_TOP];
+    double top_lp[PDB_DEC_MAX_TOP];
     pdb_finish finish;      /* != NONE on the last event */
     int64_t prompt_tokens;  /* set on every event */
     int64_t cached_tokens;  /* prompt tokens served from the prefix-cache store */
@@ -53,6 +66,22 @@ typedef struct pdb_dec_request {
     int64_t max_tokens;     /* >= 0 */
     pdb_sample_params sample;
     int ignore_eos;
+    int n_choices;          /* 0 or 1: one; at most the service's max_batch. Choice k samples with seed + k * 0x9E3779B97F4A7C15 */
+    int logprobs;           /* events carry the token's log-probability ... */
+    int top_logprobs;       /* ... and this many alternatives (0..PDB_DEC_MAX_TOP) */
+    float frequency_penalty, presence_penalty; /* OpenAI's, over each choice's generated tokens */
+    const int32_t *bias_ids;/* [n_bias] logit_bias (copied at submit) */
+    const float *bias_vals; /* [n_bias] */
+    int n_bias;
+    /* Constrained decoding (e.g. pdb_json_mask): before each sampling step mask(mask_user, state,
+     * logits, budget) sets the logits of tokens that may not come next to -inf and returns how
+     * many may (0: the choice ends, finish STOP); advance feeds the sampled token. state_bytes of
+     * per-choice state, initialised by init. NULL mask: none. budget: tokens left after this one. */
+    int (*mask)(void *mask_user, void *state, float *logits, int64_t n_vocab, int64_t budget);
+    void (*mask_advance)(void *mask_user, void *state, int32_t token);
+    void (*mask_init)(void *mask_user, void *state);
+    void *mask_user;
+    size_t mask_state_bytes;
     pdb_dec_event_fn on_event;
     void *user;
 } pdb_dec_request;
@@ -61,7 +90,7 @@ pdb_status pdb_dec_service_open(const pdb_dec_service_opts *o, pdb_dec_service *
 void pdb_dec_service_close(pdb_dec_service *s); /* finishes pending requests as CANCELLED */
 
 /* Queue a request. Validation errors (ids outside the vocabulary, prompt + max_tokens past the
- * context) return PDB_INVALID / PDB_TOO_LARGE with a message and no callback is made. */
+ * context, n_choices over max_batch, a logit_bias id outside the vocabulary) return PDB_INVALID / PDB_TOO_LARGE with a message and no callback is made. */
 pdb_status pdb_dec_service_submit(pdb_dec_service *s, const pdb_dec_request *r, uint64_t *request_id);
 /* Ask the scheduler to stop a request; its final event follows (CANCELLED). */
 void pdb_dec_service_cancel(pdb_dec_service *s, uint64_t request_id);
@@ -71,6 +100,7 @@ const char *pdb_dec_service_fingerprint_hex(const pdb_dec_service *s); /* 64 hex
 
 typedef struct pdb_dec_stats {
     uint64_t requests, prompt_tokens, cached_tokens, generated_tokens;
+    uint64_t prefill_tokens;   /* prompt tokens run through the model (not mounted, not copied) */
     uint64_t running, queued;
     uint64_t store_blocks_written, store_hits, store_misses, store_corrupt;
     uint64_t store_bytes, store_evictions; /* block bytes in the store, blocks evicted */

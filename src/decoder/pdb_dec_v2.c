@@ -61,6 +61,11 @@ static void v2_seq_free(pdb_dec_seq *s) {
     s->lat = NULL;
 }
 
+static void v2_seq_copy(void *impl, pdb_dec_seq *d, const pdb_dec_seq *s) {
+    for (int64_t l = 0; l < s->n_layers; l++)
+        memcpy(d->lat + l * d->cap * d->row, s->lat + l * s->cap * s->row, sizeof(float) * (size_t)(s->len * s->row));
+}
+
 static void v2_get_block(void *impl, const pdb_dec_seq *s, int64_t b, int64_t bs, void *buf) {
     float *o = buf;
     for (int64_t l = 0; l < s->n_layers; l++)
@@ -133,4 +138,5 @@ const pdb_dec_arch pdb_dec_arch_v2 = {
     .name = "deepseek_v2", .open = v2_open, .close = v2_close, .weights = v2_weights,
     .seq_init = v2_seq_init, .seq_free = v2_seq_free,
     .forward = v2_forward, .get_block = v2_get_block, .put_block = v2_put_block,
+    .seq_copy = v2_seq_copy,
 };

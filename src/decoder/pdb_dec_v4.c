@@ -74,6 +74,37 @@ static pdb_status v4_forward(void *impl, pdb_dec_seg *segs, int n_segs) {
     return s;
 }
 
+/* d (cap >= s's len) gets s's cache. The arrays are the ones pdb_v4_cache_init allocates, with
+ * its sizes (the window, per compressed layer its entries and buffers, per CSA layer the overlap
+ * halves and the indexer's): test_dec_v4 checks that a copy continues bit-identically, which
+ * fails if the two drift apart. */
+static void v4_seq_copy(void *impl, pdb_dec_seq *d, const pdb_dec_seq *s) {
+    const pdb_v4_model *m = ((v4_impl *)impl)->m;
+    const pdb_v4_cache *a = s->state;
+    pdb_v4_cache *b = d->state;
+    int64_t hd = m->cfg.head_dim, ihd = m->cfg.index_head_dim, W = a->window;
+#define V4_CP(f, n) memcpy(b->layers[l].f, a->layers[l].f, sizeof(float) * (size_t)(n))
+    for (int64_t l = 0; l < a->n_layers; l++) {
+        const pdb_v4_layer *L = &m->layers[l];
+        V4_CP(win, W * hd);
+        if (!L->rate) continue;
+        int64_t n = s->len / L->rate + 1, r = L->rate, coff = L->comp.coff;
+        V4_CP(comp, n * hd);
+        V4_CP(buf_kv, r * coff * hd);
+        V4_CP(buf_gate, r * coff * hd);
+        if (L->attn != PDB_V4_ATTN_CSA) continue;
+        V4_CP(ov_kv, r * hd);
+        V4_CP(ov_gate, r * hd);
+        V4_CP(ikeys, n * ihd);
+        V4_CP(ibuf_kv, r * 2 * ihd);
+        V4_CP(ibuf_gate, r * 2 * ihd);
+        V4_CP(iov_kv, r * ihd);
+        V4_CP(iov_gate, r * ihd);
+    }
+#undef V4_CP
+    b->len = a->len;
+}
+
 static void v4_get_block(void *impl, const pdb_dec_seq *s, int64_t b, int64_t bs, void *buf) {
     pdb_v4_pools_get_block(&((v4_impl *)impl)->m->cfg, s->state, b, bs, buf);
 }
@@ -87,5 +118,5 @@ static const void *v4_weights(void *impl) { return ((v4_impl *)impl)->m; }
 const pdb_dec_arch pdb_dec_arch_v4 = {
     .name = "deepseek_v4", .open = v4_open, .close = v4_close, .weights = v4_weights,
     .seq_init = v4_seq_init, .seq_free = v4_seq_free,
-    .forward = v4_forward, .get_block = v4_get_block, .put_block = v4_put_block,
+    .forward = v4_forward, .get_block = v4_get_block, .put_block = v4_put_block, .seq_copy = v4_seq_copy,
 };

@@ -151,3 +151,48 @@ int32_t pdb_sample_next_token(float *logits, int64_t n_vocab, const pdb_sample_p
     free(c);
     return out;
 }
+
+void pdb_sample_logprobs(const float *logits, int64_t n_vocab, int32_t tok, int n_top, double *lp_tok, int32_t *top_ids,
+                         double *top_lp) {
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < n_vocab; i++)
+        if (!isnan(logits[i]) && logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    if (isfinite(mx))
+        for (int64_t i = 0; i < n_vocab; i++)
+            if (!isnan(logits[i])) sum += exp((double)logits[i] - mx);
+    double lse = isfinite(mx) ? mx + log(sum) : 0;
+#define PDB_SAMPLE_LP(v) (isnan(v) || !isfinite(mx) ? -INFINITY : (double)(v) - lse)
+    *lp_tok = tok >= 0 && tok < n_vocab ? PDB_SAMPLE_LP(logits[tok]) : -INFINITY;
+    if (n_top <= 0) return;
+    if (n_top > n_vocab) n_top = (int)n_vocab;
+    pdb_sample_cand h[64], *c = n_top <= 64 ? h : malloc(sizeof *c * (size_t)n_top);
+    if (!c) { for (int k = 0; k < n_top; k++) { top_ids[k] = -1; top_lp[k] = -INFINITY; } return; }
+    pdb_sample_top_k(logits, n_vocab, n_top, c);
+    for (int k = 0; k < n_top; k++) {
+        top_ids[k] = c[k].id;
+        top_lp[k] = PDB_SAMPLE_LP(c[k].v);
+    }
+#undef PDB_SAMPLE_LP
+    if (c != h) free(c);
+}
+
+static int pdb_sample_cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void pdb_sample_apply_penalties(float *logits, int64_t n_vocab, const int32_t *gen, int64_t n_gen, float frequency, float presence) {
+    if (n_gen <= 0 || (frequency == 0.0f && presence == 0.0f)) return;
+    int32_t *s = malloc(sizeof *s * (size_t)n_gen);
+    if (!s) return;
+    memcpy(s, gen, sizeof *s * (size_t)n_gen);
+    qsort(s, (size_t)n_gen, sizeof *s, pdb_sample_cmp_i32);
+    for (int64_t i = 0; i < n_gen;) {
+        int64_t j = i;
+        while (j < n_gen && s[j] == s[i]) j++;
+        if (s[i] >= 0 && s[i] < n_vocab) logits[s[i]] -= frequency * (float)(j - i) + presence;
+        i = j;
+    }
+    free(s);
+}

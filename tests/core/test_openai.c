@@ -1,11 +1,14 @@
 /* test_openai: OpenAI request parsing (every accepted form, every refused form with its status
- * and param), response/chunk JSON shapes, SSE framing, UTF-8 repair and hold-back. */
+ * and param; unknown fields refused by name), the field table against docs/api.md, response/chunk
+ * JSON shapes (n choices, chat and legacy logprobs), SSE framing, UTF-8 repair and hold-back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pdb_openai.h"
@@ -134,12 +137,42 @@ static void test_bad_requests(void **state) {
     BAD(C, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream");
     BAD(C, "{\"prompt\":\"x\",\"stream_options\":3}", 400, "stream_options");
     BAD(C, "{\"prompt\":\"x\",\"return_token_ids\":1}", 400, "return_token_ids");
-    BAD(C, "{\"prompt\":\"x\",\"n\":2}", 400, "n");
-    BAD(C, "{\"prompt\":\"x\",\"echo\":true}", 400, "echo");
+    BAD(C, "{\"prompt\":\"x\",\"n\":0}", 400, "n");
+    BAD(C, "{\"prompt\":\"x\",\"n\":17}", 400, "n");
+    BAD(C, "{\"prompt\":\"x\",\"n\":2,\"best_of\":3}", 400, "best_of");
+    BAD(C, "{\"prompt\":\"x\",\"echo\":true,\"logprobs\":1}", 400, "echo");
+    BAD(C, "{\"prompt\":\"x\",\"logprobs\":21}", 400, "logprobs");
+    BAD(C, "{\"prompt\":\"x\",\"logprobs\":true}", 400, "logprobs");
+    BAD(C, "{\"prompt\":\"x\",\"suffix\":\"y\"}", 400, "suffix");
+    BAD(C, "{\"prompt\":\"x\",\"frequency_penalty\":2.5}", 400, "frequency_penalty");
+    BAD(C, "{\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", 400, "logit_bias");
+    BAD(C, "{\"prompt\":\"x\",\"logit_bias\":{\"5\":101}}", 400, "logit_bias");
+    BAD(C, "{\"prompt\":\"x\",\"frobnicate\":1}", 400, "frobnicate");           /* unknown */
+    BAD(C, "{\"prompt\":\"x\",\"frobnicate\":null}", 400, "frobnicate");        /* unknown, even null */
+    BAD(C, "{\"prompt\":\"x\",\"top_logprobs\":2}", 400, "top_logprobs");       /* a chat field */
+    BAD(C, "{\"prompt\":\"x\",\"stream_options\":{\"x\":true}}", 400, "stream_options.x");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400, "top_logprobs");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", 400, "top_logprobs");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", 400, "echo"); /* a completions field */
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", 400, "functions"); /* deprecated form */
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"function_call\":\"none\"}", 400, "function_call");
+    /* tools meet the other fields: n > 1 and JSON mode are refused while tools are active */
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+        400, "n");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"},"
+           "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "response_format");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400, "tool_choice");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"parallel_tool_calls\":1}", 400, "parallel_tool_calls");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\"}}", 400,
+        "response_format");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"store\":true}", 400, "store");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"service_tier\":\"flex\"}", 400, "service_tier");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"text\",\"audio\"]}", 400, "modalities");
     BAD(C, "{\"prompt\":\"x\\u0000y\"}", 400, NULL); /* NUL in a string */
     parse_bad(C, "{\"prompt\":\"\xff\xfe\"}", 13, 400, NULL);   /* invalid UTF-8 */
     parse_bad(C, "{\"prompt\":\"\xed\xa0\x80\"}", 14, 400, NULL); /* encoded surrogate */
-    BAD(H, "{\"prompt\":\"x\"}", 400, "messages");
+    BAD(H, "{\"prompt\":\"x\"}", 400, "prompt"); /* a completions field */
+    BAD(H, "{\"model\":\"x\"}", 400, "messages");
     BAD(H, "{\"messages\":[]}", 400, "messages");
     BAD(H, "{\"messages\":{}}", 400, "messages");
     BAD(H, "{\"messages\":[3]}", 400, "messages[0]");
@@ -171,6 +204,142 @@ static void test_json_error_position(void **state) {
     assert_non_null(strstr(e.message, "column"));
 }
 
+static json_t *load(const char *s, size_t n);
+
+static void test_new_fields(void **state) {
+    (void)state;
+    pdb_openai_request r;
+    parse_ok(PDB_OPENAI_COMPLETION, "{\"prompt\":\"x\",\"n\":3,\"best_of\":3,\"echo\":true,\"frequency_penalty\":0.5,"
+                                    "\"presence_penalty\":-1,\"logit_bias\":{\"7\":-100,\"9\":2.5},\"user\":\"u1\"}", &r);
+    assert_int_equal(r.n, 3);
+    assert_true(r.echo && !r.logprobs);
+    assert_true(r.frequency_penalty == 0.5 && r.presence_penalty == -1);
+    assert_int_equal(r.n_bias, 2);
+    assert_int_equal(r.bias_ids[0], 7);
+    assert_true(r.bias_vals[0] == -100.0f && r.bias_vals[1] == 2.5f);
+    assert_string_equal(r.user, "u1");
+    pdb_openai_request_free(&r);
+    parse_ok(PDB_OPENAI_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":5}", &r);
+    assert_true(r.logprobs && r.top_logprobs == 5 && r.n == 1);
+    pdb_openai_request_free(&r);
+    parse_ok(PDB_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":false,\"top_logprobs\":0}", &r);
+    assert_true(!r.logprobs && r.top_logprobs == 0);
+    pdb_openai_request_free(&r);
+    parse_ok(PDB_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":20,"
+                              "\"response_format\":{\"type\":\"json_object\"},\"store\":false,\"service_tier\":\"auto\","
+                              "\"modalities\":[\"text\"],\"metadata\":{\"a\":\"b\"},\"prompt_cache_key\":\"k\","
+                              "\"safety_identifier\":\"s\",\"tools\":null}", &r);
+    assert_true(r.logprobs && r.top_logprobs == 20 && r.json_object);
+    assert_string_equal(r.user, "s");
+    pdb_openai_request_free(&r);
+    /* the tool rows: tools, parallel_tool_calls and a forced choice (in any key order), with logprobs */
+    parse_ok(PDB_OPENAI_CHAT, "{\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},\"parallel_tool_calls\":false,"
+                              "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
+                              "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]}", &r);
+    assert_int_equal(r.tools.n_tools, 2);
+    assert_true(r.tools.single_call && r.logprobs);
+    assert_string_equal(pdb_toolcall_forced_name(&r.tools), "g");
+    pdb_openai_request_free(&r);
+    /* tool_choice none: the tools are not active, so n and JSON mode are served */
+    parse_ok(PDB_OPENAI_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2,\"tool_choice\":\"none\","
+                              "\"response_format\":{\"type\":\"json_object\"},\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", &r);
+    assert_true(r.n == 2 && r.json_object && !pdb_toolcall_active(&r.tools));
+    pdb_openai_request_free(&r);
+}
+
+/* docs/api.md's field table lists exactly the parser's fields, each with the parser's rule and
+ * endpoints (rows "| `name` | endpoints | rule | ..."): the doc cannot drift from the code. */
+static void test_field_table_matches_doc(void **state) {
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs/api.md", getenv("PDB_SRC") ? getenv("PDB_SRC") : ".");
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s (run from the source tree or set PDB_SRC)", path);
+    char line[2048];
+    int in_table = 0, rows = 0;
+    size_t n_fields = 0;
+    while (pdb_openai_field_at(n_fields)) n_fields++;
+    int *seen = calloc(n_fields, sizeof *seen);
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "<!-- fields:begin -->")) { in_table = 1; continue; }
+        if (strstr(line, "<!-- fields:end -->")) break;
+        if (!in_table || strncmp(line, "| `", 3)) continue;
+        char name[64], eps[64], rule[32];
+        if (sscanf(line, "| `%63[^`]` | %63[^|]| %31[^ |]", name, eps, rule) != 3) fail_msg("docs/api.md row: %s", line);
+        size_t i = 0;
+        while (i < n_fields && strcmp(pdb_openai_field_at(i)->name, name)) i++;
+        if (i == n_fields) fail_msg("docs/api.md lists '%s', which the parser does not know", name);
+        const pdb_openai_field_info *fi = pdb_openai_field_at(i);
+        int want = (strstr(eps, "completions") && strstr(eps, "chat")) ? 3 : strstr(eps, "chat") ? 2 : 1;
+        if (fi->endpoints != want) fail_msg("'%s': docs/api.md says endpoints '%s', the parser %d", name, eps, fi->endpoints);
+        if (strcmp(fi->rule, rule)) fail_msg("'%s': docs/api.md says %s, the parser %s", name, rule, fi->rule);
+        seen[i]++;
+        rows++;
+    }
+    fclose(f);
+    for (size_t i = 0; i < n_fields; i++)
+        if (seen[i] != 1) fail_msg("'%s' appears %d times in docs/api.md's field table", pdb_openai_field_at(i)->name, seen[i]);
+    assert_int_equal(rows, (int)n_fields);
+    free(seen);
+}
+
+static const char *fake_bytes(void *user, int32_t id, size_t *len) {
+    (void)user;
+    static const char *t[] = {"a", "bc", "\xE2\x82", "\xAC"};
+    if (id < 0 || id > 3) return NULL;
+    *len = strlen(t[id]);
+    return t[id];
+}
+
+static void test_logprobs_shapes(void **state) {
+    (void)state;
+    pdb_openai_meta m = {.kind = PDB_OPENAI_CHAT, .id = "c", .created = 1, .model = "m", .token_bytes = fake_bytes};
+    pdb_openai_logprob lp[2] = {{.id = 1, .logprob = -0.25, .n_top = 2, .top = {{1, -0.25}, {0, -1.5}}},
+                                {.id = 2, .logprob = -3.0, .n_top = 1, .top = {{3, -INFINITY}}}};
+    pdb_openai_result res[2] = {{.index = 0, .text = "bc", .text_len = 2, .finish_reason = "length", .logprobs = lp, .n_logprobs = 2},
+                                {.index = 1, .text = "a", .text_len = 1, .finish_reason = "stop"}};
+    char *out;
+    size_t n;
+    assert_int_equal(pdb_openai_build_response(&m, res, 2, NULL, NULL, &out, &n), PDB_OK);
+    json_t *j = load(out, n), *ch = json_object_get(j, "choices");
+    assert_int_equal(json_array_size(ch), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(ch, 1), "index")), 1);
+    assert_true(json_is_null(json_object_get(json_array_get(ch, 1), "logprobs")));
+    json_t *content = json_object_get(json_object_get(json_array_get(ch, 0), "logprobs"), "content");
+    assert_int_equal(json_array_size(content), 2);
+    json_t *e0 = json_array_get(content, 0);
+    assert_string_equal(json_string_value(json_object_get(e0, "token")), "bc");
+    assert_true(json_real_value(json_object_get(e0, "logprob")) == -0.25);
+    assert_int_equal(json_array_size(json_object_get(e0, "bytes")), 2);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(e0, "bytes"), 0)), 'b');
+    json_t *top = json_object_get(e0, "top_logprobs");
+    assert_int_equal(json_array_size(top), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(top, 1), "token")), "a");
+    json_t *e1 = json_array_get(content, 1); /* half a character: the text is repaired, the bytes are exact */
+    assert_string_equal(json_string_value(json_object_get(e1, "token")), "\xEF\xBF\xBD\xEF\xBF\xBD");
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(e1, "bytes"), 1)), 0x82);
+    assert_true(json_real_value(json_object_get(json_array_get(json_object_get(e1, "top_logprobs"), 0), "logprob")) == -9999.0);
+    json_decref(j);
+    free(out);
+
+    m.kind = PDB_OPENAI_COMPLETION; /* legacy: tokens, token_logprobs, top_logprobs dicts, text_offset */
+    res[0].text_offset = 5;
+    assert_int_equal(pdb_openai_build_chunk(&m, &res[0], 1, NULL, NULL, &out, &n), PDB_OK);
+    j = load(out + 6, n - 8);
+    json_t *l = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(l, "tokens"), 0)), "bc");
+    assert_true(json_real_value(json_array_get(json_object_get(l, "token_logprobs"), 1)) == -3.0);
+    assert_true(json_real_value(json_object_get(json_array_get(json_object_get(l, "top_logprobs"), 0), "a")) == -1.5);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 0)), 5);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(l, "text_offset"), 1)), 7);
+    json_decref(j);
+    free(out);
+    m.token_bytes = NULL; /* token-id mode names tokens by id */
+    assert_int_equal(pdb_openai_build_response(&m, res, 1, NULL, NULL, &out, &n), PDB_OK);
+    assert_non_null(strstr(out, "\"token_id:1\""));
+    free(out);
+}
+
 static json_t *load(const char *s, size_t n) {
     json_error_t je;
     json_t *j = json_loadb(s, n, 0, &je);
@@ -180,14 +349,14 @@ static json_t *load(const char *s, size_t n) {
 
 static void test_response_shapes(void **state) {
     (void)state;
-    pdb_openai_meta m = {PDB_OPENAI_COMPLETION, "cmpl-1", 1700000000, "tiny"};
+    pdb_openai_meta m = {.kind = PDB_OPENAI_COMPLETION, .id = "cmpl-1", .created = 1700000000, .model = "tiny"};
     int32_t ids[3] = {4, 5, 6};
-    pdb_openai_result res = {"ab\xff", 3, "length", ids, 3, NULL, 0};
+    pdb_openai_result res = {.text = "ab\xff", .text_len = 3, .finish_reason = "length", .token_ids = ids, .n_token_ids = 3};
     pdb_openai_usage u = {10, 3, 8};
     json_t *extra = json_pack("{s:{s:s}}", "pd_bridge", "verdict", "skipped short");
     char *out;
     size_t n;
-    assert_int_equal(pdb_openai_build_response(&m, &res, &u, extra, &out, &n), PDB_OK);
+    assert_int_equal(pdb_openai_build_response(&m, &res, 1, &u, extra, &out, &n), PDB_OK);
     json_t *j = load(out, n);
     assert_string_equal(json_string_value(json_object_get(j, "object")), "text_completion");
     assert_string_equal(json_string_value(json_object_get(j, "id")), "cmpl-1");
@@ -208,7 +377,7 @@ static void test_response_shapes(void **state) {
     res.text = "hi";
     res.text_len = 2;
     res.finish_reason = "stop";
-    assert_int_equal(pdb_openai_build_response(&m, &res, &u, NULL, &out, &n), PDB_OK);
+    assert_int_equal(pdb_openai_build_response(&m, &res, 1, &u, NULL, &out, &n), PDB_OK);
     j = load(out, n);
     assert_string_equal(json_string_value(json_object_get(j, "object")), "chat.completion");
     c = json_array_get(json_object_get(j, "choices"), 0);
@@ -297,6 +466,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_forms), cmocka_unit_test(test_chat_forms), cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_json_error_position), cmocka_unit_test(test_response_shapes), cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_new_fields), cmocka_unit_test(test_field_table_matches_doc), cmocka_unit_test(test_logprobs_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -120,13 +120,13 @@ static void test_tool_messages(void **state) {
 
 static void test_tool_calls_out(void **state) {
     (void)state;
-    pdb_openai_meta m = {PDB_OPENAI_CHAT, "chatcmpl-1", 1700000000, "tiny"};
+    pdb_openai_meta m = {.kind = PDB_OPENAI_CHAT, .id = "chatcmpl-1", .created = 1700000000, .model = "tiny"};
     pdb_toolcall_out calls[2] = {{0, "call_a", "get_weather", "{\"city\": \"\xff\"}", 13}, {1, "call_b", "now", "", 0}};
-    pdb_openai_result res = {"", 0, "tool_calls", NULL, 0, calls, 2};
+    pdb_openai_result res = {.text = "", .finish_reason = "tool_calls", .tool_calls = calls, .n_tool_calls = 2};
     pdb_openai_usage u = {10, 3, 0};
     char *out;
     size_t n;
-    assert_int_equal(pdb_openai_build_response(&m, &res, &u, NULL, &out, &n), PDB_OK);
+    assert_int_equal(pdb_openai_build_response(&m, &res, 1, &u, NULL, &out, &n), PDB_OK);
     json_t *j = json_loads(out, 0, NULL);
     assert_non_null(j);
     json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
@@ -143,7 +143,7 @@ static void test_tool_calls_out(void **state) {
     free(out);
     /* a delta continuing a call: index and arguments only */
     pdb_toolcall_out d = {1, NULL, NULL, "{\"x", 3};
-    pdb_openai_result dr = {NULL, 0, NULL, NULL, 0, &d, 1};
+    pdb_openai_result dr = {.tool_calls = &d, .n_tool_calls = 1};
     assert_int_equal(pdb_openai_build_chunk(&m, &dr, 0, NULL, NULL, &out, &n), PDB_OK);
     j = json_loads(out + 6, 0, NULL);
     json_t *delta = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
@@ -153,6 +153,24 @@ static void test_tool_calls_out(void **state) {
     assert_null(json_object_get(json_object_get(e, "function"), "name"));
     assert_string_equal(json_string_value(json_object_get(json_object_get(e, "function"), "arguments")), "{\"x");
     assert_null(json_object_get(delta, "content"));
+    json_decref(j);
+    free(out);
+    /* a choice carries its calls and its tokens' log-probabilities together (token-id mode names) */
+    pdb_openai_logprob lp[2] = {{.id = 7, .logprob = -0.5, .n_top = 1, .top = {{7, -0.5}}}, {.id = 9, .logprob = -1.25}};
+    pdb_openai_result both = {.text = "hi", .text_len = 2, .finish_reason = "tool_calls", .tool_calls = calls, .n_tool_calls = 1,
+                              .logprobs = lp, .n_logprobs = 2};
+    assert_int_equal(pdb_openai_build_response(&m, &both, 1, &u, NULL, &out, &n), PDB_OK);
+    j = json_loads(out, 0, NULL);
+    assert_non_null(j);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    msg = json_object_get(c0, "message");
+    assert_string_equal(json_string_value(json_object_get(msg, "content")), "hi");
+    assert_int_equal(json_array_size(json_object_get(msg, "tool_calls")), 1);
+    json_t *content = json_object_get(json_object_get(c0, "logprobs"), "content");
+    assert_int_equal(json_array_size(content), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(content, 0), "token")), "token_id:7");
+    assert_true(json_real_value(json_object_get(json_array_get(content, 1), "logprob")) == -1.25);
+    assert_string_equal(json_string_value(json_object_get(c0, "finish_reason")), "tool_calls");
     json_decref(j);
     free(out);
 }

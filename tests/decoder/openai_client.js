@@ -1,6 +1,6 @@
 // openai_client.js: drives a pdbridge server with the official `openai` npm client, unmodified:
 // models.list, completions and chat completions, stream and not; the streamed text must equal the
-// non-stream text (greedy). Usage: OPENAI_MODULE=/path/to/node_modules/openai node openai_client.js
+// non-stream text (greedy); in text mode also logprobs, n = 2 and JSON mode. Usage: OPENAI_MODULE=/path/to/node_modules/openai node openai_client.js
 // PORT TEXT_MODE(1|0). Prints "openai-client: ok ..." and exits 0, or prints the failure and exits 1.
 'use strict';
 const OpenAI = require(process.env.OPENAI_MODULE || 'openai');
@@ -60,6 +60,32 @@ async function main() {
     check(usage && usage.prompt_tokens === r.usage.prompt_tokens && usage.completion_tokens === r.usage.completion_tokens,
           'stream usage equals non-stream usage');
     summary += ', chat ok (stream + non-stream)';
+
+    // logprobs: top-20 alternatives, the greedy token is the top-1; the stream carries the same numbers
+    const lpReq = { model, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 20 };
+    const lr = await client.chat.completions.create(lpReq);
+    const content = lr.choices[0].logprobs.content;
+    check(content.length === lr.usage.completion_tokens, `one logprob entry per token (${content.length})`);
+    check(content.every((e) => e.top_logprobs.length === 20 && e.top_logprobs[0].logprob === e.logprob && e.logprob <= 0),
+          'top-20 per position, the greedy token first');
+    const streamed = [];
+    for await (const ch of await client.chat.completions.create({ ...lpReq, stream: true }))
+      for (const c of ch.choices) if (c.logprobs && c.logprobs.content) streamed.push(...c.logprobs.content);
+    check(JSON.stringify(streamed) === JSON.stringify(content), 'streamed logprobs equal the non-stream ones');
+    // n = 2: two choices, each its own sampling stream
+    const two = await client.chat.completions.create({ model, messages, max_tokens: 8, temperature: 1, seed: 5, n: 2 });
+    check(two.choices.length === 2 && two.choices.map((c) => c.index).sort().join() === '0,1', 'n = 2 gives choices 0 and 1');
+    // JSON mode: every answer parses, whatever the seed (random weights)
+    for (let seed = 1; seed <= 4; seed++) {
+      const j = await client.chat.completions.create({
+        model, messages, max_tokens: 24, temperature: 1, seed, response_format: { type: 'json_object' },
+      });
+      const text = j.choices[0].message.content;
+      let obj = null;
+      try { obj = JSON.parse(text); } catch (e) { /* checked below */ }
+      check(obj !== null && typeof obj === 'object' && !Array.isArray(obj), `JSON mode seed ${seed}: ${JSON.stringify(text)} parses as an object`);
+    }
+    summary += ', logprobs (top 20, stream == non-stream), n = 2, JSON mode (4 seeds parse)';
   }
   // an error surfaces as the client's typed error with the server's status
   try {

@@ -30,7 +30,7 @@ static pdb_dec_reply *mk(pdb_dec_reply_api api, int stream, int tools, const cha
 static int feed(pdb_dec_reply *r, const char *s, size_t step) {
     pdb_openai_usage u = {50, 1, 32};
     int rc = 0;
-    for (size_t i = 0, n = strlen(s); i < n && rc == 0; i += step) rc = pdb_dec_reply_feed(r, s + i, i + step <= n ? step : n - i, NULL, 0, &u);
+    for (size_t i = 0, n = strlen(s); i < n && rc == 0; i += step) rc = pdb_dec_reply_feed(r, s + i, i + step <= n ? step : n - i, NULL, NULL, 0, &u);
     return rc;
 }
 

@@ -1,7 +1,9 @@
 /* test_dec_service: the decode engine as a service. A repeated prompt hits its full blocks
  * (cached_tokens) with the same greedy answer; a restart still hits; a corrupted block is a
  * miss and the answer stays correct; concurrent requests (continuous batching) get the answers
- * they get alone; bad requests are refused at submit with no callback. */
+ * they get alone; bad requests are refused at submit with no callback; n choices share one
+ * prefill (choice 0 = the n = 1 answer), log-probabilities, the mask hook and logit_bias. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -172,10 +174,132 @@ static void test_bad_requests(void **st) {
     pdb_dec_service_close(s);
 }
 
+/* n choices: per-choice tokens and log-probabilities, finals counted, done at the `last` event. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, finals, lasts;
+    int32_t toks[4][32];
+    double lp[4][32], top0[4][32];
+    int32_t top0_id[4][32];
+    int n[4];
+    pdb_finish why[4];
+} multi;
+
+static int on_multi(void *u, const pdb_dec_event *ev) {
+    multi *c = u;
+    pthread_mutex_lock(&c->mu);
+    int k = ev->choice;
+    assert_true(k >= 0 && k < 4);
+    if (ev->finish == PDB_FINISH_NONE) {
+        if (c->n[k] < 32) {
+            c->lp[k][c->n[k]] = ev->logprob;
+            c->top0[k][c->n[k]] = ev->n_top ? ev->top_lp[0] : 0;
+            c->top0_id[k][c->n[k]] = ev->n_top ? ev->top_ids[0] : -1;
+            for (int i = 1; i < ev->n_top; i++) assert_true(ev->top_lp[i] <= ev->top_lp[i - 1]);
+            c->toks[k][c->n[k]++] = ev->token;
+        }
+    } else {
+        c->why[k] = ev->finish;
+        c->finals++;
+        c->lasts += ev->last;
+        if (ev->last) { c->done = 1; pthread_cond_broadcast(&c->cv); }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+static void multi_run(pdb_dec_service *s, pdb_dec_request *r, multi *c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    r->on_event = on_multi;
+    r->user = c;
+    PDB_TEST_OK(pdb_dec_service_submit(s, r, NULL));
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* A test mask: only token 5, three times, then the constraint is met. */
+static int mask_five(void *u, void *state, float *logits, int64_t n_vocab, int64_t budget) {
+    (void)u, (void)budget;
+    int *count = state;
+    if (*count >= 3) return 0;
+    for (int64_t i = 0; i < n_vocab; i++) if (i != 5) logits[i] = -INFINITY;
+    return 1;
+}
+static void mask_five_advance(void *u, void *state, int32_t tok) { (void)u; assert_int_equal(tok, 5); ++*(int *)state; }
+static void mask_five_init(void *u, void *state) { (void)u; *(int *)state = 0; }
+
+static void test_choices(void **st) {
+    pdb_dec_service *s = open_svc();
+    int32_t ids[300];
+    for (int i = 0; i < 300; i++) ids[i] = (int32_t)((i * 31 + 5) % 900 + 2);
+    pdb_dec_stats before, after;
+    pdb_dec_service_stats(s, &before);
+    pdb_dec_request r = {.ids = ids, .n_ids = 300, .max_tokens = 12, .ignore_eos = 1,
+                         .sample = {.temperature = 0.9f, .top_p = 1, .seed = 7}};
+    multi one, three, greedy;
+    multi_run(s, &r, &one);
+    r.n_choices = 3;
+    multi_run(s, &r, &three);
+    pdb_dec_service_stats(s, &after);
+    assert_int_equal(three.finals, 3);
+    assert_int_equal(three.lasts, 1);
+    for (int k = 0; k < 3; k++) assert_true(three.n[k] == 12 && three.why[k] == PDB_FINISH_LENGTH);
+    assert_memory_equal(three.toks[0], one.toks[0], sizeof(int32_t) * 12); /* choice 0 = the n = 1 answer */
+    /* one prefill: the n = 1 request computed its 300 tokens (and wrote 2 blocks); the n = 3 one
+     * mounted 256 and computed the 44-token tail once for its three choices */
+    assert_int_equal(after.prefill_tokens - before.prefill_tokens, 300 + 44);
+    assert_int_equal(after.cached_tokens - before.cached_tokens, 256);
+    assert_memory_not_equal(three.toks[1], three.toks[0], sizeof(int32_t) * 12);
+    assert_memory_not_equal(three.toks[2], three.toks[1], sizeof(int32_t) * 12);
+    /* the prompt's 2 full blocks were written once (by the first request; the second hit them) */
+    assert_int_equal(after.store_blocks_written - before.store_blocks_written, 2);
+    /* greedy choices are the same answer; the logprob of a greedy token is the top-1's */
+    r.sample.temperature = 0;
+    r.n_choices = 2;
+    r.logprobs = 1;
+    r.top_logprobs = 4;
+    multi_run(s, &r, &greedy);
+    assert_memory_equal(greedy.toks[0], greedy.toks[1], sizeof(int32_t) * 12);
+    for (int i = 0; i < 12; i++) {
+        assert_true(greedy.lp[0][i] <= 0 && greedy.lp[0][i] == greedy.top0[0][i] && greedy.top0_id[0][i] == greedy.toks[0][i]);
+        assert_true(greedy.lp[1][i] == greedy.lp[0][i]);
+    }
+    /* the mask hook: only what it allows, and the choice ends when it says so */
+    multi masked;
+    pdb_dec_request rm = {.ids = ids, .n_ids = 10, .max_tokens = 12, .n_choices = 2, .mask = mask_five,
+                          .mask_advance = mask_five_advance, .mask_init = mask_five_init, .mask_state_bytes = sizeof(int),
+                          .sample = {.temperature = 1, .top_p = 1, .seed = 1}};
+    multi_run(s, &rm, &masked);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(masked.n[k], 3);
+        assert_int_equal(masked.why[k], PDB_FINISH_STOP);
+    }
+    /* logit_bias +100 on one token makes it the greedy choice everywhere */
+    int32_t bid = 77;
+    float bval = 100;
+    pdb_dec_request rb = {.ids = ids, .n_ids = 10, .max_tokens = 5, .ignore_eos = 1, .bias_ids = &bid, .bias_vals = &bval, .n_bias = 1};
+    multi biased;
+    multi_run(s, &rb, &biased);
+    for (int i = 0; i < 5; i++) assert_int_equal(biased.toks[0][i], 77);
+    /* refused at submit: more choices than the batch, a bias id outside the vocabulary */
+    r.n_choices = 9;
+    assert_int_equal(pdb_dec_service_submit(s, &r, NULL), PDB_INVALID);
+    r.n_choices = 1;
+    bid = 1 << 30;
+    assert_int_equal(pdb_dec_service_submit(s, &rb, NULL), PDB_INVALID);
+    printf("  n = 3 from one prefill: choice 0 = the n = 1 answer, choices differ; greedy n = 2 equal, logprob = top-1; mask and "
+           "logit_bias honoured\n");
+    pdb_dec_service_close(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefix_hits_restart_corruption), cmocka_unit_test(test_concurrent_equals_alone),
-        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_bad_requests), cmocka_unit_test(test_choices),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

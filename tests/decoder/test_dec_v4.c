@@ -5,7 +5,8 @@
  * rows + end-of-block STATE) into a fresh sequence and continuing gives bit-identical logits to
  * the uninterrupted run, and so does a sequence chunked at odd sizes; the fingerprint depends on
  * --v4-semantics; through the service, a repeated prompt hits its full blocks with the same
- * greedy answer. MX decoder (quantize --scheme mx): which tensors are MXFP4 / MXFP8 / kept, the
+ * greedy answer; a sequence copied mid-block continues bit-identically and n choices through the
+ * service equal the n = 1 answers (greedy: all of them; seeded: choice 0). MX decoder (quantize --scheme mx): which tensors are MXFP4 / MXFP8 / kept, the
  * loader's f32 weights are the exact dequantization of the stored MX rows (pdb_qmat_row_f32),
  * the MX decoder equals the reference forward on its own checkpoint bit for bit (and differs
  * from the unquantized one), its blocks are chunk-invariant, and through the service a repeated
@@ -159,6 +160,27 @@ static void test_forward_and_blocks(void **st) {
         }
         pdb_dec_seq_free(&s2);
     }
+    /* a copy of a sequence mid-block (compressor buffers and overlap halves not empty) continues
+     * bit-identically: what n choices of one prompt rely on */
+    {
+        pdb_dec_seq s4, s5;
+        PDB_TEST_OK(pdb_dec_seq_init(&s4, m, T));
+        PDB_TEST_OK(pdb_dec_seq_init(&s5, m, T + NDEC));
+        prefill(m, &s4, ids, T, 19, NULL, 0, got);
+        PDB_TEST_OK(pdb_dec_seq_copy(&s5, &s4));
+        assert_int_equal(s5.len, T);
+        pdb_dec_seq_free(&s4); /* the copy owns nothing of the source */
+        for (int i = 0; i < NDEC; i++) {
+            pdb_dec_seg sg = {&s5, ids + T + i, 1, got};
+            PDB_TEST_OK(pdb_dec_forward(m, &sg, 1));
+            if (memcmp(got, ref + (i + 1) * V, sizeof(float) * V)) fail_msg("copied sequence: decode %d differs", i);
+        }
+        pdb_dec_seq small;
+        PDB_TEST_OK(pdb_dec_seq_init(&small, m, 10));
+        assert_int_equal(pdb_dec_seq_copy(&small, &s5), PDB_INVALID);
+        pdb_dec_seq_free(&small);
+        pdb_dec_seq_free(&s5);
+    }
     /* a wrong window in the mounted state is noticed (the state pools matter) */
     pdb_dec_seq s3;
     PDB_TEST_OK(pdb_dec_seq_init(&s3, m, T));
@@ -246,6 +268,58 @@ static void service_hits(const char *model, const char *cdir) {
 }
 
 static void test_service_hits(void **st) { service_hits(dec, cache); }
+
+/* n choices on V4: each further choice is a copy of the first one's sequence mid-block; greedy
+ * choices equal the n = 1 greedy answer, a seeded choice 0 equals the seeded n = 1 answer. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, n[3];
+    int32_t toks[3][8];
+} choices;
+
+static int on_choice(void *u, const pdb_dec_event *ev) {
+    choices *c = u;
+    pthread_mutex_lock(&c->mu);
+    if (ev->finish == PDB_FINISH_NONE && c->n[ev->choice] < 8) c->toks[ev->choice][c->n[ev->choice]++] = ev->token;
+    if (ev->last) { c->done = 1; pthread_cond_broadcast(&c->cv); }
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+static void run_choices(pdb_dec_service *s, const int32_t *ids, int64_t n, int n_choices, float temp, choices *c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    pdb_dec_request r = {.ids = ids, .n_ids = n, .max_tokens = 8, .ignore_eos = 1, .n_choices = n_choices, .on_event = on_choice,
+                         .user = c, .sample = {.temperature = temp, .top_p = 1, .seed = 9}};
+    PDB_TEST_OK(pdb_dec_service_submit(s, &r, NULL));
+    pthread_mutex_lock(&c->mu);
+    while (!c->done) pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void test_service_choices(void **st) {
+    enum { N = BS + 61 };
+    int32_t ids[N];
+    pdb_test_ids(ids, N, 1000, 17);
+    pdb_dec_service_opts o = {.model_dir = dec, .cache_dir = NULL, .block_size = BS, .threads = 1, .max_batch = 4};
+    pdb_dec_service *s = NULL;
+    PDB_TEST_OK(pdb_dec_service_open(&o, &s));
+    choices g1, g3, t1, t2;
+    run_choices(s, ids, N, 1, 0, &g1);
+    run_choices(s, ids, N, 3, 0, &g3);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(g3.n[k], 8);
+        assert_memory_equal(g3.toks[k], g1.toks[0], sizeof(int32_t) * 8);
+    }
+    run_choices(s, ids, N, 1, 1.0f, &t1);
+    run_choices(s, ids, N, 2, 1.0f, &t2);
+    assert_memory_equal(t2.toks[0], t1.toks[0], sizeof(int32_t) * 8);
+    assert_memory_not_equal(t2.toks[1], t2.toks[0], sizeof(int32_t) * 8);
+    pdb_dec_service_close(s);
+    printf("  V4 n = 3 greedy choices (copies mid-block) = the n = 1 answer; seeded n = 2: choice 0 = n = 1\n");
+}
 
 /* The tensor's dtype in the MX checkpoint and whether it has an "_mx_scale" companion. */
 static void expect_tensor(const pdb_st *s, const char *name, pdb_dtype dt, int mx) {
@@ -370,6 +444,7 @@ int main(void) {
         cmocka_unit_test(test_forward_and_blocks),
         cmocka_unit_test(test_fingerprint_semantics),
         cmocka_unit_test(test_service_hits),
+        cmocka_unit_test(test_service_choices),
         cmocka_unit_test(test_mx_decoder),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -130,10 +130,48 @@ static void test_temperature_distribution(void **state) {
     assert_true(c1 > 14600 && c1 < 15400);
 }
 
+/* log-softmax in double, index order: exact against a direct computation; the alternatives are
+ * descending with ties by lowest id; -inf logits give -inf; equal logits give equal numbers. */
+static void test_logprobs(void **state) {
+    (void)state;
+    float l[6] = {1.0f, 3.0f, -INFINITY, 3.0f, 0.5f, -2.0f};
+    double sum = 0;
+    for (int i = 0; i < 6; i++) if (isfinite(l[i])) sum += exp((double)l[i] - 3.0);
+    double lse = 3.0 + log(sum), lp;
+    int32_t ids[4];
+    double tl[4];
+    pdb_sample_logprobs(l, 6, 4, 4, &lp, ids, tl);
+    assert_true(lp == 0.5 - lse);
+    assert_int_equal(ids[0], 1); /* tie of 3.0: the lower id first */
+    assert_int_equal(ids[1], 3);
+    assert_int_equal(ids[2], 0);
+    assert_int_equal(ids[3], 4);
+    assert_true(tl[0] == tl[1] && tl[0] == 3.0 - lse && tl[2] == 1.0 - lse);
+    pdb_sample_logprobs(l, 6, 2, 0, &lp, NULL, NULL);
+    assert_true(isinf(lp) && lp < 0);
+    double p = 0;
+    for (int i = 0; i < 6; i++) { pdb_sample_logprobs(l, 6, i, 0, &lp, NULL, NULL); p += exp(lp); }
+    assert_true(fabs(p - 1.0) < 1e-12);
+}
+
+/* frequency loses c * f, presence once; the sampler's input changes only at the generated ids. */
+static void test_penalties(void **state) {
+    (void)state;
+    float l[5] = {1, 1, 1, 1, 1};
+    int32_t gen[5] = {3, 1, 3, 3, 9}; /* 9 is outside the vocabulary: ignored */
+    pdb_sample_apply_penalties(l, 5, gen, 5, 0.5f, 0.25f);
+    assert_true(l[0] == 1 && l[2] == 1 && l[4] == 1);
+    assert_true(l[1] == 1 - 0.5f - 0.25f);
+    assert_true(l[3] == 1 - 1.5f - 0.25f);
+    pdb_sample_apply_penalties(l, 5, gen, 5, 0, 0); /* no-op */
+    assert_true(l[3] == 1 - 1.5f - 0.25f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy), cmocka_unit_test(test_deterministic), cmocka_unit_test(test_top_k_top_p_sets),
         cmocka_unit_test(test_temperature_distribution), cmocka_unit_test(test_argmax_matches_scan),
+        cmocka_unit_test(test_logprobs), cmocka_unit_test(test_penalties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

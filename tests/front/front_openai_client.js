@@ -1,6 +1,8 @@
 // front_openai_client.js: the official `openai` npm client, unmodified, streams a bridged chat
 // completion through the front: the X-PD-Bridge header says complete, the final chunk carries the
-// pd_bridge object, and the streamed text equals the native decoder's answer to the same chat.
+// pd_bridge object, and the streamed text equals the native decoder's answer to the same chat;
+// then a second bridged prompt with logprobs (top 20) whose vectors equal the native decoder's,
+// stream and not, n = 2 and JSON mode through the front.
 // Usage: OPENAI_MODULE=... node front_openai_client.js FRONT_URL NATIVE_URL
 'use strict';
 const OpenAI = require(process.env.OPENAI_MODULE || 'openai');
@@ -28,6 +30,43 @@ async function main() {
   check(last && last.pd_bridge && last.pd_bridge.kind === 'complete', `final chunk pd_bridge: ${JSON.stringify(last)}`);
   const ref = await mk(native).chat.completions.create(req);
   check(got === ref.choices[0].message.content, `bridged ${JSON.stringify(got)} != native ${JSON.stringify(ref.choices[0].message.content)}`);
-  console.log(`front-openai-client: ok (${verdict.split(';')[0]}, ${got.length} chars equal to native)`);
+  // logprobs through the front on a second cold prompt (bridged): the top-20 vectors equal the
+  // native decoder's, token by token and number by number (the decoder's logits are the same
+  // bits whoever wrote the cache)
+  let text2 = '';
+  for (let i = 0; i < 70; i++) text2 += `Section ${i}: a prefix cache is content addressed, so blocks written by others are found. `;
+  const lpReq = { model: models[0], messages: [{ role: 'user', content: text2 + '\nWhat is it about?' }], max_tokens: 8,
+                  temperature: 0, logprobs: true, top_logprobs: 20, ignore_eos: true };
+  const { data: br, response: r2 } = await mk(front).chat.completions.create(lpReq).withResponse();
+  const v2 = r2.headers.get('x-pd-bridge') || '';
+  check(v2.startsWith('complete'), `logprobs request bridged: ${v2}`);
+  const nat = await mk(native).chat.completions.create(lpReq);
+  const vec = (r) => r.choices[0].logprobs.content.map((e) => [e.token, e.logprob, e.top_logprobs.map((t) => [t.token, t.logprob])]);
+  const bv = vec(br), nv = vec(nat);
+  check(bv.length === 8 && bv.every((e) => e[2].length === 20), 'bridged: 8 positions of 20 alternatives');
+  check(JSON.stringify(bv) === JSON.stringify(nv), 'bridged top-20 logprob vectors identical to native');
+  const sv = [];
+  for await (const ch of await mk(front).chat.completions.create({ ...lpReq, stream: true }))
+    for (const c of ch.choices) if (c.logprobs && c.logprobs.content) sv.push(...c.logprobs.content);
+  check(JSON.stringify(sv.map((e) => [e.token, e.logprob, e.top_logprobs.map((t) => [t.token, t.logprob])])) === JSON.stringify(nv),
+        'streamed through the front: the same vectors');
+  // n = 2 and JSON mode through the front
+  const two = await mk(front).chat.completions.create({ ...req, max_tokens: 6, temperature: 1, seed: 3, n: 2 });
+  check(two.choices.length === 2, 'n = 2 through the front');
+  for (let seed = 1; seed <= 3; seed++) {
+    const j = await mk(front).chat.completions.create({ ...req, max_tokens: 20, temperature: 1, seed, response_format: { type: 'json_object' } });
+    let ok = false;
+    try { const o = JSON.parse(j.choices[0].message.content); ok = o !== null && typeof o === 'object' && !Array.isArray(o); } catch (e) { ok = false; }
+    check(ok, `JSON mode through the front, seed ${seed}: ${JSON.stringify(j.choices[0].message.content)}`);
+  }
+  // the front refuses what the decoder would, before any bridge: an unknown field, a refused one
+  for (const [field, extra] of [['frobnicate', { frobnicate: 1 }], ['functions', { functions: [{ name: 'f' }] }],
+                               ['n', { n: 2, tools: [{ type: 'function', function: { name: 'f' } }] }]]) {
+    let status = 0, param = null;
+    try { await mk(front).chat.completions.create({ ...req, ...extra }); } catch (e) { status = e.status; param = e.param; }
+    check(status === 400 && param === field, `front: ${field} refused with 400 naming it (got ${status} ${param})`);
+  }
+  console.log(`front-openai-client: ok (${verdict.split(';')[0]}, ${got.length} chars equal to native; bridged top-20 logprobs `
+              + `of ${bv.length} positions identical to native, stream too; n = 2; JSON mode 3 seeds parse)`);
 }
 main().catch((e) => { console.error(`front-openai-client: FAIL ${e.message}`); process.exit(1); });
