@@ -242,9 +242,8 @@ static void addr2line_names(const uintptr_t *off, int n, char (*names)[160]) {
     int fd = n > 0 ? mkstemp(path) : -1;
     if (fd < 0) return;
     FILE *f = fdopen(fd, "w");
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (!f || k <= 0) { if (f) fclose(f); else close(fd); unlink(path); return; }
-    exe[k] = 0;
+    if (!f) { close(fd); unlink(path); return; }
+    snprintf(exe, sizeof exe, "/proc/%ld/exe", (long)getpid()); /* this executable even if rebuilt since */
     for (int i = 0; i < n; i++) fprintf(f, "0x%lx\n", (unsigned long)off[i]);
     fclose(f);
     snprintf(cmd, sizeof cmd, "addr2line -f -e '%s' < '%s' 2>/dev/null", exe, path);
@@ -540,6 +539,21 @@ static void v4_cache_bytes(const pdb_store_layout *lay, const pdb_config *c, int
     }
 }
 
+/* The last-level cache: sysfs's index3 (what lscpu prints) when readable, else sysconf (which in
+ * some VMs reports the host's); 0 when neither knows. */
+static long v4_l3_bytes(void) {
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    long kb = 0;
+    char unit = 0;
+    if (f && fscanf(f, "%ld%c", &kb, &unit) >= 1 && kb > 0) {
+        fclose(f);
+        return unit == 'M' ? kb << 20 : kb << 10;
+    }
+    if (f) fclose(f);
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return l3 > 0 ? l3 : 0;
+}
+
 typedef struct v4_bench {
     pdb_dec_model *m;
     const pdb_config *c;
@@ -769,7 +783,7 @@ static int int_list(const char *a, int *v, int max) {
 typedef struct v4_opts {
     int ntok, context, rounds, profile, daz, probe_huge, st_flags;
     long probe_mb;
-    int ctx[16], n_ctx, batch[8], n_batch, batch_steps, prefill, fill, fill_base, perturb;
+    int ctx[16], n_ctx, batch[8], n_batch, batch_steps, batch_prompt, prefill, fill, fill_base, perturb;
 } v4_opts;
 
 static int v4_main(const char *dir, pdb_dec_model *m, pdb_pool *pool, const v4_opts *o) {
@@ -784,7 +798,7 @@ static int v4_main(const char *dir, pdb_dec_model *m, pdb_pool *pool, const v4_o
                     o->ctx[i], (long long)bs);
             return 2;
         }
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    long l3 = v4_l3_bytes();
     size_t probe_bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
     if (o->probe_mb) {
         probe_bytes = (size_t)o->probe_mb << 20 < (size_t)1 << 19 ? (size_t)1 << 19 : (size_t)o->probe_mb << 20;
@@ -819,8 +833,9 @@ static int v4_main(const char *dir, pdb_dec_model *m, pdb_pool *pool, const v4_o
            " + other %.2f MB (final norm, hc_head, an embedding row, tid2eid rows)\n", wt / 1e6, b.w.attn / 1e6, b.w.shared / 1e6,
            b.w.routed / 1e6, (long long)c->num_experts_per_tok, (long long)c->n_routed_experts, b.w.head / 1e6, b.w.other / 1e6);
     printf("  the same weights as f32 copies: %.1f MB per token (%.2fx)\n", b.w.f32 / 1e6, b.w.f32 / wt);
-    printf("last-level cache: %.0f MB; weights read per token = %.1fx that (a roofline of memory needs several x)\n", l3 / 1e6,
-           l3 > 0 ? wt / (double)l3 : 0.0);
+    printf("last-level cache: %.1f MB (sysfs; sysconf says %.1f MB); weights read per token = %.1fx that (a roofline of memory needs"
+           " several x); probe %.2f GB\n", l3 / 1e6, sysconf(_SC_LEVEL3_CACHE_SIZE) / 1e6, l3 > 0 ? wt / (double)l3 : 0.0,
+           b.probe_n * sizeof(float) / 1e9);
     int rc = 0;
     double ms_short = 0, ms;
     void *blocks = NULL;
@@ -848,7 +863,7 @@ static int v4_main(const char *dir, pdb_dec_model *m, pdb_pool *pool, const v4_o
     free(blocks);
     blocks = NULL;
     if (o->n_batch) {
-        int r = v4_batch(&b, o->batch, o->n_batch, o->batch_steps, o->context, o->perturb);
+        int r = v4_batch(&b, o->batch, o->n_batch, o->batch_steps, o->batch_prompt, o->perturb);
         if (r) rc = r < 0 ? 1 : 3;
     }
     if (o->prefill) { /* the decoder's native prefill, chunked as its service does */
@@ -875,11 +890,12 @@ fail:
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a long run's lines appear as they are printed, also in a file */
     int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
     int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1, trace = 0, ab = -1, attn = PDB_V2_ATTN_AUTO;
     long probe_mb = 0;
     const char *pos[3] = {0};
-    v4_opts v4o = {.n_batch = 3, .batch = {1, 4, 16}, .batch_steps = 4, .fill = 1, .fill_base = 1024};
+    v4_opts v4o = {.n_batch = 3, .batch = {1, 4, 16}, .batch_steps = 4, .batch_prompt = 16, .fill = 1, .fill_base = 1024};
     int v4_only = 0, v2_only = 0; /* options that only one mode takes, seen */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
@@ -894,6 +910,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch-steps") && i + 1 < argc) {
             v4o.batch_steps = atoi(argv[++i]), v4_only = 1;
             if (v4o.batch_steps < 1 || v4o.batch_steps > 1024) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--batch-prompt") && i + 1 < argc) {
+            v4o.batch_prompt = atoi(argv[++i]), v4_only = 1;
+            if (v4o.batch_prompt < 1) npos = -9;
         }
         else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) {
             v4o.prefill = atoi(argv[++i]), v4_only = 1;
@@ -957,12 +977,14 @@ int main(int argc, char **argv) {
                         "  --classes: the step's matrix products alone, per class; --phases: a stage clock;\n"
                         "  --profile: sample the program counter of every thread; --daz: decode with denormals flushed\n"
                         "V4 mode (a deepseek_v4 checkpoint; --attn, --ab, --classes, --phases, --trace are V2's):\n"
-                        "  [--ctx N,N,...] [--fill synthetic|prefill] [--fill-base N] [--batch N,N,...|none] [--batch-steps N] [--prefill N]\n"
+                        "  [--ctx N,N,...] [--fill synthetic|prefill] [--fill-base N] [--batch N,N,...|none] [--batch-steps N] [--batch-prompt N]\n"
+                        "  [--prefill N]\n"
                         "  --ctx: also decode at these contexts (default: only --context)\n"
                         "  --fill: fill a --ctx cache by mounting blocks of the decoder's own prefill of --fill-base tokens (default 1024),\n"
                         "          repeated with pdb_dec_seq_put_block (synthetic, the default), or by prefilling all of it\n"
                         "  --batch: aggregate tok/s of N sequences per forward, each checked bit for bit against it alone (default 1,4,16)\n"
-                        "  --batch-steps: greedy steps per sequence in --batch (default 4); --prefill N: the decoder's prefill tok/s\n"
+                        "  --batch-steps, --batch-prompt: greedy steps and prompt tokens per sequence in --batch (default 4, 16)\n"
+                        "  --prefill N: the decoder's own prefill of N tokens, tok/s\n"
                         "  --perturb-check: test only: corrupts one reference logit so the --batch check must report a difference\n");
         return help ? 0 : 2;
     }
@@ -985,8 +1007,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!is_v4 && v4_only) {
-        fprintf(stderr, "bench_decode: %s is a %s checkpoint; --ctx, --batch, --batch-steps, --prefill, --fill, --fill-base and"
-                        " --perturb-check belong to the V4 mode (deepseek_v4 checkpoints)\n", pos[0], cfg.model_type);
+        fprintf(stderr, "bench_decode: %s is a %s checkpoint; --ctx, --batch, --batch-steps, --batch-prompt, --prefill, --fill,"
+                        " --fill-base and --perturb-check belong to the V4 mode (deepseek_v4 checkpoints)\n", pos[0], cfg.model_type);
         return 2;
     }
     if (strcmp(cfg.model_type, "deepseek_v4") && strcmp(cfg.model_type, "deepseek_v2")) {
