@@ -575,14 +575,18 @@ static int32_t v4_prompt_id(const pdb_config *c, int64_t t, int seq) {
  * SVC_CHUNK is 256); logits of the last token into lg (may be NULL). */
 static pdb_status v4_prefill_into(v4_bench *b, pdb_dec_seq *s, const int32_t *ids, int64_t n, int64_t chunk, float *lg,
                                   double *first_tps, double *last_tps) {
+    double start = pdb_clock_now(), c0 = cpu_s();
     for (int64_t t = 0; t < n; t += chunk) {
         int64_t k = n - t < chunk ? n - t : chunk;
         pdb_dec_seg sg = {s, ids + t, k, t + k == n ? lg : NULL};
         double t0 = pdb_clock_now();
         PDB_TRY(pdb_dec_forward(b->m, &sg, 1));
-        double r = k / (pdb_clock_now() - t0);
+        double now = pdb_clock_now(), r = k / (now - t0);
         if (first_tps && t == 0) *first_tps = r;
         if (last_tps) *last_tps = r;
+        if ((t + k) % 1024 == 0 && t + k < n) /* a long prefill reports as it goes (a run cut short still says something) */
+            printf("  prefill so far: %lld of %lld tokens in %.1f s = %.2f tok/s (this chunk %.2f tok/s; %.1f s of CPU)\n",
+                   (long long)(t + k), (long long)n, now - start, (t + k) / (now - start), r, cpu_s() - c0);
     }
     return PDB_OK;
 }
