@@ -524,18 +524,21 @@ static double v4_wtotal(const v4_wbytes *w) { return w->attn + w->shared + w->ro
  * ("comp_hca"); visible = (p+1) / stride. Not counted: the overlap halves and the compressors'
  * unfinished-window buffers (a few KB, read when a window completes). cb[3]: window, compressed
  * entries, indexer keys. */
-static void v4_cache_bytes(const pdb_store_layout *lay, const pdb_config *c, int64_t p, double cb[3]) {
-    cb[0] = cb[1] = cb[2] = 0;
+static void v4_cache_bytes(const pdb_store_layout *lay, const pdb_config *c, int64_t p, double cb[3], double rows[3]) {
+    for (int k = 0; k < 3; k++) cb[k] = rows[k] = 0;
     for (int i = 0; i < lay->n_pools; i++) {
         const pdb_store_pool *q = &lay->pools[i];
-        double row = (double)q->width * (double)pdb_dtype_size(q->dtype) * (double)q->n_layers;
-        if (!strcmp(q->name, "win")) cb[0] += row * (double)(p + 1 < q->rows ? p + 1 : q->rows);
+        double row = (double)q->width * (double)pdb_dtype_size(q->dtype), n = -1;
+        int k = 1;
+        if (!strcmp(q->name, "win")) n = (double)(p + 1 < q->rows ? p + 1 : q->rows), k = 0;
         else if (q->kind == PDB_STORE_POOL_APPEND && q->stride > 0) {
             int64_t nv = (p + 1) / q->stride;
-            if (!strcmp(q->name, "comp_csa")) cb[1] += row * (double)(nv < c->index_topk ? nv : c->index_topk);
-            else if (!strcmp(q->name, "ikeys")) cb[2] += row * (double)nv;
-            else cb[1] += row * (double)nv;
+            n = !strcmp(q->name, "comp_csa") && nv > c->index_topk ? (double)c->index_topk : (double)nv;
+            k = !strcmp(q->name, "ikeys") ? 2 : 1;
         }
+        if (n < 0) continue;
+        cb[k] += row * n * (double)q->n_layers;
+        rows[k] += n * (double)q->n_layers;
     }
 }
 
@@ -600,18 +603,19 @@ static pdb_status v4_decode(v4_bench *b, pdb_dec_seq *s, int32_t *tok, int ntok,
     PDB_TRY(pdb_dec_forward(b->m, &sg, 1));
     *tok = (int32_t)pdb_math_argmax(b->logits, c->vocab_size);
     int rounds = b->rounds < ntok ? b->rounds : ntok;
-    double dt = 0, cpu = 0, bytes = 0, wb = v4_wtotal(&b->w), cache[3] = {0}, r_frac[64], r_probe[64], r_tps[64], best = 0;
-    int64_t p0 = s->len;
+    double dt = 0, cpu = 0, bytes = 0, wb = v4_wtotal(&b->w), cache[3] = {0}, crows[3] = {0}, r_frac[64], r_probe[64], r_tps[64];
+    double best = 0;
+    int64_t p0 = s->len; /* the first timed step's position (after the warm-up's) */
     if (b->profile) prof_clear();
     for (int r = 0, done = 0; r < rounds; r++) {
         double h, l, p = bandwidth_probe(b->probe_pool, b->probe_buf, b->probe_n, r ? 3 : 5, &h, &l), rb = 0;
         best = p > best ? p : best;
         int n = (int)((int64_t)ntok * (r + 1) / rounds) - done;
         for (int i = 0; i < n; i++) {
-            double cb[3];
-            v4_cache_bytes(lay, c, s->len + i, cb);
+            double cb[3], cr[3];
+            v4_cache_bytes(lay, c, s->len + i, cb, cr);
             rb += wb + cb[0] + cb[1] + cb[2];
-            for (int k = 0; k < 3; k++) cache[k] += cb[k];
+            for (int k = 0; k < 3; k++) cache[k] += cb[k], crows[k] += cr[k];
         }
         if (b->profile) prof_set(1);
         double t0 = pdb_clock_now(), c0 = cpu_s();
@@ -629,11 +633,13 @@ static pdb_status v4_decode(v4_bench *b, pdb_dec_seq *s, int32_t *tok, int ntok,
     double fmin = r_frac[0], fmax = r_frac[0];
     for (int r = 1; r < rounds; r++) fmin = r_frac[r] < fmin ? r_frac[r] : fmin, fmax = r_frac[r] > fmax ? r_frac[r] : fmax;
     printf("%s: positions %lld..%lld, %d steps in %.2f s = %.3f tok/s (%.1f ms per step; %.2f s of CPU, %.0f%% of threads x wall)\n",
-           label, (long long)p0 + 1, (long long)(p0 + ntok), ntok, dt, ntok / dt, 1e3 * dt / ntok, cpu,
+           label, (long long)p0, (long long)(p0 + ntok - 1), ntok, dt, ntok / dt, 1e3 * dt / ntok, cpu,
            100 * cpu / (dt * pdb_pool_threads(b->pool)));
     printf("  bytes per token: %.1f MB = weights %.1f MB + cache %.2f MB (window rows %.2f, compressed entries attended %.2f,"
            " indexer keys scored %.2f)\n", bytes / ntok / 1e6, wb / 1e6, (cache[0] + cache[1] + cache[2]) / ntok / 1e6,
            cache[0] / ntok / 1e6, cache[1] / ntok / 1e6, cache[2] / ntok / 1e6);
+    printf("  cache rows read per token, all layers (mean): window %.1f, compressed entries attended %.1f, indexer keys scored %.1f\n",
+           crows[0] / ntok, crows[1] / ntok, crows[2] / ntok);
     printf("  roofline: %.2f GB/s read = %.1f%% of the run's best probe (%.2f GB/s); paired rounds %d x (probe, %d steps):"
            " fraction per round median %.1f%% (min %.1f%%, max %.1f%%), probe median %.2f GB/s, decode median %.3f tok/s\n",
            bytes / dt / 1e9, 100 * bytes / dt / 1e9 / best, best, rounds, ntok / rounds, 100 * median(r_frac, rounds), 100 * fmin,

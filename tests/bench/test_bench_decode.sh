@@ -81,13 +81,16 @@ if "$BIN" make-model --arch deepseek_v4 --preset tiny --seed 4 --out "$T/v4hf" >
   v4run v4 --ctx 256,512 --batch 1,4,16 --batch-steps 2 --prefill 256; rc=$?
   if [ $rc -eq 0 ]; then
     for ctx in 16 256 512; do
-      grep -A2 "^decode at context $ctx: positions" "$T/v4.out" |
+      grep -A3 "^decode at context $ctx: positions" "$T/v4.out" |
         grep -Eq "^  roofline: [0-9.]+ GB/s read = [0-9.]+% of the run's best probe .* fraction per round median [0-9.]+%" &&
         pdb_e2e_ok "v4: roofline figure at context $ctx" || pdb_e2e_bad "v4: no roofline at context $ctx: $(grep -A2 "context $ctx:" "$T/v4.out")"
     done
-    # the tiny model at context 512: window 8 rows, CSA top-4 of 128 entries + 4 HCA entries of 32, 128 indexer keys
-    grep -A1 "^decode at context 512" "$T/v4.out" | grep -Eq "indexer keys scored 0\.0[1-9]" &&
-      pdb_e2e_ok "v4: indexer keys counted at 512" || pdb_e2e_bad "v4: cache bytes at 512: $(grep -A1 'context 512' "$T/v4.out")"
+    # the tiny model decoding positions 513..520: 4 layers x 8 window rows; CSA top-4 of 128-130 entries + HCA's
+    # (p+1)/16 = 32 entries; all (p+1)/4 = 128, 128, 129 x 4, 130, 130 indexer keys (mean 129) of the one CSA layer
+    rows=$(grep -A2 "^decode at context 512" "$T/v4.out" | sed -n 's/^  cache rows read per token, all layers (mean): window \([0-9.]*\), compressed entries attended \([0-9.]*\), indexer keys scored \([0-9.]*\)$/\1 \2 \3/p')
+    if [ -n "$rows" ] && awk -v r="$rows" 'BEGIN { split(r, a, " "); exit !(a[1] == 32 && a[2] == 36 && a[3] == 129) }'; then
+      pdb_e2e_ok "v4: cache rows at 512 ($rows)"
+    else pdb_e2e_bad "v4: cache rows at 512: '$rows'"; fi
     grep -q "^fill 256: synthetic, 2 blocks mounted with pdb_dec_seq_put_block" "$T/v4.out" &&
       pdb_e2e_ok "v4: synthetic fill through put_block" || pdb_e2e_bad "v4: no synthetic fill line"
     for n in " 1" " 4" "16"; do
@@ -100,7 +103,7 @@ if "$BIN" make-model --arch deepseek_v4 --preset tiny --seed 4 --out "$T/v4hf" >
       pdb_e2e_ok "v4: bytes per token and the clock's scope named" || pdb_e2e_bad "v4: no weights/stage line"
   else pdb_e2e_bad "v4: exit $rc: $(head -c 300 "$T/v4.err")"; fi
   v4run v4fill --ctx 200 --fill prefill --batch none; rc=$?
-  [ $rc -eq 0 ] && grep -q "^fill 200: the decoder's own prefill" "$T/v4fill.out" && grep -q "^decode at context 200: positions 202..209" "$T/v4fill.out" &&
+  [ $rc -eq 0 ] && grep -q "^fill 200: the decoder's own prefill" "$T/v4fill.out" && grep -q "^decode at context 200: positions 201..208" "$T/v4fill.out" &&
     pdb_e2e_ok "v4: --fill prefill at an unaligned context" || pdb_e2e_bad "v4: --fill prefill: exit $rc $(head -c 300 "$T/v4fill.err")"
   v4run v4bad --batch 4 --batch-steps 2 --perturb-check; rc=$?
   [ $rc -eq 3 ] && grep -q "^batch  4: .* logits DIFFER: first at sequence 1, step 1" "$T/v4bad.out" &&
