@@ -3,8 +3,23 @@
  * (bandwidth measured by a read probe in the same process); touched bytes count every matrix a
  * decode step reads: attention projections, router, shared experts, the routed experts actually
  * selected, lm_head and one embedding row. It also counts the pool dispatches per token
- * (pdb_pool_runs). Only deepseek_v2 decoders: another architecture's checkpoint is refused
- * (exit 1, naming its model_type).
+ * (pdb_pool_runs). deepseek_v2 decoders, and deepseek_v4 ones in the V4 mode below; another
+ * architecture's checkpoint is refused (exit 1, naming its model_type), as is an option of the
+ * other mode (exit 2).
+ *
+ * V4 mode (a deepseek_v4 decoder checkpoint): through the generic decoder API only
+ * (pdb_dec_model_*, pdb_dec_forward, the sequences' block copies) and the config, so it measures
+ * whatever the V4 engine computes on. Bytes per token are counted from the checkpoint's tensors
+ * as stored (an own read-only mapping of the same files): each layer's non-expert tensors, k of
+ * its E routed experts (every token picks k distinct experts per layer, so for one sequence this
+ * is exact, not an expectation), the shared expert, the head, an embedding row; plus the cache rows
+ * the token reads, from the store layout's pools (window rows, compressed entries attended: CSA
+ * top-k, HCA all; indexer keys scored: all visible). Decode at --context, then at each --ctx
+ * (filled by mounting the decoder's own blocks with put_block, or by its prefill), paired with
+ * probes as above; batches of --batch sequences per forward with every logit compared bit for bit
+ * to the sequence alone (exit 3 and the first differing sequence/step on a difference); the
+ * decoder's own prefill rate (--prefill). The decoder API has no stage clock, so steps are timed
+ * whole; --profile samples where the CPU time goes, by function.
  *
  * The decode runs in rounds, each after a probe: the median over rounds of (decode rate / the
  * probe just before it) is the paired figure; all steps over the best probe of the run is the
@@ -236,27 +251,79 @@ typedef struct { char name[160]; int n; } prof_row;
 
 static int prof_cmp(const void *a, const void *b) { return ((const prof_row *)b)->n - ((const prof_row *)a)->n; }
 
-static void prof_report(void) {
-    int n = atomic_load(&prof_n) < PROF_MAX ? atomic_load(&prof_n) : PROF_MAX, nr = 0;
+static int cmp_uptr(const void *a, const void *b) {
+    uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Function names of offsets off[n] into this executable, by one run of binutils' addr2line (the
+ * static functions dladdr cannot name); names[i] is left as it is where addr2line is missing or
+ * answers "??". */
+static void addr2line_names(const uintptr_t *off, int n, char (*names)[160]) {
+    char path[] = "/tmp/bench_decode_pcXXXXXX", exe[4096], cmd[8400], fn[512], loc[2048];
+    int fd = n > 0 ? mkstemp(path) : -1;
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    if (!f) { close(fd); unlink(path); return; }
+    snprintf(exe, sizeof exe, "/proc/%ld/exe", (long)getpid()); /* this executable even if rebuilt since */
+    for (int i = 0; i < n; i++) fprintf(f, "0x%lx\n", (unsigned long)off[i]);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "addr2line -f -e '%s' < '%s' 2>/dev/null", exe, path);
+    FILE *p = popen(cmd, "r");
+    for (int i = 0; p && i < n && fgets(fn, sizeof fn, p) && fgets(loc, sizeof loc, p); i++) {
+        fn[strcspn(fn, "\n")] = 0;
+        if (fn[0] && strcmp(fn, "??")) snprintf(names[i], sizeof names[i], "%.159s", fn);
+    }
+    if (p) pclose(p);
+    unlink(path);
+}
+
+/* The samples since the last prof_clear, by function (exported ones by dladdr, this executable's
+ * static ones by addr2line; otherwise the library and the 256-byte page), the `top` hottest. */
+static void prof_report(int top) {
+    int n = atomic_load(&prof_n) < PROF_MAX ? atomic_load(&prof_n) : PROF_MAX, nu = 0, nr = 0, ne = 0;
+    uintptr_t *pc = malloc(sizeof(uintptr_t) * (size_t)(n + 1)), *eoff = calloc((size_t)n + 1, sizeof(uintptr_t));
+    int *cnt = calloc((size_t)n + 1, sizeof(int)), *eidx = malloc(sizeof(int) * (size_t)(n + 1));
+    char (*names)[160] = calloc((size_t)n + 1, sizeof *names), (*enames)[160] = calloc((size_t)n + 1, sizeof *enames);
     prof_row *rows = calloc((size_t)n + 1, sizeof *rows);
-    for (int i = 0; i < n; i++) {
+    if (!pc || !eoff || !cnt || !eidx || !names || !enames || !rows) {
+        printf("profile: out of memory for the report\n");
+        goto done;
+    }
+    memcpy(pc, prof_pc, sizeof(uintptr_t) * (size_t)n);
+    qsort(pc, (size_t)n, sizeof *pc, cmp_uptr);
+    for (int i = 0; i < n; i++) { /* unique program counters and their counts */
+        if (!nu || pc[nu - 1] != pc[i]) pc[nu++] = pc[i];
+        cnt[nu - 1]++;
+    }
+    Dl_info self;
+    void *self_base = dladdr((void *)(uintptr_t)prof_handler, &self) ? self.dli_fbase : NULL;
+    for (int i = 0; i < nu; i++) {
         Dl_info di;
-        char name[160];
-        if (dladdr((void *)prof_pc[i], &di) && di.dli_sname) snprintf(name, sizeof name, "%s", di.dli_sname);
-        else if (dladdr((void *)prof_pc[i], &di) && di.dli_fname) /* a static function: its 256-byte page */
-            snprintf(name, sizeof name, "%s+0x%lx", strrchr(di.dli_fname, '/') ? strrchr(di.dli_fname, '/') + 1 : di.dli_fname,
-                     (unsigned long)((prof_pc[i] - (uintptr_t)di.dli_fbase) & ~(uintptr_t)255));
-        else snprintf(name, sizeof name, "?");
+        if (dladdr((void *)pc[i], &di) && di.dli_sname) snprintf(names[i], sizeof names[i], "%s", di.dli_sname);
+        else if (dladdr((void *)pc[i], &di) && di.dli_fname) {
+            snprintf(names[i], sizeof names[i], "%s+0x%lx", strrchr(di.dli_fname, '/') ? strrchr(di.dli_fname, '/') + 1 : di.dli_fname,
+                     (unsigned long)((pc[i] - (uintptr_t)di.dli_fbase) & ~(uintptr_t)255));
+            if (di.dli_fbase == self_base) eoff[ne] = pc[i] - (uintptr_t)di.dli_fbase, eidx[ne++] = i;
+        } else snprintf(names[i], sizeof names[i], "?");
+    }
+    for (int j = 0; j < ne; j++) memcpy(enames[j], names[eidx[j]], sizeof enames[j]);
+    addr2line_names(eoff, ne, enames);
+    for (int j = 0; j < ne; j++) memcpy(names[eidx[j]], enames[j], sizeof enames[j]);
+    for (int i = 0; i < nu; i++) {
         int k = 0;
-        while (k < nr && strcmp(rows[k].name, name)) k++;
-        if (k == nr) snprintf(rows[nr++].name, sizeof rows[0].name, "%s", name);
-        rows[k].n++;
+        while (k < nr && strcmp(rows[k].name, names[i])) k++;
+        if (k == nr) snprintf(rows[nr++].name, sizeof rows[0].name, "%s", names[i]);
+        rows[k].n += cnt[i];
     }
     qsort(rows, (size_t)nr, sizeof *rows, prof_cmp);
     printf("profile: %d samples (1 ms of CPU each, all threads)\n", n);
-    for (int k = 0; k < nr && k < 40; k++) printf("  %5.1f%%  %s\n", 100.0 * rows[k].n / n, rows[k].name);
-    free(rows);
+    for (int k = 0; k < nr && k < top; k++) printf("  %5.1f%%  %s\n", 100.0 * rows[k].n / (n ? n : 1), rows[k].name);
+done:
+    free(pc), free(eoff), free(cnt), free(eidx), free(names), free(enames), free(rows);
 }
+
+static void prof_clear(void) { atomic_store(&prof_n, 0); }
 
 /* ---- --classes: the step's matrix products alone, in its dispatch groups ---- */
 enum { CL_ATTN, CL_DENSE, CL_SHARED, CL_ROUTED, CL_ROUTER, CL_HEAD, CL_N };
@@ -398,13 +465,505 @@ static const char *attn_form_name(int f) {
     return f == PDB_V2_ATTN_TASKS ? "tasks (forced)" : f == PDB_V2_ATTN_STAGES ? "stages (forced)" : f == PDB_V2_ATTN_SPLIT ? "split tasks (forced)" : "auto";
 }
 
+/* ======================= V4 mode (deepseek_v4 decoders) ===================================
+ * Only the generic decoder API (pdb_dec_model_*, pdb_dec_forward, the sequences' block copies)
+ * and the config are used; bytes are counted from the checkpoint's tensors as stored (their
+ * names, dtypes and sizes) and from the cache's store layout, never from the engine's structs. */
+
+/* Bytes one decode token reads from the weights, in their stored formats, and the same weights
+ * as f32 copies (4 bytes per weight: what an engine that widens every tensor reads). */
+typedef struct v4_wbytes {
+    double attn;   /* per layer, everything but the experts: attention, compressors, indexer, norms, hc, router */
+    double shared; /* shared experts */
+    double routed; /* num_experts_per_tok of each layer's routed experts (k / E of them) */
+    double head;   /* head (lm_head) */
+    double other;  /* final norm, hc_head, one embedding row, one tid2eid row per hash layer */
+    double f32;    /* all of the above as f32 copies */
+} v4_wbytes;
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* Layer index of a tensor name (".layers.N." or a leading "layers.N."), -1 for a global one. */
+static int64_t name_layer(const char *name) {
+    const char *p = strstr(name, "layers.");
+    if (!p || (p != name && p[-1] != '.')) return -1;
+    char *e;
+    long long v = strtoll(p + 7, &e, 10);
+    return e != p + 7 && *e == '.' ? v : -1;
+}
+
+/* Whether a tensor is a scale companion (ours "_mx_scale", DeepSeek's "_scale_inv" / ".scale"). */
+static int is_scale(const char *name) { return ends_with(name, "_mx_scale") || ends_with(name, "_scale_inv") || ends_with(name, ".scale"); }
+
+/* Weights as f32: scale companions add nothing; a packed FP4 tensor (U8/I8 with a scale companion)
+ * holds two weights per byte; integer tables stay as they are. */
+static double f32_bytes(const pdb_st *st, const pdb_tensor_view *v) {
+    if (is_scale(v->name)) return 0;
+    if (v->dtype == PDB_DT_I32 || v->dtype == PDB_DT_I64) return (double)v->nbytes;
+    const pdb_tensor_view *q = NULL, *sc = NULL;
+    int fp4 = 0;
+    if ((v->dtype == PDB_DT_U8 || v->dtype == PDB_DT_I8) && v->ndim == 2 && !pdb_st_get_mx(st, v->name, -1, -1, &q, &sc, &fp4) && q && fp4)
+        return 8.0 * (double)v->numel;
+    return 4.0 * (double)v->numel;
+}
+
+/* Count from the checkpoint in dir: every layer's non-expert tensors whole, k/E of its routed
+ * experts (every token picks k distinct experts per layer: top-k, or the hash layers' tid2eid
+ * rows, which make-model writes distinct; experts are equal in size), one row of tid2eid and of
+ * the embedding, the head and the other globals whole. MTP layers (index >= num_layers) are not run. */
+static pdb_status v4_weight_bytes(const char *dir, const pdb_config *c, v4_wbytes *out) {
+    pdb_st *st;
+    memset(out, 0, sizeof *out);
+    PDB_TRY(pdb_st_open_flags(dir, 0, &st));
+    double ke = (double)c->num_experts_per_tok / (double)c->n_routed_experts;
+    for (int64_t i = 0; i < pdb_st_count(st); i++) {
+        const pdb_tensor_view *v = pdb_st_at(st, i);
+        int64_t l = name_layer(v->name);
+        double b = (double)v->nbytes, f = f32_bytes(st, v);
+        if (l >= c->num_layers) continue;
+        if (l >= 0 && strstr(v->name, ".experts.")) out->routed += ke * b, f *= ke;    /* routed, per expert or fused */
+        else if (l >= 0 && strstr(v->name, "shared_experts.")) out->shared += b;
+        else if (l >= 0 && strstr(v->name, "tid2eid") && v->ndim >= 1 && v->shape[0] > 0)
+            b /= (double)v->shape[0], f /= (double)v->shape[0], out->other += b; /* the token's row */
+        else if (l >= 0) out->attn += b;
+        else if (strstr(v->name, "embed") && v->ndim == 2 && v->shape[0] > 0)
+            b /= (double)v->shape[0], f /= (double)v->shape[0], out->other += b; /* one row */
+        else if (strstr(v->name, "head.weight")) out->head += b;
+        else out->other += b;
+        out->f32 += f;
+    }
+    pdb_st_close(st);
+    return PDB_OK;
+}
+
+static double v4_wtotal(const v4_wbytes *w) { return w->attn + w->shared + w->routed + w->head + w->other; }
+
+/* Cache bytes the decode token at position p reads (its own row included), from the store
+ * layout (pool dtypes and widths) and the config (docs/v4.md §2-3): every layer's window rows
+ * min(W, p+1) ("win"); CSA layers attend min(visible, index_topk) compressed entries ("comp_csa")
+ * and score every visible indexer key ("ikeys"); HCA layers attend every visible entry
+ * ("comp_hca"); visible = (p+1) / stride. Not counted: the overlap halves and the compressors'
+ * unfinished-window buffers (a few KB, read when a window completes). cb[3]: window, compressed
+ * entries, indexer keys. */
+static void v4_cache_bytes(const pdb_store_layout *lay, const pdb_config *c, int64_t p, double cb[3], double rows[3]) {
+    for (int k = 0; k < 3; k++) cb[k] = rows[k] = 0;
+    for (int i = 0; i < lay->n_pools; i++) {
+        const pdb_store_pool *q = &lay->pools[i];
+        double row = (double)q->width * (double)pdb_dtype_size(q->dtype), n = -1;
+        int k = 1;
+        if (!strcmp(q->name, "win")) n = (double)(p + 1 < q->rows ? p + 1 : q->rows), k = 0;
+        else if (q->kind == PDB_STORE_POOL_APPEND && q->stride > 0) {
+            int64_t nv = (p + 1) / q->stride;
+            n = !strcmp(q->name, "comp_csa") && nv > c->index_topk ? (double)c->index_topk : (double)nv;
+            k = !strcmp(q->name, "ikeys") ? 2 : 1;
+        }
+        if (n < 0) continue;
+        cb[k] += row * n * (double)q->n_layers;
+        rows[k] += n * (double)q->n_layers;
+    }
+}
+
+/* The last-level cache: sysfs's index3 (what lscpu prints) when readable, else sysconf (which in
+ * some VMs reports the host's); 0 when neither knows. */
+static long v4_l3_bytes(void) {
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    long kb = 0;
+    char unit = 0;
+    if (f && fscanf(f, "%ld%c", &kb, &unit) >= 1 && kb > 0) {
+        fclose(f);
+        return unit == 'M' ? kb << 20 : kb << 10;
+    }
+    if (f) fclose(f);
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return l3 > 0 ? l3 : 0;
+}
+
+typedef struct v4_bench {
+    pdb_dec_model *m;
+    const pdb_config *c;
+    pdb_pool *pool, *probe_pool;
+    float *probe_buf;
+    size_t probe_n;
+    double bw_best;
+    v4_wbytes w;
+    int rounds, profile;
+    float *logits; /* [V] */
+} v4_bench;
+
+/* Prompt token t of sequence `seq` (spread over the vocabulary; the same prompts every run). */
+static int32_t v4_prompt_id(const pdb_config *c, int64_t t, int seq) {
+    return (int32_t)((t * 7919 + (int64_t)seq * 104729 + 1) % c->vocab_size);
+}
+
+/* The decoder's own prefill of ids [n] into s, in chunks of `chunk` tokens (the service's
+ * SVC_CHUNK is 256); logits of the last token into lg (may be NULL). */
+static pdb_status v4_prefill_into(v4_bench *b, pdb_dec_seq *s, const int32_t *ids, int64_t n, int64_t chunk, float *lg,
+                                  double *first_tps, double *last_tps) {
+    double start = pdb_clock_now(), c0 = cpu_s();
+    for (int64_t t = 0; t < n; t += chunk) {
+        int64_t k = n - t < chunk ? n - t : chunk;
+        pdb_dec_seg sg = {s, ids + t, k, t + k == n ? lg : NULL};
+        double t0 = pdb_clock_now();
+        PDB_TRY(pdb_dec_forward(b->m, &sg, 1));
+        double now = pdb_clock_now(), r = k / (now - t0);
+        if (first_tps && t == 0) *first_tps = r;
+        if (last_tps) *last_tps = r;
+        if ((t + k) % 1024 == 0 && t + k < n) /* a long prefill reports as it goes (a run cut short still says something) */
+            printf("  prefill so far: %lld of %lld tokens in %.1f s = %.2f tok/s (this chunk %.2f tok/s; %.1f s of CPU)\n",
+                   (long long)(t + k), (long long)n, now - start, (t + k) / (now - start), r, cpu_s() - c0);
+    }
+    return PDB_OK;
+}
+
+/* Decode `ntok` greedy steps of s (after one untimed warm-up step) in rounds, each after a
+ * probe; prints the rate and the roofline fractions counting weights + cache bytes. */
+static pdb_status v4_decode(v4_bench *b, pdb_dec_seq *s, int32_t *tok, int ntok, const char *label, double *ms_step) {
+    const pdb_config *c = b->c;
+    const pdb_store_layout *lay = pdb_dec_model_layout(b->m);
+    pdb_dec_seg sg = {s, tok, 1, b->logits};
+    PDB_TRY(pdb_dec_forward(b->m, &sg, 1));
+    *tok = (int32_t)pdb_math_argmax(b->logits, c->vocab_size);
+    int rounds = b->rounds < ntok ? b->rounds : ntok;
+    double dt = 0, cpu = 0, bytes = 0, wb = v4_wtotal(&b->w), cache[3] = {0}, crows[3] = {0}, r_frac[64], r_probe[64], r_tps[64];
+    double best = 0;
+    int64_t p0 = s->len; /* the first timed step's position (after the warm-up's) */
+    if (b->profile) prof_clear();
+    for (int r = 0, done = 0; r < rounds; r++) {
+        double h, l, p = bandwidth_probe(b->probe_pool, b->probe_buf, b->probe_n, r ? 3 : 5, &h, &l), rb = 0;
+        best = p > best ? p : best;
+        int n = (int)((int64_t)ntok * (r + 1) / rounds) - done;
+        for (int i = 0; i < n; i++) {
+            double cb[3], cr[3];
+            v4_cache_bytes(lay, c, s->len + i, cb, cr);
+            rb += wb + cb[0] + cb[1] + cb[2];
+            for (int k = 0; k < 3; k++) cache[k] += cb[k], crows[k] += cr[k];
+        }
+        if (b->profile) prof_set(1);
+        double t0 = pdb_clock_now(), c0 = cpu_s();
+        for (int i = 0; i < n; i++) {
+            sg = (pdb_dec_seg){s, tok, 1, b->logits};
+            PDB_TRY(pdb_dec_forward(b->m, &sg, 1));
+            *tok = (int32_t)pdb_math_argmax(b->logits, c->vocab_size);
+        }
+        double d = pdb_clock_now() - t0;
+        if (b->profile) prof_set(0);
+        dt += d, cpu += cpu_s() - c0, bytes += rb, done += n;
+        r_probe[r] = p, r_tps[r] = n / d, r_frac[r] = rb / d / 1e9 / p;
+    }
+    b->bw_best = best > b->bw_best ? best : b->bw_best;
+    double fmin = r_frac[0], fmax = r_frac[0];
+    for (int r = 1; r < rounds; r++) fmin = r_frac[r] < fmin ? r_frac[r] : fmin, fmax = r_frac[r] > fmax ? r_frac[r] : fmax;
+    printf("%s: positions %lld..%lld, %d steps in %.2f s = %.3f tok/s (%.1f ms per step; %.2f s of CPU, %.0f%% of threads x wall)\n",
+           label, (long long)p0, (long long)(p0 + ntok - 1), ntok, dt, ntok / dt, 1e3 * dt / ntok, cpu,
+           100 * cpu / (dt * pdb_pool_threads(b->pool)));
+    printf("  bytes per token: %.1f MB = weights %.1f MB + cache %.2f MB (window rows %.2f, compressed entries attended %.2f,"
+           " indexer keys scored %.2f)\n", bytes / ntok / 1e6, wb / 1e6, (cache[0] + cache[1] + cache[2]) / ntok / 1e6,
+           cache[0] / ntok / 1e6, cache[1] / ntok / 1e6, cache[2] / ntok / 1e6);
+    printf("  cache rows read per token, all layers (mean): window %.1f, compressed entries attended %.1f, indexer keys scored %.1f\n",
+           crows[0] / ntok, crows[1] / ntok, crows[2] / ntok);
+    printf("  roofline: %.2f GB/s read = %.1f%% of the run's best probe (%.2f GB/s); paired rounds %d x (probe, %d steps):"
+           " fraction per round median %.1f%% (min %.1f%%, max %.1f%%), probe median %.2f GB/s, decode median %.3f tok/s\n",
+           bytes / dt / 1e9, 100 * bytes / dt / 1e9 / best, best, rounds, ntok / rounds, 100 * median(r_frac, rounds), 100 * fmin,
+           100 * fmax, median(r_probe, rounds), median(r_tps, rounds));
+    if (b->profile) prof_report(12);
+    *ms_step = 1e3 * dt / ntok;
+    return PDB_OK;
+}
+
+/* A sequence holding `ctx` tokens: by the decoder's own prefill (fill 0), or (fill 1) mounting
+ * blocks through pdb_dec_seq_put_block: the first `base` tokens are prefilled natively in
+ * blocks of bs and copied out (get_block), then block j of the context is base block j mod
+ * (base / bs), so every row is one the decoder computed (in range, in its formats) though not
+ * at its own position; timing does not depend on the values. base >= ctx: the real cache. */
+static pdb_status v4_fill(v4_bench *b, pdb_dec_seq *s, int64_t ctx, int fill, int64_t base, int64_t bs, void **blocks,
+                          int64_t *nblocks) {
+    const pdb_config *c = b->c;
+    if (!fill || ctx % bs) {
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)ctx);
+        if (!ids) return pdb_err_set(PDB_NOMEM, "bench_decode: prompt of %lld tokens", (long long)ctx);
+        for (int64_t t = 0; t < ctx; t++) ids[t] = v4_prompt_id(c, t, 0);
+        double t0 = pdb_clock_now(), f = 0, l = 0;
+        pdb_status st = v4_prefill_into(b, s, ids, ctx, 256, NULL, &f, &l);
+        free(ids);
+        if (!st) printf("fill %lld: the decoder's own prefill, %.1f s = %.1f tok/s (first chunk %.1f, last %.1f tok/s)\n",
+                        (long long)ctx, pdb_clock_now() - t0, ctx / (pdb_clock_now() - t0), f, l);
+        return st;
+    }
+    uint64_t bb = pdb_store_layout_block_bytes(pdb_dec_model_layout(b->m), bs);
+    int64_t nb = (base < ctx ? base : ctx) / bs;
+    if (nb < 1) nb = 1;
+    if (*nblocks < nb) { /* (re)make the base blocks */
+        free(*blocks);
+        *nblocks = 0;
+        *blocks = malloc((size_t)(bb * (uint64_t)nb));
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(nb * bs));
+        pdb_dec_seq bs_seq;
+        pdb_status st = !*blocks || !ids ? pdb_err_set(PDB_NOMEM, "bench_decode: %lld base blocks", (long long)nb)
+                                         : pdb_dec_seq_init(&bs_seq, b->m, nb * bs);
+        if (st) { free(ids); return st; }
+        for (int64_t t = 0; t < nb * bs; t++) ids[t] = v4_prompt_id(c, t, 0);
+        double t0 = pdb_clock_now();
+        for (int64_t j = 0; j < nb && !st; j++) {
+            pdb_dec_seg sg = {&bs_seq, ids + j * bs, bs, NULL};
+            st = pdb_dec_forward(b->m, &sg, 1);
+            if (!st) pdb_dec_seq_get_block(&bs_seq, j, bs, (char *)*blocks + (uint64_t)j * bb);
+        }
+        pdb_dec_seq_free(&bs_seq);
+        free(ids);
+        PDB_TRY(st);
+        *nblocks = nb;
+        printf("fill base: %lld tokens prefilled by the decoder (%lld blocks of %lld) in %.1f s, copied out with pdb_dec_seq_get_block\n",
+               (long long)(nb * bs), (long long)nb, (long long)bs, pdb_clock_now() - t0);
+    }
+    double t0 = pdb_clock_now();
+    for (int64_t j = 0; j < ctx / bs; j++) pdb_dec_seq_put_block(s, j, bs, (char *)*blocks + (uint64_t)(j % nb) * bb);
+    s->len = ctx;
+    printf("fill %lld: synthetic, %lld blocks mounted with pdb_dec_seq_put_block (block j = base block j mod %lld) in %.2f s\n",
+           (long long)ctx, (long long)(ctx / bs), (long long)nb, pdb_clock_now() - t0);
+    return PDB_OK;
+}
+
+/* n_max sequences alone, then each batch size of `sizes` through one pdb_dec_forward per step:
+ * aggregate tok/s, and every sequence's logits (prompt and each step) compared bit for bit with
+ * the same sequence alone. Returns 1 on a difference (named), -1 on an error, 0 when identical.
+ * perturb: test only, flips one bit of sequence 1's step-1 logits from the alone run. */
+static int v4_batch(v4_bench *b, const int *sizes, int n_sizes, int steps, int64_t prompt, int perturb) {
+    const pdb_config *c = b->c;
+    int n_max = 1, bad = 0;
+    for (int i = 0; i < n_sizes; i++) n_max = sizes[i] > n_max ? sizes[i] : n_max;
+    if (perturb && n_max < 2) n_max = 2;
+    int64_t V = c->vocab_size, per = (int64_t)(steps + 1) * V;
+    float *ref = malloc(sizeof(float) * (size_t)(per * n_max)), *lg = malloc(sizeof(float) * (size_t)(V * n_max));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(prompt * n_max)), *tok = malloc(sizeof(int32_t) * (size_t)n_max);
+    pdb_dec_seq *seqs = calloc((size_t)n_max, sizeof *seqs);
+    pdb_dec_seg *segs = calloc((size_t)n_max, sizeof *segs);
+    if (!ref || !lg || !ids || !tok || !seqs || !segs) {
+        fprintf(stderr, "bench_decode: out of memory for %d sequences' logits\n", n_max);
+        bad = -1;
+        goto done;
+    }
+    for (int q = 0; q < n_max; q++)
+        for (int64_t t = 0; t < prompt; t++) ids[q * prompt + t] = v4_prompt_id(c, t, q + 1);
+    double alone = 0;
+    for (int q = 0; q < n_max && !bad; q++) { /* each sequence alone: the reference */
+        pdb_dec_seq s;
+        if (pdb_dec_seq_init(&s, b->m, prompt + steps + 1)) { bad = -1; break; }
+        pdb_dec_seg sg = {&s, ids + q * prompt, prompt, ref + q * per};
+        if (pdb_dec_forward(b->m, &sg, 1)) bad = -1;
+        double t0 = pdb_clock_now();
+        for (int k = 1; k <= steps && !bad; k++) {
+            int32_t t = (int32_t)pdb_math_argmax(ref + q * per + (k - 1) * V, V);
+            sg = (pdb_dec_seg){&s, &t, 1, ref + q * per + k * V};
+            if (pdb_dec_forward(b->m, &sg, 1)) bad = -1;
+        }
+        alone += pdb_clock_now() - t0;
+        pdb_dec_seq_free(&s);
+    }
+    if (bad) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); goto done; }
+    if (perturb) ((uint32_t *)(ref + 1 * per + 1 * V))[V / 2] ^= 1u;
+    printf("batch: %d sequences of %lld prompt tokens + %d greedy steps each, alone: %.3f tok/s (one sequence at a time)\n", n_max,
+           (long long)prompt, steps, n_max * steps / alone);
+    for (int z = 0; z < n_sizes && !bad; z++) {
+        int n = sizes[z];
+        for (int q = 0; q < n && !bad; q++)
+            if (pdb_dec_seq_init(&seqs[q], b->m, prompt + steps + 1)) bad = -1;
+        for (int q = 0; q < n && !bad; q++) segs[q] = (pdb_dec_seg){&seqs[q], ids + q * prompt, prompt, lg + q * V};
+        if (!bad && pdb_dec_forward(b->m, segs, n)) bad = -1;
+        int diff_q = -1, diff_k = -1;
+        double dt = 0;
+        for (int k = 0; k <= steps && !bad; k++) {
+            for (int q = 0; q < n && diff_q < 0; q++)
+                if (memcmp(lg + q * V, ref + q * per + k * V, sizeof(float) * (size_t)V)) diff_q = q, diff_k = k;
+            if (k == steps) break;
+            for (int q = 0; q < n; q++) {
+                tok[q] = (int32_t)pdb_math_argmax(lg + q * V, V);
+                segs[q] = (pdb_dec_seg){&seqs[q], &tok[q], 1, lg + q * V};
+            }
+            double t0 = pdb_clock_now();
+            if (pdb_dec_forward(b->m, segs, n)) bad = -1;
+            dt += pdb_clock_now() - t0;
+        }
+        for (int q = 0; q < n; q++) pdb_dec_seq_free(&seqs[q]);
+        if (bad) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); break; }
+        printf("batch %2d: %d steps of %d sequences in one pdb_dec_forward each: %.2f s = %.3f tok/s aggregate (%.2fx one alone); ",
+               n, steps, n, dt, n * steps / dt, (n * steps / dt) / (n_max * steps / alone));
+        if (diff_q < 0) printf("logits identical to each sequence alone (%d sequences x %d forwards)\n", n, steps + 1);
+        else {
+            printf("logits DIFFER: first at sequence %d, step %d (0: the prompt)\n", diff_q, diff_k);
+            bad = 1;
+        }
+    }
+done:
+    free(ref), free(lg), free(ids), free(tok), free(seqs), free(segs);
+    return bad;
+}
+
+/* Comma-separated positive integers into v[max]; the count, or -1 for a bad list. */
+static int int_list(const char *a, int *v, int max) {
+    int n = 0;
+    while (*a) {
+        char *e;
+        long x = strtol(a, &e, 10);
+        if (e == a || x < 1 || x > 1L << 30 || n == max || (*e && *e != ',')) return -1;
+        v[n++] = (int)x;
+        a = *e ? e + 1 : e;
+    }
+    return n ? n : -1;
+}
+
+typedef struct v4_opts {
+    int ntok, context, rounds, profile, daz, probe_huge, st_flags;
+    long probe_mb;
+    int ctx[16], n_ctx, batch[8], n_batch, batch_steps, batch_prompt, prefill, fill, fill_base, perturb;
+} v4_opts;
+
+static int v4_main(const char *dir, pdb_dec_model *m, pdb_pool *pool, const v4_opts *o) {
+    v4_bench b = {.m = m, .c = pdb_dec_model_config(m), .pool = pool, .rounds = o->rounds, .profile = o->profile};
+    const pdb_config *c = b.c;
+    if (v4_weight_bytes(dir, c, &b.w)) { fprintf(stderr, "bench_decode: %s\n", pdb_err_msg()); return 1; }
+    int64_t bs = 128; /* the mount's block size: a multiple of 128 and of every compression rate */
+    while ((c->compress_rate_csa > 0 && bs % c->compress_rate_csa) || (c->compress_rate_hca > 0 && bs % c->compress_rate_hca)) bs += 128;
+    for (int i = 0; i < o->n_ctx; i++)
+        if (o->fill && o->ctx[i] % bs) {
+            fprintf(stderr, "bench_decode: --ctx %d: a synthetic fill mounts whole blocks of %lld tokens (or use --fill prefill)\n",
+                    o->ctx[i], (long long)bs);
+            return 2;
+        }
+    long l3 = v4_l3_bytes();
+    size_t probe_bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
+    if (o->probe_mb) {
+        probe_bytes = (size_t)o->probe_mb << 20 < (size_t)1 << 19 ? (size_t)1 << 19 : (size_t)o->probe_mb << 20;
+        printf("probe size set to %ld MB: with less than 8x the last-level cache it is no memory roofline\n", o->probe_mb);
+    }
+    b.probe_n = probe_bytes / sizeof(float) / 8192 * 8192;
+    b.probe_buf = pdb_mem_map(b.probe_n * sizeof(float), o->probe_huge);
+    b.logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+    b.probe_pool = pool;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu > pdb_pool_threads(pool) && pdb_pool_create((int)ncpu, &b.probe_pool)) b.probe_pool = pool;
+    if (!b.probe_buf || !b.logits) { fprintf(stderr, "bench_decode: out of memory for the probe\n"); return 1; }
+    for (size_t i = 0; i < b.probe_n; i++) b.probe_buf[i] = (float)(i & 7);
+    if (o->daz) {
+        daz_ctx dc = {0, pdb_pool_threads(pool)};
+        pdb_pool_run(pool, dc.n, daz_task, &dc);
+    }
+    int n_csa = 0, n_hca = 0, n_hash = 0;
+    for (int64_t l = 0; l < c->num_layers; l++)
+        n_csa += c->v4_attn[l] == PDB_V4_ATTN_CSA, n_hca += c->v4_attn[l] == PDB_V4_ATTN_HCA, n_hash += c->v4_hash_moe[l];
+    double wt = v4_wtotal(&b.w);
+    printf("model %s (deepseek_v4, scheme %s, cache semantics %s): %lld layers (%lld sliding-only, %d CSA, %d HCA; %d hash-routed),"
+           " hidden %lld, %lld heads x %lld, window %lld, index top-%lld, %lld experts (top %lld) + %lld shared, vocab %lld\n",
+           dir, pdb_dec_model_scheme(m), pdb_dec_model_semantics(m), (long long)c->num_layers,
+           (long long)(c->num_layers - n_csa - n_hca), n_csa, n_hca, n_hash, (long long)c->hidden_size, (long long)c->num_heads,
+           (long long)c->head_dim, (long long)c->sliding_window, (long long)c->index_topk, (long long)c->n_routed_experts,
+           (long long)c->num_experts_per_tok, (long long)c->n_shared_experts, (long long)c->vocab_size);
+    printf("threads %d, kernels %s; stage clocks: none (the decoder API exposes whole steps only; --profile samples functions)\n",
+           pdb_pool_threads(pool), pdb_qmat_isa_name(pdb_qmat_isa_detect()));
+    printf("weights read per token, as stored: %.1f MB = attention side %.1f MB (attention, compressors, indexer, norms,"
+           " hyper-connections, router) + shared expert %.1f MB + routed experts %.1f MB (top %lld of %lld per layer) + head %.1f MB"
+           " + other %.2f MB (final norm, hc_head, an embedding row, tid2eid rows)\n", wt / 1e6, b.w.attn / 1e6, b.w.shared / 1e6,
+           b.w.routed / 1e6, (long long)c->num_experts_per_tok, (long long)c->n_routed_experts, b.w.head / 1e6, b.w.other / 1e6);
+    printf("  the same weights as f32 copies: %.1f MB per token (%.2fx)\n", b.w.f32 / 1e6, b.w.f32 / wt);
+    printf("last-level cache: %.1f MB (sysfs; sysconf says %.1f MB); weights read per token = %.1fx that (a roofline of memory needs"
+           " several x); probe %.2f GB\n", l3 / 1e6, sysconf(_SC_LEVEL3_CACHE_SIZE) / 1e6, l3 > 0 ? wt / (double)l3 : 0.0,
+           b.probe_n * sizeof(float) / 1e9);
+    int rc = 0;
+    double ms_short = 0, ms;
+    void *blocks = NULL;
+    int64_t nblocks = 0;
+    pdb_dec_seq s;
+    int32_t tok;
+    /* short context */
+    if (pdb_dec_seq_init(&s, m, o->context + o->ntok + 2) || v4_fill(&b, &s, o->context, 0, 0, bs, &blocks, &nblocks)) goto fail;
+    tok = (int32_t)v4_prompt_id(c, o->context, 0);
+    char label[64];
+    snprintf(label, sizeof label, "decode at context %d", o->context);
+    if (v4_decode(&b, &s, &tok, o->ntok, label, &ms_short)) goto fail;
+    pdb_dec_seq_free(&s);
+    for (int i = 0; i < o->n_ctx; i++) {
+        if (pdb_dec_seq_init(&s, m, (int64_t)o->ctx[i] + o->ntok + 2) ||
+            v4_fill(&b, &s, o->ctx[i], o->fill, o->fill_base, bs, &blocks, &nblocks))
+            goto fail;
+        tok = (int32_t)v4_prompt_id(c, o->ctx[i], 0);
+        snprintf(label, sizeof label, "decode at context %d", o->ctx[i]);
+        if (v4_decode(&b, &s, &tok, o->ntok, label, &ms)) goto fail;
+        printf("  where the time goes: %.1f ms per step = %.1f ms as at context %d + %.1f ms more at context %d (the cache:"
+               " window, compressed attention, indexer scores)\n", ms, ms_short, o->context, ms - ms_short, o->ctx[i]);
+        pdb_dec_seq_free(&s);
+    }
+    free(blocks);
+    blocks = NULL;
+    if (o->n_batch) {
+        int r = v4_batch(&b, o->batch, o->n_batch, o->batch_steps, o->batch_prompt, o->perturb);
+        if (r) rc = r < 0 ? 1 : 3;
+    }
+    if (o->prefill) { /* the decoder's native prefill, chunked as its service does */
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)o->prefill);
+        if (!ids || pdb_dec_seq_init(&s, m, o->prefill)) goto fail;
+        for (int64_t t = 0; t < o->prefill; t++) ids[t] = v4_prompt_id(c, t, 0);
+        double f = 0, l = 0, t0 = pdb_clock_now(), c0 = cpu_s();
+        pdb_status st = v4_prefill_into(&b, &s, ids, o->prefill, 256, b.logits, &f, &l);
+        double d = pdb_clock_now() - t0;
+        free(ids);
+        pdb_dec_seq_free(&s);
+        if (st) goto fail;
+        printf("prefill: %d tokens by the decoder's own forward in chunks of 256 (as its service): %.1f s = %.2f tok/s (first chunk"
+               " %.2f tok/s, last %.2f; %.1f s of CPU)\n", o->prefill, d, o->prefill / d, f, l, cpu_s() - c0);
+    }
+    if (b.probe_pool != pool) pdb_pool_destroy(b.probe_pool);
+    pdb_mem_unmap(b.probe_buf, b.probe_n * sizeof(float));
+    free(b.logits);
+    return rc;
+fail:
+    fprintf(stderr, "bench_decode: %s\n", pdb_err_msg());
+    free(blocks);
+    return 1;
+}
+
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a long run's lines appear as they are printed, also in a file */
     int classes = 0, profile = 0, daz = 0, do_phases = 0, npos = 0, context = 64, rounds = 8;
     int st_flags = PDB_DEC_WEIGHTS_DEFAULT, probe_huge = 1, trace = 0, ab = -1, attn = PDB_V2_ATTN_AUTO;
     long probe_mb = 0;
     const char *pos[3] = {0};
+    v4_opts v4o = {.n_batch = 3, .batch = {1, 4, 16}, .batch_steps = 4, .batch_prompt = 16, .fill = 1, .fill_base = 1024};
+    int v4_only = 0, v2_only = 0; /* options that only one mode takes, seen */
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--classes")) classes = 1;
+        if (!strcmp(argv[i], "--ctx") && i + 1 < argc) {
+            v4o.n_ctx = int_list(argv[++i], v4o.ctx, 16), v4_only = 1;
+            if (v4o.n_ctx < 0) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            const char *a = argv[++i];
+            v4o.n_batch = !strcmp(a, "none") ? 0 : int_list(a, v4o.batch, 8), v4_only = 1;
+            if (v4o.n_batch < 0) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--batch-steps") && i + 1 < argc) {
+            v4o.batch_steps = atoi(argv[++i]), v4_only = 1;
+            if (v4o.batch_steps < 1 || v4o.batch_steps > 1024) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--batch-prompt") && i + 1 < argc) {
+            v4o.batch_prompt = atoi(argv[++i]), v4_only = 1;
+            if (v4o.batch_prompt < 1) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--prefill") && i + 1 < argc) {
+            v4o.prefill = atoi(argv[++i]), v4_only = 1;
+            if (v4o.prefill < 1) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--fill") && i + 1 < argc) {
+            const char *a = argv[++i];
+            v4o.fill = !strcmp(a, "synthetic") ? 1 : !strcmp(a, "prefill") ? 0 : -1, v4_only = 1;
+            if (v4o.fill < 0) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--fill-base") && i + 1 < argc) {
+            v4o.fill_base = atoi(argv[++i]), v4_only = 1;
+            if (v4o.fill_base < 1) npos = -9;
+        }
+        else if (!strcmp(argv[i], "--perturb-check")) v4o.perturb = 1, v4_only = 1;
+        else if (!strcmp(argv[i], "--classes")) classes = 1;
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else if (!strcmp(argv[i], "--daz")) daz = 1;
         else if (!strcmp(argv[i], "--trace")) trace = 1;
@@ -450,21 +1009,70 @@ int main(int argc, char **argv) {
                         "  --probe-pages: the probe buffer in transparent huge pages (default) or in 4 KB pages\n"
                         "  --trace: time every thread in the last round's dispatches (start, work, end)\n"
                         "  --classes: the step's matrix products alone, per class; --phases: a stage clock;\n"
-                        "  --profile: sample the program counter of every thread; --daz: decode with denormals flushed\n");
+                        "  --profile: sample the program counter of every thread; --daz: decode with denormals flushed\n"
+                        "V4 mode (a deepseek_v4 checkpoint; --attn, --ab, --classes, --phases, --trace are V2's):\n"
+                        "  [--ctx N,N,...] [--fill synthetic|prefill] [--fill-base N] [--batch N,N,...|none] [--batch-steps N] [--batch-prompt N]\n"
+                        "  [--prefill N]\n"
+                        "  --ctx: also decode at these contexts (default: only --context)\n"
+                        "  --fill: fill a --ctx cache by mounting blocks of the decoder's own prefill of --fill-base tokens (default 1024),\n"
+                        "          repeated with pdb_dec_seq_put_block (synthetic, the default), or by prefilling all of it\n"
+                        "  --batch: aggregate tok/s of N sequences per forward, each checked bit for bit against it alone (default 1,4,16)\n"
+                        "  --batch-steps, --batch-prompt: greedy steps and prompt tokens per sequence in --batch (default 4, 16)\n"
+                        "  --prefill N: the decoder's own prefill of N tokens, tok/s\n"
+                        "  --perturb-check: test only: corrupts one reference logit so the --batch check must report a difference\n");
         return help ? 0 : 2;
     }
     int ntok = pos[1] ? atoi(pos[1]) : 32, threads = pos[2] ? atoi(pos[2]) : 0;
-    pdb_pool *pool;
-    pdb_dec_model *m;
-    if (pdb_pool_create(threads, &pool) || pdb_dec_model_open_flags(pos[0], pool, st_flags, &m)) {
+    if (ntok < 1 || threads < 0) {
+        fprintf(stderr, "bench_decode: tokens must be >= 1 and threads >= 0 (0: every online CPU)\n");
+        return 2;
+    }
+    v2_only = classes || do_phases || trace || ab >= 0 || attn != PDB_V2_ATTN_AUTO;
+    /* the model type first (config.json alone): a mode's options are checked before any weight is read */
+    pdb_config cfg;
+    if (pdb_config_load(pos[0], &cfg)) {
         fprintf(stderr, "bench_decode: %s\n", pdb_err_msg());
         return 1;
     }
+    int is_v4 = !strcmp(cfg.model_type, "deepseek_v4");
+    if (is_v4 && v2_only) {
+        fprintf(stderr, "bench_decode: %s is a deepseek_v4 checkpoint; --attn, --ab, --classes, --phases and --trace measure the"
+                        " deepseek_v2 decoder's internals and are not available in the V4 mode\n", pos[0]);
+        return 2;
+    }
+    if (!is_v4 && v4_only) {
+        fprintf(stderr, "bench_decode: %s is a %s checkpoint; --ctx, --batch, --batch-steps, --batch-prompt, --prefill, --fill,"
+                        " --fill-base and --perturb-check belong to the V4 mode (deepseek_v4 checkpoints)\n", pos[0], cfg.model_type);
+        return 2;
+    }
+    if (strcmp(cfg.model_type, "deepseek_v4") && strcmp(cfg.model_type, "deepseek_v2")) {
+        fprintf(stderr, "bench_decode: %s is a %s checkpoint; this benchmark measures deepseek_v2 and deepseek_v4 decoders\n", pos[0],
+                cfg.model_type);
+        return 1;
+    }
+    pdb_pool *pool;
+    pdb_dec_model *m;
+    if (pdb_pool_create(threads, &pool)) {
+        fprintf(stderr, "bench_decode: %s\n", pdb_err_msg());
+        return 1;
+    }
+    if (pdb_dec_model_open_flags(pos[0], pool, st_flags, &m)) {
+        fprintf(stderr, "bench_decode: %s\n", pdb_err_msg());
+        pdb_pool_destroy(pool);
+        return 1;
+    }
     const pdb_config *c = pdb_dec_model_config(m);
+    if (is_v4) {
+        v4o.ntok = ntok, v4o.context = context, v4o.rounds = rounds, v4o.profile = profile, v4o.daz = daz;
+        v4o.probe_huge = probe_huge, v4o.st_flags = st_flags, v4o.probe_mb = probe_mb;
+        int rc = v4_main(pos[0], m, pool, &v4o);
+        pdb_dec_model_close(m);
+        pdb_pool_destroy(pool);
+        return rc;
+    }
     const pdb_v2_qweights *w = pdb_dec_model_weights(m, "deepseek_v2");
-    if (!w) { /* the bytes a step touches are counted from V2's weights: no other family is measured (yet) */
-        fprintf(stderr, "bench_decode: %s is a %s checkpoint; this benchmark measures deepseek_v2 decoders only\n", pos[0],
-                c->model_type);
+    if (!w) { /* the bytes a step touches are counted from V2's weights */
+        fprintf(stderr, "bench_decode: %s (%s) exposes no deepseek_v2 weights to count\n", pos[0], c->model_type);
         pdb_dec_model_close(m);
         pdb_pool_destroy(pool);
         return 1;
@@ -600,7 +1208,7 @@ int main(int argc, char **argv) {
      * (but counts the pool's spinning): with one thread, ntok / cpu is the undisturbed speed */
     printf("cpu: %.2f s of CPU over the decode (%.0f%% of threads x wall), %.2f tok per CPU-second\n", dc,
            100 * dc / (dt * pdb_pool_threads(pool)), ntok / dc);
-    if (profile) prof_report();
+    if (profile) prof_report(40);
     if (trace_buf) trace_report(trace_buf, trace_n < trace_cap ? trace_n : trace_cap, pdb_pool_threads(pool), trace_steps);
     free(trace_buf);
     if (do_phases && phases(pool, c, w, ntok, &s, context)) { fprintf(stderr, "bench_decode: out of memory for --phases\n"); return 1; }
