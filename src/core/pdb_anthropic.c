@@ -21,20 +21,13 @@ static pdb_status an_oom(pdb_openai_error *err) { return pdb_openai_set_error(er
 
 /* Every key of o is in allowed (NULL-terminated), else 400 naming param.key. */
 static pdb_status an_keys(json_t *o, const char *const *allowed, const char *param, pdb_openai_error *err) {
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v) {
-        size_t i = 0;
-        while (allowed[i] && strcmp(allowed[i], k)) i++;
-        if (!allowed[i]) {
-            char p[160];
-            if (param[0]) snprintf(p, sizeof p, "%s.%.60s", param, k);
-            else snprintf(p, sizeof p, "%.60s", k);
-            return pdb_openai_set_error(err, 400, p, "unknown_parameter", "%s: unknown field (not part of the Messages API as served here, "
-                                        "see docs/api.md)", p);
-        }
-    }
-    return PDB_OK;
+    const char *k = pdb_openai_unknown_key(o, allowed);
+    if (!k) return PDB_OK;
+    char p[160];
+    if (param[0]) snprintf(p, sizeof p, "%s.%.60s", param, k);
+    else snprintf(p, sizeof p, "%.60s", k);
+    return pdb_openai_set_error(err, 400, p, "unknown_parameter", "%s: unknown field (not part of the Messages API as served here, "
+                                "see docs/api.md)", p);
 }
 
 /* cache_control is accepted: every prompt prefix is cached by the store anyway (docs/api.md). */
@@ -472,30 +465,15 @@ pdb_status pdb_anthropic_build_message(const char *id, const char *model, const 
     return PDB_OK;
 }
 
-static void an_put(pdb_anthropic_sse *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 1024;
-        while (nc < b->len + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
 void pdb_anthropic_sse_event(pdb_anthropic_sse *b, const char *type, json_t *data) {
     char *s = data ? json_dumps(data, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(data);
     if (!s) { b->oom = 1; return; }
-    an_put(b, "event: ", 7);
-    an_put(b, type, strlen(type));
-    an_put(b, "\ndata: ", 7);
-    an_put(b, s, strlen(s));
-    an_put(b, "\n\n", 2);
+    pdb_buf_put(b, "event: ", 7);
+    pdb_buf_put(b, type, strlen(type));
+    pdb_buf_put(b, "\ndata: ", 7);
+    pdb_buf_put(b, s, strlen(s));
+    pdb_buf_put(b, "\n\n", 2);
     free(s);
 }
 
@@ -551,7 +529,4 @@ void pdb_anthropic_sse_error(pdb_anthropic_sse *b, const pdb_openai_error *err) 
     pdb_anthropic_sse_event(b, "error", j);
 }
 
-void pdb_anthropic_sse_free(pdb_anthropic_sse *b) {
-    free(b->p);
-    memset(b, 0, sizeof *b);
-}
+void pdb_anthropic_sse_free(pdb_anthropic_sse *b) { pdb_buf_free(b); }

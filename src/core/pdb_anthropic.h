@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pdb_buf.h"
 #include "pdb_openai.h"
 #include "pdb_status.h"
 
@@ -56,7 +57,7 @@ pdb_status pdb_anthropic_build_message(const char *id, const char *model, const 
                                        const json_t *extra, char **out, size_t *out_len);
 
 /* Stream events ("event: TYPE\ndata: {...}\n\n"), appended to a growing buffer. */
-typedef struct pdb_anthropic_sse { char *p; size_t len, cap; int oom; } pdb_anthropic_sse;
+typedef pdb_buf pdb_anthropic_sse; /* the events' bytes (p, len; oom after a failed allocation) */
 void pdb_anthropic_sse_message_start(pdb_anthropic_sse *b, const char *id, const char *model, const pdb_anthropic_usage *u);
 void pdb_anthropic_sse_block_start(pdb_anthropic_sse *b, int index, const pdb_anthropic_block *blk); /* text "" or tool_use */
 void pdb_anthropic_sse_text_delta(pdb_anthropic_sse *b, int index, const char *text, size_t len);

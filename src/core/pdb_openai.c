@@ -12,6 +12,17 @@
 
 #define PDB_OPENAI_DUMP_FLAGS (JSON_COMPACT | JSON_PRESERVE_ORDER)
 
+const char *pdb_openai_unknown_key(json_t *o, const char *const *allowed) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        size_t i = 0;
+        while (allowed[i] && strcmp(allowed[i], k)) i++;
+        if (!allowed[i]) return k;
+    }
+    return NULL;
+}
+
 pdb_status pdb_openai_set_error(pdb_openai_error *err, int status, const char *param, const char *code,
                                 const char *fmt, ...) {
     err->status = status;

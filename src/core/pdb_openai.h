@@ -105,6 +105,9 @@ pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size
 void pdb_openai_request_free(pdb_openai_request *req);
 
 /* Fill *err (returns PDB_INVALID, or PDB_NOT_FOUND for 404, so handlers can `return`). */
+/* The first key of object o that is not in allowed (NULL-terminated), or NULL when every key is:
+ * the unknown-field check of every request parser (OpenAI tools, Anthropic Messages). */
+const char *pdb_openai_unknown_key(json_t *o, const char *const *allowed);
 pdb_status pdb_openai_set_error(pdb_openai_error *err, int status, const char *param, const char *code,
                                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* The request's model is served? (absent = yes). Else 404 model_not_found naming it. */

@@ -71,18 +71,11 @@ pdb_status pdb_toolcall_add_tool(pdb_tool_set *t, json_t *name, json_t *descript
 
 /* Refuse every key of o outside allowed (NULL-terminated); param prefixes the name. */
 static pdb_status tc_known_keys(json_t *o, const char *const *allowed, const char *param, struct pdb_openai_error *err) {
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v) {
-        size_t i = 0;
-        while (allowed[i] && strcmp(allowed[i], k)) i++;
-        if (!allowed[i]) {
-            char p[128];
-            snprintf(p, sizeof p, "%s.%.60s", param, k);
-            return pdb_openai_set_error(err, 400, p, "unknown_parameter", "unknown field '%s'", p);
-        }
-    }
-    return PDB_OK;
+    const char *k = pdb_openai_unknown_key(o, allowed);
+    if (!k) return PDB_OK;
+    char p[128];
+    snprintf(p, sizeof p, "%s.%.60s", param, k);
+    return pdb_openai_set_error(err, 400, p, "unknown_parameter", "unknown field '%s'", p);
 }
 
 static pdb_status tc_parse_tools(json_t *tools, pdb_tool_set *t, struct pdb_openai_error *err) {

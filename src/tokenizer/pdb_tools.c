@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pdb_buf.h"
+
 #define PDB_TOOLS_MAX_HEAD 512
 #define PDB_TOOLS_FENCE "```json\n"
 
@@ -16,26 +18,7 @@ enum { S_TEXT = 0, S_BETWEEN, S_HEAD, S_FENCE, S_ARGS, S_DONE };
 
 /* ---- rendering ------------------------------------------------------------------------------ */
 
-typedef struct { char *p; size_t len, cap; int oom; } tl_buf;
-
-static void tl_put(tl_buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t nc = b->cap ? b->cap * 2 : 1024;
-        while (nc < b->len + n + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) { b->oom = 1; return; }
-        b->p = np;
-        b->cap = nc;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
-
-static void tl_puts(tl_buf *b, const char *s) { tl_put(b, s, strlen(s)); }
-
-static pdb_status tl_done(tl_buf *b, char **text, size_t *len) {
+static pdb_status tl_done(pdb_buf *b, char **text, size_t *len) {
     if (b->oom || !b->p) { free(b->p); return pdb_err_set(PDB_NOMEM, "tools: out of memory rendering the prompt"); }
     *text = b->p;
     *len = b->len;
@@ -43,26 +26,26 @@ static pdb_status tl_done(tl_buf *b, char **text, size_t *len) {
 }
 
 pdb_status pdb_tools_render_section(const pdb_tools_def *defs, size_t n, char **text, size_t *len) {
-    tl_buf b = {0};
-    tl_puts(&b, "## Tools\nYou can call the following functions.\n");
+    pdb_buf b = {0};
+    pdb_buf_puts(&b, "## Tools\nYou can call the following functions.\n");
     for (size_t i = 0; i < n; i++) {
-        tl_puts(&b, "\n### ");
-        tl_puts(&b, defs[i].name);
-        tl_puts(&b, "\n");
-        if (defs[i].description) { tl_puts(&b, "Description: "); tl_puts(&b, defs[i].description); tl_puts(&b, "\n"); }
-        if (defs[i].parameters) { tl_puts(&b, "Parameters: "); tl_puts(&b, defs[i].parameters); tl_puts(&b, "\n"); }
+        pdb_buf_puts(&b, "\n### ");
+        pdb_buf_puts(&b, defs[i].name);
+        pdb_buf_puts(&b, "\n");
+        if (defs[i].description) { pdb_buf_puts(&b, "Description: "); pdb_buf_puts(&b, defs[i].description); pdb_buf_puts(&b, "\n"); }
+        if (defs[i].parameters) { pdb_buf_puts(&b, "Parameters: "); pdb_buf_puts(&b, defs[i].parameters); pdb_buf_puts(&b, "\n"); }
     }
-    tl_puts(&b, "\nTo call functions, answer with " PDB_TOOLS_CALLS_BEGIN ", then for each call " PDB_TOOLS_CALL_BEGIN "function"
+    pdb_buf_puts(&b, "\nTo call functions, answer with " PDB_TOOLS_CALLS_BEGIN ", then for each call " PDB_TOOLS_CALL_BEGIN "function"
                 PDB_TOOLS_SEP "NAME" PDB_TOOLS_ARGS_OPEN "ARGUMENTS AS A JSON OBJECT" PDB_TOOLS_ARGS_CLOSE PDB_TOOLS_CALL_END
                 ", and after the last call " PDB_TOOLS_CALLS_END ".");
     return tl_done(&b, text, len);
 }
 
 pdb_status pdb_tools_forced_prefix(const char *name, char **text, size_t *len) {
-    tl_buf b = {0};
-    tl_puts(&b, PDB_TOOLS_CALLS_BEGIN PDB_TOOLS_CALL_BEGIN "function" PDB_TOOLS_SEP);
-    tl_puts(&b, name);
-    tl_puts(&b, PDB_TOOLS_ARGS_OPEN);
+    pdb_buf b = {0};
+    pdb_buf_puts(&b, PDB_TOOLS_CALLS_BEGIN PDB_TOOLS_CALL_BEGIN "function" PDB_TOOLS_SEP);
+    pdb_buf_puts(&b, name);
+    pdb_buf_puts(&b, PDB_TOOLS_ARGS_OPEN);
     return tl_done(&b, text, len);
 }
 
