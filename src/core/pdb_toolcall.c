@@ -73,7 +73,7 @@ pdb_status pdb_toolcall_add_tool(pdb_tool_set *t, json_t *name, json_t *descript
 static pdb_status tc_known_keys(json_t *o, const char *const *allowed, const char *param, struct pdb_openai_error *err) {
     const char *k = pdb_openai_unknown_key(o, allowed);
     if (!k) return PDB_OK;
-    char p[128];
+    char p[224];
     snprintf(p, sizeof p, "%s.%.60s", param, k);
     return pdb_openai_set_error(err, 400, p, "unknown_parameter", "unknown field '%s'", p);
 }
@@ -184,6 +184,13 @@ pdb_status pdb_toolcall_parse_calls(json_t *msg, const char *param, pdb_tool_cal
         json_t *id = json_object_get(c, "id"), *type = json_object_get(c, "type"), *fn = json_object_get(c, "function");
         json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
         if (!json_is_object(c)) return pdb_openai_set_error(err, 400, pc, "invalid_type", "'%s' must be an object", pc);
+        static const char *const call_keys[] = {"id", "type", "function", NULL}, *const fn_keys[] = {"name", "arguments", NULL};
+        PDB_TRY(tc_known_keys(c, call_keys, pc, err));
+        if (json_is_object(fn)) {
+            char pf[144];
+            snprintf(pf, sizeof pf, "%s.function", pc);
+            PDB_TRY(tc_known_keys(fn, fn_keys, pf, err));
+        }
         if (id && !json_is_null(id) && !json_is_string(id))
             return pdb_openai_set_error(err, 400, pc, "invalid_type", "'%s.id' must be a string", pc);
         if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function")))
