@@ -54,6 +54,38 @@ for e in EP:
     st, r = post(EP[e], dict(BASE[e], frobnicate=1))
     check(st == 400 and r["error"]["param"] == "frobnicate" and r["error"]["code"] == "unknown_parameter", f"unknown field on {e}: 400 naming it")
 
+# 1b. every row of the message-field table: its sample once (honoured/accepted: 200; refused: 400
+# naming messages[k].field, k the message that carries it), and the field on a role it does not
+# belong to (400 naming it); unknown keys of a message, a text part and a call name their path
+mtable = doc[doc.index("<!-- message-fields:begin -->"):doc.index("<!-- message-fields:end -->")]
+mrows = 0
+for line in mtable.splitlines():
+    m = re.match(r"\| `([^`]+)` \| ([^|]+)\| (\w+) \| `(\[.*?\])` \| [^|]*\|$", line)
+    if not m: continue
+    mrows += 1
+    name, roles, rule, msgs = m.group(1), [x.strip() for x in m.group(2).split(",")], m.group(3), json.loads(m.group(4))
+    st, r = post(EP["chat"], dict(BASE["chat"], messages=msgs))
+    k = max(i for i, x in enumerate(msgs) if x.get(name) is not None)
+    if rule == "refused":
+        check(st == 400 and r["error"]["param"] == f"messages[{k}].{name}", f"message field {name}: refused, 400 naming messages[{k}].{name} ({st} {r.get('error', {}).get('param')})")
+    else:
+        check(st == 200 and r["choices"], f"message field {name}: {rule}, 200 ({st} {r.get('error')})")
+    other = [x for x in ("system", "user", "assistant", "tool") if x not in roles]
+    if other:
+        bad = [{"role": "user", "content": "Hi"}, {"role": other[0], "content": "x", name: msgs[k][name]}]
+        st, r = post(EP["chat"], dict(BASE["chat"], messages=bad))
+        check(st == 400 and r["error"]["param"] == f"messages[1].{name}", f"message field {name} on a {other[0]} message: 400 naming it ({st})")
+check(mrows >= 8, f"{mrows} rows in docs/api.md's message-field table")
+U = {"role": "user", "content": "Hi"}
+for msgs, param in (([dict(U, frobnicate=1)], "messages[0].frobnicate"),
+                    ([{"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]}], "messages[0].content[0].cache_control"),
+                    ([U, {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}, "index": 0}]}],
+                     "messages[1].tool_calls[0].index")):
+    st, r = post(EP["chat"], dict(BASE["chat"], messages=msgs))
+    check(st == 400 and r["error"]["param"] == param, f"unknown key: 400 naming {param} ({st} {r.get('error', {}).get('param')})")
+st, r = post(EP["chat"], dict(BASE["chat"], messages=[dict(U, name=None), {"role": "assistant", "content": "Hello", "refusal": None}, U]))
+check(st == 200, f"null message fields are absent: an answer's own message goes back as it is ({st})")
+
 if '--all' not in sys.argv:
     print(f"{len(fails)} failure(s)")
     sys.exit(1 if fails else 0)
