@@ -126,6 +126,14 @@ static void test_refusals(void **state) {
     bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tool_choice\":{\"type\":\"sometimes\"}}", "tool_choice.type");
     bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"metadata\":{\"tier\":1}}", "metadata.tier");
     bad("{" HEAD "\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "system[0]");
+    /* every block's unknown key names its path (issue 19 item 1) */
+    bad("{" HEAD "\"system\":[{\"type\":\"text\",\"text\":\"s\",\"x\":1}],\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "system[0].x");
+    bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"i\","
+        "\"name\":\"n\",\"input\":{},\"caller\":{}}]}]}", "messages[1].content[0].caller");
+    bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"i\",\"status\":\"ok\"}]}]}",
+        "messages[0].content[0].status");
+    bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"i\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"r\",\"y\":2}]}]}]}", "messages[0].content[0].content[0].y");
 }
 
 static void test_building(void **state) {
