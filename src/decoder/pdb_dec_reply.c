@@ -76,7 +76,8 @@ pdb_status pdb_dec_reply_new(const pdb_dec_reply_opts *o, pdb_dec_reply **out) {
     r->o.meta.model = r->model;
     r->o.forced_name = NULL;
     r->open = -1;
-    if (o->parse_tools) pdb_tools_parser_init(&r->parser, o->forced_name);
+    if (o->parse_tools && o->forced_any) pdb_tools_parser_init_head(&r->parser);
+    else if (o->parse_tools) pdb_tools_parser_init(&r->parser, o->forced_name);
     *out = r;
     return PDB_OK;
 }

@@ -24,6 +24,7 @@ typedef struct pdb_dec_reply_opts {
     pdb_openai_meta meta;        /* id (also the stem of the call ids), created, model: copied */
     int parse_tools;             /* the text is parsed for DeepSeek tool calls (pdb_tools) */
     const char *forced_name;     /* a forced call: generation starts inside its arguments */
+    int forced_any;              /* a call forced among several tools: generation starts at its name */
     int single_call;             /* the answer ends after its first call */
     int include_usage, continuous_usage, return_token_ids; /* OpenAI: as in the request */
     int logprobs;                /* OpenAI: choices carry the tokens' log-probabilities (fed beside the ids) */

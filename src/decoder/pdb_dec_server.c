@@ -26,12 +26,14 @@
 #include "pdb_limits.h"
 #include "pdb_proc.h"
 #include "pdb_json_mask.h"
+#include "pdb_tool_mask.h"
 #include "pdb_prompt.h"
 
 #define DEC_MAX_TEXT_BYTES ((size_t)256 << 20) /* generated text of one request */
 #define DEC_MAX_STATUS_ROWS 64
-/* A forced tool call's arguments are generated freely (no grammar constrains them yet), so they
- * are bounded: past this many tokens the server closes the call itself (docs/api.md, D25). */
+/* A forced tool call is generated under pdb_tool_mask (its name among the tools, then its
+ * arguments as one JSON object), within this many tokens: the mask closes the object by then
+ * (docs/api.md "Forced calls"). */
 #define DEC_FORCED_ARG_TOKENS 256
 #define DEC_MESSAGES_PATH "/v1/messages"
 
@@ -98,6 +100,7 @@ typedef struct dec_req {
     pdb_dec_reply *reply;
     int anthropic;           /* the request came to /v1/messages */
     int forced_bound;        /* max_tokens was lowered to DEC_FORCED_ARG_TOKENS for a forced call */
+    pdb_tool_mask *tool_mask;/* a forced call's constraint (the engine reads it until the final event) */
     int stop_index;          /* the stop string that matched (stop_matched) */
 } dec_req;
 
@@ -161,6 +164,7 @@ static void dec_req_release(dec_req *r) {
     if (atomic_fetch_sub(&r->refs, 1) != 1) return;
     pdb_openai_request_free(&r->q);
     pdb_dec_reply_free(r->reply);
+    pdb_tool_mask_free(r->tool_mask);
     for (int i = 0; i < r->n_ch; i++) {
         free(r->ch[i].ids);
         free(r->ch[i].lp);
@@ -570,6 +574,14 @@ static int dec_json_mask(void *user, void *state, float *logits, int64_t n_vocab
 }
 static void dec_json_advance(void *user, void *state, int32_t tok) { (void)pdb_json_mask_advance(user, state, tok); }
 static void dec_json_init(void *user, void *state) { (void)user; pdb_json_state_init(state); }
+static int dec_json_done(void *user, void *state) { (void)user; return pdb_json_state_complete(state); }
+/* A forced tool call through the same hook (pdb_tool_mask: the name, then the arguments). */
+static int dec_tool_mask(void *user, void *state, float *logits, int64_t n_vocab, int64_t budget) {
+    return (int)pdb_tool_mask_apply(user, state, logits, n_vocab, budget);
+}
+static void dec_tool_advance(void *user, void *state, int32_t tok) { (void)pdb_tool_mask_advance(user, state, tok); }
+static void dec_tool_init(void *user, void *state) { pdb_tool_mask_state_init(user, state); }
+static int dec_tool_done(void *user, void *state) { (void)user; return pdb_tool_mask_done(state); }
 
 /* The engine request for r (its id string, response metadata and choices set here; the seed
  * drawn when the request has none). 0, or -1 when out of memory. */
@@ -602,13 +614,15 @@ static int dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai_kind kind, 
              (unsigned long long)s->started, (unsigned long long)num);
     r->meta = (pdb_openai_meta){kind, r->id_str, (int64_t)time(NULL), s->model_id, s->tok ? dec_token_bytes : NULL, s->tok};
     const char *forced = pdb_toolcall_active(&r->q.tools) ? pdb_toolcall_forced_name(&r->q.tools) : NULL;
-    if (forced && mt > DEC_FORCED_ARG_TOKENS) {
+    int forced_any = pdb_toolcall_active(&r->q.tools) && pdb_toolcall_forced_any(&r->q.tools);
+    if ((forced || forced_any) && mt > DEC_FORCED_ARG_TOKENS) {
         mt = DEC_FORCED_ARG_TOKENS;
         r->forced_bound = 1;
     }
     if (r->anthropic || (kind == PDB_OPENAI_CHAT && pdb_toolcall_active(&r->q.tools))) {
         pdb_dec_reply_opts ro = {.api = r->anthropic ? PDB_DEC_REPLY_ANTHROPIC : PDB_DEC_REPLY_OPENAI, .stream = r->stream,
                                  .meta = r->meta, .parse_tools = pdb_toolcall_active(&r->q.tools), .forced_name = forced,
+                                 .forced_any = forced_any,
                                  .single_call = r->q.tools.single_call, .include_usage = r->q.include_usage,
                                  .continuous_usage = r->q.continuous_usage, .return_token_ids = r->q.return_token_ids,
                                  .logprobs = r->q.logprobs};
@@ -627,8 +641,21 @@ static int dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai_kind kind, 
         dq->mask = dec_json_mask;
         dq->mask_advance = dec_json_advance;
         dq->mask_init = dec_json_init;
+        dq->mask_done = dec_json_done;
         dq->mask_user = s->json_vocab;
         dq->mask_state_bytes = sizeof(pdb_json_state);
+    }
+    if ((forced || forced_any) && s->json_vocab) { /* JSON mode and tools are exclusive (the parser refuses both) */
+        const char *names[PDB_TOOL_MASK_MAX_NAMES];
+        size_t n_names = 0;
+        for (size_t i = 0; forced_any && i < r->q.tools.n_tools && i < PDB_TOOL_MASK_MAX_NAMES; i++) names[n_names++] = r->q.tools.tools[i].name;
+        if (pdb_tool_mask_new(s->json_vocab, names, n_names, &r->tool_mask) != PDB_OK) return -1;
+        dq->mask = dec_tool_mask;
+        dq->mask_advance = dec_tool_advance;
+        dq->mask_init = dec_tool_init;
+        dq->mask_done = dec_tool_done;
+        dq->mask_user = r->tool_mask;
+        dq->mask_state_bytes = sizeof(pdb_tool_mask_state);
     }
     return 0;
 }
