@@ -246,7 +246,11 @@ static int sample_and_emit(pdb_dec_service *s, svc_req *r) {
     pthread_mutex_unlock(&s->mu);
     if (tok == s->eos && !r->ignore_eos) { emit_final(s, r, PDB_FINISH_STOP, NULL); return 1; }
     if (r->cb(r->user, &ev)) { emit_final(s, r, PDB_FINISH_STOP, NULL); return 1; }
-    if (r->generated >= r->max_tokens) { emit_final(s, r, PDB_FINISH_LENGTH, NULL); return 1; }
+    if (r->generated >= r->max_tokens) {
+        int met = g->mask && g->mask_done && g->mask_done(g->mask_user, r->mask_state); /* completed by this last token */
+        emit_final(s, r, met ? PDB_FINISH_STOP : PDB_FINISH_LENGTH, NULL);
+        return 1;
+    }
     r->next_token = tok;
     return 0;
 }
