@@ -721,7 +721,8 @@ static pdb_status f_tool_choice(json_t *root, const char *key, pdb_openai_reques
 static pdb_status f_refused(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
     (void)root, (void)r, (void)lim;
     static const struct { const char *k, *why; } why[] = {
-        {"functions", "the deprecated form of tools; send 'tools'"}, {"function_call", "the deprecated form of tool_choice; send 'tool_choice'"},
+        {"functions", "the deprecated form of tools, answered as message.function_call, a shape not composed here; send 'tools'"},
+        {"function_call", "the deprecated form of tool_choice, answered as message.function_call, a shape not composed here; send 'tool_choice'"},
         {"audio", "audio output is not served"},
         {"prediction", "predicted outputs are not supported"}, {"reasoning_effort", "the served template has no reasoning mode"},
         {"verbosity", "the served template has no verbosity control"}, {"web_search_options", "web search is not available"},
