@@ -820,11 +820,6 @@ static pdb_status pdb_openai_parse_fields(json_t *root, const pdb_openai_limits 
     if (r->echo && r->logprobs)
         return pdb_openai_set_error(err, 400, "echo", "unsupported_value",
                                     "'echo' with 'logprobs' is not supported (the prompt's log-probabilities are not computed)");
-    /* an answer with tools is composed by one tool-call parser per request (pdb_dec_reply) */
-    if (pdb_toolcall_active(&r->tools) && r->n > 1)
-        return pdb_openai_set_error(err, 400, "n", "unsupported_value",
-                                    "'n' > 1 with 'tools' is not supported (one choice's text is parsed for calls); send n = 1 or "
-                                    "tool_choice \"none\"");
     if (pdb_toolcall_active(&r->tools) && r->json_object)
         return pdb_openai_set_error(err, 400, "response_format", "unsupported_value",
                                     "'response_format' json_object with 'tools' is not supported (the JSON mask would forbid the "

@@ -28,6 +28,7 @@ typedef struct pdb_dec_reply_opts {
     int single_call;             /* the answer ends after its first call */
     int include_usage, continuous_usage, return_token_ids; /* OpenAI: as in the request */
     int logprobs;                /* OpenAI: choices carry the tokens' log-probabilities (fed beside the ids) */
+    int index;                   /* OpenAI: the choice this composer answers (n > 1: one composer per choice) */
 } pdb_dec_reply_opts;
 
 typedef struct pdb_dec_reply pdb_dec_reply;
@@ -49,10 +50,15 @@ typedef struct pdb_dec_reply_end {
     const int32_t *all_ids;      /* non-stream return_token_ids: every generated id */
     const pdb_openai_logprob *all_logprobs; /* non-stream logprobs: [n_all_ids] (NULL: none) */
     int64_t n_all_ids;
+    int not_last;                /* OpenAI stream: other choices still run (no usage, no [DONE] after this one) */
+    int no_body;                 /* OpenAI non-stream: keep the choice (pdb_dec_reply_result), build no body */
 } pdb_dec_reply_end;
 
 /* The end: a stream's final events, or the whole body. */
 pdb_status pdb_dec_reply_finish(pdb_dec_reply *r, const pdb_dec_reply_end *e);
+/* OpenAI non-stream, after finish: the choice (its content, tool_calls, finish reason, ids and
+ * log-probabilities), for a body of several choices; valid until the composer is freed. */
+const pdb_openai_result *pdb_dec_reply_result(const pdb_dec_reply *r);
 /* The bytes produced since the last take (NULL when none); the caller frees them. */
 char *pdb_dec_reply_take(pdb_dec_reply *r, size_t *len);
 /* The finish reason in the API's words (after finish). */

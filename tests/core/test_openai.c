@@ -156,9 +156,15 @@ static void test_bad_requests(void **state) {
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", 400, "echo"); /* a completions field */
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", 400, "functions"); /* deprecated form */
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"function_call\":\"none\"}", 400, "function_call");
-    /* tools meet the other fields: n > 1 and JSON mode are refused while tools are active */
-    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
-        400, "n");
+    /* tools meet the other fields: JSON mode is refused while tools are active (n > 1 is served:
+     * one composer per choice) */
+    {
+        pdb_openai_request q;
+        parse_ok(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+                 &q);
+        assert_true(q.n == 2 && pdb_toolcall_active(&q.tools));
+        pdb_openai_request_free(&q);
+    }
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"},"
            "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "response_format");
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400, "tool_choice");
