@@ -824,7 +824,11 @@ static pdb_status pdb_openai_parse_fields(json_t *root, const pdb_openai_limits 
         return pdb_openai_set_error(err, 400, "response_format", "unsupported_value",
                                     "'response_format' json_object with 'tools' is not supported (the JSON mask would forbid the "
                                     "tool-call tokens); send one or the other, or tool_choice \"none\"");
-    if (pdb_toolcall_active(&r->tools)) PDB_TRY(pdb_toolcall_check_forced(&r->tools, r->max_tokens, r->n_stop, "stop", err));
+    if (pdb_toolcall_active(&r->tools)) {
+        json_t *mct = json_object_get(root, "max_completion_tokens"); /* it wins over max_tokens: name the one in force */
+        PDB_TRY(pdb_toolcall_check_forced(&r->tools, r->max_tokens, mct && !json_is_null(mct) ? "max_completion_tokens" : "max_tokens",
+                                          r->n_stop, "stop", err));
+    }
     return PDB_OK;
 }
 

@@ -40,8 +40,8 @@ int pdb_toolcall_forced_any(const pdb_tool_set *t) {
 
 int pdb_toolcall_forced(const pdb_tool_set *t) { return pdb_toolcall_forced_name(t) || pdb_toolcall_forced_any(t); }
 
-pdb_status pdb_toolcall_check_forced(const pdb_tool_set *t, int64_t max_tokens, int n_stop, const char *stop_param,
-                                     struct pdb_openai_error *err) {
+pdb_status pdb_toolcall_check_forced(const pdb_tool_set *t, int64_t max_tokens, const char *max_param, int n_stop,
+                                     const char *stop_param, struct pdb_openai_error *err) {
     if (!pdb_toolcall_forced(t)) return PDB_OK;
     if (n_stop)
         return pdb_openai_set_error(err, 400, stop_param, "unsupported_value",
@@ -55,9 +55,9 @@ pdb_status pdb_toolcall_check_forced(const pdb_tool_set *t, int64_t max_tokens, 
         }
     int64_t need = (int64_t)head + 2;
     if (max_tokens >= 0 && max_tokens < need)
-        return pdb_openai_set_error(err, 400, "max_tokens", "invalid_value",
-                                    "max_tokens is %lld; a forced tool call needs %lld (%sthe arguments' {}, one byte a token at worst)",
-                                    (long long)max_tokens, (long long)need, head ? "the shortest name and its fence, then " : "");
+        return pdb_openai_set_error(err, 400, max_param, "invalid_value",
+                                    "%s is %lld; a forced tool call needs %lld (%sthe arguments' {}, one byte a token at worst)",
+                                    max_param, (long long)max_tokens, (long long)need, head ? "the shortest name and its fence, then " : "");
     return PDB_OK;
 }
 

@@ -57,12 +57,13 @@ const char *pdb_toolcall_forced_name(const pdb_tool_set *t);
 int pdb_toolcall_forced_any(const pdb_tool_set *t);
 /* A call is forced (named or among several). */
 int pdb_toolcall_forced(const pdb_tool_set *t);
-/* The rules a forced call adds (param names the stop field, "stop" or "stop_sequences"): no stop
- * strings (one could cut the arguments short) and, when max_tokens is given (>= 0), room for
- * the shortest call the mask can close (the name part one byte a token, then "{}"); a 400
- * naming the field otherwise. */
-pdb_status pdb_toolcall_check_forced(const pdb_tool_set *t, int64_t max_tokens, int n_stop, const char *stop_param,
-                                     struct pdb_openai_error *err);
+/* The rules a forced call adds (stop_param / max_param name the fields as the client sent them:
+ * "stop" or "stop_sequences", "max_tokens" or "max_completion_tokens"): no stop strings (one
+ * could cut the arguments short) and, when max_tokens is given (>= 0), room for the shortest
+ * call the mask can close (the name part one byte a token, then "{}"); a 400 naming the field
+ * otherwise. */
+pdb_status pdb_toolcall_check_forced(const pdb_tool_set *t, int64_t max_tokens, const char *max_param, int n_stop,
+                                     const char *stop_param, struct pdb_openai_error *err);
 /* Tools are rendered into the prompt and the generated text is parsed for calls. */
 int pdb_toolcall_active(const pdb_tool_set *t);
 

@@ -78,7 +78,7 @@ static void test_tools_parse(void **state) {
     /* a forced call needs room for the shortest call the mask can close ("now" + 9 + "{}" = 14;
      * a named one "{}" = 2), and no stop strings */
     bad("{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"max_tokens\":13}", "max_tokens", "invalid_value");
-    bad("{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"max_completion_tokens\":13}", "max_tokens", "invalid_value");
+    bad("{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"max_completion_tokens\":13}", "max_completion_tokens", "invalid_value");
     bad("{" MSGS "," TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}},\"max_tokens\":1}", "max_tokens",
         "invalid_value");
     ok("{" MSGS "," TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}},\"max_tokens\":2}", &r);
