@@ -1,8 +1,9 @@
-/* pdb_dec_reply: one request's answer composed from its generated text, for the answers that are
+/* pdb_dec_reply: one choice's answer composed from its generated text, for the answers that are
  * more than text: a chat completion with tools (content and tool_calls, streamed as tool_call
- * deltas) and an Anthropic message (text and tool_use blocks, the Messages event sequence). The
- * decoder server feeds it the text it has decided is final (after stop strings and UTF-8
- * completion) and sends what it produces. Invariants: every fed byte ends up in exactly one
+ * deltas; with n > 1 one composer per choice, the server joining their bodies) and an Anthropic
+ * message (text and tool_use blocks, the Messages event sequence). The decoder server feeds it
+ * the text it has decided is final (after stop strings and UTF-8 completion) and sends what it
+ * produces. Invariants: every fed byte ends up in exactly one
  * place of the answer (content, a call's name or arguments) except the tool-call markers and
  * fences; stream output is the same answer as the non-stream body, cut into events; a stream's
  * first event goes out on the first feed (it carries the usage the front's verdict reads); the

@@ -4,7 +4,8 @@
  * events come in their order with matching indices); finish reasons: tool_calls / tool_use only
  * for a call not cut by max_tokens (the forced-call bound counts as made), length / max_tokens,
  * stop_sequence with the string, end_turn; a calls block's end (or the first call when parallel
- * calls are off) says "stop generating". */
+ * calls are off) says "stop generating"; a choice of several carries its index, leaves usage and
+ * [DONE] to the last choice, and can be kept for one body of all (pdb_dec_reply_result). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
