@@ -195,14 +195,15 @@ static int dec_grow(char **buf, size_t *cap, size_t need) {
 
 static const int32_t dec_no_ids[1] = {0};
 
-/* Reply mode (n is 1 there: choice 0): feed final text to the composer and send what it
- * produced. Nonzero to cancel (the answer is complete, the client is gone, no memory). mu held. */
+/* Tokens generated so far by all of r's choices. mu held. */
 static int64_t dec_generated(const dec_req *r) {
     int64_t gen = 0;
     for (int i = 0; i < r->n_ch; i++) gen += r->ch[i].n_ids;
     return gen;
 }
 
+/* Reply mode: feed choice k's final text to its composer and send what it produced. Nonzero to
+ * cancel that choice (its answer is complete, the client is gone, no memory). mu held. */
 static int dec_emit_reply(dec_req *r, int k, const char *text, size_t len) {
     dec_choice *c = &r->ch[k];
     int64_t new_ids = c->n_ids - c->ids_sent;
