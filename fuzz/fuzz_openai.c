@@ -66,7 +66,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(q.n_bias >= 0 && q.n_bias <= PDB_OPENAI_MAX_LOGIT_BIAS && (!q.n_bias || (q.bias_ids && q.bias_vals)), "logit_bias");
         for (int i = 0; i < q.n_bias; i++) FUZZ_CHECK(q.bias_ids[i] >= 0 && q.bias_vals[i] >= -100 && q.bias_vals[i] <= 100, "bias %d", i);
         FUZZ_CHECK(!(q.echo && q.logprobs), "echo with logprobs accepted");
-        if (pdb_toolcall_active(&q.tools)) FUZZ_CHECK(q.n == 1 && !q.json_object, "n %d / json_object %d with tools accepted", q.n, q.json_object);
+        if (pdb_toolcall_active(&q.tools)) FUZZ_CHECK(!q.json_object, "json_object with tools accepted");
+        if (pdb_toolcall_active(&q.tools) && pdb_toolcall_forced(&q.tools)) /* the mask needs room to close the call, and no stop */
+            FUZZ_CHECK(q.n_stop == 0 && (q.max_tokens < 0 || q.max_tokens >= 2), "forced call with stop %d / max_tokens %lld accepted",
+                       q.n_stop, (long long)q.max_tokens);
         if (lim.max_context && q.max_tokens >= 0) FUZZ_CHECK(q.max_tokens <= lim.max_context, "max_tokens over context");
         pdb_openai_request_free(&q);
     } else {

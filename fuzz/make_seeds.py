@@ -66,10 +66,20 @@ put("openai", "tools_0", bytes([1]) + json.dumps({
                  {"role": "tool", "tool_call_id": "c1", "content": "18"}],
     "tools": tools, "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
     "parallel_tool_calls": False}).encode())
-# tools beside the other fields: logprobs (served together), n = 2 (refused while tools are active)
+# tools beside the other fields: logprobs and n = 2 (served together)
 put("openai", "tools_1", bytes([1 | 2]) + json.dumps({
     "messages": [{"role": "user", "content": "q"}], "tools": tools, "tool_choice": "auto", "logprobs": True,
     "top_logprobs": 3, "n": 2, "max_tokens": 9}).encode())
+# a call forced among several tools (the name masked), and message fields: null ones (absent),
+# a refused name, an unknown key of a text part
+put("openai", "tools_2", bytes([1 | 2]) + json.dumps({
+    "messages": [{"role": "user", "content": "q", "name": None},
+                 {"role": "assistant", "content": "a", "refusal": None, "audio": None, "function_call": None},
+                 {"role": "user", "content": [{"type": "text", "text": "b"}]}],
+    "tools": tools + [{"type": "function", "function": {"name": "now"}}], "tool_choice": "required", "n": 2,
+    "max_tokens": 14}).encode())
+put("openai", "tools_3", bytes([1]) + json.dumps({
+    "messages": [{"role": "user", "content": [{"type": "text", "text": "q", "cache_control": {}}], "name": "ann"}]}).encode())
 put("openai", "messages_0", bytes([4 | 2]) + json.dumps({
     "model": "m", "max_tokens": 8, "system": [{"type": "text", "text": "s"}], "stop_sequences": ["x"], "stream": True,
     "messages": [{"role": "user", "content": [{"type": "text", "text": "q"}]},

@@ -381,6 +381,7 @@ static pdb_status an_fields(json_t *root, const pdb_openai_limits *lim, pdb_open
             r->stop_len[r->n_stop++] = json_string_length(v);
         }
     }
+    if (pdb_toolcall_active(&r->tools)) PDB_TRY(pdb_toolcall_check_forced(&r->tools, r->max_tokens, "max_tokens", r->n_stop, "stop_sequences", err));
     return PDB_OK;
 }
 

@@ -245,11 +245,19 @@ static pdb_status pdb_openai_parse_content(json_t *c, size_t idx, char **out, pd
                                     pdb_openai_type_name(c));
     size_t total = 0, i;
     json_t *part;
+    static const char *const part_keys[] = {"type", "text", NULL};
     json_array_foreach(c, i, part) {
         json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
         if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0 || !json_is_string(text))
             return pdb_openai_set_error(err, 400, param, "unsupported_value",
                                         "'%s' part %zu must be {\"type\": \"text\", \"text\": \"...\"} (only text is supported)", param, i);
+        const char *k = pdb_openai_unknown_key(part, part_keys);
+        if (k) {
+            char pk[112];
+            snprintf(pk, sizeof pk, "%s[%zu].%.20s", param, i, k);
+            return pdb_openai_set_error(err, 400, pk, "unknown_parameter",
+                                        "'%s' is not a field of a text part (a text part is {\"type\": \"text\", \"text\"})", pk);
+        }
         total += json_string_length(text) + 1;
     }
     char *s = malloc(total + 1), *o = s;
@@ -262,6 +270,58 @@ static pdb_status pdb_openai_parse_content(json_t *c, size_t idx, char **out, pd
     }
     *o = 0;
     *out = s;
+    return PDB_OK;
+}
+
+/* The fields of a chat message, one row each (docs/api.md's message table lists the same names,
+ * roles and rules; tests/core/test_openai checks it). roles: the roles the field belongs to
+ * (PDB_OPENAI_ROLE_*; developer is system); on another role a non-null value is a 400 naming it.
+ * why: a refused field's reason. The rule follows the shipped chat template: it renders a
+ * message's role and content, an assistant's tool_calls (type, name, arguments) and nothing
+ * else. */
+typedef struct pdb_openai_msg_field {
+    pdb_openai_message_field_info info;
+    const char *why;
+} pdb_openai_msg_field;
+enum { R_S = PDB_OPENAI_ROLE_SYSTEM, R_U = PDB_OPENAI_ROLE_USER, R_A = PDB_OPENAI_ROLE_ASSISTANT, R_T = PDB_OPENAI_ROLE_TOOL };
+static const pdb_openai_msg_field PDB_OPENAI_MESSAGE_FIELDS[] = {
+    {{"role", R_S | R_U | R_A | R_T, "honoured"}, NULL},
+    {{"content", R_S | R_U | R_A | R_T, "honoured"}, NULL},
+    {{"tool_calls", R_A, "honoured"}, NULL},
+    {{"tool_call_id", R_T, "accepted"}, NULL},
+    {{"name", R_S | R_U | R_A, "refused"}, "the chat template renders no participant names (a name would be dropped); put it in the content"},
+    {{"refusal", R_A, "refused"}, "the chat template has no refusal; send the refusal's text as content"},
+    {{"audio", R_A, "refused"}, "audio is not served, and the template renders no audio"},
+    {{"function_call", R_A, "refused"}, "the deprecated form of tool_calls; send tool_calls"},
+};
+#define PDB_OPENAI_N_MESSAGE_FIELDS (sizeof PDB_OPENAI_MESSAGE_FIELDS / sizeof PDB_OPENAI_MESSAGE_FIELDS[0])
+
+const pdb_openai_message_field_info *pdb_openai_message_field_at(size_t i) {
+    return i < PDB_OPENAI_N_MESSAGE_FIELDS ? &PDB_OPENAI_MESSAGE_FIELDS[i].info : NULL;
+}
+
+static const char *pdb_openai_role_word(int role) {
+    return role == R_S ? "system" : role == R_U ? "user" : role == R_A ? "assistant" : "tool";
+}
+
+/* Every key of messages[i] (role bit `role`) is a field of its role, and no refused field has a
+ * value (null is the same as absent). */
+static pdb_status pdb_openai_check_message_keys(json_t *msg, size_t i, int role, pdb_openai_error *err) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(msg, k, v) {
+        char p[64];
+        snprintf(p, sizeof p, "messages[%zu].%.40s", i, k);
+        size_t f = 0;
+        while (f < PDB_OPENAI_N_MESSAGE_FIELDS && strcmp(PDB_OPENAI_MESSAGE_FIELDS[f].info.name, k)) f++;
+        if (f == PDB_OPENAI_N_MESSAGE_FIELDS)
+            return pdb_openai_set_error(err, 400, p, "unknown_parameter", "'%s' is not a field of a chat message (docs/api.md lists them)", p);
+        if (json_is_null(v)) continue;
+        const pdb_openai_msg_field *mf = &PDB_OPENAI_MESSAGE_FIELDS[f];
+        if (!(mf->info.roles & role))
+            return pdb_openai_set_error(err, 400, p, "unknown_parameter", "'%s' is not a field of a %s message", p, pdb_openai_role_word(role));
+        if (mf->why) return pdb_openai_set_error(err, 400, p, "unsupported_parameter", "'%s' is refused: %s", p, mf->why);
+    }
     return PDB_OK;
 }
 
@@ -305,6 +365,8 @@ static pdb_status pdb_openai_parse_messages(json_t *root, pdb_openai_request *r,
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "developer") && strcmp(rs, "tool"))
             return pdb_openai_set_error(err, 400, param, "invalid_value",
                                         "'%s' is '%.40s'; supported roles are system, developer, user, assistant, tool", param, rs);
+        int rbit = !strcmp(rs, "user") ? R_U : !strcmp(rs, "assistant") ? R_A : !strcmp(rs, "tool") ? R_T : R_S;
+        PDB_TRY(pdb_openai_check_message_keys(msg, i, rbit, err));
         r->messages[i].role = pdb_openai_dup(strcmp(rs, "developer") ? rs : "system", strlen(strcmp(rs, "developer") ? rs : "system"));
         r->n_messages = i + 1;
         if (!r->messages[i].role) return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory");
@@ -659,7 +721,8 @@ static pdb_status f_tool_choice(json_t *root, const char *key, pdb_openai_reques
 static pdb_status f_refused(json_t *root, const char *key, pdb_openai_request *r, const pdb_openai_limits *lim, pdb_openai_error *err) {
     (void)root, (void)r, (void)lim;
     static const struct { const char *k, *why; } why[] = {
-        {"functions", "the deprecated form of tools; send 'tools'"}, {"function_call", "the deprecated form of tool_choice; send 'tool_choice'"},
+        {"functions", "the deprecated form of tools, answered as message.function_call, a shape not composed here; send 'tools'"},
+        {"function_call", "the deprecated form of tool_choice, answered as message.function_call, a shape not composed here; send 'tool_choice'"},
         {"audio", "audio output is not served"},
         {"prediction", "predicted outputs are not supported"}, {"reasoning_effort", "the served template has no reasoning mode"},
         {"verbosity", "the served template has no verbosity control"}, {"web_search_options", "web search is not available"},
@@ -757,15 +820,15 @@ static pdb_status pdb_openai_parse_fields(json_t *root, const pdb_openai_limits 
     if (r->echo && r->logprobs)
         return pdb_openai_set_error(err, 400, "echo", "unsupported_value",
                                     "'echo' with 'logprobs' is not supported (the prompt's log-probabilities are not computed)");
-    /* an answer with tools is composed by one tool-call parser per request (pdb_dec_reply) */
-    if (pdb_toolcall_active(&r->tools) && r->n > 1)
-        return pdb_openai_set_error(err, 400, "n", "unsupported_value",
-                                    "'n' > 1 with 'tools' is not supported (one choice's text is parsed for calls); send n = 1 or "
-                                    "tool_choice \"none\"");
     if (pdb_toolcall_active(&r->tools) && r->json_object)
         return pdb_openai_set_error(err, 400, "response_format", "unsupported_value",
                                     "'response_format' json_object with 'tools' is not supported (the JSON mask would forbid the "
                                     "tool-call tokens); send one or the other, or tool_choice \"none\"");
+    if (pdb_toolcall_active(&r->tools)) {
+        json_t *mct = json_object_get(root, "max_completion_tokens"); /* it wins over max_tokens: name the one in force */
+        PDB_TRY(pdb_toolcall_check_forced(&r->tools, r->max_tokens, mct && !json_is_null(mct) ? "max_completion_tokens" : "max_tokens",
+                                          r->n_stop, "stop", err));
+    }
     return PDB_OK;
 }
 

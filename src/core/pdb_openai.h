@@ -94,6 +94,19 @@ typedef struct pdb_openai_field_info {
 /* Row i of the table (NULL past its end). */
 const pdb_openai_field_info *pdb_openai_field_at(size_t i);
 
+/* The fields of a chat message (messages[i]), one row each, as the request fields above: rule
+ * "honoured", "accepted" or "refused"; roles: the roles it belongs to (bits below; developer
+ * counts as system). A key not in the table, or a non-null field on a role it does not belong to,
+ * is a 400 naming its path ("messages[2].name"). */
+enum { PDB_OPENAI_ROLE_SYSTEM = 1, PDB_OPENAI_ROLE_USER = 2, PDB_OPENAI_ROLE_ASSISTANT = 4, PDB_OPENAI_ROLE_TOOL = 8 };
+typedef struct pdb_openai_message_field_info {
+    const char *name;
+    int roles;
+    const char *rule;
+} pdb_openai_message_field_info;
+/* Row i of the message table (NULL past its end). */
+const pdb_openai_message_field_info *pdb_openai_message_field_at(size_t i);
+
 typedef struct pdb_openai_limits {
     int64_t max_context;         /* max_tokens above this is refused; 0 = no check */
 } pdb_openai_limits;

@@ -34,6 +34,33 @@ const char *pdb_toolcall_forced_name(const pdb_tool_set *t) {
     return NULL;
 }
 
+int pdb_toolcall_forced_any(const pdb_tool_set *t) {
+    return t && t->choice == PDB_TOOL_CHOICE_REQUIRED && t->n_tools > 1;
+}
+
+int pdb_toolcall_forced(const pdb_tool_set *t) { return pdb_toolcall_forced_name(t) || pdb_toolcall_forced_any(t); }
+
+pdb_status pdb_toolcall_check_forced(const pdb_tool_set *t, int64_t max_tokens, const char *max_param, int n_stop,
+                                     const char *stop_param, struct pdb_openai_error *err) {
+    if (!pdb_toolcall_forced(t)) return PDB_OK;
+    if (n_stop)
+        return pdb_openai_set_error(err, 400, stop_param, "unsupported_value",
+                                    "'%s' with a forced tool call could cut its arguments short: send one or the other", stop_param);
+    /* the name part (NAME and pdb_tools' ARGS_OPEN, 9 bytes; one byte a token at worst), then "{}" */
+    size_t head = 0;
+    if (pdb_toolcall_forced_any(t))
+        for (size_t i = 0; i < t->n_tools; i++) {
+            size_t l = strlen(t->tools[i].name) + 9;
+            if (!head || l < head) head = l;
+        }
+    int64_t need = (int64_t)head + 2;
+    if (max_tokens >= 0 && max_tokens < need)
+        return pdb_openai_set_error(err, 400, max_param, "invalid_value",
+                                    "%s is %lld; a forced tool call needs %lld (%sthe arguments' {}, one byte a token at worst)",
+                                    max_param, (long long)max_tokens, (long long)need, head ? "the shortest name and its fence, then " : "");
+    return PDB_OK;
+}
+
 int pdb_toolcall_active(const pdb_tool_set *t) { return t && t->n_tools > 0 && t->choice != PDB_TOOL_CHOICE_NONE; }
 
 pdb_status pdb_toolcall_add_tool(pdb_tool_set *t, json_t *name, json_t *description, json_t *parameters, const char *param,
@@ -73,7 +100,7 @@ pdb_status pdb_toolcall_add_tool(pdb_tool_set *t, json_t *name, json_t *descript
 static pdb_status tc_known_keys(json_t *o, const char *const *allowed, const char *param, struct pdb_openai_error *err) {
     const char *k = pdb_openai_unknown_key(o, allowed);
     if (!k) return PDB_OK;
-    char p[128];
+    char p[224];
     snprintf(p, sizeof p, "%s.%.60s", param, k);
     return pdb_openai_set_error(err, 400, p, "unknown_parameter", "unknown field '%s'", p);
 }
@@ -114,15 +141,8 @@ pdb_status pdb_toolcall_check_choice(const pdb_tool_set *t, const char *param, s
         return pdb_openai_set_error(err, 400, param, "invalid_value", "'%s' names the function '%s', which is not in 'tools'", param,
                                     t->choice_name);
     }
-    if (t->choice == PDB_TOOL_CHOICE_REQUIRED) {
-        if (t->n_tools == 0)
-            return pdb_openai_set_error(err, 400, param, "invalid_value", "'%s' requires a tool call, but no tools are given", param);
-        if (t->n_tools > 1)
-            return pdb_openai_set_error(err, 400, param, "unsupported_value",
-                                        "'%s': a required call among %zu tools is not supported (the server forces a call by writing "
-                                        "the function's name itself); name the function instead",
-                                        param, t->n_tools);
-    }
+    if (t->choice == PDB_TOOL_CHOICE_REQUIRED && t->n_tools == 0)
+        return pdb_openai_set_error(err, 400, param, "invalid_value", "'%s' requires a tool call, but no tools are given", param);
     return PDB_OK;
 }
 
@@ -184,6 +204,13 @@ pdb_status pdb_toolcall_parse_calls(json_t *msg, const char *param, pdb_tool_cal
         json_t *id = json_object_get(c, "id"), *type = json_object_get(c, "type"), *fn = json_object_get(c, "function");
         json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
         if (!json_is_object(c)) return pdb_openai_set_error(err, 400, pc, "invalid_type", "'%s' must be an object", pc);
+        static const char *const call_keys[] = {"id", "type", "function", NULL}, *const fn_keys[] = {"name", "arguments", NULL};
+        PDB_TRY(tc_known_keys(c, call_keys, pc, err));
+        if (json_is_object(fn)) {
+            char pf[144];
+            snprintf(pf, sizeof pf, "%s.function", pc);
+            PDB_TRY(tc_known_keys(fn, fn_keys, pf, err));
+        }
         if (id && !json_is_null(id) && !json_is_string(id))
             return pdb_openai_set_error(err, 400, pc, "invalid_type", "'%s.id' must be a string", pc);
         if (type && !json_is_null(type) && (!json_is_string(type) || strcmp(json_string_value(type), "function")))

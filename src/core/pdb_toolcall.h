@@ -30,7 +30,7 @@ typedef struct pdb_tool {
 typedef enum pdb_tool_choice {
     PDB_TOOL_CHOICE_AUTO = 0,   /* the model decides (default with tools) */
     PDB_TOOL_CHOICE_NONE,       /* no call: the tools are not rendered and the text is not parsed */
-    PDB_TOOL_CHOICE_REQUIRED,   /* a call must be made (forced; one tool only, see docs/api.md) */
+    PDB_TOOL_CHOICE_REQUIRED,   /* a call must be made (forced: the named tool, or a name masked among several) */
     PDB_TOOL_CHOICE_FUNCTION,   /* this function must be called (forced) */
 } pdb_tool_choice;
 
@@ -52,6 +52,18 @@ typedef struct pdb_tool_set {
 /* The function a forced request makes the model call (tool_choice naming it, or "required" with
  * one tool), NULL when the model chooses. */
 const char *pdb_toolcall_forced_name(const pdb_tool_set *t);
+/* A call is forced among several tools (tool_choice "required", Messages' "any"): the server
+ * writes the call's opening up to the name, and the model writes a name of the tools (masked). */
+int pdb_toolcall_forced_any(const pdb_tool_set *t);
+/* A call is forced (named or among several). */
+int pdb_toolcall_forced(const pdb_tool_set *t);
+/* The rules a forced call adds (stop_param / max_param name the fields as the client sent them:
+ * "stop" or "stop_sequences", "max_tokens" or "max_completion_tokens"): no stop strings (one
+ * could cut the arguments short) and, when max_tokens is given (>= 0), room for the shortest
+ * call the mask can close (the name part one byte a token, then "{}"); a 400 naming the field
+ * otherwise. */
+pdb_status pdb_toolcall_check_forced(const pdb_tool_set *t, int64_t max_tokens, const char *max_param, int n_stop,
+                                     const char *stop_param, struct pdb_openai_error *err);
 /* Tools are rendered into the prompt and the generated text is parsed for calls. */
 int pdb_toolcall_active(const pdb_tool_set *t);
 
@@ -68,8 +80,8 @@ pdb_status pdb_toolcall_parse_calls(json_t *msg, const char *param, pdb_tool_cal
  * copy it; param names the entry ("tools[2]"). Shared by the Anthropic conversion. */
 pdb_status pdb_toolcall_add_tool(pdb_tool_set *t, json_t *name, json_t *description, json_t *parameters, const char *param,
                                  struct pdb_openai_error *err);
-/* Resolve a forced choice against the tools (the named function exists; "required" has exactly
- * one tool to force); param names the choice field. */
+/* Resolve a forced choice against the tools (the named function exists; "required" has a tool
+ * at least); param names the choice field. */
 pdb_status pdb_toolcall_check_choice(const pdb_tool_set *t, const char *param, struct pdb_openai_error *err);
 
 void pdb_toolcall_set_free(pdb_tool_set *t);

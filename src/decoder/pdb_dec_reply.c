@@ -31,6 +31,9 @@ struct pdb_dec_reply {
     const pdb_openai_usage *u;
     pdb_anthropic_sse out;   /* bytes to send */
     const char *reason;
+    rp_block content;        /* OpenAI non-stream, after finish: the choice's content ... */
+    pdb_toolcall_out *tc;    /* ... its calls ... */
+    pdb_openai_result res;   /* ... and the choice itself */
 };
 
 static int rp_grow(char **p, size_t *cap, size_t need) {
@@ -76,7 +79,8 @@ pdb_status pdb_dec_reply_new(const pdb_dec_reply_opts *o, pdb_dec_reply **out) {
     r->o.meta.model = r->model;
     r->o.forced_name = NULL;
     r->open = -1;
-    if (o->parse_tools) pdb_tools_parser_init(&r->parser, o->forced_name);
+    if (o->parse_tools && o->forced_any) pdb_tools_parser_init_head(&r->parser);
+    else if (o->parse_tools) pdb_tools_parser_init(&r->parser, o->forced_name);
     *out = r;
     return PDB_OK;
 }
@@ -87,6 +91,8 @@ void pdb_dec_reply_free(pdb_dec_reply *r) {
     free(r->blocks);
     pdb_tools_parser_free(&r->parser);
     pdb_anthropic_sse_free(&r->out);
+    free(r->content.text);
+    free(r->tc);
     free(r);
 }
 
@@ -110,7 +116,8 @@ static void rp_put_bytes(pdb_dec_reply *r, char *s, size_t n) {
 static void rp_chunk(pdb_dec_reply *r, const char *text, size_t len, const pdb_toolcall_out *tc, const char *finish,
                      const pdb_openai_usage *u) {
     static const int32_t none[1] = {0};
-    pdb_openai_result res = {.text = text, .text_len = len, .finish_reason = finish, .tool_calls = tc, .n_tool_calls = tc ? 1 : 0};
+    pdb_openai_result res = {.index = r->o.index, .text = text, .text_len = len, .finish_reason = finish, .tool_calls = tc,
+                             .n_tool_calls = tc ? 1 : 0};
     int lp = r->o.logprobs && r->lps && r->n_ids; /* a chunk carries the entries of the ids it carries */
     if ((r->o.return_token_ids && (r->n_ids || finish)) || lp) {
         if (r->o.return_token_ids) {
@@ -269,9 +276,11 @@ pdb_status pdb_dec_reply_finish(pdb_dec_reply *r, const pdb_dec_reply_end *e) {
             pdb_anthropic_sse_message_delta(&r->out, r->reason, stop_seq, &au);
             pdb_anthropic_sse_message_stop(&r->out, NULL);
         } else {
-            rp_chunk(r, "", 0, NULL, r->reason, r->o.include_usage || r->o.continuous_usage ? &e->usage : NULL);
-            char *done = strdup(PDB_OPENAI_SSE_DONE);
-            rp_put_bytes(r, done, strlen(PDB_OPENAI_SSE_DONE));
+            rp_chunk(r, "", 0, NULL, r->reason, !e->not_last && (r->o.include_usage || r->o.continuous_usage) ? &e->usage : NULL);
+            if (!e->not_last) {
+                char *done = strdup(PDB_OPENAI_SSE_DONE);
+                rp_put_bytes(r, done, strlen(PDB_OPENAI_SSE_DONE));
+            }
         }
         return r->oom || r->out.oom ? pdb_err_set(PDB_NOMEM, "reply: out of memory") : PDB_OK;
     }
@@ -291,23 +300,23 @@ pdb_status pdb_dec_reply_finish(pdb_dec_reply *r, const pdb_dec_reply_end *e) {
         st = pdb_anthropic_build_message(r->id, r->model, bl, r->n_blocks, r->reason, stop_seq, &au, NULL, &body, &n);
         free(bl);
     } else {
-        rp_block content = {0};
-        pdb_toolcall_out *tc = calloc((size_t)r->n_calls + 1, sizeof *tc);
-        int k = 0, ok = tc != NULL && rp_append(&content, "", 0);
+        r->tc = calloc((size_t)r->n_calls + 1, sizeof *r->tc);
+        int k = 0, ok = r->tc != NULL && rp_append(&r->content, "", 0);
         for (size_t i = 0; ok && i < r->n_blocks; i++) {
             const rp_block *b = &r->blocks[i];
-            if (b->call) tc[k] = (pdb_toolcall_out){k, b->id, b->name, b->text, b->len}, k++;
-            else ok = rp_append(&content, b->text, b->len);
+            if (b->call) r->tc[k] = (pdb_toolcall_out){k, b->id, b->name, b->text, b->len}, k++;
+            else ok = rp_append(&r->content, b->text, b->len);
         }
         static const int32_t none[1] = {0};
         static const pdb_openai_logprob no_lp[1];
-        pdb_openai_result res = {.text = content.text, .text_len = content.len, .finish_reason = r->reason, .tool_calls = tc,
-                                 .n_tool_calls = (size_t)k};
-        if (r->o.return_token_ids) { res.token_ids = e->all_ids ? e->all_ids : none; res.n_token_ids = e->n_all_ids; }
-        if (r->o.logprobs) { res.logprobs = e->all_logprobs ? e->all_logprobs : no_lp; res.n_logprobs = e->all_logprobs ? e->n_all_ids : 0; }
-        st = ok ? pdb_openai_build_response(&r->o.meta, &res, 1, &e->usage, NULL, &body, &n) : pdb_err_set(PDB_NOMEM, "reply: out of memory");
-        free(content.text);
-        free(tc);
+        r->res = (pdb_openai_result){.index = r->o.index, .text = r->content.text, .text_len = r->content.len, .finish_reason = r->reason,
+                                     .tool_calls = r->tc, .n_tool_calls = (size_t)k};
+        pdb_openai_result *res = &r->res;
+        if (r->o.return_token_ids) { res->token_ids = e->all_ids ? e->all_ids : none; res->n_token_ids = e->n_all_ids; }
+        if (r->o.logprobs) { res->logprobs = e->all_logprobs ? e->all_logprobs : no_lp; res->n_logprobs = e->all_logprobs ? e->n_all_ids : 0; }
+        if (!ok) return pdb_err_set(PDB_NOMEM, "reply: out of memory");
+        if (e->no_body) return PDB_OK;
+        st = pdb_openai_build_response(&r->o.meta, res, 1, &e->usage, NULL, &body, &n);
     }
     if (st != PDB_OK) return st;
     rp_put_bytes(r, body, n);
@@ -324,3 +333,5 @@ char *pdb_dec_reply_take(pdb_dec_reply *r, size_t *len) {
 }
 
 const char *pdb_dec_reply_reason(const pdb_dec_reply *r) { return r->reason ? r->reason : "none"; }
+
+const pdb_openai_result *pdb_dec_reply_result(const pdb_dec_reply *r) { return &r->res; }

@@ -26,12 +26,14 @@
 #include "pdb_limits.h"
 #include "pdb_proc.h"
 #include "pdb_json_mask.h"
+#include "pdb_tool_mask.h"
 #include "pdb_prompt.h"
 
 #define DEC_MAX_TEXT_BYTES ((size_t)256 << 20) /* generated text of one request */
 #define DEC_MAX_STATUS_ROWS 64
-/* A forced tool call's arguments are generated freely (no grammar constrains them yet), so they
- * are bounded: past this many tokens the server closes the call itself (docs/api.md, D25). */
+/* A forced tool call is generated under pdb_tool_mask (its name among the tools, then its
+ * arguments as one JSON object), within this many tokens: the mask closes the object by then
+ * (docs/api.md "Forced calls"). */
 #define DEC_FORCED_ARG_TOKENS 256
 #define DEC_MESSAGES_PATH "/v1/messages"
 
@@ -71,6 +73,8 @@ typedef struct dec_choice {
     char *text; size_t text_len, text_cap;   /* emitted text (non-stream) */
     char *pend; size_t pend_len, pend_cap;   /* held back bytes */
     int sent_first, stop_matched;
+    int stop_index;          /* the stop string that matched (stop_matched) */
+    int replied;             /* reply mode: its composer has its end */
     pdb_finish finish;       /* NONE until its final event */
 } dec_choice;
 
@@ -94,11 +98,12 @@ typedef struct dec_req {
     pdb_finish finish;       /* the request's: an error or cancel of any choice wins */
     char error[256];
     int64_t prompt_tokens, cached_tokens;
-    /* answers composed by pdb_dec_reply (chat with tools, /v1/messages); NULL = plain OpenAI */
-    pdb_dec_reply *reply;
+    /* answers composed by pdb_dec_reply (chat with tools, /v1/messages), one per choice [n_ch];
+     * NULL = plain OpenAI */
+    pdb_dec_reply **reply;
     int anthropic;           /* the request came to /v1/messages */
     int forced_bound;        /* max_tokens was lowered to DEC_FORCED_ARG_TOKENS for a forced call */
-    int stop_index;          /* the stop string that matched (stop_matched) */
+    pdb_tool_mask *tool_mask;/* a forced call's constraint (the engine reads it until the final event) */
 } dec_req;
 
 /* ---- small helpers -------------------------------------------------------------------------- */
@@ -160,7 +165,9 @@ static const char *dec_token_bytes(void *user, int32_t id, size_t *len) {
 static void dec_req_release(dec_req *r) {
     if (atomic_fetch_sub(&r->refs, 1) != 1) return;
     pdb_openai_request_free(&r->q);
-    pdb_dec_reply_free(r->reply);
+    for (int i = 0; r->reply && i < r->n_ch; i++) pdb_dec_reply_free(r->reply[i]);
+    free(r->reply);
+    pdb_tool_mask_free(r->tool_mask);
     for (int i = 0; i < r->n_ch; i++) {
         free(r->ch[i].ids);
         free(r->ch[i].lp);
@@ -188,18 +195,25 @@ static int dec_grow(char **buf, size_t *cap, size_t need) {
 
 static const int32_t dec_no_ids[1] = {0};
 
-/* Reply mode (n is 1 there: choice 0): feed final text to the composer and send what it
- * produced. Nonzero to cancel (the answer is complete, the client is gone, no memory). mu held. */
-static int dec_emit_reply(dec_req *r, const char *text, size_t len) {
-    dec_choice *c = &r->ch[0];
+/* Tokens generated so far by all of r's choices. mu held. */
+static int64_t dec_generated(const dec_req *r) {
+    int64_t gen = 0;
+    for (int i = 0; i < r->n_ch; i++) gen += r->ch[i].n_ids;
+    return gen;
+}
+
+/* Reply mode: feed choice k's final text to its composer and send what it produced. Nonzero to
+ * cancel that choice (its answer is complete, the client is gone, no memory). mu held. */
+static int dec_emit_reply(dec_req *r, int k, const char *text, size_t len) {
+    dec_choice *c = &r->ch[k];
     int64_t new_ids = c->n_ids - c->ids_sent;
-    pdb_openai_usage u = {r->prompt_tokens, c->n_ids, r->cached_tokens};
-    int rc = pdb_dec_reply_feed(r->reply, text, len, new_ids ? c->ids + c->ids_sent : NULL,
+    pdb_openai_usage u = {r->prompt_tokens, dec_generated(r), r->cached_tokens};
+    int rc = pdb_dec_reply_feed(r->reply[k], text, len, new_ids ? c->ids + c->ids_sent : NULL,
                                 new_ids && r->q.logprobs ? c->lp + c->ids_sent : NULL, new_ids, &u);
     c->ids_sent = c->n_ids;
     if (rc < 0) snprintf(r->error, sizeof r->error, "out of memory composing the answer");
     size_t n = 0;
-    char *out = pdb_dec_reply_take(r->reply, &n);
+    char *out = pdb_dec_reply_take(r->reply[k], &n);
     if (out && r->stream && r->hs && !r->gone && pdb_http_stream_write(r->hs, out, n, 0) != PDB_OK) r->gone = 1;
     free(out);
     if (r->stream && (!r->hs || r->gone)) return 1;
@@ -230,7 +244,7 @@ static int dec_send_chunk(dec_req *r, int k, const pdb_openai_result *res, const
  * ids (and log-probabilities) generated since the last one. done: the request's last chunk
  * ([DONE] follows). Returns nonzero to cancel. mu held. */
 static int dec_emit(dec_req *r, int k, const char *text, size_t len, const char *finish, const pdb_openai_usage *u, int done) {
-    if (r->reply) return dec_emit_reply(r, text, len);
+    if (r->reply) return dec_emit_reply(r, k, text, len);
     dec_choice *c = &r->ch[k];
     if (!r->stream) {
         if (!dec_grow(&c->text, &c->text_cap, c->text_len + len + 1)) {
@@ -267,11 +281,11 @@ static int dec_emit(dec_req *r, int k, const char *text, size_t len, const char 
 }
 
 /* Earliest occurrence of any stop string in pend, or -1. */
-static int64_t dec_find_stop(dec_req *r, const dec_choice *c) {
+static int64_t dec_find_stop(const dec_req *r, dec_choice *c) {
     int64_t best = -1;
     for (int i = 0; i < r->q.n_stop; i++) {
         const char *p = memmem(c->pend, c->pend_len, r->q.stop[i], r->q.stop_len[i]);
-        if (p && (best < 0 || p - c->pend < best)) { best = p - c->pend; r->stop_index = i; }
+        if (p && (best < 0 || p - c->pend < best)) { best = p - c->pend; c->stop_index = i; }
     }
     return best;
 }
@@ -348,22 +362,25 @@ static const char *dec_finish_str(pdb_finish f) {
     }
 }
 
-/* Reply mode (choice 0), a finished generation: the rest of the text and the end go to the composer (a
- * stream sends its final events, a non-stream body waits in the composer for dec_gen_respond). */
-static void dec_reply_end(dec_req *r) {
-    dec_choice *c = &r->ch[0];
-    if (c->pend_len) dec_emit_reply(r, c->pend, c->pend_len);
-    pdb_dec_reply_end e = {.length = r->finish == PDB_FINISH_LENGTH, .bound = r->finish == PDB_FINISH_LENGTH && r->forced_bound,
-                           .stop_sequence = c->stop_matched ? r->q.stop[r->stop_index] : NULL,
-                           .usage = {r->prompt_tokens, c->n_ids, r->cached_tokens}, .all_ids = c->ids,
-                           .all_logprobs = r->q.logprobs ? c->lp : NULL, .n_all_ids = c->n_ids};
-    if (pdb_dec_reply_finish(r->reply, &e) != PDB_OK) {
+/* Reply mode, choice k's finished generation: the rest of its text and its end go to its composer
+ * (a stream sends its final events, [DONE] after the request's last; a non-stream body, or the
+ * choice of a body of several, waits in the composer for dec_gen_respond). last: the request's
+ * last choice to end, every choice having ended well. */
+static void dec_reply_end(dec_req *r, int k, int last) {
+    dec_choice *c = &r->ch[k];
+    if (c->pend_len) dec_emit_reply(r, k, c->pend, c->pend_len);
+    pdb_dec_reply_end e = {.length = c->finish == PDB_FINISH_LENGTH, .bound = c->finish == PDB_FINISH_LENGTH && r->forced_bound,
+                           .stop_sequence = c->stop_matched ? r->q.stop[c->stop_index] : NULL,
+                           .usage = {r->prompt_tokens, dec_generated(r), r->cached_tokens}, .all_ids = c->ids,
+                           .all_logprobs = r->q.logprobs ? c->lp : NULL, .n_all_ids = c->n_ids, .not_last = !last,
+                           .no_body = r->n_ch > 1};
+    if (pdb_dec_reply_finish(r->reply[k], &e) != PDB_OK) {
         r->finish = PDB_FINISH_ERROR;
         snprintf(r->error, sizeof r->error, "%s", pdb_err_msg());
     }
     if (!r->stream) return;
     size_t n = 0;
-    char *out = pdb_dec_reply_take(r->reply, &n);
+    char *out = pdb_dec_reply_take(r->reply[k], &n);
     if (out && r->hs && !r->gone) pdb_http_stream_write(r->hs, out, n, 0);
     free(out);
 }
@@ -398,12 +415,21 @@ static void dec_on_final(dec_req *r, const pdb_dec_event *ev) {
     if (ev->last) /* choices that never started (the first one ended before its prefill did) end as it did */
         for (int i = 0; i < r->n_ch; i++)
             if (r->ch[i].finish == PDB_FINISH_NONE) r->ch[i].finish = c->finish;
-    if (r->reply) { /* n is 1: this is the request's last event */
-        if ((r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) && (!r->stream || r->hs)) {
-            dec_reply_end(r);
+    if (r->reply) { /* each choice ends in its composer; the request's last event closes the stream */
+        int c_ok = c->finish == PDB_FINISH_LENGTH || c->finish == PDB_FINISH_STOP;
+        int r_ok = r->finish == PDB_FINISH_NONE || r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP;
+        if (c_ok && r_ok && (!r->stream || r->hs)) {
+            for (int i = 0; ev->last && i < r->n_ch; i++) /* choices that never started (max_tokens 0) end empty */
+                if (i != k && !r->ch[i].replied) {
+                    dec_reply_end(r, i, 0);
+                    r->ch[i].replied = 1;
+                    r->ch[i].pend_len = 0;
+                }
+            dec_reply_end(r, k, ev->last);
+            c->replied = 1;
             c->pend_len = 0;
         }
-        if (r->stream && r->hs) {
+        if (ev->last && r->stream && r->hs) {
             if (r->finish != PDB_FINISH_LENGTH && r->finish != PDB_FINISH_STOP && !r->gone) {
                 pdb_openai_error e;
                 if (r->finish == PDB_FINISH_ERROR) pdb_openai_set_error(&e, 500, NULL, "engine_error", "%s", r->error);
@@ -570,6 +596,14 @@ static int dec_json_mask(void *user, void *state, float *logits, int64_t n_vocab
 }
 static void dec_json_advance(void *user, void *state, int32_t tok) { (void)pdb_json_mask_advance(user, state, tok); }
 static void dec_json_init(void *user, void *state) { (void)user; pdb_json_state_init(state); }
+static int dec_json_done(void *user, void *state) { (void)user; return pdb_json_state_complete(state); }
+/* A forced tool call through the same hook (pdb_tool_mask: the name, then the arguments). */
+static int dec_tool_mask(void *user, void *state, float *logits, int64_t n_vocab, int64_t budget) {
+    return (int)pdb_tool_mask_apply(user, state, logits, n_vocab, budget);
+}
+static void dec_tool_advance(void *user, void *state, int32_t tok) { (void)pdb_tool_mask_advance(user, state, tok); }
+static void dec_tool_init(void *user, void *state) { pdb_tool_mask_state_init(user, state); }
+static int dec_tool_done(void *user, void *state) { (void)user; return pdb_tool_mask_done(state); }
 
 /* The engine request for r (its id string, response metadata and choices set here; the seed
  * drawn when the request has none). 0, or -1 when out of memory. */
@@ -602,17 +636,24 @@ static int dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai_kind kind, 
              (unsigned long long)s->started, (unsigned long long)num);
     r->meta = (pdb_openai_meta){kind, r->id_str, (int64_t)time(NULL), s->model_id, s->tok ? dec_token_bytes : NULL, s->tok};
     const char *forced = pdb_toolcall_active(&r->q.tools) ? pdb_toolcall_forced_name(&r->q.tools) : NULL;
-    if (forced && mt > DEC_FORCED_ARG_TOKENS) {
+    int forced_any = pdb_toolcall_active(&r->q.tools) && pdb_toolcall_forced_any(&r->q.tools);
+    if ((forced || forced_any) && mt > DEC_FORCED_ARG_TOKENS) {
         mt = DEC_FORCED_ARG_TOKENS;
         r->forced_bound = 1;
     }
     if (r->anthropic || (kind == PDB_OPENAI_CHAT && pdb_toolcall_active(&r->q.tools))) {
         pdb_dec_reply_opts ro = {.api = r->anthropic ? PDB_DEC_REPLY_ANTHROPIC : PDB_DEC_REPLY_OPENAI, .stream = r->stream,
                                  .meta = r->meta, .parse_tools = pdb_toolcall_active(&r->q.tools), .forced_name = forced,
+                                 .forced_any = forced_any,
                                  .single_call = r->q.tools.single_call, .include_usage = r->q.include_usage,
                                  .continuous_usage = r->q.continuous_usage, .return_token_ids = r->q.return_token_ids,
                                  .logprobs = r->q.logprobs};
-        if (r->n_ch != 1 || pdb_dec_reply_new(&ro, &r->reply) != PDB_OK) return -1; /* n > 1 with tools: refused by the parser */
+        r->reply = calloc((size_t)r->n_ch, sizeof *r->reply);
+        if (!r->reply) return -1;
+        for (int k = 0; k < r->n_ch; k++) {
+            ro.index = k;
+            if (pdb_dec_reply_new(&ro, &r->reply[k]) != PDB_OK) return -1;
+        }
     }
     *dq = (pdb_dec_request){
         .ids = ids, .n_ids = n_ids, .max_tokens = mt, .ignore_eos = r->q.ignore_eos, .on_event = dec_on_event, .user = r,
@@ -627,8 +668,21 @@ static int dec_gen_request(pdb_dec_server *s, dec_req *r, pdb_openai_kind kind, 
         dq->mask = dec_json_mask;
         dq->mask_advance = dec_json_advance;
         dq->mask_init = dec_json_init;
+        dq->mask_done = dec_json_done;
         dq->mask_user = s->json_vocab;
         dq->mask_state_bytes = sizeof(pdb_json_state);
+    }
+    if ((forced || forced_any) && s->json_vocab) { /* JSON mode and tools are exclusive (the parser refuses both) */
+        const char *names[PDB_TOOL_MASK_MAX_NAMES];
+        size_t n_names = 0;
+        for (size_t i = 0; forced_any && i < r->q.tools.n_tools && i < PDB_TOOL_MASK_MAX_NAMES; i++) names[n_names++] = r->q.tools.tools[i].name;
+        if (pdb_tool_mask_new(s->json_vocab, names, n_names, &r->tool_mask) != PDB_OK) return -1;
+        dq->mask = dec_tool_mask;
+        dq->mask_advance = dec_tool_advance;
+        dq->mask_init = dec_tool_init;
+        dq->mask_done = dec_tool_done;
+        dq->mask_user = r->tool_mask;
+        dq->mask_state_bytes = sizeof(pdb_tool_mask_state);
     }
     return 0;
 }
@@ -707,7 +761,15 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
     for (int i = 0; i < r->n_ch; i++) gen += r->ch[i].n_ids;
     if (r->reply && (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP)) {
         size_t n = 0;
-        char *body = pdb_dec_reply_take(r->reply, &n);
+        char *body = NULL;
+        if (r->n_ch == 1) {
+            body = pdb_dec_reply_take(r->reply[0], &n);
+        } else { /* one body of the choices' composers */
+            pdb_openai_result res[PDB_OPENAI_MAX_N];
+            for (int k = 0; k < r->n_ch && k < PDB_OPENAI_MAX_N; k++) res[k] = *pdb_dec_reply_result(r->reply[k]);
+            pdb_openai_usage u = {r->prompt_tokens, gen, r->cached_tokens};
+            if (pdb_openai_build_response(&r->meta, res, r->n_ch, &u, NULL, &body, &n) != PDB_OK) body = NULL;
+        }
         if (body) {
             pdb_http_respond(hr, 200, "application/json", body, n, NULL, 0);
             dec_count_status(s, endpoint, 200);
@@ -750,7 +812,7 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
     }
     PDB_INFO("req %s %s status=%d prompt=%lld cached=%lld generated=%lld n=%d finish=%s%s%s ms=%.1f", r->id_str, endpoint, status,
              (long long)r->prompt_tokens, (long long)r->cached_tokens, (long long)gen, r->n_ch,
-             r->reply && status == 200 ? pdb_dec_reply_reason(r->reply) : dec_finish_str(r->finish),
+             r->reply && status == 200 ? pdb_dec_reply_reason(r->reply[0]) : dec_finish_str(r->finish),
              r->q.user ? " user=" : "", r->q.user ? r->q.user : "", (pdb_clock_now() - r->t0) * 1e3);
 }
 

@@ -39,6 +39,7 @@ typedef struct svc_group {
     int (*mask)(void *, void *, float *, int64_t, int64_t);
     void (*mask_advance)(void *, void *, int32_t);
     void (*mask_init)(void *, void *);
+    int (*mask_done)(void *, void *);
     void *mask_user;
     size_t mask_state_bytes;
 } svc_group;
@@ -210,7 +211,11 @@ static int sample_and_emit(pdb_dec_service *s, svc_req *r) {
     const pdb_config *c = pdb_dec_model_config(s->model);
     svc_group *g = r->grp;
     int64_t V = c->vocab_size;
-    if (r->generated >= r->max_tokens) { emit_final(s, r, PDB_FINISH_LENGTH, NULL); return 1; }
+    if (r->generated >= r->max_tokens) {
+        int met = g->mask && g->mask_done && g->mask_done(g->mask_user, r->mask_state); /* completed by the last token */
+        emit_final(s, r, met ? PDB_FINISH_STOP : PDB_FINISH_LENGTH, NULL);
+        return 1;
+    }
     if (__atomic_load_n(&r->cancel, __ATOMIC_RELAXED)) { emit_final(s, r, PDB_FINISH_CANCELLED, NULL); return 1; }
     if (g->logprobs) memcpy(r->raw, r->logits, sizeof(float) * (size_t)V);
     for (int i = 0; i < g->n_bias; i++) r->logits[g->bias_ids[i]] += g->bias_vals[i];
@@ -241,7 +246,11 @@ static int sample_and_emit(pdb_dec_service *s, svc_req *r) {
     pthread_mutex_unlock(&s->mu);
     if (tok == s->eos && !r->ignore_eos) { emit_final(s, r, PDB_FINISH_STOP, NULL); return 1; }
     if (r->cb(r->user, &ev)) { emit_final(s, r, PDB_FINISH_STOP, NULL); return 1; }
-    if (r->generated >= r->max_tokens) { emit_final(s, r, PDB_FINISH_LENGTH, NULL); return 1; }
+    if (r->generated >= r->max_tokens) {
+        int met = g->mask && g->mask_done && g->mask_done(g->mask_user, r->mask_state); /* completed by this last token */
+        emit_final(s, r, met ? PDB_FINISH_STOP : PDB_FINISH_LENGTH, NULL);
+        return 1;
+    }
     r->next_token = tok;
     return 0;
 }
@@ -570,7 +579,7 @@ pdb_status pdb_dec_service_submit(pdb_dec_service *s, const pdb_dec_request *q, 
     if (!g) return pdb_err_set(PDB_NOMEM, "request");
     *g = (svc_group){.n_choices = n_choices, .refs = 1, .left = 1, .logprobs = q->logprobs, .top_logprobs = q->logprobs ? q->top_logprobs : 0,
                      .freq = q->frequency_penalty, .pres = q->presence_penalty, .n_bias = q->n_bias, .mask = q->mask,
-                     .mask_advance = q->mask_advance, .mask_init = q->mask_init, .mask_user = q->mask_user,
+                     .mask_advance = q->mask_advance, .mask_init = q->mask_init, .mask_done = q->mask_done, .mask_user = q->mask_user,
                      .mask_state_bytes = q->mask_state_bytes};
     if (q->n_bias) {
         g->bias_ids = malloc(sizeof(int32_t) * (size_t)q->n_bias);

@@ -76,10 +76,13 @@ typedef struct pdb_dec_request {
     /* Constrained decoding (e.g. pdb_json_mask): before each sampling step mask(mask_user, state,
      * logits, budget) sets the logits of tokens that may not come next to -inf and returns how
      * many may (0: the choice ends, finish STOP); advance feeds the sampled token. state_bytes of
-     * per-choice state, initialised by init. NULL mask: none. budget: tokens left after this one. */
+     * per-choice state, initialised by init. NULL mask: none. budget: tokens left after this one.
+     * done (may be NULL): the constraint is met; a choice that reaches max_tokens with it met ends
+     * as STOP (the last token completed it), not LENGTH. */
     int (*mask)(void *mask_user, void *state, float *logits, int64_t n_vocab, int64_t budget);
     void (*mask_advance)(void *mask_user, void *state, int32_t token);
     void (*mask_init)(void *mask_user, void *state);
+    int (*mask_done)(void *mask_user, void *state);
     void *mask_user;
     size_t mask_state_bytes;
     pdb_dec_event_fn on_event;

@@ -264,6 +264,12 @@ pdb_status pdb_json_vocab_from_bytes(const char *const *bytes, const size_t *len
     return PDB_OK;
 }
 
+const char *pdb_json_vocab_token(const pdb_json_vocab *v, int64_t id, size_t *len) {
+    if (id < 0 || id >= v->n || !v->bytes[id]) return NULL;
+    *len = v->len[id];
+    return v->bytes[id];
+}
+
 void pdb_json_vocab_free(pdb_json_vocab *v) {
     if (!v) return;
     for (int64_t i = 0; v->bytes && i < v->n; i++) free(v->bytes[i]);

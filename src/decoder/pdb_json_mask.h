@@ -42,6 +42,9 @@ pdb_status pdb_json_vocab_from_tokenizer(const pdb_tokenizer *tok, int64_t n_voc
 /* The same from explicit byte strings (bytes[i] of lens[i]; NULL = never allowed): tests. */
 pdb_status pdb_json_vocab_from_bytes(const char *const *bytes, const size_t *lens, int64_t n_vocab, pdb_json_vocab **out);
 void pdb_json_vocab_free(pdb_json_vocab *v);
+/* Token id's bytes (NULL when it may never be chosen: a special token, an id without bytes or
+ * outside the vocabulary): for other masks over the same vocabulary (pdb_tool_mask). */
+const char *pdb_json_vocab_token(const pdb_json_vocab *v, int64_t id, size_t *len);
 
 void pdb_json_state_init(pdb_json_state *st);
 /* Feed n bytes: 1 when the text is still a prefix of a valid JSON object (st advanced), 0 when

@@ -12,7 +12,8 @@
 
 /* The chat prompt text of q: its messages (an assistant's calls and tool outputs included), the
  * tools section as one more system message when tools are active, and the forced-call prefix
- * after the generation prompt when a call is forced (pdb_tools). */
+ * after the generation prompt when a call is forced (pdb_tools: up to and including the name when
+ * it is named, up to the name's separator when the model chooses it among several tools). */
 static pdb_status pdb_prompt_render_chat(const pdb_openai_request *q, char **text, size_t *len) {
     int tools_on = pdb_toolcall_active(&q->tools);
     size_t n = q->n_messages + (tools_on ? 1 : 0), n_calls = 0;
@@ -37,7 +38,8 @@ static pdb_status pdb_prompt_render_chat(const pdb_openai_request *q, char **tex
     }
     if (st == PDB_OK) st = pdb_chat_render_prompt(m, n, true, &out, &out_len);
     const char *forced = tools_on ? pdb_toolcall_forced_name(&q->tools) : NULL;
-    if (st == PDB_OK && forced) st = pdb_tools_forced_prefix(forced, &prefix, &prefix_len);
+    if (st == PDB_OK && tools_on && pdb_toolcall_forced(&q->tools)) /* among several: up to the name (NULL) */
+        st = pdb_tools_forced_prefix(forced, &prefix, &prefix_len);
     if (st == PDB_OK && prefix) {
         char *grown = realloc(out, out_len + prefix_len + 1);
         if (!grown) st = pdb_err_set(PDB_NOMEM, "out of memory");

@@ -44,8 +44,10 @@ pdb_status pdb_tools_render_section(const pdb_tools_def *defs, size_t n, char **
 pdb_status pdb_tools_forced_prefix(const char *name, char **text, size_t *len) {
     pdb_buf b = {0};
     pdb_buf_puts(&b, PDB_TOOLS_CALLS_BEGIN PDB_TOOLS_CALL_BEGIN "function" PDB_TOOLS_SEP);
-    pdb_buf_puts(&b, name);
-    pdb_buf_puts(&b, PDB_TOOLS_ARGS_OPEN);
+    if (name) {
+        pdb_buf_puts(&b, name);
+        pdb_buf_puts(&b, PDB_TOOLS_ARGS_OPEN);
+    }
     return tl_done(&b, text, len);
 }
 
@@ -58,6 +60,12 @@ void pdb_tools_parser_init(pdb_tools_parser *p, const char *forced_name) {
         p->forced_pending = 1;
         p->state = S_ARGS;
     }
+}
+
+void pdb_tools_parser_init_head(pdb_tools_parser *p) {
+    memset(p, 0, sizeof *p);
+    p->state = S_HEAD;
+    p->head_sep = 1;
 }
 
 void pdb_tools_parser_free(pdb_tools_parser *p) {
@@ -174,6 +182,18 @@ static int tp_run(pdb_tools_parser *p, int final, pdb_tools_event_fn fn, void *u
             continue;
         }
         case S_HEAD: {
+            if (p->head_sep) { /* the name starts here: it ends at its "\n" */
+                if (final && p->len == 0) { p->head_sep = 0; p->state = S_TEXT; return 0; } /* nothing was generated */
+                const char *nl = memchr(p->buf, '\n', p->len);
+                if (!nl && !final && p->len <= PDB_TOOLS_MAX_HEAD) return 0;
+                const char *end = nl ? nl : p->buf + p->len;
+                p->head_sep = 0;
+                p->n_calls++;
+                TP_EMIT(PDB_TOOLS_EV_CALL, p->buf, (size_t)(end - p->buf));
+                tp_consume(p, nl ? (size_t)(nl - p->buf) + 1 : p->len);
+                p->state = S_FENCE;
+                continue;
+            }
             const char *sep = tp_find(p->buf, p->len, PDB_TOOLS_SEP);
             const char *nl = sep ? memchr(sep, '\n', (size_t)(p->buf + p->len - sep)) : NULL;
             if (sep && (nl || final)) {

@@ -6,7 +6,8 @@
 # naming it. With --all, also what the honoured fields promise: logprobs (greedy token = top-1,
 # descending, stream == non-stream, chat bytes == the text), n = 2 (choice 0 == the n = 1
 # answer, stream == non-stream), echo, logit_bias, JSON mode whose every answer parses, and tools
-# beside them (a forced call with logprobs; n > 1 and JSON mode with tools refused).
+# beside them (a forced call with logprobs; n > 1 with tools, a forced call per choice; JSON mode
+# with tools refused).
 # Usage: python3 pdb_api_fields.py URL DOCS_API_MD [--all]; exit 0 when every check passed.
 import json, re, sys, urllib.request, urllib.error
 URL, DOC = sys.argv[1], sys.argv[2]
@@ -53,6 +54,38 @@ for name, eps, rule, samples in rows:
 for e in EP:
     st, r = post(EP[e], dict(BASE[e], frobnicate=1))
     check(st == 400 and r["error"]["param"] == "frobnicate" and r["error"]["code"] == "unknown_parameter", f"unknown field on {e}: 400 naming it")
+
+# 1b. every row of the message-field table: its sample once (honoured/accepted: 200; refused: 400
+# naming messages[k].field, k the message that carries it), and the field on a role it does not
+# belong to (400 naming it); unknown keys of a message, a text part and a call name their path
+mtable = doc[doc.index("<!-- message-fields:begin -->"):doc.index("<!-- message-fields:end -->")]
+mrows = 0
+for line in mtable.splitlines():
+    m = re.match(r"\| `([^`]+)` \| ([^|]+)\| (\w+) \| `(\[.*?\])` \| [^|]*\|$", line)
+    if not m: continue
+    mrows += 1
+    name, roles, rule, msgs = m.group(1), [x.strip() for x in m.group(2).split(",")], m.group(3), json.loads(m.group(4))
+    st, r = post(EP["chat"], dict(BASE["chat"], messages=msgs))
+    k = max(i for i, x in enumerate(msgs) if x.get(name) is not None)
+    if rule == "refused":
+        check(st == 400 and r["error"]["param"] == f"messages[{k}].{name}", f"message field {name}: refused, 400 naming messages[{k}].{name} ({st} {r.get('error', {}).get('param')})")
+    else:
+        check(st == 200 and r["choices"], f"message field {name}: {rule}, 200 ({st} {r.get('error')})")
+    other = [x for x in ("system", "user", "assistant", "tool") if x not in roles]
+    if other:
+        bad = [{"role": "user", "content": "Hi"}, {"role": other[0], "content": "x", name: msgs[k][name]}]
+        st, r = post(EP["chat"], dict(BASE["chat"], messages=bad))
+        check(st == 400 and r["error"]["param"] == f"messages[1].{name}", f"message field {name} on a {other[0]} message: 400 naming it ({st})")
+check(mrows >= 8, f"{mrows} rows in docs/api.md's message-field table")
+U = {"role": "user", "content": "Hi"}
+for msgs, param in (([dict(U, frobnicate=1)], "messages[0].frobnicate"),
+                    ([{"role": "user", "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]}], "messages[0].content[0].cache_control"),
+                    ([U, {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}, "index": 0}]}],
+                     "messages[1].tool_calls[0].index")):
+    st, r = post(EP["chat"], dict(BASE["chat"], messages=msgs))
+    check(st == 400 and r["error"]["param"] == param, f"unknown key: 400 naming {param} ({st} {r.get('error', {}).get('param')})")
+st, r = post(EP["chat"], dict(BASE["chat"], messages=[dict(U, name=None), {"role": "assistant", "content": "Hello", "refusal": None}, U]))
+check(st == 200, f"null message fields are absent: an answer's own message goes back as it is ({st})")
 
 if '--all' not in sys.argv:
     print(f"{len(fails)} failure(s)")
@@ -140,8 +173,41 @@ s_lps = [x["logprob"] for ch in chunks for cc in ch["choices"] if cc.get("logpro
 s_args = "".join(t["function"].get("arguments") or "" for ch in chunks for cc in ch["choices"] for t in cc["delta"].get("tool_calls") or [])
 check(s_lps == [x["logprob"] for x in ent] and s_args == c["message"]["tool_calls"][0]["function"]["arguments"],
       "tools + logprobs: stream == non-stream (logprobs and arguments)")
-st, r = post("/v1/chat/completions", dict(BASE["chat"], n=2, tools=TOOLS))
-check(st == 400 and r["error"]["param"] == "n", "n = 2 with tools: 400 naming n")
+# n > 1 with tools: one composer per choice; choice 0 is the n = 1 answer, the stream the body
+def is_obj(t):
+    try: return isinstance(json.loads(t), dict)
+    except ValueError: return False
+TWO = TOOLS + [{"type": "function", "function": {"name": "g2"}}]
+for label, extra in (("named", {"tool_choice": {"type": "function", "function": {"name": "f"}}}), ("required among 2", {"tool_choice": "required", "tools": TWO})):
+    body = dict(BASE["chat"], tools=TOOLS, max_tokens=16, temperature=1.0, seed=21, return_token_ids=True)
+    body.update(extra)
+    st, one = post("/v1/chat/completions", body)
+    st, two = post("/v1/chat/completions", dict(body, n=2))
+    chs = sorted(two.get("choices", []), key=lambda c: c["index"]) if st == 200 else []
+    fns = [(c["message"].get("tool_calls") or [{}])[0].get("function", {}) for c in chs]
+    names = [t["function"]["name"] for t in body["tools"]]
+    check(st == 200 and len(chs) == 2 and all(len(c["message"].get("tool_calls") or []) == 1 and c["finish_reason"] == "tool_calls" for c in chs)
+          and all(f.get("name") in names and is_obj(f.get("arguments", "")) for f in fns), f"n = 2 with a {label} call: two choices, each one call of a tool, arguments that parse ({st})")
+    check(chs and chs[0]["token_ids"] == one["choices"][0]["token_ids"] and fns[0] == one["choices"][0]["message"]["tool_calls"][0]["function"],
+          f"n = 2 with a {label} call: choice 0 == the n = 1 answer")
+    check(two.get("usage", {}).get("completion_tokens") == sum(len(c["token_ids"]) for c in chs), f"n = 2 with a {label} call: usage counts both choices")
+    check(chs and chs[0]["token_ids"] != chs[1]["token_ids"], f"n = 2 with a {label} call: the choices sample their own streams")
+    st, raw = post("/v1/chat/completions", dict(body, n=2, stream=True, stream_options={"include_usage": True}), raw=True)
+    evs = [l for l in raw.decode().split("\n\n") if l.startswith("data: ")]
+    fins = [json.loads(l[6:]) for l in evs[:-1] if any(cc.get("finish_reason") for cc in json.loads(l[6:])["choices"])]
+    check(evs[-1] == "data: [DONE]" and evs.count("data: [DONE]") == 1 and len(fins) == 2 and "usage" in fins[-1] and "usage" not in fins[0],
+          f"n = 2 with a {label} call, streamed: a final chunk per choice, usage on the last, one [DONE] at the end")
+    chunks = stream("/v1/chat/completions", dict(body, n=2))
+    s_ids, s_fn = {0: [], 1: []}, {0: {"name": "", "arguments": ""}, 1: {"name": "", "arguments": ""}}
+    for ch in chunks:
+        for cc in ch["choices"]:
+            s_ids[cc["index"]] += cc.get("token_ids") or []
+            for t in cc["delta"].get("tool_calls") or []:
+                s_fn[cc["index"]]["name"] += t["function"].get("name") or ""
+                s_fn[cc["index"]]["arguments"] += t["function"].get("arguments") or ""
+    check([s_ids[0], s_ids[1]] == [c["token_ids"] for c in chs] and [s_fn[0], s_fn[1]] == fns, f"n = 2 with a {label} call: stream == non-stream per index")
+st, r = post("/v1/chat/completions", dict(BASE["chat"], n=2, tools=TOOLS, seed=5, temperature=1.0))
+check(st == 200 and len(r["choices"]) == 2 and all(isinstance(c["message"]["content"], str) for c in r["choices"]), "n = 2 with tools (auto): two choices")
 st, r = post("/v1/chat/completions", dict(BASE["chat"], tools=TOOLS, response_format={"type": "json_object"}))
 check(st == 400 and r["error"]["param"] == "response_format", "JSON mode with tools: 400 naming response_format")
 st, r = post("/v1/chat/completions", dict(BASE["chat"], n=2, tools=TOOLS, tool_choice="none"))

@@ -92,6 +92,12 @@ static void test_conversion(void **state) {
     ok("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"name\":\"a\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"any\"}}", &r);
     assert_string_equal(pdb_toolcall_forced_name(&r.tools), "a");
     pdb_openai_request_free(&r);
+    /* any among two tools: the model chooses the name under the mask ("ab" + 9 + "{}" = 13 tokens at least) */
+    ok("{\"model\":\"m\",\"max_tokens\":13,\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"name\":\"ab\","
+       "\"input_schema\":{}},{\"name\":\"abc\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"any\"}}", &r);
+    assert_null(pdb_toolcall_forced_name(&r.tools));
+    assert_true(pdb_toolcall_forced_any(&r.tools));
+    pdb_openai_request_free(&r);
     ok("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"name\":\"a\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"none\"}}", &r);
     assert_false(pdb_toolcall_active(&r.tools));
     pdb_openai_request_free(&r);
@@ -125,7 +131,19 @@ static void test_refusals(void **state) {
         "\"tool_choice\":{\"type\":\"tool\",\"name\":\"b\"}}", "tool_choice");
     bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tool_choice\":{\"type\":\"sometimes\"}}", "tool_choice.type");
     bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"metadata\":{\"tier\":1}}", "metadata.tier");
+    bad("{\"model\":\"m\",\"max_tokens\":12,\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"name\":\"ab\","
+        "\"input_schema\":{}},{\"name\":\"abc\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"any\"}}", "max_tokens");
+    bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[{\"name\":\"a\",\"input_schema\":{}}],"
+        "\"tool_choice\":{\"type\":\"tool\",\"name\":\"a\"},\"stop_sequences\":[\"x\"]}", "stop_sequences");
     bad("{" HEAD "\"system\":[{\"type\":\"image\"}],\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "system[0]");
+    /* every block's unknown key names its path (issue 19 item 1) */
+    bad("{" HEAD "\"system\":[{\"type\":\"text\",\"text\":\"s\",\"x\":1}],\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "system[0].x");
+    bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"i\","
+        "\"name\":\"n\",\"input\":{},\"caller\":{}}]}]}", "messages[1].content[0].caller");
+    bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"i\",\"status\":\"ok\"}]}]}",
+        "messages[0].content[0].status");
+    bad("{" HEAD "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"i\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"r\",\"y\":2}]}]}]}", "messages[0].content[0].content[0].y");
 }
 
 static void test_building(void **state) {

@@ -156,9 +156,15 @@ static void test_bad_requests(void **state) {
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"echo\":true}", 400, "echo"); /* a completions field */
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"functions\":[]}", 400, "functions"); /* deprecated form */
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"function_call\":\"none\"}", 400, "function_call");
-    /* tools meet the other fields: n > 1 and JSON mode are refused while tools are active */
-    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
-        400, "n");
+    /* tools meet the other fields: JSON mode is refused while tools are active (n > 1 is served:
+     * one composer per choice) */
+    {
+        pdb_openai_request q;
+        parse_ok(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2,\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}",
+                 &q);
+        assert_true(q.n == 2 && pdb_toolcall_active(&q.tools));
+        pdb_openai_request_free(&q);
+    }
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"},"
            "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", 400, "response_format");
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", 400, "tool_choice");
@@ -181,6 +187,32 @@ static void test_bad_requests(void **state) {
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages[0].content");
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", 400, "messages[0].content");
     BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":-5}", 400, "max_completion_tokens");
+    /* message fields (issue 19 item 1): unknown keys, refused fields and fields of another role name their path */
+#define U1 "{\"role\":\"user\",\"content\":\"x\""
+    BAD(H, "{\"messages\":[" U1 ",\"name\":\"ann\"}]}", 400, "messages[0].name");
+    BAD(H, "{\"messages\":[" U1 "},{\"role\":\"system\",\"content\":\"s\",\"name\":\"x\"}]}", 400, "messages[1].name");
+    BAD(H, "{\"messages\":[" U1 ",\"frobnicate\":null}]}", 400, "messages[0].frobnicate"); /* unknown, even null */
+    BAD(H, "{\"messages\":[" U1 ",\"tool_calls\":[]}]}", 400, "messages[0].tool_calls");   /* an assistant's field */
+    BAD(H, "{\"messages\":[" U1 ",\"tool_call_id\":\"c\"}]}", 400, "messages[0].tool_call_id");
+    BAD(H, "{\"messages\":[" U1 "},{\"role\":\"assistant\",\"content\":\"a\",\"refusal\":\"no\"}]}", 400, "messages[1].refusal");
+    BAD(H, "{\"messages\":[" U1 "},{\"role\":\"assistant\",\"content\":null,\"audio\":{\"id\":\"a\"}}]}", 400, "messages[1].audio");
+    BAD(H, "{\"messages\":[" U1 "},{\"role\":\"assistant\",\"content\":null,\"function_call\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}", 400,
+        "messages[1].function_call");
+    BAD(H, "{\"messages\":[" U1 "},{\"role\":\"tool\",\"content\":\"o\",\"name\":\"f\"}]}", 400, "messages[1].name");
+    BAD(H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\",\"cache_control\":{}}]}]}", 400,
+        "messages[0].content[0].cache_control");
+    BAD(H, "{\"messages\":[" U1 "},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
+           "\"function\":{\"name\":\"f\",\"arguments\":\"{}\"},\"index\":0}]}]}", 400, "messages[1].tool_calls[0].index");
+    BAD(H, "{\"messages\":[" U1 "},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\","
+           "\"function\":{\"name\":\"f\",\"arguments\":\"{}\",\"strict\":true}}]}]}", 400, "messages[1].tool_calls[0].function.strict");
+    {   /* null is absent: an answer's own message (refusal null) goes back as it is */
+        pdb_openai_request q;
+        parse_ok(H, "{\"messages\":[" U1 ",\"name\":null},{\"role\":\"assistant\",\"content\":\"a\",\"refusal\":null,\"audio\":null,"
+                    "\"function_call\":null,\"tool_calls\":null},{\"role\":\"user\",\"content\":\"b\",\"tool_call_id\":null}]}", &q);
+        assert_int_equal(q.n_messages, 3);
+        pdb_openai_request_free(&q);
+    }
+#undef U1
 
     /* unknown model -> 404 */
     pdb_openai_request r;
@@ -279,6 +311,44 @@ static void test_field_table_matches_doc(void **state) {
     fclose(f);
     for (size_t i = 0; i < n_fields; i++)
         if (seen[i] != 1) fail_msg("'%s' appears %d times in docs/api.md's field table", pdb_openai_field_at(i)->name, seen[i]);
+    assert_int_equal(rows, (int)n_fields);
+    free(seen);
+}
+
+/* docs/api.md's message-field table ("| `name` | roles | rule | ...") lists exactly the parser's
+ * message fields, with its roles and rules. */
+static void test_message_table_matches_doc(void **state) {
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs/api.md", getenv("PDB_SRC") ? getenv("PDB_SRC") : ".");
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("cannot open %s (run from the source tree or set PDB_SRC)", path);
+    char line[4096];
+    int in_table = 0, rows = 0;
+    size_t n_fields = 0;
+    while (pdb_openai_message_field_at(n_fields)) n_fields++;
+    assert_true(n_fields >= 8);
+    int *seen = calloc(n_fields, sizeof *seen);
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "<!-- message-fields:begin -->")) { in_table = 1; continue; }
+        if (strstr(line, "<!-- message-fields:end -->")) break;
+        if (!in_table || strncmp(line, "| `", 3)) continue;
+        char name[64], roles[128], rule[32];
+        if (sscanf(line, "| `%63[^`]` | %127[^|]| %31[^ |]", name, roles, rule) != 3) fail_msg("docs/api.md message row: %s", line);
+        size_t i = 0;
+        while (i < n_fields && strcmp(pdb_openai_message_field_at(i)->name, name)) i++;
+        if (i == n_fields) fail_msg("docs/api.md lists the message field '%s', which the parser does not know", name);
+        const pdb_openai_message_field_info *fi = pdb_openai_message_field_at(i);
+        int want = (strstr(roles, "system") ? PDB_OPENAI_ROLE_SYSTEM : 0) | (strstr(roles, "user") ? PDB_OPENAI_ROLE_USER : 0) |
+                   (strstr(roles, "assistant") ? PDB_OPENAI_ROLE_ASSISTANT : 0) | (strstr(roles, "tool") ? PDB_OPENAI_ROLE_TOOL : 0);
+        if (fi->roles != want) fail_msg("message field '%s': docs/api.md says roles '%s', the parser %d", name, roles, fi->roles);
+        if (strcmp(fi->rule, rule)) fail_msg("message field '%s': docs/api.md says %s, the parser %s", name, rule, fi->rule);
+        seen[i]++;
+        rows++;
+    }
+    fclose(f);
+    for (size_t i = 0; i < n_fields; i++)
+        if (seen[i] != 1) fail_msg("'%s' appears %d times in docs/api.md's message table", pdb_openai_message_field_at(i)->name, seen[i]);
     assert_int_equal(rows, (int)n_fields);
     free(seen);
 }
@@ -466,7 +536,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_forms), cmocka_unit_test(test_chat_forms), cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_json_error_position), cmocka_unit_test(test_response_shapes), cmocka_unit_test(test_utf8),
-        cmocka_unit_test(test_new_fields), cmocka_unit_test(test_field_table_matches_doc), cmocka_unit_test(test_logprobs_shapes),
+        cmocka_unit_test(test_new_fields), cmocka_unit_test(test_field_table_matches_doc), cmocka_unit_test(test_message_table_matches_doc), cmocka_unit_test(test_logprobs_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

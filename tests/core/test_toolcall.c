@@ -70,7 +70,22 @@ static void test_tools_parse(void **state) {
     assert_false(pdb_toolcall_active(&r.tools));
     pdb_openai_request_free(&r);
 
-    bad("{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", "tool_choice", "unsupported_value"); /* two tools */
+    /* required among two tools: the model chooses the name (masked), no name is written for it */
+    ok("{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"max_tokens\":14}", &r);
+    assert_null(pdb_toolcall_forced_name(&r.tools));
+    assert_true(pdb_toolcall_forced_any(&r.tools) && pdb_toolcall_forced(&r.tools));
+    pdb_openai_request_free(&r);
+    /* a forced call needs room for the shortest call the mask can close ("now" + 9 + "{}" = 14;
+     * a named one "{}" = 2), and no stop strings */
+    bad("{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"max_tokens\":13}", "max_tokens", "invalid_value");
+    bad("{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"max_completion_tokens\":13}", "max_completion_tokens", "invalid_value");
+    bad("{" MSGS "," TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}},\"max_tokens\":1}", "max_tokens",
+        "invalid_value");
+    ok("{" MSGS "," TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"now\"}},\"max_tokens\":2}", &r);
+    pdb_openai_request_free(&r);
+    bad("{" MSGS "," TOOLS ",\"tool_choice\":\"required\",\"stop\":[\"}\"]}", "stop", "unsupported_value");
+    ok("{" MSGS "," TOOLS ",\"tool_choice\":\"auto\",\"stop\":[\"}\"],\"max_tokens\":1}", &r); /* auto: not forced */
+    pdb_openai_request_free(&r);
     bad("{" MSGS ",\"tool_choice\":\"required\"}", "tool_choice", "invalid_value");
     bad("{" MSGS "," TOOLS ",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}", "tool_choice", "invalid_value");
     bad("{" MSGS "," TOOLS ",\"tool_choice\":\"always\"}", "tool_choice", "invalid_value");

@@ -4,7 +4,8 @@
  * events come in their order with matching indices); finish reasons: tool_calls / tool_use only
  * for a call not cut by max_tokens (the forced-call bound counts as made), length / max_tokens,
  * stop_sequence with the string, end_turn; a calls block's end (or the first call when parallel
- * calls are off) says "stop generating". */
+ * calls are off) says "stop generating"; a choice of several carries its index, leaves usage and
+ * [DONE] to the last choice, and can be kept for one body of all (pdb_dec_reply_result). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -226,11 +227,56 @@ static void test_anthropic(void **state) {
     pdb_dec_reply_free(r);
 }
 
+/* n > 1: one composer per choice. A choice's stream carries its index and, when other choices
+ * still run, ends with its finish but without usage or [DONE]; a choice kept for a body of
+ * several (no_body) gives its result (content, calls, reason) and no bytes. */
+static void test_choice_of_several(void **state) {
+    (void)state;
+    pdb_dec_reply_opts o = {.api = PDB_DEC_REPLY_OPENAI, .stream = 1, .meta = {PDB_OPENAI_CHAT, "chatcmpl-abc", 1700000000, "tiny"},
+                            .parse_tools = 1, .include_usage = 1, .index = 1};
+    pdb_dec_reply *r = NULL;
+    assert_int_equal(pdb_dec_reply_new(&o, &r), PDB_OK);
+    assert_int_equal(feed(r, "Hi" PDB_TOOLS_CALLS_BEGIN CALL("f", "{\"a\": 1}") PDB_TOOLS_CALLS_END, 3), 1);
+    pdb_dec_reply_end e = {.usage = {50, 9, 32}, .not_last = 1};
+    assert_int_equal(pdb_dec_reply_finish(r, &e), PDB_OK);
+    size_t n = 0;
+    char *b = pdb_dec_reply_take(r, &n);
+    assert_non_null(b);
+    assert_null(strstr(b, "[DONE]"));
+    assert_null(strstr(b, "\"usage\""));
+    assert_non_null(strstr(b, "\"finish_reason\":\"tool_calls\""));
+    for (char *p = b; (p = strstr(p, "\"index\":")); p += 8) /* every choice index is 1 (call indices are 0) */
+        assert_true(p[8] == '1' || p[8] == '0');
+    assert_non_null(strstr(b, "\"choices\":[{\"index\":1"));
+    assert_null(strstr(b, "\"choices\":[{\"index\":0"));
+    free(b);
+    pdb_dec_reply_free(r);
+
+    o.stream = 0;
+    o.index = 3;
+    assert_int_equal(pdb_dec_reply_new(&o, &r), PDB_OK);
+    assert_int_equal(feed(r, "Hi" PDB_TOOLS_CALLS_BEGIN CALL("f", "{\"a\": 1}") PDB_TOOLS_CALLS_END, 5), 1);
+    pdb_dec_reply_end e2 = {.usage = {50, 9, 32}, .no_body = 1};
+    assert_int_equal(pdb_dec_reply_finish(r, &e2), PDB_OK);
+    assert_null(pdb_dec_reply_take(r, &n));
+    const pdb_openai_result *res = pdb_dec_reply_result(r);
+    assert_int_equal(res->index, 3);
+    assert_string_equal(res->finish_reason, "tool_calls");
+    assert_int_equal(res->text_len, 2);
+    assert_memory_equal(res->text, "Hi", 2);
+    assert_int_equal(res->n_tool_calls, 1);
+    assert_string_equal(res->tool_calls[0].name, "f");
+    assert_int_equal(res->tool_calls[0].arguments_len, 8);
+    assert_memory_equal(res->tool_calls[0].arguments, "{\"a\": 1}", 8);
+    pdb_dec_reply_free(r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_openai_body),
         cmocka_unit_test(test_openai_stream),
         cmocka_unit_test(test_anthropic),
+        cmocka_unit_test(test_choice_of_several),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test_dec_tools: tools on /v1/chat/completions and the Messages API (/v1/messages) on one
 # decode-server with the real tokenizer (preset small): forced calls (body and stream deltas
-# equal), tool_choice none/auto, a tool output rendered back, the server's 256-token bound on a
-# forced call, Messages text answers (stream = non-stream, stop_sequence), and 400/404 answers
-# naming their field in each API's error shape (tests/decoder/dec_tools_check.py).
+# equal, arguments that parse), tool_choice required among three tools and Messages' any among
+# two (greedy and sampled, stream and not: one call of a tool each), tool_choice none/auto, a
+# tool output rendered back, the 256-token bound on a forced call, Messages text answers
+# (stream = non-stream, stop_sequence), and 400/404 answers naming their field in each API's
+# error shape (tests/decoder/dec_tools_check.py).
 set -euo pipefail
 source "$(dirname "$0")/../common/pdb_e2e.sh"
 pdb_e2e_init dectools

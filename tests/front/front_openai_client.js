@@ -2,7 +2,8 @@
 // completion through the front: the X-PD-Bridge header says complete, the final chunk carries the
 // pd_bridge object, and the streamed text equals the native decoder's answer to the same chat;
 // then a second bridged prompt with logprobs (top 20) whose vectors equal the native decoder's,
-// stream and not, n = 2 and JSON mode through the front.
+// stream and not, n = 2 (with a forced call too) and JSON mode through the front; the front refuses
+// what the decoder would (an unknown field, a refused one, JSON mode with tools, a message's name).
 // Usage: OPENAI_MODULE=... node front_openai_client.js FRONT_URL NATIVE_URL
 'use strict';
 const OpenAI = require(process.env.OPENAI_MODULE || 'openai');
@@ -53,6 +54,12 @@ async function main() {
   // n = 2 and JSON mode through the front
   const two = await mk(front).chat.completions.create({ ...req, max_tokens: 6, temperature: 1, seed: 3, n: 2 });
   check(two.choices.length === 2, 'n = 2 through the front');
+  // n = 2 with a forced call: each choice makes the call, its arguments one JSON object
+  const twoCalls = await mk(front).chat.completions.create({ ...req, max_tokens: 12, temperature: 1, seed: 3, n: 2,
+    tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'f' } } });
+  check(twoCalls.choices.length === 2 && twoCalls.choices.every((c) => c.finish_reason === 'tool_calls' && c.message.tool_calls.length === 1
+        && c.message.tool_calls[0].function.name === 'f' && typeof JSON.parse(c.message.tool_calls[0].function.arguments) === 'object'),
+        `n = 2 with a forced call through the front: ${JSON.stringify(twoCalls.choices.map((c) => c.message))}`);
   for (let seed = 1; seed <= 3; seed++) {
     const j = await mk(front).chat.completions.create({ ...req, max_tokens: 20, temperature: 1, seed, response_format: { type: 'json_object' } });
     let ok = false;
@@ -61,7 +68,8 @@ async function main() {
   }
   // the front refuses what the decoder would, before any bridge: an unknown field, a refused one
   for (const [field, extra] of [['frobnicate', { frobnicate: 1 }], ['functions', { functions: [{ name: 'f' }] }],
-                               ['n', { n: 2, tools: [{ type: 'function', function: { name: 'f' } }] }]]) {
+                               ['response_format', { response_format: { type: 'json_object' }, tools: [{ type: 'function', function: { name: 'f' } }] }],
+                               ['messages[0].name', { messages: [{ role: 'user', content: 'x', name: 'ann' }] }]]) {
     let status = 0, param = null;
     try { await mk(front).chat.completions.create({ ...req, ...extra }); } catch (e) { status = e.status; param = e.param; }
     check(status === 400 && param === field, `front: ${field} refused with 400 naming it (got ${status} ${param})`);

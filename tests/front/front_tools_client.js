@@ -3,7 +3,9 @@
 // function -> choices[0].message.tool_calls (id, type, function.name, function.arguments) with
 // finish_reason "tool_calls" -> the same call streamed as tool_call deltas (assembled equal to the
 // non-stream call) -> the assistant message and a role "tool" message sent back -> an answer
-// with content, equal to the native decoder's answer to the same conversation.
+// with content, equal to the native decoder's answer to the same conversation; then tool_choice
+// "required" among the two tools (the name masked to one of them) through the front, equal to
+// the native decoder's call, its arguments one JSON object.
 // Usage: OPENAI_MODULE=... node front_tools_client.js FRONT_URL NATIVE_URL
 'use strict';
 const OpenAI = require(process.env.OPENAI_MODULE || 'openai');
@@ -26,8 +28,8 @@ async function main() {
   const models = [];
   for await (const m of mk(front).models.list()) models.push(m.id);
   const user = { role: 'user', content: text + '\nWhat is the weather in Paris?' };
-  // max_tokens above the server's 256-token bound on a forced call's arguments: the server
-  // closes the call itself (random weights never would), so the finish is "tool_calls"
+  // max_tokens above the server's 256-token bound on a forced call: the mask closes the arguments'
+  // object within it (random weights never would), so the finish is "tool_calls"
   const req = { model: models[0], messages: [user], tools, tool_choice: { type: 'function', function: { name: 'get_weather' } },
                 max_tokens: 300, temperature: 0 };
 
@@ -44,6 +46,9 @@ async function main() {
   check(typeof call.id === 'string' && call.id.startsWith('call_'), `call id ${call.id}`);
   check(call.type === 'function' && call.function.name === 'get_weather', `forced function: ${JSON.stringify(call)}`);
   check(typeof call.function.arguments === 'string' && call.function.arguments.length > 0, 'arguments text');
+  let parsed = null;
+  try { parsed = JSON.parse(call.function.arguments); } catch (e) { parsed = null; }
+  check(parsed && typeof parsed === 'object' && !Array.isArray(parsed), `the arguments parse as one JSON object: ${call.function.arguments}`);
   check(first.usage.prompt_tokens_details.cached_tokens > 0, `cached_tokens ${JSON.stringify(first.usage)}`);
 
   // the same call streamed (now warm: the verdict says so); deltas assemble to the same call
@@ -78,10 +83,20 @@ async function main() {
   const ref = await mk(native).chat.completions.create(req2);
   check(JSON.stringify(ref.choices[0].message) === JSON.stringify(a.message),
         `answer through the front ${JSON.stringify(a.message)} != native ${JSON.stringify(ref.choices[0].message)}`);
-  // a forced choice the server cannot honour is a 400 naming tool_choice, before any bridge
-  let refused = null;
-  try { await mk(front).chat.completions.create({ ...req, tool_choice: 'required' }); } catch (e) { refused = e; }
-  check(refused && refused.status === 400 && refused.param === 'tool_choice', `required among 2 tools: ${refused && refused.message}`);
+  // tool_choice "required" among the 2 tools: the model chooses the name under the mask; through
+  // the front (bridged: the prompt ends at the call's separator) it is the native decoder's call
+  const req3 = { ...req, tool_choice: 'required', max_tokens: 60 };
+  const { data: any, response: r3 } = await mk(front).chat.completions.create(req3).withResponse();
+  const c3 = any.choices[0];
+  check((r3.headers.get('x-pd-bridge') || '').length > 0, 'X-PD-Bridge on the required call');
+  check(c3.finish_reason === 'tool_calls' && (c3.message.tool_calls || []).length === 1 &&
+        ['get_weather', 'get_time'].includes(c3.message.tool_calls[0].function.name), `required among 2 tools: ${JSON.stringify(c3.message)}`);
+  let p3 = null;
+  try { p3 = JSON.parse(c3.message.tool_calls[0].function.arguments); } catch (e) { p3 = null; }
+  check(p3 && typeof p3 === 'object' && !Array.isArray(p3), `required call's arguments parse: ${c3.message.tool_calls[0].function.arguments}`);
+  const ref3 = await mk(native).chat.completions.create(req3);
+  check(JSON.stringify(ref3.choices[0].message.tool_calls.map((t) => t.function)) === JSON.stringify(c3.message.tool_calls.map((t) => t.function)),
+        `required call through the front == native: ${JSON.stringify(ref3.choices[0].message)}`);
   console.log(`front-tools-client: ok (call ${call.id} get_weather, ${call.function.arguments.length} chars of arguments, ` +
               `streamed equal; answer ${v2.split(';')[0]}, equal to native)`);
 }

@@ -132,6 +132,11 @@ static void test_forced_prefix_and_refusals(void **state) {
     assert_int_equal(l, strlen(want));
     assert_string_equal(t, want);
     free(t);
+    /* forced among several tools: the opening stops at the separator (the model writes the name) */
+    assert_int_equal(pdb_tools_forced_prefix(NULL, &t, &l), PDB_OK);
+    assert_string_equal(t, PDB_TOOLS_CALLS_BEGIN PDB_TOOLS_CALL_BEGIN "function" PDB_TOOLS_SEP);
+    assert_int_equal(l, strlen(t));
+    free(t);
     pdb_chat_tool_call c = {"f", "{}"};
     pdb_chat_message both[] = {{"user", "x", NULL, 0}, {"assistant", "text", &c, 1}};
     assert_int_equal(pdb_chat_render_prompt(both, 2, true, &t, &l), PDB_UNSUPPORTED);
@@ -174,10 +179,13 @@ static int tr_event(void *user, pdb_tools_event ev, int call, const char *s, siz
     return ev == PDB_TOOLS_EV_CALL_END && t->stop_after_end ? 7 : 0;
 }
 
+static int g_head; /* parse_both_ways starts the parser in a call's head (pdb_tools_parser_init_head) */
+
 static void parse_both_ways(const char *forced, const char *in, const char *want, int want_done) {
     for (int chunk = 0; chunk < 3; chunk++) {
         pdb_tools_parser p;
-        pdb_tools_parser_init(&p, forced);
+        if (g_head) pdb_tools_parser_init_head(&p);
+        else pdb_tools_parser_init(&p, forced);
         transcript t = {.last_ev = -1};
         size_t n = strlen(in), step = chunk == 0 ? n : chunk == 1 ? 1 : 5;
         for (size_t i = 0; i < n; i += step)
@@ -208,6 +216,13 @@ static void test_parser(void **state) {
     /* cut short (max_tokens): the call is closed with what it has, a dangling fence start dropped */
     parse_both_ways("f", "{\"q\": \"abc\n``", "C0[f]A0[{\"q\": \"abc]E0", 0);
     parse_both_ways("f", "", "C0[f]E0", 0);
+    /* forced among several tools: generation starts at the name, which runs to its newline */
+    g_head = 1;
+    parse_both_ways(NULL, "get_time\n```json\n{\"tz\": \"UTC\"}", "C0[get_time]A0[{\"tz\": \"UTC\"}]E0", 0);
+    parse_both_ways(NULL, "now\n```json\n{}\n```" KE CE, "C0[now]A0[{}]E0", 1);
+    parse_both_ways(NULL, "get_t", "C0[get_t]E0", 0); /* cut inside the name: the name so far */
+    parse_both_ways(NULL, "", "", 0);                 /* nothing generated: no call */
+    g_head = 0;
     /* no fence, a call without arguments, then text after the calls block */
     parse_both_ways(NULL, CB KB "function" SP " now \n" KE CE "tail", "C0[now]E0T[tail]", 1);
     /* a head that never ends is content; a calls block that holds no call is content */
