@@ -31,7 +31,7 @@ static const char *const BC_COLUMNS[] = {
     "time_utc", "mode", "verdict", "endpoint", "model", "tokens_target", "seed", "max_tokens", "prompt_tokens",
     "cached_tokens", "completion_tokens", "ttft_s", "total_s", "decode_tok_s", "blocks_written", "blocks_requested",
     "bytes", "engine_ms", "transfer_ms", "write_ms", "bridge_total_ms", "front_peak_rss_bytes",
-    "decoder_peak_rss_bytes", "prefill_peak_rss_bytes", "needle", "url",
+    "decoder_peak_rss_bytes", "prefill_peak_rss_bytes", "needle", "url", "answer_bytes", "answer_fnv64", "answer_equal",
 };
 enum { BC_NCOL = sizeof BC_COLUMNS / sizeof BC_COLUMNS[0] };
 
@@ -135,6 +135,14 @@ static int bc_csv_append(const char *path, const bc_row *r) {
     return ok;
 }
 
+/* FNV-1a 64 of the answer's bytes: an identity label for comparing two answers in one run (not a
+ * digest against an adversary; the byte counts are compared too). */
+static uint64_t bc_fnv64(const char *s, size_t n) {
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h;
+}
+
 static void bc_first_text(void *user, double ttft) {
     fprintf(stderr, "bench-cold: %s: first token after %.2f s\n", (const char *)user, ttft);
 }
@@ -223,6 +231,8 @@ static int bc_measure(const bc_opts *o, const char *url, int native, const char 
     }
     bc_set(row, "needle", "%d", strstr(r.text, code) != NULL);
     bc_set(row, "url", "%s", url);
+    bc_set(row, "answer_bytes", "%zu", strlen(r.text));
+    bc_set(row, "answer_fnv64", "%016llx", (unsigned long long)bc_fnv64(r.text, strlen(r.text)));
     pdb_cli_stream_free(&r);
     if (!ok) return 0;
     char b[32], fr[32], dr[32], pr[32];
@@ -293,6 +303,8 @@ int pdb_cli_bench_cold(int argc, char **argv) {
         "                    each server's pdb_process_peak_rss_bytes after the request (a native row: its decoder's)\n"
         "  needle            1 when the answer contains the needle's code, else 0\n"
         "  url               the server the prompt went to\n"
+        "  answer_bytes, answer_fnv64   the answer text's length and FNV-1a 64 (hex)\n"
+        "  answer_equal      native row with --native: 1 when its answer's bytes and FNV equal the front row's, else 0\n"
         "An empty field was not reported or does not apply. Exit 0 when every request was answered, 1 otherwise.\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     bc_opts o = {.seed = 1, .max_tokens = 16, .timeout_s = 3600, .tokenizer = ".cache/tokenizer/deepseek_v3/tokenizer.json"};
@@ -395,11 +407,21 @@ int pdb_cli_bench_cold(int argc, char **argv) {
     if (!bc_measure(&o, o.front, 0, prompt, code, dec_url, pre_url, &rows[0], &ttft_front)) rc = 1;
     else if (o.csv && !bc_csv_append(o.csv, &rows[0])) rc = 1;
     if (!rc && o.native) {
-        if (!bc_measure(&o, o.native, 1, prompt, code, o.native, NULL, &rows[1], &ttft_native)) rc = 1;
-        else if (o.csv && !bc_csv_append(o.csv, &rows[1])) rc = 1;
-        else if (ttft_front > 0 && ttft_native > 0)
-            printf("time to first token: %s %.3f s / native %.3f s = %.3f (native/%s = %.2fx)\n", bc_col(&rows[0], "mode"),
-                   ttft_front, ttft_native, ttft_front / ttft_native, bc_col(&rows[0], "mode"), ttft_native / ttft_front);
+        if (!bc_measure(&o, o.native, 1, prompt, code, o.native, NULL, &rows[1], &ttft_native)) {
+            rc = 1;
+        } else {
+            /* the same answer bytes from the front and from the decoder alone */
+            int eq = !strcmp(bc_col(&rows[0], "answer_bytes"), bc_col(&rows[1], "answer_bytes")) &&
+                     !strcmp(bc_col(&rows[0], "answer_fnv64"), bc_col(&rows[1], "answer_fnv64"));
+            bc_set(&rows[1], "answer_equal", "%d", eq);
+            printf("answer: %s %s bytes fnv64 %s, native %s bytes fnv64 %s: %s\n", bc_col(&rows[0], "mode"),
+                   bc_col(&rows[0], "answer_bytes"), bc_col(&rows[0], "answer_fnv64"), bc_col(&rows[1], "answer_bytes"),
+                   bc_col(&rows[1], "answer_fnv64"), eq ? "equal" : "DIFFERENT");
+            if (o.csv && !bc_csv_append(o.csv, &rows[1])) rc = 1;
+            else if (ttft_front > 0 && ttft_native > 0)
+                printf("time to first token: %s %.3f s / native %.3f s = %.3f (native/%s = %.2fx)\n", bc_col(&rows[0], "mode"),
+                       ttft_front, ttft_native, ttft_front / ttft_native, bc_col(&rows[0], "mode"), ttft_native / ttft_front);
+        }
     }
     if (!rc && o.csv) fprintf(stderr, "bench-cold: appended %d row%s to %s\n", o.native ? 2 : 1, o.native ? "s" : "", o.csv);
     free(prompt);
