@@ -706,6 +706,7 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
                  "recomputes what the spill no longer holds", (unsigned long long)(s->spool_spill_max >> 20),
                  (long long)s->lim.window_blocks, (unsigned long long)s->lim.window_spill_bytes, (long long)s->lim.block_size);
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = (size_t)s->lim.max_body_bytes,
+                        .idle_timeout_s = (unsigned)s->lim.http_idle_timeout_s,
                         .handler = handler, .user = s};
     if ((st = pdb_http_server_start(&ho, &s->http))) goto fail;
     PDB_INFO("prefill-server: %s on port %d, backend %s x%d, decoder %s (fingerprint %.16s..., scheme %s), spill %s (at most %llu MB)",
