@@ -4,7 +4,7 @@
 #
 #   bench/sweep_cold.sh [--sizes "2000 4000 8000"] [--arch deepseek_v2|deepseek_v4] [--preset NAME]
 #                       [--models DIR] [--out DIR] [--block-size N] [--threads N] [--seed S]
-#                       [--max-tokens K] [--replot]
+#                       [--max-tokens K] [--ignore-eos] [--timeout-s T] [--logx] [--replot]
 #
 # Per size: a decoder, a native decoder (empty cache), a prefill server (CPU backend) and a front
 # start on port 0 (their "listening on" line gives the URL); one `bench-cold --native` measures
@@ -18,15 +18,22 @@
 # Output in --out (default bench/results/sweep_cold; its CSVs are rewritten):
 #   bench_cold.csv   every bench-cold row, as bench-cold wrote them (3 per size)
 #   sweep.csv        one line per size: the table below, numbers only (empty: not measured)
-#   ttft.png ratio.png prefill_rss.png warm_ttft.png   the plots (640x400)
+#   ttft.png ratio.png prefill_rss.png overhead.png warm_ttft.png   the plots (640x400)
 # --replot redraws the PNGs and the table from an existing --out's sweep.csv, measuring nothing.
+# --ignore-eos: every request generates K tokens (the bridged and native answers compared over all K);
+# --timeout-s: bench-cold's per-request limit (default 14400: a 1M-token native prefill on a CPU);
+# --logx: the plots' x axis (prompt tokens) in log scale (for sweeps from 8K to 1M).
+# sweep.csv's columns past warm_cached_tokens (empty in sweeps made before them): the bridged row's
+# blocks written/requested, the prefill engine's ms (the verdict's engine_ms), the bridged and
+# native total seconds, answer_equal (bench-cold: the native answer's bytes equal the bridged one's)
+# and overhead = bridged TTFT / the engine's own time for the same prompt (overhead.png).
 # Progress goes to stderr, the table to stdout. Needs build/pdbridge (PDB_BIN overrides) and gnuplot.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source tests/common/pdb_e2e.sh
 
 SIZES="2000 4000 8000" ARCH=deepseek_v2 PRESET="" MODELS=.cache/sweep OUT=bench/results/sweep_cold
-BS=512 THREADS="" SEED=7 MAXTOK=16 REPLOT=0
+BS=512 THREADS="" SEED=7 MAXTOK=16 REPLOT=0 IGNORE_EOS=() TIMEOUT=14400 LOGX=0
 BIN="${PDB_BIN:-build/pdbridge}"
 
 # Print a progress line on stderr.
@@ -41,12 +48,14 @@ parse_args() {
         case "$1" in
             -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
             --replot) REPLOT=1; shift; continue ;;
+            --ignore-eos) IGNORE_EOS=(--ignore-eos); shift; continue ;;
+            --logx) LOGX=1; shift; continue ;;
         esac
         [ $# -ge 2 ] || die "$1 needs a value"
         case "$1" in
             --sizes) SIZES="$2" ;; --arch) ARCH="$2" ;; --preset) PRESET="$2" ;; --models) MODELS="$2" ;;
             --out) OUT="$2" ;; --block-size) BS="$2" ;; --threads) THREADS="$2" ;; --seed) SEED="$2" ;;
-            --max-tokens) MAXTOK="$2" ;;
+            --max-tokens) MAXTOK="$2" ;; --timeout-s) TIMEOUT="$2" ;;
             *) die "bad option '$1' (--help lists them)" ;;
         esac
         shift 2
@@ -98,19 +107,23 @@ run_size() {
     start front "$BIN" front --decoder "$dec" --prefill "$pre" --decoder-model "$DEC" --cache-dir "$W/cache" --port 0 --block-size "$BS"
     local fr=$URL
     say "$n tokens: cold prompt, bridged then native"
-    "$BIN" bench-cold --front "$fr" --native "$nat" --tokens "$n" --seed "$SEED" --max-tokens "$MAXTOK" --csv "$W/cold.csv" >&2
+    "$BIN" bench-cold --front "$fr" --native "$nat" --tokens "$n" --seed "$SEED" --max-tokens "$MAXTOK" --csv "$W/cold.csv" \
+        --timeout-s "$TIMEOUT" "${IGNORE_EOS[@]}" >&2
     say "$n tokens: the same prompt again through the front (warm)"
-    "$BIN" bench-cold --front "$fr" --tokens "$n" --seed "$SEED" --max-tokens "$MAXTOK" --csv "$W/warm.csv" >&2
+    "$BIN" bench-cold --front "$fr" --tokens "$n" --seed "$SEED" --max-tokens "$MAXTOK" --csv "$W/warm.csv" \
+        --timeout-s "$TIMEOUT" "${IGNORE_EOS[@]}" >&2
     stop_all
     [ -s "$OUT/bench_cold.csv" ] || head -1 "$W/cold.csv" >"$OUT/bench_cold.csv"
     tail -n +2 "$W/cold.csv" >>"$OUT/bench_cold.csv"; tail -n +2 "$W/warm.csv" >>"$OUT/bench_cold.csv"
-    local mode ttft nttft ratio="" bttft="" rss
+    local mode ttft nttft ratio="" bttft="" rss eng over=""
     mode=$(col "$W/cold.csv" 1 mode) ttft=$(col "$W/cold.csv" 1 ttft_s) nttft=$(col "$W/cold.csv" 2 ttft_s)
     if [ "$mode" = bridged ]; then   # only a `complete` bridge is a bridged TTFT and a ratio
         bttft=$ttft ratio=$(awk -v b="$bttft" -v a="$nttft" 'BEGIN { if (a > 0) printf "%.3f", b / a }')
     fi
     rss=$(awk -v b="$(col "$W/cold.csv" 1 prefill_peak_rss_bytes)" 'BEGIN { if (b != "") printf "%.1f", b / 1e6 }')
-    echo "$n,$(col "$W/cold.csv" 1 prompt_tokens),$nttft,$bttft,$ratio,$(col "$W/cold.csv" 1 verdict),$rss,$(col "$W/warm.csv" 1 ttft_s),$(col "$W/warm.csv" 1 verdict),$(col "$W/warm.csv" 1 cached_tokens)" >>"$OUT/sweep.csv"
+    eng=$(col "$W/cold.csv" 1 engine_ms)
+    [ -n "$bttft" ] && [ -n "$eng" ] && over=$(awk -v b="$bttft" -v e="$eng" 'BEGIN { if (e > 0) printf "%.4f", b / (e / 1000) }')
+    echo "$n,$(col "$W/cold.csv" 1 prompt_tokens),$nttft,$bttft,$ratio,$(col "$W/cold.csv" 1 verdict),$rss,$(col "$W/warm.csv" 1 ttft_s),$(col "$W/warm.csv" 1 verdict),$(col "$W/warm.csv" 1 cached_tokens),$(col "$W/cold.csv" 1 blocks_written),$(col "$W/cold.csv" 1 blocks_requested),$eng,$(col "$W/cold.csv" 1 total_s),$(col "$W/cold.csv" 2 total_s),$(col "$W/cold.csv" 2 answer_equal),$over" >>"$OUT/sweep.csv"
 }
 
 # Draw the four PNGs from sweep.csv (an empty field is a missing point, not a zero).
@@ -119,6 +132,7 @@ plot() {
 set terminal pngcairo size 640,400 font ",10"
 set datafile separator ","
 set key top left; set grid; set xlabel "prompt tokens"; set format x "%.0f"
+$([ "$LOGX" = 1 ] && echo 'set logscale x 2; set format x "2^{%L}"')
 set output "$OUT/ttft.png"; set title "Time to first token, cold prompt ($ARCH $PRESET, block $BS)" noenhanced; set ylabel "seconds"
 plot "$OUT/sweep.csv" every ::1 using 2:3 with linespoints title "native (decoder alone)", \
      "" every ::1 using 2:4 with linespoints title "bridged (verdict complete)"
@@ -126,6 +140,10 @@ set output "$OUT/ratio.png"; set title "Bridged / native time to first token"; s
 plot "$OUT/sweep.csv" every ::1 using 2:5 with linespoints title "bridged TTFT / native TTFT", 1 with lines dt 2 title "1.0"
 set output "$OUT/prefill_rss.png"; set title "Prefill server peak RSS (fresh server per prompt)"; set ylabel "MB (10^6 bytes)"
 plot "$OUT/sweep.csv" every ::1 using 2:7 with linespoints title "prefill peak RSS"
+set output "$OUT/overhead.png"; set title "Bridge overhead: bridged TTFT / the prefill engine's own time (same prompt, one run)"
+set ylabel "ratio"; set yrange [0.9:*]
+plot "$OUT/sweep.csv" every ::1 using 2:17 with linespoints title "bridged TTFT / engine time", 1.03 with lines dt 2 title "1.03"
+set yrange [*:*]
 set output "$OUT/warm_ttft.png"; set title "Warm follow-up: the same prompt again (blocks mounted, the uncached tail computed)"
 set ylabel "seconds"; set offsets 0, 0, graph 0.1, 0
 plot "$OUT/sweep.csv" every ::1 using 2:(strcol(9) eq "skipped warm" ? \$8 : NaN) with linespoints title "warm TTFT (verdict skipped warm)", \
@@ -135,10 +153,12 @@ EOF
 
 # Print the table from sweep.csv on stdout (tail: the warm request's uncached tokens, computed by the decoder).
 table() {
-    local f='%6s %7s %9s %10s %6s %-9s %11s %7s %5s  %s\n'
-    printf "$f" size tokens "native s" "bridged s" ratio verdict "prefill MB" "warm s" tail "warm verdict"
-    tail -n +2 "$OUT/sweep.csv" | while IFS=, read -r n p nt bt r v rss wt wv wc; do
-        printf "$f" "$n" "$p" "${nt:--}" "${bt:--}" "${r:--}" "$v" "${rss:--}" "${wt:--}" "$([ -n "$wc" ] && echo $((p - wc)) || echo -)" "$wv"
+    local f='%8s %8s %9s %10s %6s %-9s %11s %7s %5s %-13s %9s %10s %8s %6s\n'
+    printf "$f" size tokens "native s" "bridged s" ratio verdict "prefill MB" "warm s" tail "warm verdict" blocks "engine s" overhead answer
+    tail -n +2 "$OUT/sweep.csv" | while IFS=, read -r n p nt bt r v rss wt wv wc bw br em bts nts ae ov; do
+        printf "$f" "$n" "$p" "${nt:--}" "${bt:--}" "${r:--}" "$v" "${rss:--}" "${wt:--}" "$([ -n "$wc" ] && echo $((p - wc)) || echo -)" "$wv" \
+            "$([ -n "$bw" ] && echo "$bw/$br" || echo -)" "$([ -n "$em" ] && awk -v e="$em" 'BEGIN { printf "%.3f", e / 1000 }' || echo -)" \
+            "${ov:--}" "$(case "$ae" in 1) echo equal ;; 0) echo DIFFER ;; *) echo - ;; esac)"
     done
 }
 
@@ -152,7 +172,7 @@ main() {
     T=$W
     trap 'stop_all; rm -rf "$W"' EXIT
     rm -f "$OUT/bench_cold.csv"
-    echo "tokens_target,prompt_tokens,native_ttft_s,bridged_ttft_s,ratio,verdict,prefill_peak_rss_mb,warm_ttft_s,warm_verdict,warm_cached_tokens" >"$OUT/sweep.csv"
+    echo "tokens_target,prompt_tokens,native_ttft_s,bridged_ttft_s,ratio,verdict,prefill_peak_rss_mb,warm_ttft_s,warm_verdict,warm_cached_tokens,blocks_written,blocks_requested,engine_ms,bridged_total_s,native_total_s,answer_equal,overhead" >"$OUT/sweep.csv"
     for n in $SIZES; do run_size "$n"; done
     plot
     say "CSV and plots in $OUT"

@@ -31,14 +31,14 @@ static const char *const BC_COLUMNS[] = {
     "time_utc", "mode", "verdict", "endpoint", "model", "tokens_target", "seed", "max_tokens", "prompt_tokens",
     "cached_tokens", "completion_tokens", "ttft_s", "total_s", "decode_tok_s", "blocks_written", "blocks_requested",
     "bytes", "engine_ms", "transfer_ms", "write_ms", "bridge_total_ms", "front_peak_rss_bytes",
-    "decoder_peak_rss_bytes", "prefill_peak_rss_bytes", "needle", "url",
+    "decoder_peak_rss_bytes", "prefill_peak_rss_bytes", "needle", "url", "answer_bytes", "answer_fnv64", "answer_equal",
 };
 enum { BC_NCOL = sizeof BC_COLUMNS / sizeof BC_COLUMNS[0] };
 
 typedef struct {
-    const char *front, *native, *csv, *model, *mode, *bearer, *tokenizer, *dec_metrics, *pre_metrics;
+    const char *front, *native, *csv, *model, *mode, *bearer, *tokenizer, *dec_metrics, *pre_metrics, *save_prompt;
     long long tokens, seed, max_tokens, timeout_s;
-    int chat, ignore_eos;
+    int chat, ignore_eos, prompt_only;
 } bc_opts;
 
 /* GET base+path, answer 200 required; *body (free it) on success. */
@@ -135,6 +135,14 @@ static int bc_csv_append(const char *path, const bc_row *r) {
     return ok;
 }
 
+/* FNV-1a 64 of the answer's bytes: an identity label for comparing two answers in one run (not a
+ * digest against an adversary; the byte counts are compared too). */
+static uint64_t bc_fnv64(const char *s, size_t n) {
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+    return h;
+}
+
 static void bc_first_text(void *user, double ttft) {
     fprintf(stderr, "bench-cold: %s: first token after %.2f s\n", (const char *)user, ttft);
 }
@@ -223,6 +231,8 @@ static int bc_measure(const bc_opts *o, const char *url, int native, const char 
     }
     bc_set(row, "needle", "%d", strstr(r.text, code) != NULL);
     bc_set(row, "url", "%s", url);
+    bc_set(row, "answer_bytes", "%zu", strlen(r.text));
+    bc_set(row, "answer_fnv64", "%016llx", (unsigned long long)bc_fnv64(r.text, strlen(r.text)));
     pdb_cli_stream_free(&r);
     if (!ok) return 0;
     char b[32], fr[32], dr[32], pr[32];
@@ -256,11 +266,16 @@ static int bc_reachable(const bc_opts *o, const char *what, const char *base, co
 
 static int bc_is_url(const char *s) { return s && (!strncmp(s, "http://", 7) || !strncmp(s, "https://", 8)); }
 
+static int bc_check_servers(const bc_opts *op, char *dec_url, char *pre_url);
+static int bc_run(const bc_opts *op, const char *dec_url, const char *pre_url);
+
 int pdb_cli_bench_cold(int argc, char **argv) {
     static const char *usage =
         "usage: pdbridge bench-cold --front URL --tokens N [--native URL] [--seed S] [--max-tokens K] [--csv FILE]\n"
         "                           [--model NAME] [--chat] [--mode auto|force|off] [--ignore-eos] [--api-key KEY]\n"
-        "                           [--tokenizer FILE] [--decoder-metrics URL] [--prefill-metrics URL] [--timeout-s T]\n\n"
+        "                           [--tokenizer FILE] [--decoder-metrics URL] [--prefill-metrics URL] [--timeout-s T]\n"
+        "                           [--save-prompt FILE]\n"
+        "       pdbridge bench-cold --prompt-only --tokens N [--seed S] [--chat] --save-prompt FILE\n\n"
         "One cold prompt through a running front, measured. The prompt is about N tokens of real text: the Python\n"
         "standard library's .py files shuffled by S (default 1; 0: sorted by name), a needle sentence with a code\n"
         "drawn from S in the middle and a question about it at the end; it is sent as a streamed /v1/completions\n"
@@ -293,7 +308,11 @@ int pdb_cli_bench_cold(int argc, char **argv) {
         "                    each server's pdb_process_peak_rss_bytes after the request (a native row: its decoder's)\n"
         "  needle            1 when the answer contains the needle's code, else 0\n"
         "  url               the server the prompt went to\n"
-        "An empty field was not reported or does not apply. Exit 0 when every request was answered, 1 otherwise.\n";
+        "  answer_bytes, answer_fnv64   the answer text's length and FNV-1a 64 (hex)\n"
+        "  answer_equal      native row with --native: 1 when its answer's bytes and FNV equal the front row's, else 0\n"
+        "An empty field was not reported or does not apply. Exit 0 when every request was answered, 1 otherwise.\n"
+        "--save-prompt FILE writes the prompt's text (exactly the bytes sent); --prompt-only builds and writes it,\n"
+        "prints its bytes and the files' tokens, and sends nothing (no server needed), e.g. to time a tokenizer on it.\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     bc_opts o = {.seed = 1, .max_tokens = 16, .timeout_s = 3600, .tokenizer = ".cache/tokenizer/deepseek_v3/tokenizer.json"};
     for (int i = 1; i < argc; i++) {
@@ -302,7 +321,7 @@ int pdb_cli_bench_cold(int argc, char **argv) {
         const char **sv = !strcmp(a, "--front") ? &o.front : !strcmp(a, "--native") ? &o.native : !strcmp(a, "--csv") ? &o.csv
                         : !strcmp(a, "--model") ? &o.model : !strcmp(a, "--mode") ? &o.mode : !strcmp(a, "--api-key") ? &o.bearer
                         : !strcmp(a, "--tokenizer") ? &o.tokenizer : !strcmp(a, "--decoder-metrics") ? &o.dec_metrics
-                        : !strcmp(a, "--prefill-metrics") ? &o.pre_metrics : NULL;
+                        : !strcmp(a, "--prefill-metrics") ? &o.pre_metrics : !strcmp(a, "--save-prompt") ? &o.save_prompt : NULL;
         long long *iv = !strcmp(a, "--tokens") ? &o.tokens : !strcmp(a, "--seed") ? &o.seed : !strcmp(a, "--max-tokens") ? &o.max_tokens
                       : !strcmp(a, "--timeout-s") ? &o.timeout_s : NULL;
         if (sv && v) { *sv = v; i++; }
@@ -311,6 +330,7 @@ int pdb_cli_bench_cold(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--chat")) o.chat = 1;
         else if (!strcmp(a, "--ignore-eos")) o.ignore_eos = 1;
+        else if (!strcmp(a, "--prompt-only")) o.prompt_only = 1;
         else if (sv || iv) {
             fprintf(stderr, "pdbridge bench-cold: %s needs %s\n\n%s", a, iv ? "a positive integer" : "a value", usage);
             return 2;
@@ -319,7 +339,14 @@ int pdb_cli_bench_cold(int argc, char **argv) {
             return 2;
         }
     }
-    if (!o.front || !o.tokens) { fprintf(stderr, "pdbridge bench-cold: --front and --tokens are required\n\n%s", usage); return 2; }
+    if (o.prompt_only && (!o.save_prompt || !o.tokens)) {
+        fprintf(stderr, "pdbridge bench-cold: --prompt-only needs --tokens and --save-prompt FILE\n\n%s", usage);
+        return 2;
+    }
+    if (!o.prompt_only && (!o.front || !o.tokens)) {
+        fprintf(stderr, "pdbridge bench-cold: --front and --tokens are required\n\n%s", usage);
+        return 2;
+    }
     const char *urls[][2] = {{"--front", o.front}, {"--native", o.native}, {"--decoder-metrics", o.dec_metrics},
                              {"--prefill-metrics", o.pre_metrics}};
     for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++)
@@ -333,30 +360,42 @@ int pdb_cli_bench_cold(int argc, char **argv) {
     }
     if (pdb_http_client_init()) { pdb_cli_print_error("bench-cold", NULL); return 1; }
 
-    /* Every server first: a dead one ends the run before the prompt is built. */
+    char dec_url[512] = "", pre_url[512] = "";
+    if (!o.prompt_only && !bc_check_servers(&o, dec_url, pre_url)) return 1;
+    return bc_run(&o, dec_url, pre_url);
+}
+
+/* Every server first: a dead one ends the run before the prompt is built. dec_url / pre_url (512
+ * bytes): the decoder and prefill server whose /metrics are read. 1 when all answered. */
+static int bc_check_servers(const bc_opts *op, char *dec_url, char *pre_url) {
+    const bc_opts o = *op;
     fprintf(stderr, "bench-cold: checking the front at %s\n", o.front);
     char *health;
     if (bc_get(&o, o.front, "/health", &health)) {
         fprintf(stderr, "pdbridge bench-cold: cannot reach the front (--front %s): %s\n", o.front, pdb_err_msg());
-        return 1;
+        return 0;
     }
     json_t *hj = json_loads(health, 0, NULL);
     free(health);
-    char dec_url[512] = "", pre_url[512] = "";
     const char *hd = json_string_value(json_object_get(hj, "decoder")), *hp = json_string_value(json_object_get(hj, "prefill"));
-    snprintf(dec_url, sizeof dec_url, "%s", o.dec_metrics ? o.dec_metrics : hd ? hd : "");
-    snprintf(pre_url, sizeof pre_url, "%s", o.pre_metrics ? o.pre_metrics : hp ? hp : "");
+    snprintf(dec_url, 512, "%s", o.dec_metrics ? o.dec_metrics : hd ? hd : "");
+    snprintf(pre_url, 512, "%s", o.pre_metrics ? o.pre_metrics : hp ? hp : "");
     json_decref(hj);
     if (!dec_url[0] || !pre_url[0]) {
         fprintf(stderr, "pdbridge bench-cold: the front at %s does not name its %s in /health: give --%s-metrics URL\n", o.front,
                 !dec_url[0] ? "decoder" : "prefill server", !dec_url[0] ? "decoder" : "prefill");
-        return 1;
+        return 0;
     }
     if (!bc_reachable(&o, "front's decoder", dec_url, "/metrics", o.dec_metrics ? NULL : " (give --decoder-metrics URL)") ||
         !bc_reachable(&o, "front's prefill server", pre_url, "/metrics", o.pre_metrics ? NULL : " (give --prefill-metrics URL)") ||
         (o.native && !bc_reachable(&o, "native decoder (--native)", o.native, "/health", NULL)))
-        return 1;
+        return 0;
+    return 1;
+}
 
+/* Build the prompt, save it when asked, then measure (not with --prompt-only). Exit status. */
+static int bc_run(const bc_opts *op, const char *dec_url, const char *pre_url) {
+    const bc_opts o = *op;
     fprintf(stderr, "bench-cold: loading the tokenizer %s\n", o.tokenizer);
     pdb_tokenizer *tok = NULL;
     if (pdb_tokenizer_load(o.tokenizer, &tok)) {
@@ -388,6 +427,23 @@ int pdb_cli_bench_cold(int argc, char **argv) {
     snprintf(prompt, pl, "%s%s%s", ctx, BC_QUESTION, o.chat ? "" : "\nAnswer:");
     free(ctx);
     fprintf(stderr, "bench-cold: prompt: %zu bytes\n", strlen(prompt));
+    if (o.save_prompt) {
+        FILE *f = fopen(o.save_prompt, "wb");
+        int ok = f && fwrite(prompt, 1, strlen(prompt), f) == strlen(prompt);
+        if (f && fclose(f)) ok = 0;
+        if (!ok) {
+            fprintf(stderr, "pdbridge bench-cold: cannot write --save-prompt %s: %s\n", o.save_prompt, strerror(errno));
+            free(prompt);
+            return 1;
+        }
+        fprintf(stderr, "bench-cold: prompt written to %s\n", o.save_prompt);
+    }
+    if (o.prompt_only) {
+        printf("prompt %zu bytes, %lld tokens of files (target %lld, seed %lld) in %s\n", strlen(prompt), (long long)got,
+               o.tokens, o.seed, o.save_prompt);
+        free(prompt);
+        return 0;
+    }
 
     static bc_row rows[2];
     double ttft_front = 0, ttft_native = 0;
@@ -395,11 +451,21 @@ int pdb_cli_bench_cold(int argc, char **argv) {
     if (!bc_measure(&o, o.front, 0, prompt, code, dec_url, pre_url, &rows[0], &ttft_front)) rc = 1;
     else if (o.csv && !bc_csv_append(o.csv, &rows[0])) rc = 1;
     if (!rc && o.native) {
-        if (!bc_measure(&o, o.native, 1, prompt, code, o.native, NULL, &rows[1], &ttft_native)) rc = 1;
-        else if (o.csv && !bc_csv_append(o.csv, &rows[1])) rc = 1;
-        else if (ttft_front > 0 && ttft_native > 0)
-            printf("time to first token: %s %.3f s / native %.3f s = %.3f (native/%s = %.2fx)\n", bc_col(&rows[0], "mode"),
-                   ttft_front, ttft_native, ttft_front / ttft_native, bc_col(&rows[0], "mode"), ttft_native / ttft_front);
+        if (!bc_measure(&o, o.native, 1, prompt, code, o.native, NULL, &rows[1], &ttft_native)) {
+            rc = 1;
+        } else {
+            /* the same answer bytes from the front and from the decoder alone */
+            int eq = !strcmp(bc_col(&rows[0], "answer_bytes"), bc_col(&rows[1], "answer_bytes")) &&
+                     !strcmp(bc_col(&rows[0], "answer_fnv64"), bc_col(&rows[1], "answer_fnv64"));
+            bc_set(&rows[1], "answer_equal", "%d", eq);
+            printf("answer: %s %s bytes fnv64 %s, native %s bytes fnv64 %s: %s\n", bc_col(&rows[0], "mode"),
+                   bc_col(&rows[0], "answer_bytes"), bc_col(&rows[0], "answer_fnv64"), bc_col(&rows[1], "answer_bytes"),
+                   bc_col(&rows[1], "answer_fnv64"), eq ? "equal" : "DIFFERENT");
+            if (o.csv && !bc_csv_append(o.csv, &rows[1])) rc = 1;
+            else if (ttft_front > 0 && ttft_native > 0)
+                printf("time to first token: %s %.3f s / native %.3f s = %.3f (native/%s = %.2fx)\n", bc_col(&rows[0], "mode"),
+                       ttft_front, ttft_native, ttft_front / ttft_native, bc_col(&rows[0], "mode"), ttft_native / ttft_front);
+        }
     }
     if (!rc && o.csv) fprintf(stderr, "bench-cold: appended %d row%s to %s\n", o.native ? 2 : 1, o.native ? "s" : "", o.csv);
     free(prompt);

@@ -44,7 +44,9 @@ int pdb_cli_make_model(int argc, char **argv) {
         "It holds one tensor in memory at a time. Default: bf16.\n"
         "Presets: tiny (unit tests), small (demo: real tokenizer vocabulary), v2-lite (DeepSeek-V2-Lite\n"
         "shapes; 15.7B parameters, use --layers/--experts to shrink).\n"
-        "deepseek_v4 presets: tiny (every attention path on short prompts), v4-flash (V4-Flash's\n"
+        "deepseek_v4 presets: tiny (every attention path on short prompts), v4-long-tiny (every path\n"
+        "at the 1,048,576-token window on a CPU: real vocabulary, one head and index head, CSA rate 256,\n"
+        "HCA rate 1024, block sizes multiples of 1024), v4-flash (V4-Flash's\n"
         "architecture exactly; --experts 8 gives its active compute in ~15B parameters).\n";
     if (pdb_cli_wants_help(argc, argv)) { fputs(usage, stdout); return 0; }
     pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = "tiny", .seed = 0};

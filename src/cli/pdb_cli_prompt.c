@@ -1,5 +1,6 @@
 /* pdb_cli_prompt: the real-text prompt builder shared by `up` and `bench-cold` (see
- * pdb_cli_prompt.h): stdlib .py files, sorted or shuffled by a seed, a needle at the middle. */
+ * pdb_cli_prompt.h): stdlib .py files (top level, then packages), sorted or shuffled by a seed,
+ * a needle at the middle. */
 #include "pdb_cli_prompt.h"
 
 #include <dirent.h>
@@ -36,40 +37,73 @@ void pdb_cli_prompt_code(uint64_t seed, char out[10]) {
     out[9] = 0;
 }
 
+/* Shuffle names[0..n) by the seed (0: keep the sorted order). */
+static void prompt_shuffle(char **names, int n, uint64_t seed) {
+    if (!seed) return;
+    uint64_t s = seed;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(prompt_splitmix(&s) % (uint64_t)(i + 1));
+        char *t = names[i];
+        names[i] = names[j];
+        names[j] = t;
+    }
+}
+
+/* Append to names (cap entries) the .py files of dir/sub not starting with '_', as "sub/name"
+ * (sub "" : "name"), sorted; subdirectories too (not '_', '.', site-packages) when subs is set. */
+static pdb_status prompt_list(const char *dir, const char *sub, char **names, int cap, int *n, char **subs, int subcap, int *nsub) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s%s%s", dir, sub[0] ? "/" : "", sub);
+    DIR *d = opendir(path);
+    if (!d) return sub[0] ? PDB_OK : pdb_err_set(PDB_IO, "cannot read the Python standard library at %s", dir);
+    int first = *n;
+    struct dirent *e;
+    pdb_status st = PDB_OK;
+    while (!st && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        char full[1400];
+        snprintf(full, sizeof full, "%s%s%s", sub, sub[0] ? "/" : "", e->d_name);
+        if (l > 3 && !strcmp(e->d_name + l - 3, ".py") && e->d_name[0] != '_') {
+            if (*n < cap && !(names[(*n)++] = strdup(full))) st = pdb_err_set(PDB_NOMEM, "the file name %s", full);
+        } else if (subs && e->d_name[0] != '_' && e->d_name[0] != '.' && strcmp(e->d_name, "site-packages") && *nsub < subcap) {
+            char sp[1400];
+            snprintf(sp, sizeof sp, "%s/%s", path, e->d_name);
+            DIR *t = opendir(sp);
+            if (t) {
+                closedir(t);
+                if (!(subs[(*nsub)++] = strdup(e->d_name))) st = pdb_err_set(PDB_NOMEM, "the directory name %s", e->d_name);
+            }
+        }
+    }
+    closedir(d);
+    if (*n > first) qsort(names + first, (size_t)(*n - first), sizeof *names, cmp_str); /* readdir's order is the filesystem's */
+    return st;
+}
+
+enum { PROMPT_MAX_FILES = 16384, PROMPT_MAX_SUBS = 1024 };
+
 pdb_status pdb_cli_prompt_build(const pdb_tokenizer *tok, int64_t target, uint64_t seed, const char *needle, char **out,
                                 int64_t *tokens) {
     *out = NULL;
     if (tokens) *tokens = 0;
     char *dir = pdb_cli_prompt_stdlib_dir();
     if (!dir) return pdb_err_set(PDB_NOMEM, "the path of the Python standard library");
-    DIR *d = opendir(dir);
-    pdb_status st = PDB_OK;
-    if (!d) {
-        st = pdb_err_set(PDB_IO, "cannot read the Python standard library at %s", dir);
-        free(dir);
-        return st;
+    char **names = calloc(PROMPT_MAX_FILES, sizeof *names), **subs = calloc(PROMPT_MAX_SUBS, sizeof *subs);
+    int n = 0, nsub = 0, ntop = 0;
+    pdb_status st = names && subs ? PDB_OK : pdb_err_set(PDB_NOMEM, "the file list of the Python standard library");
+    /* first the top-level files (shuffled), then the packages' files (shuffled among themselves):
+     * a prompt the top level can fill is the same text as before the packages were read */
+    if (!st) st = prompt_list(dir, "", names, PROMPT_MAX_FILES, &n, subs, PROMPT_MAX_SUBS, &nsub);
+    ntop = n;
+    if (!st) prompt_shuffle(names, ntop, seed);
+    qsort(subs, (size_t)nsub, sizeof *subs, cmp_str);
+    for (int i = 0; i < nsub && !st; i++) st = prompt_list(dir, subs[i], names, PROMPT_MAX_FILES, &n, NULL, 0, NULL);
+    if (!st) {
+        qsort(names + ntop, (size_t)(n - ntop), sizeof *names, cmp_str);
+        prompt_shuffle(names + ntop, n - ntop, seed);
     }
-    char *names[4096];
-    int n = 0;
-    struct dirent *e;
-    while (!st && (e = readdir(d)) && n < 4096) {
-        size_t l = strlen(e->d_name);
-        if (l > 3 && !strcmp(e->d_name + l - 3, ".py") && e->d_name[0] != '_') {
-            if ((names[n] = strdup(e->d_name))) n++;
-            else st = pdb_err_set(PDB_NOMEM, "the file name %s", e->d_name);
-        }
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str); /* readdir's order is the filesystem's: sort first */
-    if (seed) {
-        uint64_t s = seed;
-        for (int i = n - 1; i > 0; i--) {
-            int j = (int)(prompt_splitmix(&s) % (uint64_t)(i + 1));
-            char *t = names[i];
-            names[i] = names[j];
-            names[j] = t;
-        }
-    }
+    for (int i = 0; i < nsub; i++) free(subs[i]);
+    free(subs);
     size_t cap = 1 << 20, len = 0;
     char *text = st ? NULL : malloc(cap);
     if (!st && !text) st = pdb_err_set(PDB_NOMEM, "%zu bytes for the prompt", cap);
@@ -111,6 +145,7 @@ pdb_status pdb_cli_prompt_build(const pdb_tokenizer *tok, int64_t target, uint64
         }
     }
     for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
     free(dir);
     if (st) {
         free(text);

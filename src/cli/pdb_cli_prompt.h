@@ -1,9 +1,12 @@
 /* pdb_cli_prompt: long real-text prompts for the demo (`up`) and the benchmarks (`bench-cold`):
- * the Python standard library's top-level .py files (found with python3's sysconfig, else
- * /usr/lib/python3.11), concatenated until about a target number of tokens, each file under a
- * "# ---- file NAME ----" header, with a needle line ("# NEEDLE") placed once half the target is
- * reached. Invariants: the order is the sorted file names when the seed is 0, else a shuffle
- * that depends only on the seed (the same seed and library give the same text); a file that
+ * the Python standard library's .py files (found with python3's sysconfig, else
+ * /usr/lib/python3.11): first its top-level files, then, once those are used up, the files of its
+ * packages one level down (email/, json/, ...; not site-packages), concatenated until about a
+ * target number of tokens, each file under a "# ---- file NAME ----" header (NAME "pkg/file.py"
+ * for a package's), with a needle line ("# NEEDLE") placed once half the target is reached.
+ * Invariants: each of the two lists is in sorted name order when the seed is 0, else shuffled by
+ * a shuffle that depends only on the seed (the same seed and library give the same text; a target
+ * the top-level files can fill gives the same text as before the packages were read); a file that
  * cannot be read or tokenized is skipped; a file counts at most its first 64 KiB; the last file
  * is cut so that the files' tokens (as the tokenizer counts each file alone) do not pass the
  * target. The text is about the target: headers and the needle add a few tokens, and joining

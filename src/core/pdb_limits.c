@@ -48,6 +48,9 @@ pdb_status pdb_limits_derive(const pdb_limits_in *in, pdb_limits *l) {
     int64_t t = l->window * 1000 / PDB_LIMITS_MIN_TOKENS_PER_S;
     l->prefill_timeout_ms = t > PDB_LIMITS_MIN_TIMEOUT_MS ? t : PDB_LIMITS_MIN_TIMEOUT_MS;
     l->decoder_timeout_ms = 2 * t > PDB_LIMITS_MIN_TIMEOUT_MS ? 2 * t : PDB_LIMITS_MIN_TIMEOUT_MS;
+    /* MHD closes a connection silent for its idle timeout, also a stream whose headers went out and
+     * whose first byte waits for a long prefill (measured: a 903K-token native prefill cut at 300 s) */
+    l->http_idle_timeout_s = (l->decoder_timeout_ms + 999) / 1000;
     return PDB_OK;
 }
 
@@ -97,13 +100,13 @@ pdb_status pdb_limits_check_request(const pdb_limits *l, const pdb_openai_reques
 }
 
 json_t *pdb_limits_json(const pdb_limits *l) {
-    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "model_window",
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "model_window",
                      (json_int_t)l->model_window, "window", (json_int_t)l->window, "block_size", (json_int_t)l->block_size,
                      "max_prompt_tokens", (json_int_t)l->max_prompt_tokens, "prefill_max_tokens", (json_int_t)l->prefill_max_tokens,
                      "min_body_bytes", (json_int_t)l->min_body_bytes, "max_body_bytes", (json_int_t)l->max_body_bytes,
                      "window_blocks", (json_int_t)l->window_blocks, "block_file_bytes", (json_int_t)l->block_file_bytes,
                      "window_store_bytes", (json_int_t)l->window_store_bytes, "segment_bytes", (json_int_t)l->segment_bytes,
                      "window_spill_bytes", (json_int_t)l->window_spill_bytes, "prefill_timeout_ms",
-                     (json_int_t)l->prefill_timeout_ms, "decoder_timeout_ms", (json_int_t)l->decoder_timeout_ms, "vocab_size",
-                     (json_int_t)l->vocab_size);
+                     (json_int_t)l->prefill_timeout_ms, "decoder_timeout_ms", (json_int_t)l->decoder_timeout_ms,
+                     "http_idle_timeout_s", (json_int_t)l->http_idle_timeout_s, "vocab_size", (json_int_t)l->vocab_size);
 }

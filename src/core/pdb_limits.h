@@ -64,6 +64,9 @@ typedef struct pdb_limits {
     uint64_t window_spill_bytes; /* window_blocks x segment_bytes: a spill holding a whole transfer */
     int64_t prefill_timeout_ms;  /* front's bridge budget: max(floor, window / MIN_TOKENS_PER_S) */
     int64_t decoder_timeout_ms;  /* front's decoder call: a native prefill of the window + generating it */
+    int64_t http_idle_timeout_s; /* every server's HTTP idle timeout: the longest silence on a connection
+                                  * (a streamed answer's headers, then a native prefill of the window
+                                  * before its first byte) = decoder_timeout_ms in seconds */
 } pdb_limits;
 
 /* Derive every limit. PDB_INVALID naming the field when an input is out of range (a

@@ -1021,7 +1021,8 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
     snprintf(s->fingerprint, sizeof s->fingerprint, "%s", pdb_dec_service_fingerprint_hex(s->svc));
     if (s->tok && pdb_hash_file_sha256(pdb_tokenizer_path(s->tok), s->tokenizer_sha256)) s->tokenizer_sha256[0] = 0;
     if (!realpath(so.cache_dir, s->cache_dir)) snprintf(s->cache_dir, sizeof s->cache_dir, "%s", so.cache_dir);
-    pdb_http_opts ho = {.host = o->host, .port = o->port, .max_body = s->max_body, .api_key = o->api_key, .handler = dec_handle, .user = s};
+    pdb_http_opts ho = {.host = o->host, .port = o->port, .max_body = s->max_body, .api_key = o->api_key, .handler = dec_handle, .user = s,
+                        .idle_timeout_s = (unsigned)s->lim.http_idle_timeout_s};
     st = pdb_http_server_start(&ho, &s->http);
     if (st != PDB_OK) goto fail;
     *out = s;

@@ -720,6 +720,7 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
     if (!realpath(o->cache_dir, f->cache_real)) snprintf(f->cache_real, sizeof f->cache_real, "%s", o->cache_dir);
     if ((s = pdb_http_client_init())) goto fail;
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = f->o.max_body,
+                        .idle_timeout_s = (unsigned)f->lim.http_idle_timeout_s,
                         .handler = handler, .user = f};
     if ((s = pdb_http_server_start(&ho, &f->http))) goto fail;
     PDB_INFO("front: port %d, decoder %s, prefill %s, store %s (block %lld, fingerprint %.16s...), policy min_bridge_tokens=%lld "

@@ -20,6 +20,7 @@
 #include "pdb_config.h"
 #include "pdb_dec_model.h"
 #include "pdb_http.h"
+#include "pdb_json_ids.h"
 #include "pdb_prefill_engine.h"
 #include "pdb_proc.h"
 #include "pdb_limits.h"
@@ -337,14 +338,15 @@ typedef struct pf_req {
 
 /* Parse and validate the body j (token_ids, block_size, fingerprint, first_block, transfer); on
  * a bad request, answers it (400 / 409 / 413 / 503) and returns -1. */
-static int pf_parse(pdb_prefill_server *s, pdb_http_request *r, json_t *j, pf_req *q) {
+static int pf_parse(pdb_prefill_server *s, pdb_http_request *r, json_t *j, pdb_json_ids *fast, pf_req *q) {
     char msg[600];
-    json_t *arr = json_object_get(j, "token_ids");
+    json_t *arr = fast->found ? NULL : json_object_get(j, "token_ids");
     json_t *jbs = json_object_get(j, "block_size"), *jfb = json_object_get(j, "first_block");
     json_t *jtr = json_object_get(j, "transfer");
     const char *fp = json_string_value(json_object_get(j, "fingerprint")), *tr = json_string_value(jtr);
-    int64_t bs = json_integer_value(jbs), fb = jfb ? json_integer_value(jfb) : 0, n = (int64_t)json_array_size(arr);
-    if (!json_is_array(arr) || n == 0) {
+    int64_t bs = json_integer_value(jbs), fb = jfb ? json_integer_value(jfb) : 0;
+    int64_t n = fast->found ? fast->n : (int64_t)json_array_size(arr);
+    if (!fast->found && (!json_is_array(arr) || n == 0)) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "token_ids", NULL, "token_ids must be a non-empty array");
         return -1;
     }
@@ -395,6 +397,18 @@ static int pf_parse(pdb_prefill_server *s, pdb_http_request *r, json_t *j, pf_re
     if (fb < 0 || fb > n / bs) {
         pdb_http_respond_error(r, 400, "invalid_request_error", "first_block", NULL, "first_block outside 0..full blocks of the prompt");
         return -1;
+    }
+    if (fast->found) { /* read by pdb_json_ids_scan: the same checks, no JSON tree of the ids */
+        if (fast->bad_index >= 0) {
+            snprintf(msg, sizeof msg, "token_ids[%lld] is not a token id of this model (0..%lld)", (long long)fast->bad_index,
+                     (long long)s->cfg.vocab_size - 1);
+            pdb_http_respond_error(r, 400, "invalid_request_error", "token_ids", NULL, msg);
+            return -1;
+        }
+        q->ids = fast->ids;
+        fast->ids = NULL;
+        q->n = n, q->bs = bs, q->fb = fb, q->tr = tr && is_transfer_id(tr) ? tr : NULL;
+        return 0;
     }
     q->ids = malloc(sizeof(int32_t) * (size_t)n);
     if (!q->ids) { pdb_http_respond_error(r, 503, "server_error", NULL, NULL, "out of memory"); return -1; }
@@ -492,10 +506,18 @@ static void pf_start(pdb_prefill_server *s, pdb_http_request *r, pf_req *q, cons
     pthread_attr_destroy(&at);
 }
 
-/* POST /v1/prefill: parse -> find a resumed transfer -> start the streamed job. */
+/* POST /v1/prefill: parse -> find a resumed transfer -> start the streamed job. The token_ids
+ * array is read without a JSON tree when it is plain (pdb_json_ids; ~48 bytes per id otherwise),
+ * the rest of the body by jansson; any other body is parsed whole, as before. */
 static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     json_error_t e;
-    json_t *j = json_loadb(pdb_http_request_body(r), pdb_http_request_body_len(r), 0, &e);
+    pdb_json_ids fast;
+    if (pdb_json_ids_scan(pdb_http_request_body(r), pdb_http_request_body_len(r), "token_ids", s->cfg.vocab_size, &fast)) {
+        pdb_http_respond_error(r, 503, "server_error", NULL, NULL, pdb_err_msg());
+        return;
+    }
+    json_t *j = fast.found ? json_loadb(fast.rest, fast.rest_len, 0, &e)
+                           : json_loadb(pdb_http_request_body(r), pdb_http_request_body_len(r), 0, &e);
     pf_req q = {0};
     pdb_spool_xfer *x = NULL;
     if (!j || !json_is_object(j)) {
@@ -503,7 +525,7 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
         snprintf(msg, sizeof msg, "request body is not a JSON object (line %d column %d: %s)", j ? 0 : e.line, j ? 0 : e.column,
                  j ? "not an object" : e.text);
         pdb_http_respond_error(r, 400, "invalid_request_error", NULL, NULL, msg);
-    } else if (!pf_parse(s, r, j, &q)) {
+    } else if (!pf_parse(s, r, j, &fast, &q)) {
         uint8_t key[32];
         int resumed;
         request_key(s->fp_hex, q.bs, q.ids, q.n, key);
@@ -512,6 +534,7 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     pdb_spool_unref_xfer(x);
     free(q.ids);
     json_decref(j);
+    pdb_json_ids_free(&fast);
 }
 
 /* POST /v1/prefill/ack {"transfer": id, "through_block": b}: blocks < b are no longer needed. */
@@ -683,6 +706,7 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
                  "recomputes what the spill no longer holds", (unsigned long long)(s->spool_spill_max >> 20),
                  (long long)s->lim.window_blocks, (unsigned long long)s->lim.window_spill_bytes, (long long)s->lim.block_size);
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = (size_t)s->lim.max_body_bytes,
+                        .idle_timeout_s = (unsigned)s->lim.http_idle_timeout_s,
                         .handler = handler, .user = s};
     if ((st = pdb_http_server_start(&ho, &s->http))) goto fail;
     PDB_INFO("prefill-server: %s on port %d, backend %s x%d, decoder %s (fingerprint %.16s..., scheme %s), spill %s (at most %llu MB)",

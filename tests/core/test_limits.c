@@ -41,6 +41,10 @@ static void test_formulas_at_1m(void **unused) {
     assert_int_equal(l.window_spill_bytes, 511ull * l.segment_bytes);
     assert_int_equal(l.prefill_timeout_ms, 1048576ll * 1000 / PDB_LIMITS_MIN_TOKENS_PER_S);
     assert_int_equal(l.decoder_timeout_ms, 2 * l.prefill_timeout_ms);
+    /* the HTTP idle timeout covers a streamed answer silent through a native prefill of the window */
+    assert_int_equal(l.http_idle_timeout_s, (l.decoder_timeout_ms + 999) / 1000);
+    assert_true(l.http_idle_timeout_s * 1000 >= l.prefill_timeout_ms);
+    assert_true(l.http_idle_timeout_s > 300); /* the old fixed 300 s cut a 903K-token native prefill */
 }
 
 /* Must-show 4: raising max_position_embeddings raises every derived limit. */
@@ -59,6 +63,7 @@ static void test_raising_the_window_raises_every_limit(void **unused) {
     assert_true(b.window_spill_bytes > a.window_spill_bytes);
     assert_true(b.prefill_timeout_ms > a.prefill_timeout_ms);
     assert_true(b.decoder_timeout_ms > a.decoder_timeout_ms);
+    assert_true(b.http_idle_timeout_s > a.http_idle_timeout_s);
     /* per-block sizes do not depend on the window */
     assert_int_equal(b.block_file_bytes, a.block_file_bytes);
     assert_int_equal(b.segment_bytes, a.segment_bytes);
@@ -79,6 +84,8 @@ static void test_raising_the_window_raises_every_limit(void **unused) {
         assert_true(cur.window_store_bytes >= prev.window_store_bytes);
         assert_true(cur.prefill_timeout_ms >= prev.prefill_timeout_ms);
         assert_true(cur.prefill_timeout_ms >= PDB_LIMITS_MIN_TIMEOUT_MS);
+        assert_true(cur.http_idle_timeout_s >= prev.http_idle_timeout_s);
+        assert_true(cur.http_idle_timeout_s * 1000 >= cur.decoder_timeout_ms);
         prev = cur;
     }
 }
@@ -175,6 +182,7 @@ static void test_json(void **unused) {
     assert_int_equal(json_integer_value(json_object_get(j, "block_size")), 2048);
     assert_int_equal((uint64_t)json_integer_value(json_object_get(j, "window_store_bytes")), l.window_store_bytes);
     assert_int_equal((uint64_t)json_integer_value(json_object_get(j, "min_body_bytes")), l.min_body_bytes);
+    assert_int_equal(json_integer_value(json_object_get(j, "http_idle_timeout_s")), l.http_idle_timeout_s);
     json_decref(j);
 }
 

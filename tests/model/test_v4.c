@@ -17,9 +17,11 @@
 
 #include "pdb_safetensors.h"
 
+#include "pdb_arch.h"
 #include "pdb_config.h"
 #include "pdb_dtype.h"
 #include "pdb_file.h"
+#include "pdb_limits.h"
 #include "pdb_make_model.h"
 #include "pdb_test_util.h"
 #include "pdb_pool.h"
@@ -128,6 +130,41 @@ static void test_config_flash_preset(void **st) {
                 d.rope_compress.attention_factor == 1.0);
     assert_true(d.rope.type == PDB_ROPE_DEFAULT && d.rope.theta == 10000);
     PDB_TEST_OK(pdb_v4_check_semantics(&d, PDB_V4_SEM_OFFICIAL));
+}
+
+/* v4-long-tiny: the 1M-token preset. Its window holds a 2^20-token prompt and a 4,096-token answer
+ * (the limits derived from it say so), it keeps every attention path (sliding, CSA with its indexer,
+ * HCA) with the rates that make 1M affordable on a CPU, the real tokenizer's vocabulary, and the
+ * block-size rule follows the rates (2048 served, 512 and 1536 refused). */
+static void test_config_long_tiny_preset(void **st) {
+    (void)st;
+    pdb_config c, d;
+    PDB_TEST_OK(pdb_make_model_preset("deepseek_v4", "v4-long-tiny", &c));
+    char *js = NULL;
+    PDB_TEST_OK(pdb_config_to_json(&c, &js));
+    PDB_TEST_OK(pdb_config_parse(js, "long-tiny", &d));
+    free(js);
+    assert_int_equal(d.max_position_embeddings, 1048576 + 4096);
+    assert_int_equal(d.vocab_size, 129280);
+    assert_int_equal(d.num_heads, 1);
+    assert_int_equal(d.index_n_heads, 1);
+    assert_int_equal(d.compress_rate_csa, 256);
+    assert_int_equal(d.compress_rate_hca, 1024);
+    assert_int_equal(d.v4_attn[0], PDB_V4_ATTN_SLIDING);
+    assert_int_equal(d.v4_attn[1], PDB_V4_ATTN_SLIDING);
+    assert_int_equal(d.v4_attn[2], PDB_V4_ATTN_CSA);
+    assert_int_equal(d.v4_attn[3], PDB_V4_ATTN_HCA);
+    assert_true(d.index_topk < 1048576 / d.compress_rate_csa); /* the indexer selects at 1M */
+    PDB_TEST_OK(pdb_v4_check_semantics(&d, PDB_V4_SEM_OFFICIAL));
+    PDB_TEST_OK(pdb_arch_check_block_size(&d, 2048));
+    assert_int_not_equal(pdb_arch_check_block_size(&d, 512), PDB_OK);
+    assert_int_not_equal(pdb_arch_check_block_size(&d, 1536), PDB_OK);
+    pdb_limits_in in = {.model_window = d.max_position_embeddings, .block_size = 2048, .vocab_size = d.vocab_size,
+                        .block_bytes = 1};
+    pdb_limits l;
+    PDB_TEST_OK(pdb_limits_derive(&in, &l));
+    assert_true(l.max_prompt_tokens >= 1048576 + 16); /* a 2^20-token prompt and bench-cold's 16 tokens */
+    assert_true(l.prefill_max_tokens >= 1048576 + 16);
 }
 
 static void expect_error(const char *js, const char *field) {
@@ -597,7 +634,7 @@ int main(void) {
     const struct CMUnitTest cfg_tests[] = {
         cmocka_unit_test(test_config_transformers_form), cmocka_unit_test(test_config_legacy_form),
         cmocka_unit_test(test_config_defaults_schedule), cmocka_unit_test(test_config_errors),
-        cmocka_unit_test(test_config_flash_preset),
+        cmocka_unit_test(test_config_flash_preset), cmocka_unit_test(test_config_long_tiny_preset),
         cmocka_unit_test(test_qsim),
     };
     const struct CMUnitTest fwd_tests[] = {

@@ -128,6 +128,12 @@ bad "ack: unknown transfer" 404 transfer /v1/prefill/ack '{"transfer":"012345678
 bad "prefill: transfer not an id" 400 transfer /v1/prefill "{\"transfer\":42,\"token_ids\":[1,2],\"block_size\":128,\"fingerprint\":\"$FP\"}"
 bad "prefill: first_block not an integer" 400 first_block /v1/prefill "{\"first_block\":\"x\",\"token_ids\":[1,2],\"block_size\":128,\"fingerprint\":\"$FP\"}"
 bad "prefill: transfer of another prompt" 409 transfer /v1/prefill "$(cat "$T/mismatch.json")"
+# token_ids: the plain-array path (pdb_json_ids) and the whole-body parse give the same answers
+bad "prefill: a token id past the vocabulary (plain array)" 400 token_ids /v1/prefill "{\"token_ids\":[1,1000,2],\"block_size\":128,\"fingerprint\":\"$FP\"}"
+bad "prefill: a negative token id (whole parse)" 400 token_ids /v1/prefill "{\"token_ids\":[1,-2],\"block_size\":128,\"fingerprint\":\"$FP\"}"
+bad "prefill: empty token_ids" 400 token_ids /v1/prefill "{\"token_ids\":[],\"block_size\":128,\"fingerprint\":\"$FP\"}"
+bad "prefill: token_ids twice" 400 token_ids /v1/prefill "{\"token_ids\":[1,2],\"token_ids\":\"x\",\"block_size\":128,\"fingerprint\":\"$FP\"}"
+bad "prefill: a plain array but a bad block_size" 400 block_size /v1/prefill "{\"token_ids\":[1,2],\"block_size\":100,\"fingerprint\":\"$FP\"}"
 python3 -c "import urllib.request as u;u.urlopen(u.Request('$PRE/v1/prefill/ack'),timeout=10)" 2>/dev/null && pdb_e2e_fail "GET /v1/prefill/ack answered 200"
 A2=$(python3 "$C" post "$PRE" /v1/prefill/ack "{\"transfer\":\"$XID\",\"through_block\":10}")
 [ "$(j "$A2" "d['status']")" = 200 ] && [ "$(j "$A2" "d['json']['released']")" = 10 ] || pdb_e2e_fail "ack through 10: $A2"

@@ -1,4 +1,4 @@
-/* pdb_v4_make: DeepSeek-V4's make-model presets (tiny, v4-flash), the layer schedule continued
+/* pdb_v4_make: DeepSeek-V4's make-model presets (tiny, v4-long-tiny, v4-flash), the layer schedule continued
  * past a preset's layers, and its tensor list, named by the V4 tensor-name table's saved
  * spellings, for the registry. */
 #include <math.h>
@@ -12,7 +12,12 @@
 /* DeepSeek-V4 presets. "v4-flash" is V4-Flash's architecture exactly (attention, indexer,
  * compressors, hyper-connections, layer schedule, rope); only the expert count may be changed
  * (--experts; 8 gives V4-Flash's active compute in ~15B parameters). "tiny" keeps every path
- * (sliding, CSA with its indexer, HCA, hash routing) on short prompts: window 8, HCA rate 16. */
+ * (sliding, CSA with its indexer, HCA, hash routing) on short prompts: window 8, HCA rate 16.
+ * "v4-long-tiny" keeps every path at the full 1,048,576-token window on a 2-core CPU: the real
+ * tokenizer's vocabulary, one head, one index head, and compression rates 256 (CSA) / 1024 (HCA)
+ * instead of 4 / 128, so that the indexer's per-token scoring (p / rate entries, sorted) and the
+ * HCA attention (p / rate entries) stay affordable at p = 1M (block sizes: multiples of 1024); its
+ * window is 1,048,576 + 4,096 so that a prompt of 2^20 tokens still has room for its answer. */
 pdb_status pdb_v4_make_preset(const char *preset, pdb_config *c) {
     pdb_make_model_defaults(c, PDB_ARCH_DEEPSEEK_V4, "deepseek_v4");
     c->num_kv_heads = 1;
@@ -45,13 +50,20 @@ pdb_status pdb_v4_make_preset(const char *preset, pdb_config *c) {
         c->q_lora_rank = 32; c->o_groups = 2; c->o_lora_rank = 32; c->sliding_window = 8; c->hc_mult = 4;
         c->index_n_heads = 8; c->index_head_dim = 64; c->index_topk = 4; c->n_routed_experts = 8;
         c->num_experts_per_tok = 2; c->moe_intermediate_size = 32; c->compress_rate_hca = 16; nhash = 1;
+    } else if (!strcmp(preset, "v4-long-tiny")) {
+        c->vocab_size = 129280; c->hidden_size = 64; c->num_layers = 4; c->num_heads = 1; c->head_dim = 128;
+        c->q_lora_rank = 32; c->o_groups = 1; c->o_lora_rank = 32; c->sliding_window = 8; c->hc_mult = 4;
+        c->index_n_heads = 1; c->index_head_dim = 64; c->index_topk = 4; c->n_routed_experts = 8;
+        c->num_experts_per_tok = 2; c->moe_intermediate_size = 32; c->compress_rate_csa = 256;
+        c->compress_rate_hca = 1024; nhash = 1;
+        c->max_position_embeddings = 1048576 + 4096; /* a 1,048,576-token prompt and its answer */
     } else if (!strcmp(preset, "v4-flash")) {
         c->vocab_size = 129280; c->hidden_size = 4096; c->num_layers = 43; c->num_heads = 64; c->head_dim = 512;
         c->q_lora_rank = 1024; c->o_groups = 8; c->o_lora_rank = 1024; c->sliding_window = 128; c->hc_mult = 4;
         c->index_n_heads = 64; c->index_head_dim = 128; c->index_topk = 512; c->n_routed_experts = 256;
         c->num_experts_per_tok = 6; c->moe_intermediate_size = 2048;
     } else {
-        return pdb_err_set(PDB_NOT_FOUND, "make-model: unknown deepseek_v4 preset '%s' (tiny, v4-flash)", preset);
+        return pdb_err_set(PDB_NOT_FOUND, "make-model: unknown deepseek_v4 preset '%s' (tiny, v4-long-tiny, v4-flash)", preset);
     }
     c->intermediate_size = c->moe_intermediate_size;
     c->partial_rotary_factor = 64.0 / (double)c->head_dim;
