@@ -294,6 +294,11 @@ const char *pdb_http_request_header(const pdb_http_request *r, const char *name)
 }
 const char *pdb_http_request_body(const pdb_http_request *r) { return r->body ? r->body : ""; }
 size_t pdb_http_request_body_len(const pdb_http_request *r) { return r->len; }
+void pdb_http_request_drop_body(pdb_http_request *r) {
+    free(r->body);
+    r->body = NULL;
+    r->len = r->cap = 0;
+}
 int pdb_http_request_client_gone(pdb_http_request *r) {
     return pdb_http_fd_hung_up(r->fd) || atomic_load(&r->srv->stopping);
 }

@@ -54,6 +54,9 @@ const char *pdb_http_request_path(const pdb_http_request *r);      /* without th
 const char *pdb_http_request_header(const pdb_http_request *r, const char *name); /* NULL if absent */
 const char *pdb_http_request_body(const pdb_http_request *r);      /* NUL-terminated copy */
 size_t pdb_http_request_body_len(const pdb_http_request *r);
+/* Free the body once the handler has read what it needs (a long streamed answer then does not
+ * hold a multi-megabyte request for its whole life); the body reads as "" (length 0) after. */
+void pdb_http_request_drop_body(pdb_http_request *r);
 /* Nonzero once the client has closed its connection (cheap; poll it while waiting). */
 int pdb_http_request_client_gone(pdb_http_request *r);
 

@@ -518,6 +518,7 @@ static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     }
     json_t *j = fast.found ? json_loadb(fast.rest, fast.rest_len, 0, &e)
                            : json_loadb(pdb_http_request_body(r), pdb_http_request_body_len(r), 0, &e);
+    pdb_http_request_drop_body(r); /* read whole: a 1M-token prefill streams for minutes without it */
     pf_req q = {0};
     pdb_spool_xfer *x = NULL;
     if (!j || !json_is_object(j)) {

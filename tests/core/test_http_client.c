@@ -26,7 +26,7 @@ static pdb_http_server *g_srv;
 static char g_base[64];
 
 /* /echo: "METHOD|content-type|body"; /hdr: the X-PD-Bridge-Mode header (or "-"); /big: 3000 bytes; /missing: 404; /slow: answers after 1.5 s;
- * /stream: three chunks of 1000 bytes ('a', 'b', 'c'). Every path but /health needs the key. */
+ * /stream: three chunks of 1000 bytes ('a', 'b', 'c'); /drop: "len|len after pdb_http_request_drop_body|body after". Every path but /health needs the key. */
 static void handler(void *user, pdb_http_request *r) {
     const char *path = pdb_http_request_path(r);
     if (!strcmp(path, "/echo")) {
@@ -36,6 +36,12 @@ static void handler(void *user, pdb_http_request *r) {
         pdb_http_header h = {"X-Test", "seen"};
         pdb_http_respond(r, 200, "text/plain", out, (size_t)n, &h, 1);
         free(out);
+    } else if (!strcmp(path, "/drop")) { /* the body's length, then dropped: "" of length 0 after */
+        char out[64];
+        size_t before = pdb_http_request_body_len(r);
+        pdb_http_request_drop_body(r);
+        int n = snprintf(out, sizeof out, "%zu|%zu|%s", before, pdb_http_request_body_len(r), pdb_http_request_body(r));
+        pdb_http_respond(r, 200, "text/plain", out, (size_t)n, NULL, 0);
     } else if (!strcmp(path, "/hdr")) { /* the caller's extra header */
         const char *m = pdb_http_request_header(r, "X-PD-Bridge-Mode");
         pdb_http_respond(r, 200, "text/plain", m ? m : "-", strlen(m ? m : "-"), NULL, 0);
@@ -90,6 +96,17 @@ static void test_get_and_post(void **state) {
     PDB_TEST_OK(pdb_http_client_call(&c, &rp));
     assert_int_equal(rp.status, 200);
     assert_string_equal(rp.body, "POST|application/json|{\"a\":1}");
+    free(rp.body);
+}
+
+static void test_drop_body(void **state) {
+    char u[128];
+    url(u, sizeof u, "/drop");
+    pdb_http_call c = {.url = u, .bearer = KEY, .timeout_ms = 5000, .body = "{\"token_ids\":[1,2,3]}", .json = 1};
+    pdb_http_reply rp;
+    PDB_TEST_OK(pdb_http_client_call(&c, &rp));
+    assert_int_equal(rp.status, 200);
+    assert_string_equal(rp.body, "21|0|");
     free(rp.body);
 }
 
@@ -220,6 +237,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_get_and_post),
         cmocka_unit_test(test_extra_headers),
+        cmocka_unit_test(test_drop_body),
         cmocka_unit_test(test_key_and_status),
         cmocka_unit_test(test_body_bound),
         cmocka_unit_test(test_stream),
