@@ -1,0 +1,228 @@
+/* pdb_v4_dots: many sequential double chains side by side (pdb_v4_dots.h). Each kernel's body is
+ * written once (an always-inline function over GCC vector extensions of eight doubles) and built
+ * twice on x86-64: for AVX-512 and for the baseline; the operations per element (convert, multiply,
+ * add, in element order) are the same in both, so the choice changes the speed only. */
+#include "pdb_v4_dots.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define V4D_INLINE static inline __attribute__((always_inline))
+
+typedef double v8d __attribute__((vector_size(64)));
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define V4D_X86 1
+#define V4D_WIDE __attribute__((target("avx512f")))
+static int v4d_wide(void) {
+    static int v = -1;
+    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    if (r < 0) {
+        __builtin_cpu_init();
+        r = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
+    }
+    return r;
+}
+#else
+#define V4D_X86 0
+#endif
+
+/* eight floats at p (any alignment) -> doubles (exact) */
+typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
+#define V8_LOAD_F(p) __builtin_convertvector(*(const v8f_u *)(p), v8d)
+
+/* ---- dotd_rows: eight rows' chains at once (scalar: the rows are not contiguous in i) ---- */
+
+V4D_INLINE void dotd_rows_body(const float *w, int64_t ldw, const int32_t *idx, int64_t m, const float *x, int64_t n,
+                               float *out) {
+    int64_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        const float *r[8];
+        for (int k = 0; k < 8; k++) r[k] = w + (idx ? idx[j + k] : j + k) * ldw;
+        double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double xi = x[i];
+            a0 += xi * r[0][i]; a1 += xi * r[1][i]; a2 += xi * r[2][i]; a3 += xi * r[3][i];
+            a4 += xi * r[4][i]; a5 += xi * r[5][i]; a6 += xi * r[6][i]; a7 += xi * r[7][i];
+        }
+        out[j] = (float)a0; out[j + 1] = (float)a1; out[j + 2] = (float)a2; out[j + 3] = (float)a3;
+        out[j + 4] = (float)a4; out[j + 5] = (float)a5; out[j + 6] = (float)a6; out[j + 7] = (float)a7;
+    }
+    for (; j + 2 <= m; j += 2) {
+        const float *r0 = w + (idx ? idx[j] : j) * ldw, *r1 = w + (idx ? idx[j + 1] : j + 1) * ldw;
+        double a0 = 0, a1 = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double xi = x[i];
+            a0 += xi * r0[i];
+            a1 += xi * r1[i];
+        }
+        out[j] = (float)a0;
+        out[j + 1] = (float)a1;
+    }
+    for (; j < m; j++) {
+        const float *r0 = w + (idx ? idx[j] : j) * ldw;
+        double a0 = 0;
+        for (int64_t i = 0; i < n; i++) a0 += (double)x[i] * r0[i];
+        out[j] = (float)a0;
+    }
+}
+
+#if V4D_X86
+V4D_WIDE static void dotd_rows_wide(const float *w, int64_t ldw, const int32_t *idx, int64_t m, const float *x, int64_t n,
+                                    float *out) {
+    dotd_rows_body(w, ldw, idx, m, x, n, out);
+}
+#endif
+
+void pdb_v4_dotd_rows(const float *w, int64_t ldw, const int32_t *idx, int64_t m, const float *x, int64_t n, float *out) {
+#if V4D_X86
+    if (v4d_wide()) { dotd_rows_wide(w, ldw, idx, m, x, n, out); return; }
+#endif
+    dotd_rows_body(w, ldw, idx, m, x, n, out);
+}
+
+/* ---- axpyd_rows: eight columns per register, rows in order ---- */
+
+V4D_INLINE void axpyd_rows_body(double *acc, const float *p, const float *w, int64_t ldw, const int32_t *idx, int64_t m,
+                                int64_t n) {
+    int64_t e = 0;
+    for (; e + 32 <= n; e += 32) { /* four registers of eight columns held across the rows */
+        v8d a0, a1, a2, a3;
+        memcpy(&a0, acc + e, sizeof a0); memcpy(&a1, acc + e + 8, sizeof a1);
+        memcpy(&a2, acc + e + 16, sizeof a2); memcpy(&a3, acc + e + 24, sizeof a3);
+        for (int64_t j = 0; j < m; j++) {
+            const float *r = w + (idx ? idx[j] : j) * ldw + e;
+            double pj = p[j];
+            a0 += pj * V8_LOAD_F(r); a1 += pj * V8_LOAD_F(r + 8);
+            a2 += pj * V8_LOAD_F(r + 16); a3 += pj * V8_LOAD_F(r + 24);
+        }
+        memcpy(acc + e, &a0, sizeof a0); memcpy(acc + e + 8, &a1, sizeof a1);
+        memcpy(acc + e + 16, &a2, sizeof a2); memcpy(acc + e + 24, &a3, sizeof a3);
+    }
+    for (; e < n; e++)
+        for (int64_t j = 0; j < m; j++) acc[e] += (double)p[j] * w[(idx ? idx[j] : j) * ldw + e];
+}
+
+#if V4D_X86
+V4D_WIDE static void axpyd_rows_wide(double *acc, const float *p, const float *w, int64_t ldw, const int32_t *idx,
+                                     int64_t m, int64_t n) {
+    axpyd_rows_body(acc, p, w, ldw, idx, m, n);
+}
+#endif
+
+void pdb_v4_axpyd_rows(double *acc, const float *p, const float *w, int64_t ldw, const int32_t *idx, int64_t m, int64_t n) {
+#if V4D_X86
+    if (v4d_wide()) { axpyd_rows_wide(acc, p, w, ldw, idx, m, n); return; }
+#endif
+    axpyd_rows_body(acc, p, w, ldw, idx, m, n);
+}
+
+/* ---- the indexer's scores: eight keys per register (a block of keys transposed once, in
+ * doubles, then every head's chains over it) ---- */
+
+enum { V4D_IHD_MAX = 1024 };
+
+V4D_INLINE void index_scores_body(const float *q, const float *hw, int64_t nih, int64_t ihd, const float *keys, int64_t w0,
+                                  int64_t w1, float sscale, float *out) {
+    _Alignas(64) double kt[V4D_IHD_MAX * 8];
+    for (int64_t b = w0; b < w1; b += 8) {
+        int64_t nb = w1 - b < 8 ? w1 - b : 8;
+        for (int64_t k = 0; k < 8; k++) {
+            const float *kr = keys + (b + (k < nb ? k : 0)) * ihd; /* a short block repeats key b (results dropped) */
+            for (int64_t d = 0; d < ihd; d++) kt[d * 8 + k] = kr[d];
+        }
+        double s[8] = {0};
+        for (int64_t h = 0; h < nih; h++) {
+            const float *qh = q + h * ihd;
+            v8d a = {0};
+            for (int64_t d = 0; d < ihd; d++) {
+                v8d kd;
+                memcpy(&kd, kt + d * 8, sizeof kd);
+                a += (double)qh[d] * kd;
+            }
+            for (int k = 0; k < 8; k++) {
+                float dp = (float)a[k];
+                float rl = dp > 0 ? dp * sscale : 0.0f;
+                s[k] += (double)(rl * hw[h]);
+            }
+        }
+        for (int64_t k = 0; k < nb; k++) out[b - w0 + k] = (float)s[k];
+    }
+}
+
+#if V4D_X86
+V4D_WIDE static void index_scores_wide(const float *q, const float *hw, int64_t nih, int64_t ihd, const float *keys,
+                                       int64_t w0, int64_t w1, float sscale, float *out) {
+    index_scores_body(q, hw, nih, ihd, keys, w0, w1, sscale, out);
+}
+#endif
+
+static void index_scores_one(const float *q, const float *hw, int64_t nih, int64_t ihd, const float *k, float sscale,
+                             float *out) { /* the one-chain form (ihd too wide for the block) */
+    double s = 0;
+    for (int64_t h = 0; h < nih; h++) {
+        double a = 0;
+        for (int64_t d = 0; d < ihd; d++) a += (double)q[h * ihd + d] * k[d];
+        float dp = (float)a, rl = dp > 0 ? dp * sscale : 0.0f;
+        s += (double)(rl * hw[h]);
+    }
+    *out = (float)s;
+}
+
+void pdb_v4_index_scores(const float *q, const float *hw, int64_t nih, int64_t ihd, const float *keys, int64_t w0,
+                         int64_t w1, float sscale, float *out) {
+    if (ihd > V4D_IHD_MAX) {
+        for (int64_t w = w0; w < w1; w++) index_scores_one(q, hw, nih, ihd, keys + w * ihd, sscale, out + (w - w0));
+        return;
+    }
+#if V4D_X86
+    if (v4d_wide()) { index_scores_wide(q, hw, nih, ihd, keys, w0, w1, sscale, out); return; }
+#endif
+    index_scores_body(q, hw, nih, ihd, keys, w0, w1, sscale, out);
+}
+
+/* ---- top-k ---- */
+
+typedef struct { float s; int32_t i; } v4d_scored;
+
+static inline int better(const v4d_scored *a, const v4d_scored *b) { /* a before b in the pick order */
+    return a->s > b->s || (a->s == b->s && a->i < b->i);
+}
+
+static int cmp_scored(const void *a, const void *b) {
+    const v4d_scored *x = a, *y = b;
+    return better(x, y) ? -1 : better(y, x) ? 1 : 0;
+}
+
+int64_t pdb_v4_topk_scratch_bytes(int64_t n) { return (int64_t)sizeof(v4d_scored) * (n > 0 ? n : 1); }
+
+void pdb_v4_topk(const float *sc, int64_t n, int64_t k, int32_t *sel, void *tmp) {
+    v4d_scored *a = tmp;
+    for (int64_t i = 0; i < n; i++) a[i] = (v4d_scored){sc[i], (int32_t)i};
+    /* quickselect (median-of-three pivot): afterwards a[0 .. k) are the k best, in some order */
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        v4d_scored t;
+        if (better(&a[mid], &a[lo])) t = a[mid], a[mid] = a[lo], a[lo] = t;
+        if (better(&a[hi], &a[lo])) t = a[hi], a[hi] = a[lo], a[lo] = t;
+        if (better(&a[hi], &a[mid])) t = a[hi], a[hi] = a[mid], a[mid] = t;
+        v4d_scored piv = a[mid];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (better(&a[i], &piv)) i++;
+            while (better(&piv, &a[j])) j--;
+            if (i <= j) {
+                t = a[i], a[i] = a[j], a[j] = t;
+                i++, j--;
+            }
+        }
+        /* [lo, j] all before-or-equal piv, [i, hi] after-or-equal; (j, i) is piv */
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+    qsort(a, (size_t)k, sizeof *a, cmp_scored);
+    for (int64_t i = 0; i < k; i++) sel[i] = a[i].i;
+}
