@@ -467,53 +467,61 @@ static void softmax_sink(float *s, int64_t n, float sink) {
     for (int64_t i = 0; i < n; i++) s[i] = (float)((double)s[i] / den);
 }
 
-/* One (token, head) of pdb_v4_attn_ref: scores over [window rows | picked compressed entries],
- * the sink softmax, the weighted sum in double (the contract in pdb_v4.h). */
+/* One token and a group of heads of pdb_v4_attn_ref: scores over [window rows | picked compressed
+ * entries], the sink softmax, the weighted sum in double (the contract in pdb_v4.h), every sum
+ * many chains at once (pdb_v4_dots: each the same sequential double sum as the contract's loop);
+ * the group's heads share each pass over the keys. */
 typedef struct v4_attn_job {
     const pdb_v4_attn_desc *d;
-    float *sc;
+    int64_t hpg, ngrp;   /* heads per task, tasks per token */
+    float *sc;           /* [threads, hpg, sc_stride] */
     int64_t sc_stride;
-    double *acc; /* [threads, hd] */
+    double *acc;         /* [threads, hpg * hd + 8 * hd] (the sums, then the key block's scratch) */
 } v4_attn_job;
 
 static void attn_task(void *ctx, int64_t task, int thread) {
     const v4_attn_job *j = ctx;
     const pdb_v4_attn_desc *d = j->d;
-    int64_t t = task / d->nh, h = task % d->nh, hd = d->hd, W = d->W, lo = d->lo;
+    int64_t t = task / j->ngrp, h0 = task % j->ngrp * j->hpg, hd = d->hd, W = d->W, lo = d->lo;
+    int64_t nq = d->nh - h0 < j->hpg ? d->nh - h0 : j->hpg, ss = j->sc_stride;
     int64_t p = d->p0 + t, wlo = p - W + 1 > lo ? p - W + 1 : lo, nw = p - wlo + 1;
     const float *wk = d->keys + (wlo - lo) * hd, *comp = d->comp;
     int64_t nc = 0;
     const int32_t *ids = NULL;
     if (d->sel) { nc = d->nsel[t]; ids = d->sel + t * d->K; }
     else if (d->rate > 0) nc = (p + 1) / d->rate;
-    float *sc = j->sc + (int64_t)thread * j->sc_stride;
-    const float *qh = d->q + (t * d->nh + h) * hd;
-    float *oh = d->o + (t * d->nh + h) * hd;
-    /* the contract's sums, many chains at once (pdb_v4_dots: each the same sequential double sum) */
-    pdb_v4_dotd_rows(wk, hd, NULL, nw, qh, hd, sc);
-    pdb_v4_dotd_rows(comp, hd, ids, nc, qh, hd, sc + nw);
-    for (int64_t i = 0; i < nw + nc; i++) sc[i] *= d->scale;
-    softmax_sink(sc, nw + nc, d->sinks[h]);
-    double *acc = j->acc + (int64_t)thread * hd;
-    memset(acc, 0, sizeof(double) * (size_t)hd);
-    pdb_v4_axpyd_rows(acc, sc, wk, hd, NULL, nw, hd);
-    pdb_v4_axpyd_rows(acc, sc + nw, comp, hd, ids, nc, hd);
-    for (int64_t e = 0; e < hd; e++) oh[e] = (float)acc[e];
+    float *sc = j->sc + (int64_t)thread * j->hpg * ss;
+    double *acc = j->acc + (int64_t)thread * (j->hpg + 8) * hd, *kt = acc + j->hpg * hd;
+    const float *q = d->q + (t * d->nh + h0) * hd;
+    pdb_v4_dotd_keys(q, hd, nq, wk, hd, NULL, nw, hd, sc, ss, kt);
+    pdb_v4_dotd_keys(q, hd, nq, comp, hd, ids, nc, hd, sc + nw, ss, kt);
+    for (int64_t h = 0; h < nq; h++) {
+        for (int64_t i = 0; i < nw + nc; i++) sc[h * ss + i] *= d->scale;
+        softmax_sink(sc + h * ss, nw + nc, d->sinks[h0 + h]);
+    }
+    memset(acc, 0, sizeof(double) * (size_t)(nq * hd));
+    pdb_v4_mixd_keys(acc, sc, ss, nq, wk, hd, NULL, nw, hd);
+    pdb_v4_mixd_keys(acc, sc + nw, ss, nq, comp, hd, ids, nc, hd);
+    float *o = d->o + (t * d->nh + h0) * hd;
+    for (int64_t e = 0; e < nq * hd; e++) o[e] = (float)acc[e];
 }
 
 pdb_status pdb_v4_attn_ref(const pdb_v4_attn_desc *d, pdb_pool *pool) {
     if (d->T <= 0 || d->nh <= 0) return PDB_OK;
     int64_t nmax = d->W + (d->sel ? d->K : d->rate > 0 ? (d->p0 + d->T) / d->rate : 0);
     int64_t nth = pdb_pool_threads(pool), stride = nmax + 1;
-    float *sc = falloc(nth * stride);
-    double *acc = malloc(sizeof(double) * (size_t)(nth * d->hd));
+    /* heads per task: up to 8, and at least two tasks per thread where the heads allow */
+    int64_t hpg = d->T * d->nh / (2 * nth);
+    hpg = hpg < 1 ? 1 : hpg > 8 ? 8 : hpg;
+    float *sc = falloc(nth * hpg * stride);
+    double *acc = malloc(sizeof(double) * (size_t)(nth * (hpg + 8) * d->hd));
     if (!sc || !acc) {
         free(sc);
         free(acc);
         return pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
     }
-    v4_attn_job aj = {.d = d, .sc = sc, .sc_stride = stride, .acc = acc};
-    pdb_pool_run(pool, d->T * d->nh, attn_task, &aj);
+    v4_attn_job aj = {.d = d, .hpg = hpg, .ngrp = (d->nh + hpg - 1) / hpg, .sc = sc, .sc_stride = stride, .acc = acc};
+    pdb_pool_run(pool, d->T * aj.ngrp, attn_task, &aj);
     free(sc);
     free(acc);
     return PDB_OK;

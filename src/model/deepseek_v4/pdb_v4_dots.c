@@ -14,19 +14,33 @@ typedef double v8d __attribute__((vector_size(64)));
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define V4D_X86 1
 #define V4D_WIDE __attribute__((target("avx512f")))
+static int v4d_on = -1; /* the AVX-512 builds in use; -1: not checked yet */
+static int v4d_cpu(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? 1 : 0;
+}
 static int v4d_wide(void) {
-    static int v = -1;
-    int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+    int r = __atomic_load_n(&v4d_on, __ATOMIC_RELAXED);
     if (r < 0) {
-        __builtin_cpu_init();
-        r = __builtin_cpu_supports("avx512f") ? 1 : 0;
-        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
+        r = v4d_cpu();
+        __atomic_store_n(&v4d_on, r, __ATOMIC_RELAXED);
     }
     return r;
 }
 #else
 #define V4D_X86 0
 #endif
+
+int pdb_v4_dots_use_wide(int on) {
+#if V4D_X86
+    int old = v4d_wide();
+    __atomic_store_n(&v4d_on, on && v4d_cpu() ? 1 : 0, __ATOMIC_RELAXED);
+    return old;
+#else
+    (void)on;
+    return 0;
+#endif
+}
 
 /* eight floats at p (any alignment) -> doubles (exact) */
 typedef float v8f_u __attribute__((vector_size(32), aligned(4), may_alias));
@@ -82,40 +96,84 @@ void pdb_v4_dotd_rows(const float *w, int64_t ldw, const int32_t *idx, int64_t m
     dotd_rows_body(w, ldw, idx, m, x, n, out);
 }
 
-/* ---- axpyd_rows: eight columns per register, rows in order ---- */
+/* ---- the attention's scores and sums over keys: blocks of eight keys, four / eight heads ---- */
 
-V4D_INLINE void axpyd_rows_body(double *acc, const float *p, const float *w, int64_t ldw, const int32_t *idx, int64_t m,
-                                int64_t n) {
-    int64_t e = 0;
-    for (; e + 32 <= n; e += 32) { /* four registers of eight columns held across the rows */
-        v8d a0, a1, a2, a3;
-        memcpy(&a0, acc + e, sizeof a0); memcpy(&a1, acc + e + 8, sizeof a1);
-        memcpy(&a2, acc + e + 16, sizeof a2); memcpy(&a3, acc + e + 24, sizeof a3);
-        for (int64_t j = 0; j < m; j++) {
-            const float *r = w + (idx ? idx[j] : j) * ldw + e;
-            double pj = p[j];
-            a0 += pj * V8_LOAD_F(r); a1 += pj * V8_LOAD_F(r + 8);
-            a2 += pj * V8_LOAD_F(r + 16); a3 += pj * V8_LOAD_F(r + 24);
+V4D_INLINE void dotd_keys_body(const float *q, int64_t ldq, int64_t nq, const float *w, int64_t ldw, const int32_t *idx,
+                               int64_t m, int64_t n, float *out, int64_t ldo, double *kt) {
+    for (int64_t b = 0; b < m; b += 8) {
+        int64_t nb = m - b < 8 ? m - b : 8;
+        for (int64_t k = 0; k < 8; k++) { /* the block transposed: kt[d * 8 + k] (a short block repeats its first key) */
+            const float *kr = w + (idx ? idx[b + (k < nb ? k : 0)] : b + (k < nb ? k : 0)) * ldw;
+            for (int64_t d = 0; d < n; d++) kt[d * 8 + k] = kr[d];
         }
-        memcpy(acc + e, &a0, sizeof a0); memcpy(acc + e + 8, &a1, sizeof a1);
-        memcpy(acc + e + 16, &a2, sizeof a2); memcpy(acc + e + 24, &a3, sizeof a3);
+        for (int64_t h0 = 0; h0 < nq; h0 += 4) {
+            int64_t nh = nq - h0 < 4 ? nq - h0 : 4;
+            const float *q0 = q + h0 * ldq, *q1 = q0 + (nh > 1) * ldq, *q2 = q0 + (nh > 2) * 2 * ldq, *q3 = q0 + (nh > 3) * 3 * ldq;
+            v8d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+            for (int64_t d = 0; d < n; d++) {
+                v8d kd;
+                memcpy(&kd, kt + d * 8, sizeof kd);
+                a0 += (double)q0[d] * kd;
+                a1 += (double)q1[d] * kd;
+                a2 += (double)q2[d] * kd;
+                a3 += (double)q3[d] * kd;
+            }
+            v8d a[4] = {a0, a1, a2, a3};
+            for (int64_t i = 0; i < nh; i++)
+                for (int64_t k = 0; k < nb; k++) out[(h0 + i) * ldo + b + k] = (float)a[i][k];
+        }
     }
+}
+
+V4D_INLINE void mixd_keys_body(double *acc, const float *p, int64_t ldp, int64_t nq, const float *w, int64_t ldw,
+                               const int32_t *idx, int64_t m, int64_t n) {
+    int64_t e = 0;
+    for (; e + 8 <= n; e += 8)
+        for (int64_t h0 = 0; h0 < nq; h0 += 8) {
+            int64_t nh = nq - h0 < 8 ? nq - h0 : 8;
+            v8d a[8];
+#pragma GCC unroll 8
+            for (int64_t i = 0; i < 8; i++)
+                if (i < nh) memcpy(&a[i], acc + (h0 + i) * n + e, sizeof a[i]);
+                else a[i] = (v8d){0};
+            const float *p0 = p + h0 * ldp;
+            for (int64_t j = 0; j < m; j++) {
+                v8d kv = V8_LOAD_F(w + (idx ? idx[j] : j) * ldw + e);
+#pragma GCC unroll 8
+                for (int64_t i = 0; i < 8; i++) a[i] += (double)p0[(i < nh ? i : 0) * ldp + j] * kv;
+            }
+            for (int64_t i = 0; i < nh; i++) memcpy(acc + (h0 + i) * n + e, &a[i], sizeof a[i]);
+        }
     for (; e < n; e++)
-        for (int64_t j = 0; j < m; j++) acc[e] += (double)p[j] * w[(idx ? idx[j] : j) * ldw + e];
+        for (int64_t h = 0; h < nq; h++)
+            for (int64_t j = 0; j < m; j++) acc[h * n + e] += (double)p[h * ldp + j] * w[(idx ? idx[j] : j) * ldw + e];
 }
 
 #if V4D_X86
-V4D_WIDE static void axpyd_rows_wide(double *acc, const float *p, const float *w, int64_t ldw, const int32_t *idx,
-                                     int64_t m, int64_t n) {
-    axpyd_rows_body(acc, p, w, ldw, idx, m, n);
+V4D_WIDE static void dotd_keys_wide(const float *q, int64_t ldq, int64_t nq, const float *w, int64_t ldw, const int32_t *idx,
+                                    int64_t m, int64_t n, float *out, int64_t ldo, double *kt) {
+    dotd_keys_body(q, ldq, nq, w, ldw, idx, m, n, out, ldo, kt);
+}
+V4D_WIDE static void mixd_keys_wide(double *acc, const float *p, int64_t ldp, int64_t nq, const float *w, int64_t ldw,
+                                    const int32_t *idx, int64_t m, int64_t n) {
+    mixd_keys_body(acc, p, ldp, nq, w, ldw, idx, m, n);
 }
 #endif
 
-void pdb_v4_axpyd_rows(double *acc, const float *p, const float *w, int64_t ldw, const int32_t *idx, int64_t m, int64_t n) {
+void pdb_v4_dotd_keys(const float *q, int64_t ldq, int64_t nq, const float *w, int64_t ldw, const int32_t *idx, int64_t m,
+                      int64_t n, float *out, int64_t ldo, double *kt) {
 #if V4D_X86
-    if (v4d_wide()) { axpyd_rows_wide(acc, p, w, ldw, idx, m, n); return; }
+    if (v4d_wide()) { dotd_keys_wide(q, ldq, nq, w, ldw, idx, m, n, out, ldo, kt); return; }
 #endif
-    axpyd_rows_body(acc, p, w, ldw, idx, m, n);
+    dotd_keys_body(q, ldq, nq, w, ldw, idx, m, n, out, ldo, kt);
+}
+
+void pdb_v4_mixd_keys(double *acc, const float *p, int64_t ldp, int64_t nq, const float *w, int64_t ldw, const int32_t *idx,
+                      int64_t m, int64_t n) {
+#if V4D_X86
+    if (v4d_wide()) { mixd_keys_wide(acc, p, ldp, nq, w, ldw, idx, m, n); return; }
+#endif
+    mixd_keys_body(acc, p, ldp, nq, w, ldw, idx, m, n);
 }
 
 /* ---- the indexer's scores: eight keys per register (a block of keys transposed once, in
@@ -133,19 +191,25 @@ V4D_INLINE void index_scores_body(const float *q, const float *hw, int64_t nih, 
             for (int64_t d = 0; d < ihd; d++) kt[d * 8 + k] = kr[d];
         }
         double s[8] = {0};
-        for (int64_t h = 0; h < nih; h++) {
-            const float *qh = q + h * ihd;
-            v8d a = {0};
+        for (int64_t h0 = 0; h0 < nih; h0 += 4) { /* four heads' chains side by side (the add latency) */
+            int64_t nh = nih - h0 < 4 ? nih - h0 : 4;
+            const float *q0 = q + h0 * ihd, *q1 = q0 + (nh > 1) * ihd, *q2 = q0 + (nh > 2) * 2 * ihd, *q3 = q0 + (nh > 3) * 3 * ihd;
+            v8d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
             for (int64_t d = 0; d < ihd; d++) {
                 v8d kd;
                 memcpy(&kd, kt + d * 8, sizeof kd);
-                a += (double)qh[d] * kd;
+                a0 += (double)q0[d] * kd;
+                a1 += (double)q1[d] * kd;
+                a2 += (double)q2[d] * kd;
+                a3 += (double)q3[d] * kd;
             }
-            for (int k = 0; k < 8; k++) {
-                float dp = (float)a[k];
-                float rl = dp > 0 ? dp * sscale : 0.0f;
-                s[k] += (double)(rl * hw[h]);
-            }
+            v8d a[4] = {a0, a1, a2, a3};
+            for (int64_t i = 0; i < nh; i++) /* heads in order into each key's sum */
+                for (int k = 0; k < 8; k++) {
+                    float dp = (float)a[i][k];
+                    float rl = dp > 0 ? dp * sscale : 0.0f;
+                    s[k] += (double)(rl * hw[h0 + i]);
+                }
         }
         for (int64_t k = 0; k < nb; k++) out[b - w0 + k] = (float)s[k];
     }
