@@ -191,19 +191,19 @@ V4D_INLINE void index_scores_body(const float *q, const float *hw, int64_t nih, 
             for (int64_t d = 0; d < ihd; d++) kt[d * 8 + k] = kr[d];
         }
         double s[8] = {0};
-        for (int64_t h0 = 0; h0 < nih; h0 += 4) { /* four heads' chains side by side (the add latency) */
-            int64_t nh = nih - h0 < 4 ? nih - h0 : 4;
-            const float *q0 = q + h0 * ihd, *q1 = q0 + (nh > 1) * ihd, *q2 = q0 + (nh > 2) * 2 * ihd, *q3 = q0 + (nh > 3) * 3 * ihd;
-            v8d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+        for (int64_t h0 = 0; h0 < nih; h0 += 8) { /* eight heads' chains side by side (the add latency) */
+            int64_t nh = nih - h0 < 8 ? nih - h0 : 8;
+            const float *qh[8];
+            for (int64_t i = 0; i < 8; i++) qh[i] = q + (h0 + (i < nh ? i : 0)) * ihd; /* a short group repeats head h0 */
+            v8d a[8];
+#pragma GCC unroll 8
+            for (int64_t i = 0; i < 8; i++) a[i] = (v8d){0};
             for (int64_t d = 0; d < ihd; d++) {
                 v8d kd;
                 memcpy(&kd, kt + d * 8, sizeof kd);
-                a0 += (double)q0[d] * kd;
-                a1 += (double)q1[d] * kd;
-                a2 += (double)q2[d] * kd;
-                a3 += (double)q3[d] * kd;
+#pragma GCC unroll 8
+                for (int64_t i = 0; i < 8; i++) a[i] += (double)qh[i][d] * kd;
             }
-            v8d a[4] = {a0, a1, a2, a3};
             for (int64_t i = 0; i < nh; i++) /* heads in order into each key's sum */
                 for (int k = 0; k < 8; k++) {
                     float dp = (float)a[i][k];
