@@ -1,7 +1,8 @@
 /* test_v4_dots: the V4 step's many-chain reductions (pdb_v4_dots) equal, bit for bit, the
  * one-chain loops they replace (a sequential double sum per output, written out here), in their
  * AVX-512 and baseline builds, for row counts and widths around the kernels' blocks (8 keys, 4 and 8
- * heads, 8 columns), with and without an index list; the indexer's top-k equals the prefix of a
+ * heads, 8 columns, 256-row chunks; widths past the AVX-512 forms' stack copies), with and without an
+ * index list; the indexer's top-k equals the prefix of a
  * full sort by (score descending, index ascending) on inputs full of ties. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -73,20 +74,20 @@ static void test_dotd_rows(void **st) {
 
 static void check_keys(int wide) {
     pdb_v4_dots_use_wide(wide);
-    const int64_t nqs[] = {1, 3, 4, 5, 8, 9, 16}, msz[] = {1, 7, 8, 9, 33}, nsz[] = {8, 80, 84, 512};
-    enum { ROWS = 60, NMAX = 512, QMAX = 16 };
+    const int64_t nqs[] = {1, 3, 4, 5, 8, 9, 16}, msz[] = {1, 7, 8, 9, 33, 300}, nsz[] = {8, 80, 84, 512, 600};
+    enum { ROWS = 320, NMAX = 600, QMAX = 16, LDP = 320 };
     float *w = malloc(sizeof(float) * ROWS * NMAX), *q = malloc(sizeof(float) * QMAX * NMAX);
-    float *sc = malloc(sizeof(float) * QMAX * 40), *p = malloc(sizeof(float) * QMAX * 40);
+    float *sc = malloc(sizeof(float) * QMAX * LDP), *p = malloc(sizeof(float) * QMAX * LDP);
     double *kt = malloc(sizeof(double) * 8 * NMAX), *acc = malloc(sizeof(double) * QMAX * NMAX);
     double *ref = malloc(sizeof(double) * QMAX * NMAX);
-    int32_t idx[40];
+    int32_t idx[LDP];
     fill(w, ROWS * NMAX);
     fill(q, QMAX * NMAX);
     for (size_t a = 0; a < sizeof nqs / sizeof nqs[0]; a++)
         for (size_t b = 0; b < sizeof msz / sizeof msz[0]; b++)
             for (size_t c = 0; c < sizeof nsz / sizeof nsz[0]; c++)
                 for (int use = 0; use < 2; use++) {
-                    int64_t nq = nqs[a], m = msz[b], n = nsz[c], ldo = 40;
+                    int64_t nq = nqs[a], m = msz[b], n = nsz[c], ldo = LDP;
                     const int32_t *ix = pick_idx(use, m, ROWS, idx);
                     pdb_v4_dotd_keys(q, NMAX, nq, w, NMAX, ix, m, n, sc, ldo, kt);
                     for (int64_t h = 0; h < nq; h++)
@@ -95,12 +96,12 @@ static void check_keys(int wide) {
                             assert_memory_equal(&sc[h * ldo + j], &r, sizeof r);
                         }
                     /* weighted sums onto a nonzero start */
-                    fill(p, QMAX * 40);
+                    fill(p, QMAX * LDP);
                     for (int64_t i = 0; i < nq * n; i++) acc[i] = ref[i] = (double)rnd();
-                    pdb_v4_mixd_keys(acc, p, 40, nq, w, NMAX, ix, m, n);
+                    pdb_v4_mixd_keys(acc, p, LDP, nq, w, NMAX, ix, m, n);
                     for (int64_t h = 0; h < nq; h++)
                         for (int64_t e = 0; e < n; e++)
-                            for (int64_t j = 0; j < m; j++) ref[h * n + e] += (double)p[h * 40 + j] * w[(ix ? ix[j] : j) * NMAX + e];
+                            for (int64_t j = 0; j < m; j++) ref[h * n + e] += (double)p[h * LDP + j] * w[(ix ? ix[j] : j) * NMAX + e];
                     assert_memory_equal(acc, ref, sizeof(double) * (size_t)(nq * n));
                 }
     free(w), free(q), free(sc), free(p), free(kt), free(acc), free(ref);

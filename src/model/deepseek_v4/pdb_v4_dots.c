@@ -154,13 +154,81 @@ V4D_INLINE void mixd_keys_body(double *acc, const float *p, int64_t ldp, int64_t
 }
 
 #if V4D_X86
+/* The bodies above in AVX-512 intrinsics: eight heads per pass, their queries / probabilities in
+ * doubles (a stack copy), a fused multiply-add per step (a product of two floats is exact in
+ * double, so the sum rounds as a + q * k does: the same bits). Beyond the stack copy's size, the
+ * generic bodies. */
+enum { V4D_KQ_MAX = 8 * 512, V4D_PJ = 256 };
 V4D_WIDE static void dotd_keys_wide(const float *q, int64_t ldq, int64_t nq, const float *w, int64_t ldw, const int32_t *idx,
                                     int64_t m, int64_t n, float *out, int64_t ldo, double *kt) {
-    dotd_keys_body(q, ldq, nq, w, ldw, idx, m, n, out, ldo, kt);
+    if (n > V4D_KQ_MAX / 8) {
+        dotd_keys_body(q, ldq, nq, w, ldw, idx, m, n, out, ldo, kt);
+        return;
+    }
+    _Alignas(64) double qd[V4D_KQ_MAX], av[8][8];
+    for (int64_t b = 0; b < m; b += 8) {
+        int64_t nb = m - b < 8 ? m - b : 8;
+        for (int64_t k = 0; k < 8; k++) {
+            const float *kr = w + (idx ? idx[b + (k < nb ? k : 0)] : b + (k < nb ? k : 0)) * ldw;
+            for (int64_t d = 0; d < n; d++) kt[d * 8 + k] = kr[d];
+        }
+        for (int64_t h0 = 0; h0 < nq; h0 += 8) {
+            int64_t nh = nq - h0 < 8 ? nq - h0 : 8;
+            for (int64_t i = 0; i < 8; i++) /* a short group repeats head h0 (results dropped) */
+                for (int64_t d = 0; d < n; d++) qd[i * n + d] = q[(h0 + (i < nh ? i : 0)) * ldq + d];
+            __m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+            for (int64_t d = 0; d < n; d++) {
+                __m512d kd = _mm512_loadu_pd(kt + d * 8);
+                a0 = _mm512_fmadd_pd(_mm512_set1_pd(qd[d]), kd, a0);
+                a1 = _mm512_fmadd_pd(_mm512_set1_pd(qd[n + d]), kd, a1);
+                a2 = _mm512_fmadd_pd(_mm512_set1_pd(qd[2 * n + d]), kd, a2);
+                a3 = _mm512_fmadd_pd(_mm512_set1_pd(qd[3 * n + d]), kd, a3);
+                a4 = _mm512_fmadd_pd(_mm512_set1_pd(qd[4 * n + d]), kd, a4);
+                a5 = _mm512_fmadd_pd(_mm512_set1_pd(qd[5 * n + d]), kd, a5);
+                a6 = _mm512_fmadd_pd(_mm512_set1_pd(qd[6 * n + d]), kd, a6);
+                a7 = _mm512_fmadd_pd(_mm512_set1_pd(qd[7 * n + d]), kd, a7);
+            }
+            _mm512_store_pd(av[0], a0), _mm512_store_pd(av[1], a1), _mm512_store_pd(av[2], a2), _mm512_store_pd(av[3], a3);
+            _mm512_store_pd(av[4], a4), _mm512_store_pd(av[5], a5), _mm512_store_pd(av[6], a6), _mm512_store_pd(av[7], a7);
+            for (int64_t i = 0; i < nh; i++)
+                for (int64_t k = 0; k < nb; k++) out[(h0 + i) * ldo + b + k] = (float)av[i][k];
+        }
+    }
 }
+
 V4D_WIDE static void mixd_keys_wide(double *acc, const float *p, int64_t ldp, int64_t nq, const float *w, int64_t ldw,
                                     const int32_t *idx, int64_t m, int64_t n) {
-    mixd_keys_body(acc, p, ldp, nq, w, ldw, idx, m, n);
+    _Alignas(64) double pd[8][V4D_PJ];
+    int64_t e8 = n & ~(int64_t)7;
+    for (int64_t h0 = 0; h0 < nq; h0 += 8) {
+        int64_t nh = nq - h0 < 8 ? nq - h0 : 8;
+        for (int64_t j0 = 0; j0 < m; j0 += V4D_PJ) { /* rows in chunks, in order: each column's chain continues */
+            int64_t nj = m - j0 < V4D_PJ ? m - j0 : V4D_PJ;
+            for (int64_t i = 0; i < 8; i++)
+                for (int64_t j = 0; j < nj; j++) pd[i][j] = p[(h0 + (i < nh ? i : 0)) * ldp + j0 + j];
+            for (int64_t e = 0; e < e8; e += 8) {
+                __m512d a[8];
+                for (int64_t i = 0; i < 8; i++) a[i] = i < nh ? _mm512_loadu_pd(acc + (h0 + i) * n + e) : _mm512_setzero_pd();
+                __m512d a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3], a4 = a[4], a5 = a[5], a6 = a[6], a7 = a[7];
+                for (int64_t j = 0; j < nj; j++) {
+                    __m512d kv = _mm512_cvtps_pd(_mm256_loadu_ps(w + (idx ? idx[j0 + j] : j0 + j) * ldw + e));
+                    a0 = _mm512_fmadd_pd(_mm512_set1_pd(pd[0][j]), kv, a0);
+                    a1 = _mm512_fmadd_pd(_mm512_set1_pd(pd[1][j]), kv, a1);
+                    a2 = _mm512_fmadd_pd(_mm512_set1_pd(pd[2][j]), kv, a2);
+                    a3 = _mm512_fmadd_pd(_mm512_set1_pd(pd[3][j]), kv, a3);
+                    a4 = _mm512_fmadd_pd(_mm512_set1_pd(pd[4][j]), kv, a4);
+                    a5 = _mm512_fmadd_pd(_mm512_set1_pd(pd[5][j]), kv, a5);
+                    a6 = _mm512_fmadd_pd(_mm512_set1_pd(pd[6][j]), kv, a6);
+                    a7 = _mm512_fmadd_pd(_mm512_set1_pd(pd[7][j]), kv, a7);
+                }
+                a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3, a[4] = a4, a[5] = a5, a[6] = a6, a[7] = a7;
+                for (int64_t i = 0; i < nh; i++) _mm512_storeu_pd(acc + (h0 + i) * n + e, a[i]);
+            }
+            for (int64_t e = e8; e < n; e++) /* the last columns one chain at a time */
+                for (int64_t i = 0; i < nh; i++)
+                    for (int64_t j = 0; j < nj; j++) acc[(h0 + i) * n + e] += pd[i][j] * w[(idx ? idx[j0 + j] : j0 + j) * ldw + e];
+        }
+    }
 }
 #endif
 
