@@ -36,7 +36,7 @@ static int v4d_wide(void) {
 #endif
 
 int pdb_v4_dots_use_wide(int on) {
-#if V4D_X86
+#if (defined(__x86_64__) || defined(__i386__)) && V4D_X86
     int old = v4d_wide();
     __atomic_store_n(&v4d_on, on && v4d_cpu() ? 1 : 0, __ATOMIC_RELAXED);
     return old;
@@ -86,7 +86,7 @@ V4D_INLINE void dotd_rows_body(const float *w, int64_t ldw, const int32_t *idx, 
     }
 }
 
-#if V4D_X86
+#if (defined(__x86_64__) || defined(__i386__)) && V4D_X86
 V4D_WIDE static void dotd_rows_wide(const float *w, int64_t ldw, const int32_t *idx, int64_t m, const float *x, int64_t n,
                                     float *out) {
     dotd_rows_body(w, ldw, idx, m, x, n, out);
@@ -94,7 +94,7 @@ V4D_WIDE static void dotd_rows_wide(const float *w, int64_t ldw, const int32_t *
 #endif
 
 void pdb_v4_dotd_rows(const float *w, int64_t ldw, const int32_t *idx, int64_t m, const float *x, int64_t n, float *out) {
-#if V4D_X86
+#if (defined(__x86_64__) || defined(__i386__)) && V4D_X86
     if (v4d_wide()) { dotd_rows_wide(w, ldw, idx, m, x, n, out); return; }
 #endif
     dotd_rows_body(w, ldw, idx, m, x, n, out);
@@ -153,7 +153,7 @@ V4D_INLINE void mixd_keys_body(double *acc, const float *p, int64_t ldp, int64_t
             for (int64_t j = 0; j < m; j++) acc[h * n + e] += (double)p[h * ldp + j] * w[(idx ? idx[j] : j) * ldw + e];
 }
 
-#if V4D_X86
+#if (defined(__x86_64__) || defined(__i386__)) && V4D_X86
 /* The bodies above in AVX-512 intrinsics: eight heads per pass, their queries / probabilities in
  * doubles (a stack copy), a fused multiply-add per step (a product of two floats is exact in
  * double, so the sum rounds as a + q * k does: the same bits). Beyond the stack copy's size, the
@@ -234,7 +234,7 @@ V4D_WIDE static void mixd_keys_wide(double *acc, const float *p, int64_t ldp, in
 
 void pdb_v4_dotd_keys(const float *q, int64_t ldq, int64_t nq, const float *w, int64_t ldw, const int32_t *idx, int64_t m,
                       int64_t n, float *out, int64_t ldo, double *kt) {
-#if V4D_X86
+#if (defined(__x86_64__) || defined(__i386__)) && V4D_X86
     if (v4d_wide()) { dotd_keys_wide(q, ldq, nq, w, ldw, idx, m, n, out, ldo, kt); return; }
 #endif
     dotd_keys_body(q, ldq, nq, w, ldw, idx, m, n, out, ldo, kt);
@@ -242,7 +242,7 @@ void pdb_v4_dotd_keys(const float *q, int64_t ldq, int64_t nq, const float *w, i
 
 void pdb_v4_mixd_keys(double *acc, const float *p, int64_t ldp, int64_t nq, const float *w, int64_t ldw, const int32_t *idx,
                       int64_t m, int64_t n) {
-#if V4D_X86
+#if (defined(__x86_64__) || defined(__i386__)) && V4D_X86
     if (v4d_wide()) { mixd_keys_wide(acc, p, ldp, nq, w, ldw, idx, m, n); return; }
 #endif
     mixd_keys_body(acc, p, ldp, nq, w, ldw, idx, m, n);
@@ -287,7 +287,7 @@ V4D_INLINE void index_scores_body(const float *q, const float *hw, int64_t nih, 
     }
 }
 
-#if V4D_X86
+#if (defined(__x86_64__) || defined(__i386__)) && V4D_X86
 /* The body above in AVX-512 intrinsics, with the queries in doubles once per call and a fused
  * multiply-add per step: q * k of two floats is exact in double, so fma(q, k, a) rounds the same
  * sum as a + q * k (the same bits, fewer instructions). Queries wider than the stack copy take
@@ -356,7 +356,7 @@ void pdb_v4_index_scores(const float *q, const float *hw, int64_t nih, int64_t i
         for (int64_t w = w0; w < w1; w++) index_scores_one(q, hw, nih, ihd, keys + w * ihd, sscale, out + (w - w0));
         return;
     }
-#if V4D_X86
+#if (defined(__x86_64__) || defined(__i386__)) && V4D_X86
     if (v4d_wide()) { index_scores_wide(q, hw, nih, ihd, keys, w0, w1, sscale, out); return; }
 #endif
     index_scores_body(q, hw, nih, ihd, keys, w0, w1, sscale, out);
