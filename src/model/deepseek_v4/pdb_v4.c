@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "pdb_math.h"
+#include "pdb_v4_dots.h"
 #include "pdb_v4_qsim.h"
 
 /* ======================================== products ======================================== */
@@ -139,21 +140,25 @@ static void unweighted_norm(float *tmp, const float *hs, int64_t n, double eps) 
     for (int64_t i = 0; i < n; i++) tmp[i] = hs[i] * r;
 }
 
-static float dotd(const float *a, const float *b, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return (float)s;
+/* One token's mHC mapping: hs [hc, H] -> collapsed x [H], post [hc], comb [hc, hc] (comb[j][k] is
+ * the weight of old stream j in new stream k), in three parts so that a lone token's mixing
+ * products can run on the pool: hc_norm (tmp [hc*H] = the RMS-normalised streams), hc_mixes
+ * (mixes[j] = fn row j . tmp for rows [j0, j1), each a sequential double sum), hc_finish.
+ * Sinkhorn: softmax rows + eps, normalise columns, then iters-1 x (rows, columns), each with
+ * + eps in the denominator. */
+static void hc_norm(const pdb_config *c, const float *hs, float *tmp) {
+    unweighted_norm(tmp, hs, c->hc_mult * c->hidden_size, c->rms_norm_eps);
 }
 
-/* One token's mHC mapping: hs [hc, H] -> collapsed x [H], post [hc], comb [hc, hc] (comb[j][k] is
- * the weight of old stream j in new stream k). Sinkhorn: softmax rows + eps, normalise columns,
- * then iters-1 x (rows, columns), each with + eps in the denominator. tmp: [hc*H]. */
-static void hc_pre(const pdb_config *c, const float *fn, const float *base, const float *scale, const float *hs,
-                   float *x, float *post, float *comb, float *tmp) {
-    int64_t hc = c->hc_mult, H = c->hidden_size, n = hc * H;
-    float eps = (float)c->hc_eps, mixes[64 * 66], pre[64];
-    unweighted_norm(tmp, hs, n, c->rms_norm_eps);
-    for (int64_t j = 0; j < (2 + hc) * hc; j++) mixes[j] = dotd(fn + j * n, tmp, n);
+static void hc_mixes(const pdb_config *c, const float *fn, const float *tmp, int64_t j0, int64_t j1, float *mixes) {
+    int64_t n = c->hc_mult * c->hidden_size;
+    pdb_v4_dotd_rows(fn + j0 * n, n, NULL, j1 - j0, tmp, n, mixes + j0);
+}
+
+static void hc_finish(const pdb_config *c, const float *base, const float *scale, const float *mixes, const float *hs,
+                      float *x, float *post, float *comb) {
+    int64_t hc = c->hc_mult, H = c->hidden_size;
+    float eps = (float)c->hc_eps, pre[64];
     for (int64_t k = 0; k < hc; k++) {
         pre[k] = sigmoidf(mixes[k] * scale[0] + base[k]) + eps;
         post[k] = 2.0f * sigmoidf(mixes[hc + k] * scale[1] + base[hc + k]);
@@ -186,26 +191,30 @@ static void hc_pre(const pdb_config *c, const float *fn, const float *base, cons
     }
 }
 
-/* hs [hc, H] <- post[k] * out + sum_j comb[j][k] * hs[j]. tmp: [hc*H]. */
-static void hc_post(const pdb_config *c, float *hs, const float *out, const float *post, const float *comb, float *tmp) {
+/* hs [hc, H] <- post[k] * out + sum_j comb[j][k] * hs[j], columns [d0, d1) (each column reads
+ * only its own old values, so column ranges are independent). */
+static void hc_post(const pdb_config *c, float *hs, const float *out, const float *post, const float *comb, int64_t d0,
+                    int64_t d1) {
     int64_t hc = c->hc_mult, H = c->hidden_size;
-    memcpy(tmp, hs, sizeof(float) * (size_t)(hc * H));
-    for (int64_t k = 0; k < hc; k++)
-        for (int64_t d = 0; d < H; d++) {
+    float old[64];
+    for (int64_t d = d0; d < d1; d++) {
+        for (int64_t j = 0; j < hc; j++) old[j] = hs[j * H + d];
+        for (int64_t k = 0; k < hc; k++) {
             double s = (double)post[k] * out[d];
-            for (int64_t j = 0; j < hc; j++) s += (double)comb[j * hc + k] * tmp[j * H + d];
+            for (int64_t j = 0; j < hc; j++) s += (double)comb[j * hc + k] * old[j];
             hs[k * H + d] = (float)s;
         }
+    }
 }
 
 /* Final collapse of the streams (weights from sigmoid only) into y [H]. tmp: [hc*H]. */
 static void hc_head(const pdb_v4_model *m, const float *hs, float *y, float *tmp) {
     const pdb_config *c = &m->cfg;
     int64_t hc = c->hc_mult, H = c->hidden_size, n = hc * H;
-    float pre[64];
+    float pre[64], mix[64];
     unweighted_norm(tmp, hs, n, c->rms_norm_eps);
-    for (int64_t k = 0; k < hc; k++)
-        pre[k] = sigmoidf(dotd(m->hc_head_fn + k * n, tmp, n) * m->hc_head_scale[0] + m->hc_head_base[k]) + (float)c->hc_eps;
+    pdb_v4_dotd_rows(m->hc_head_fn, n, NULL, hc, tmp, n, mix);
+    for (int64_t k = 0; k < hc; k++) pre[k] = sigmoidf(mix[k] * m->hc_head_scale[0] + m->hc_head_base[k]) + (float)c->hc_eps;
     for (int64_t d = 0; d < H; d++) {
         double s = 0;
         for (int64_t k = 0; k < hc; k++) s += (double)pre[k] * hs[k * H + d];
@@ -276,74 +285,90 @@ static void compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, co
 
 /* ======================================== indexer ======================================== */
 
-typedef struct { float s; int32_t i; } scored;
-
-static int cmp_scored(const void *a, const void *b) {
-    const scored *x = a, *y = b;
-    if (x->s != y->s) return x->s > y->s ? -1 : 1;
-    return x->i < y->i ? -1 : x->i > y->i;
-}
-
-/* One query of the indexer (see run_indexer). */
+/* One layer's indexer over T queries (see run_indexer). */
 typedef struct v4_idx_job {
     const pdb_v4_layer *L;
     const pdb_v4_layer_cache *lc;
     float *iq;
-    const float *wt;
+    const float *hw;      /* [T, nih] the head weights' projection times 1/sqrt(nih) */
     int32_t *sel;
     int64_t *nsel;
-    scored *sc;
-    int64_t sc_stride, p0, r, K, nih, ihd;
-    float wscale, sscale;
+    float *sc;            /* scores: [threads, sc_stride] (a token per task) or [nv] (one token's keys per task) */
+    char *tk;             /* top-k scratch: [threads, tk_stride] bytes */
+    int64_t sc_stride, tk_stride, p0, r, K, nih, ihd, t, nv, chunk;
+    float sscale;
     qsim_kind q;
 } v4_idx_job;
 
-static void idx_task(void *ctx, int64_t t, int thread) {
+/* Token t's query heads rotated and rounded in place; its visible entries' count. */
+static int64_t idx_query(const v4_idx_job *j, int64_t t) {
+    int64_t p = j->p0 + t, nv = (p + 1) / j->r;
+    if (nv > j->K)
+        for (int64_t h = 0; h < j->nih; h++) finish_row(j->iq + (t * j->nih + h) * j->ihd, j->ihd, j->L->rope, p, j->q);
+    return nv;
+}
+
+static void idx_pick_all(const v4_idx_job *j, int64_t t, int64_t nv) {
+    for (int64_t w = 0; w < nv; w++) j->sel[t * j->K + w] = (int32_t)w;
+    j->nsel[t] = nv;
+}
+
+static void idx_task(void *ctx, int64_t t, int thread) { /* token t on one thread */
     const v4_idx_job *j = ctx;
-    int64_t p = j->p0 + t, nv = (p + 1) / j->r, K = j->K, nih = j->nih, ihd = j->ihd;
-    int32_t *st = j->sel + t * K;
-    if (nv <= K) {
-        for (int64_t w = 0; w < nv; w++) st[w] = (int32_t)w;
-        j->nsel[t] = nv;
-        return;
-    }
-    scored *sc = j->sc + (int64_t)thread * j->sc_stride;
-    float *qt = j->iq + t * nih * ihd;
-    for (int64_t h = 0; h < nih; h++) finish_row(qt + h * ihd, ihd, j->L->rope, p, j->q);
-    for (int64_t w = 0; w < nv; w++) {
-        const float *k = j->lc->ikeys + w * ihd;
-        double s = 0;
-        for (int64_t h = 0; h < nih; h++) {
-            float dp = dotd(qt + h * ihd, k, ihd);
-            float rl = dp > 0 ? dp * j->sscale : 0.0f;
-            s += (double)(rl * (j->wt[t * nih + h] * j->wscale));
-        }
-        sc[w].s = (float)s;
-        sc[w].i = (int32_t)w;
-    }
-    qsort(sc, (size_t)nv, sizeof *sc, cmp_scored);
-    for (int64_t i = 0; i < K; i++) st[i] = sc[i].i;
-    j->nsel[t] = K;
+    int64_t nv = idx_query(j, t);
+    if (nv <= j->K) { idx_pick_all(j, t, nv); return; }
+    float *sc = j->sc + (int64_t)thread * j->sc_stride;
+    pdb_v4_index_scores(j->iq + t * j->nih * j->ihd, j->hw + t * j->nih, j->nih, j->ihd, j->lc->ikeys, 0, nv, j->sscale, sc);
+    pdb_v4_topk(sc, nv, j->K, j->sel + t * j->K, j->tk + (int64_t)thread * j->tk_stride);
+    j->nsel[t] = j->K;
+}
+
+static void idx_keys_task(void *ctx, int64_t c, int thread) { /* keys [c * chunk, ..) of token j->t */
+    (void)thread;
+    const v4_idx_job *j = ctx;
+    int64_t w0 = c * j->chunk, w1 = w0 + j->chunk < j->nv ? w0 + j->chunk : j->nv;
+    pdb_v4_index_scores(j->iq + j->t * j->nih * j->ihd, j->hw + j->t * j->nih, j->nih, j->ihd, j->lc->ikeys, w0, w1,
+                        j->sscale, j->sc + w0);
 }
 
 /* For each of the T queries pick its compressed entries: all nv = (p+1)/rate when nv <= topk, else
  * the topk highest scores sum_h w_h * relu(q_h . k_w) / sqrt(ihd), equal scores by lower index.
- * sel [T, topk] (entry ids, ascending order irrelevant), nsel [T]. iq [T, nih*ihd] (the queries'
- * projection, rotated and rounded here in place), wt [T, nih] (the head weights' projection). The
- * queries are independent and run on the pool's threads. */
+ * sel [T, topk] (entry ids, best first), nsel [T]. iq [T, nih*ihd] (the queries' projection,
+ * rotated and rounded here in place), wt [T, nih] (the head weights' projection). Fewer queries
+ * than threads (decode): each query's keys in chunks on the pool's threads; else the queries on
+ * the threads. Every score is pdb_v4_index_scores' (a sequential double sum per head) either way. */
 static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, const pdb_v4_layer *L, const pdb_v4_layer_cache *lc, qsim_kind q,
                               float *iq, const float *wt, int64_t T, int64_t p0, int32_t *sel, int64_t *nsel) {
     const pdb_config *c = &m->cfg;
     int64_t nih = c->index_n_heads, ihd = c->index_head_dim;
     int64_t K = c->index_topk, r = L->rate;
     int64_t nmax = (p0 + T) / r, nth = pdb_pool_threads(ex->pool), stride = nmax > 0 ? nmax : 1;
-    scored *sc = malloc(sizeof(scored) * (size_t)(stride * nth));
-    if (!sc) return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory");
-    v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .wt = wt, .sel = sel, .nsel = nsel, .sc = sc, .sc_stride = stride,
-                    .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q,
-                    .wscale = (float)(1.0 / sqrt((double)nih)), .sscale = (float)(1.0 / sqrt((double)ihd))};
-    pdb_pool_run(ex->pool, T, idx_task, &j);
+    int keys = T < nth; /* the keys of one query at a time on the pool */
+    int64_t nsc = keys ? 1 : nth, tks = pdb_v4_topk_scratch_bytes(stride);
+    float *sc = malloc(sizeof(float) * (size_t)(stride * nsc)), *hw = falloc(T * nih);
+    char *tk = malloc((size_t)(tks * nsc));
+    if (!sc || !hw || !tk) {
+        free(sc), free(hw), free(tk);
+        return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory");
+    }
+    float wscale = (float)(1.0 / sqrt((double)nih));
+    for (int64_t i = 0; i < T * nih; i++) hw[i] = wt[i] * wscale;
+    v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .hw = hw, .sel = sel, .nsel = nsel, .sc = sc, .tk = tk, .sc_stride = stride,
+                    .tk_stride = tks, .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q, .chunk = 256,
+                    .sscale = (float)(1.0 / sqrt((double)ihd))};
+    if (!keys) pdb_pool_run(ex->pool, T, idx_task, &j);
+    else
+        for (int64_t t = 0; t < T; t++) {
+            j.t = t;
+            j.nv = idx_query(&j, t);
+            if (j.nv <= K) { idx_pick_all(&j, t, j.nv); continue; }
+            pdb_pool_run(ex->pool, (j.nv + j.chunk - 1) / j.chunk, idx_keys_task, &j);
+            pdb_v4_topk(sc, j.nv, K, sel + t * K, tk);
+            nsel[t] = K;
+        }
     free(sc);
+    free(hw);
+    free(tk);
     return PDB_OK;
 }
 
@@ -442,47 +467,63 @@ static void softmax_sink(float *s, int64_t n, float sink) {
     for (int64_t i = 0; i < n; i++) s[i] = (float)((double)s[i] / den);
 }
 
-/* One (token, head) of pdb_v4_attn_ref: scores over [window rows | picked compressed entries],
- * the sink softmax, the weighted sum in double (the contract in pdb_v4.h). */
+/* One token and a group of heads of pdb_v4_attn_ref: scores over [window rows | picked compressed
+ * entries], the sink softmax, the weighted sum in double (the contract in pdb_v4.h), every sum
+ * many chains at once (pdb_v4_dots: each the same sequential double sum as the contract's loop);
+ * the group's heads share each pass over the keys. */
 typedef struct v4_attn_job {
     const pdb_v4_attn_desc *d;
-    float *sc;
+    int64_t hpg, ngrp;   /* heads per task, tasks per token */
+    float *sc;           /* [threads, hpg, sc_stride] */
     int64_t sc_stride;
+    double *acc;         /* [threads, hpg * hd + 8 * hd] (the sums, then the key block's scratch) */
 } v4_attn_job;
 
 static void attn_task(void *ctx, int64_t task, int thread) {
     const v4_attn_job *j = ctx;
     const pdb_v4_attn_desc *d = j->d;
-    int64_t t = task / d->nh, h = task % d->nh, hd = d->hd, W = d->W, lo = d->lo;
+    int64_t t = task / j->ngrp, h0 = task % j->ngrp * j->hpg, hd = d->hd, W = d->W, lo = d->lo;
+    int64_t nq = d->nh - h0 < j->hpg ? d->nh - h0 : j->hpg, ss = j->sc_stride;
     int64_t p = d->p0 + t, wlo = p - W + 1 > lo ? p - W + 1 : lo, nw = p - wlo + 1;
     const float *wk = d->keys + (wlo - lo) * hd, *comp = d->comp;
     int64_t nc = 0;
     const int32_t *ids = NULL;
     if (d->sel) { nc = d->nsel[t]; ids = d->sel + t * d->K; }
     else if (d->rate > 0) nc = (p + 1) / d->rate;
-    float *sc = j->sc + (int64_t)thread * j->sc_stride;
-    const float *qh = d->q + (t * d->nh + h) * hd;
-    float *oh = d->o + (t * d->nh + h) * hd;
-    for (int64_t i = 0; i < nw; i++) sc[i] = dotd(qh, wk + i * hd, hd) * d->scale;
-    for (int64_t i = 0; i < nc; i++) sc[nw + i] = dotd(qh, comp + (ids ? ids[i] : i) * hd, hd) * d->scale;
-    softmax_sink(sc, nw + nc, d->sinks[h]);
-    for (int64_t e = 0; e < hd; e++) {
-        double acc = 0;
-        for (int64_t i = 0; i < nw; i++) acc += (double)sc[i] * wk[i * hd + e];
-        for (int64_t i = 0; i < nc; i++) acc += (double)sc[nw + i] * comp[(ids ? ids[i] : i) * hd + e];
-        oh[e] = (float)acc;
+    float *sc = j->sc + (int64_t)thread * j->hpg * ss;
+    double *acc = j->acc + (int64_t)thread * (j->hpg + 8) * hd, *kt = acc + j->hpg * hd;
+    const float *q = d->q + (t * d->nh + h0) * hd;
+    pdb_v4_dotd_keys(q, hd, nq, wk, hd, NULL, nw, hd, sc, ss, kt);
+    pdb_v4_dotd_keys(q, hd, nq, comp, hd, ids, nc, hd, sc + nw, ss, kt);
+    for (int64_t h = 0; h < nq; h++) {
+        for (int64_t i = 0; i < nw + nc; i++) sc[h * ss + i] *= d->scale;
+        softmax_sink(sc + h * ss, nw + nc, d->sinks[h0 + h]);
     }
+    memset(acc, 0, sizeof(double) * (size_t)(nq * hd));
+    pdb_v4_mixd_keys(acc, sc, ss, nq, wk, hd, NULL, nw, hd);
+    pdb_v4_mixd_keys(acc, sc + nw, ss, nq, comp, hd, ids, nc, hd);
+    float *o = d->o + (t * d->nh + h0) * hd;
+    for (int64_t e = 0; e < nq * hd; e++) o[e] = (float)acc[e];
 }
 
 pdb_status pdb_v4_attn_ref(const pdb_v4_attn_desc *d, pdb_pool *pool) {
     if (d->T <= 0 || d->nh <= 0) return PDB_OK;
     int64_t nmax = d->W + (d->sel ? d->K : d->rate > 0 ? (d->p0 + d->T) / d->rate : 0);
     int64_t nth = pdb_pool_threads(pool), stride = nmax + 1;
-    float *sc = falloc(nth * stride);
-    if (!sc) return pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
-    v4_attn_job aj = {.d = d, .sc = sc, .sc_stride = stride};
-    pdb_pool_run(pool, d->T * d->nh, attn_task, &aj);
+    /* heads per task: up to 8, and at least two tasks per thread where the heads allow */
+    int64_t hpg = d->T * d->nh / (2 * nth);
+    hpg = hpg < 1 ? 1 : hpg > 8 ? 8 : hpg;
+    float *sc = falloc(nth * hpg * stride);
+    double *acc = malloc(sizeof(double) * (size_t)(nth * (hpg + 8) * d->hd));
+    if (!sc || !acc) {
+        free(sc);
+        free(acc);
+        return pdb_err_set(PDB_NOMEM, "v4 attention: out of memory");
+    }
+    v4_attn_job aj = {.d = d, .hpg = hpg, .ngrp = (d->nh + hpg - 1) / hpg, .sc = sc, .sc_stride = stride, .acc = acc};
+    pdb_pool_run(pool, d->T * aj.ngrp, attn_task, &aj);
     free(sc);
+    free(acc);
     return PDB_OK;
 }
 
@@ -715,27 +756,77 @@ done:
 
 /* ======================================== layer / forward ======================================== */
 
+/* The hyper-connection sites of a sub-block on the pool: hc_job's tasks (pre: the whole mapping of
+ * one token, or with one token its mixing rows in `split` parts; post: column ranges of a token). */
+typedef struct v4_hc_job {
+    const pdb_config *c;
+    const float *fn, *base, *scale, *norm;
+    float *hs, *x, *post, *comb, *mixes, *tmp, *out; /* tmp: [threads, hc*H] (per token) or [hc*H] (lone token) */
+    int64_t split, cols;
+} v4_hc_job;
+
+static void hc_pre_task(void *ctx, int64_t t, int thread) { /* token t: norm, mixes, finish, the sub-block's norm */
+    const v4_hc_job *j = ctx;
+    const pdb_config *c = j->c;
+    int64_t hc = c->hc_mult, H = c->hidden_size, nm = (2 + hc) * hc;
+    float *tmp = j->tmp + (int64_t)thread * hc * H, *mx = j->mixes + t * nm, *hs = j->hs + t * hc * H;
+    hc_norm(c, hs, tmp);
+    hc_mixes(c, j->fn, tmp, 0, nm, mx);
+    hc_finish(c, j->base, j->scale, mx, hs, j->x + t * H, j->post + t * hc, j->comb + t * hc * hc);
+    pdb_math_rmsnorm(j->x + t * H, j->x + t * H, j->norm, H, c->rms_norm_eps);
+}
+
+static void hc_mix_task(void *ctx, int64_t part, int thread) { /* a lone token's mixing rows, part `part` of split */
+    (void)thread;
+    const v4_hc_job *j = ctx;
+    int64_t nm = (2 + j->c->hc_mult) * j->c->hc_mult, per = (nm + j->split - 1) / j->split, j0 = part * per;
+    int64_t j1 = j0 + per < nm ? j0 + per : nm;
+    if (j0 < j1) hc_mixes(j->c, j->fn, j->tmp, j0, j1, j->mixes);
+}
+
+static void hc_post_task(void *ctx, int64_t task, int thread) { /* token task / split, columns part task % split */
+    (void)thread;
+    const v4_hc_job *j = ctx;
+    const pdb_config *c = j->c;
+    int64_t hc = c->hc_mult, H = c->hidden_size, t = task / j->split, d0 = task % j->split * j->cols;
+    int64_t d1 = d0 + j->cols < H ? d0 + j->cols : H;
+    if (d0 < d1) hc_post(c, j->hs + t * hc * H, j->out + t * H, j->post + t * hc, j->comb + t * hc * hc, d0, d1);
+}
+
 /* One hyper-connected sub-block over the rows of n sequences: collapse the streams, norm, run
- * `which` (0 attention, 1 MoE), expand. The hook (one sequence only) sees the attention input. */
+ * `which` (0 attention, 1 MoE), expand. The hook (one sequence only) sees the attention input.
+ * The sites run on the pool: tokens in parallel, or one token's mixing rows and columns (every
+ * value computed as the token-at-a-time form computes it). */
 static pdb_status sub_block(const pdb_v4_model *m, const v4_seg *sg, int n, int64_t l, int which, const int32_t *ids,
                             float *hs, int64_t R, const pdb_v4_hook *hook) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
-    int64_t H = c->hidden_size, hc = c->hc_mult;
-    float *x = falloc(R * H), *out = falloc(R * H), *post = falloc(R * hc), *comb = falloc(R * hc * hc), *tmp = falloc(hc * H);
+    pdb_pool *pool = sg[0].c->exec.pool;
+    int64_t H = c->hidden_size, hc = c->hc_mult, nm = (2 + hc) * hc, nth = pdb_pool_threads(pool);
+    int lone = R == 1 && nth > 1;
+    float *x = falloc(R * H), *out = falloc(R * H), *post = falloc(R * hc), *comb = falloc(R * hc * hc);
+    float *tmp = falloc((lone ? 1 : nth) * hc * H), *mixes = falloc(R * nm);
     pdb_status s = PDB_OK;
-    if (!x || !out || !post || !comb || !tmp) { s = pdb_err_set(PDB_NOMEM, "v4 layer: out of memory"); goto done; }
-    for (int64_t t = 0; t < R; t++) {
-        hc_pre(c, which ? L->hc_ffn_fn : L->hc_attn_fn, which ? L->hc_ffn_base : L->hc_attn_base,
-               which ? L->hc_ffn_scale : L->hc_attn_scale, hs + t * hc * H, x + t * H, post + t * hc, comb + t * hc * hc, tmp);
-        pdb_math_rmsnorm(x + t * H, x + t * H, which ? L->ffn_norm : L->attn_norm, H, c->rms_norm_eps);
-    }
+    if (!x || !out || !post || !comb || !tmp || !mixes) { s = pdb_err_set(PDB_NOMEM, "v4 layer: out of memory"); goto done; }
+    v4_hc_job hj = {.c = c, .fn = which ? L->hc_ffn_fn : L->hc_attn_fn, .base = which ? L->hc_ffn_base : L->hc_attn_base,
+                    .scale = which ? L->hc_ffn_scale : L->hc_attn_scale, .norm = which ? L->ffn_norm : L->attn_norm,
+                    .hs = hs, .x = x, .post = post, .comb = comb, .mixes = mixes, .tmp = tmp, .out = out,
+                    .split = nth < nm ? nth : nm, .cols = H};
+    if (lone) {
+        hc_norm(c, hs, tmp);
+        pdb_pool_run(pool, hj.split, hc_mix_task, &hj);
+        hc_finish(c, hj.base, hj.scale, mixes, hs, x, post, comb);
+        pdb_math_rmsnorm(x, x, hj.norm, H, c->rms_norm_eps);
+    } else
+        pdb_pool_run(pool, R, hc_pre_task, &hj);
     if (!which && hook) s = hook->attn_input(hook->user, l, x, R, sg[0].c->len);
     if (!s) s = which ? moe(m, &sg[0].c->exec, L, ids, x, R, out) : attention(m, sg, n, l, x, R, out);
     if (s) goto done;
-    for (int64_t t = 0; t < R; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
+    hj.split = lone ? nth : 1;
+    hj.cols = (H + hj.split - 1) / hj.split;
+    pdb_pool_run(pool, R * hj.split, hc_post_task, &hj);
 done:
-    free(x); free(out); free(post); free(comb); free(tmp);
+    free(x); free(out); free(post); free(comb); free(tmp); free(mixes);
     return s;
 }
 
