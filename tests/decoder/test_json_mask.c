@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "pdb_json_mask.h"
+#include "pdb_test_mask_walk.h"
 
 static int accepts(const char *text) {
     pdb_json_state st;
@@ -66,11 +67,14 @@ static void test_recognizer(void **state) {
     assert_false(pdb_json_state_feed(&st, "[", 1));
 }
 
-static uint64_t rng_next(uint64_t *x) {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
+typedef struct { pdb_json_vocab *v; pdb_json_state st; } json_walk;
+static int64_t json_walk_apply(void *m, float *logits, int64_t V, int64_t budget) {
+    json_walk *j = m;
+    return pdb_json_mask_apply(j->v, &j->st, logits, V, budget);
+}
+static int json_walk_advance(void *m, int32_t tok) {
+    json_walk *j = m;
+    return pdb_json_mask_advance(j->v, &j->st, tok);
 }
 
 static void test_random_walks(void **state) {
@@ -83,8 +87,7 @@ static void test_random_walks(void **state) {
     const char *bytes[V];
     size_t lens[V];
     char singles[256];
-    for (int i = 0; i < 256; i++) { singles[i] = (char)i; bytes[i] = &singles[i]; lens[i] = 1; }
-    for (int i = 0; i < NP; i++) { bytes[256 + i] = pieces[i]; lens[256 + i] = strlen(pieces[i]); }
+    pdb_test_vocab_fill(bytes, lens, singles, pieces, NP);
     bytes[V - 2] = NULL; lens[V - 2] = 0;           /* an id without bytes */
     bytes[V - 1] = "{}"; lens[V - 1] = 2;
     pdb_json_vocab *v;
@@ -94,30 +97,17 @@ static void test_random_walks(void **state) {
     uint64_t x = 0x9E3779B97F4A7C15ull;
     int walks = 3000, complete_early = 0;
     for (int w = 0; w < walks; w++) {
-        int64_t max_tokens = 2 + (int64_t)(rng_next(&x) % (w % 3 == 0 ? 8 : 200));
-        pdb_json_state st;
-        pdb_json_state_init(&st);
+        int64_t max_tokens = 2 + (int64_t)(pdb_test_rng_next(&x) % (w % 3 == 0 ? 8 : 200));
+        json_walk jw = {.v = v};
+        pdb_json_state_init(&jw.st);
         size_t tl = 0;
-        int64_t used = 0;
-        for (; used < max_tokens; used++) {
-            for (int i = 0; i < V; i++) logits[i] = 0;
-            int64_t allowed = pdb_json_mask_apply(v, &st, logits, V, max_tokens - used - 1);
-            if (!allowed) break;
-            int64_t pick = (int64_t)(rng_next(&x) % (uint64_t)allowed), tok = -1;
-            for (int i = 0; i < V; i++)
-                if (logits[i] == 0 && pick-- == 0) { tok = i; break; }
-            assert_true(tok >= 0 && bytes[tok]);
-            memcpy(text + tl, bytes[tok], lens[tok]);
-            tl += lens[tok];
-            if (!pdb_json_mask_advance(v, &st, (int32_t)tok))
-                fail_msg("walk %d: the mask allowed token %lld, which does not continue %.*s", w, (long long)tok, (int)tl, text);
-        }
+        int64_t used = pdb_test_mask_walk(json_walk_apply, json_walk_advance, &jw, bytes, lens, V, logits, max_tokens, &x, text, &tl, w);
         if (used < max_tokens) complete_early++;
         json_error_t je;
         json_t *j = json_loadb(text, tl, 0, &je);
         if (!j || !json_is_object(j)) fail_msg("walk %d (max_tokens %lld) ended in invalid JSON (%s): %.*s", w, (long long)max_tokens, je.text,
                                                (int)tl, text);
-        assert_true(pdb_json_state_complete(&st));
+        assert_true(pdb_json_state_complete(&jw.st));
         /* the recognizer's own verdict on the whole text, from a fresh state; and it starts with '{' */
         pdb_json_state fresh;
         pdb_json_state_init(&fresh);

@@ -17,12 +17,16 @@
 
 #include "pdb_tool_mask.h"
 #include "pdb_tools.h"
+#include "pdb_test_mask_walk.h"
 
-static uint64_t rng_next(uint64_t *x) {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
+typedef struct { pdb_tool_mask *m; pdb_tool_mask_state st; } tool_walk;
+static int64_t tool_walk_apply(void *m, float *logits, int64_t V, int64_t budget) {
+    tool_walk *t = m;
+    return pdb_tool_mask_apply(t->m, &t->st, logits, V, budget);
+}
+static int tool_walk_advance(void *m, int32_t tok) {
+    tool_walk *t = m;
+    return pdb_tool_mask_advance(t->m, &t->st, tok);
 }
 
 enum { NP = 24, V = 256 + NP + 1 };
@@ -52,8 +56,7 @@ static void walks(const char *const *names, size_t n_names, int n_walks, int *se
     const char *bytes[V];
     size_t lens[V];
     char singles[256];
-    for (int i = 0; i < 256; i++) { singles[i] = (char)i; bytes[i] = &singles[i]; lens[i] = 1; }
-    for (int i = 0; i < NP; i++) { bytes[256 + i] = pieces[i]; lens[256 + i] = strlen(pieces[i]); }
+    pdb_test_vocab_fill(bytes, lens, singles, pieces, NP);
     bytes[V - 1] = NULL; lens[V - 1] = 0; /* a special token: never allowed */
     pdb_json_vocab *v;
     assert_int_equal(pdb_json_vocab_from_bytes(bytes, lens, V, &v), PDB_OK);
@@ -64,25 +67,12 @@ static void walks(const char *const *names, size_t n_names, int n_walks, int *se
     char *text = malloc(1 << 16);
     uint64_t x = 0x9E3779B97F4A7C15ull + n_names;
     for (int w = 0; w < n_walks; w++) {
-        int64_t max_tokens = min + (int64_t)(rng_next(&x) % (w % 3 == 0 ? 4 : 120));
-        pdb_tool_mask_state st;
-        pdb_tool_mask_state_init(m, &st);
+        int64_t max_tokens = min + (int64_t)(pdb_test_rng_next(&x) % (w % 3 == 0 ? 4 : 120));
+        tool_walk tw = {.m = m};
+        pdb_tool_mask_state_init(m, &tw.st);
         size_t tl = 0;
-        int64_t used = 0;
-        for (; used < max_tokens; used++) {
-            for (int i = 0; i < V; i++) logits[i] = 0;
-            int64_t allowed = pdb_tool_mask_apply(m, &st, logits, V, max_tokens - used - 1);
-            if (!allowed) break;
-            int64_t pick = (int64_t)(rng_next(&x) % (uint64_t)allowed), tok = -1;
-            for (int i = 0; i < V; i++)
-                if (logits[i] == 0 && pick-- == 0) { tok = i; break; }
-            assert_true(tok >= 0 && bytes[tok]);
-            memcpy(text + tl, bytes[tok], lens[tok]);
-            tl += lens[tok];
-            if (!pdb_tool_mask_advance(m, &st, (int32_t)tok))
-                fail_msg("walk %d: the mask allowed token %lld, which does not continue %.*s", w, (long long)tok, (int)tl, text);
-        }
-        if (!pdb_tool_mask_done(&st)) fail_msg("walk %d (max_tokens %lld): the call is not complete: %.*s", w, (long long)max_tokens, (int)tl, text);
+        pdb_test_mask_walk(tool_walk_apply, tool_walk_advance, &tw, bytes, lens, V, logits, max_tokens, &x, text, &tl, w);
+        if (!pdb_tool_mask_done(&tw.st)) fail_msg("walk %d (max_tokens %lld): the call is not complete: %.*s", w, (long long)max_tokens, (int)tl, text);
         /* NAME "\n```json\n" OBJECT */
         size_t k = 0, obj = 0;
         if (n_names) {
@@ -103,7 +93,7 @@ static void walks(const char *const *names, size_t n_names, int n_walks, int *se
             pdb_tools_parser_init_head(&p);
             parsed got = {0};
             for (size_t off = 0; off < tl;) {
-                size_t step = 1 + (size_t)(rng_next(&x) % 7);
+                size_t step = 1 + (size_t)(pdb_test_rng_next(&x) % 7);
                 if (step > tl - off) step = tl - off;
                 assert_int_equal(pdb_tools_parser_feed(&p, text + off, step, on_event, &got), 0);
                 off += step;
