@@ -41,6 +41,9 @@ import traceback
 
 import torch
 
+from pdb_parity_common import (force_eager_experts, greedy_argmax_margin, load_model, log, save_checkpoint,
+                               tensor_listing, uncached_diffs, versions)
+
 N_DECODE = 8
 HIDDEN_DUMP_POS = 16
 ROUTER_GAP_MIN = 1e-5   # smallest accepted margin at the top-k boundary of router probs
@@ -139,21 +142,6 @@ COMMON_CFG = dict(
 )
 
 
-def log(*a):
-    print(*a, flush=True)
-
-
-def versions():
-    import transformers
-    try:
-        import safetensors
-        st = safetensors.__version__
-    except Exception:  # pragma: no cover
-        st = "?"
-    return {"transformers": transformers.__version__, "torch": torch.__version__,
-            "safetensors": st, "python": sys.version.split()[0]}
-
-
 def make_config(case):
     from transformers import DeepseekV2Config
     kw = dict(COMMON_CFG)
@@ -173,32 +161,6 @@ def build_model(config):
         else:
             model.config._attn_implementation = "eager"
     return model.float().eval()
-
-
-def force_eager_experts(model):
-    """Use the plain per-expert loop (the default grouped_mm path needs 16-byte aligned rows)."""
-    if hasattr(model, "set_experts_implementation"):
-        try:
-            model.set_experts_implementation("eager")
-        except Exception as e:
-            log("  set_experts_implementation(eager) failed:", repr(e))
-    seen = set()
-    for m in model.modules():
-        cfg = getattr(m, "config", None)
-        if type(m).__name__.endswith("Experts") and cfg is not None:
-            if getattr(cfg, "_experts_implementation", None) != "eager":
-                cfg._experts_implementation = "eager"
-            seen.add(getattr(cfg, "_experts_implementation", None))
-    return sorted(str(x) for x in seen)
-
-
-def load_model(path):
-    from transformers import AutoModelForCausalLM
-    try:
-        m = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32)
-    except TypeError:
-        m = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", torch_dtype=torch.float32)
-    return m.float().eval()
 
 
 def apply_official_v2_routing(model):
@@ -330,21 +292,6 @@ def run_reference(model, config, input_ids, probe):
     }
 
 
-def argmax_gap(logits2d):
-    s = logits2d.sort(dim=-1, descending=True).values
-    return (s[:, 0] - s[:, 1]).min().item()
-
-
-@torch.no_grad()
-def uncached_check(model, input_ids, res):
-    full = torch.cat([input_ids.long(), res["decode_tokens"].long()]).view(1, -1)
-    lg = model(input_ids=full, use_cache=False).logits[0].float()
-    T = input_ids.numel()
-    d_dec = (lg[T:T + N_DECODE] - res["decode_logits"]).abs().max().item()
-    d_pre = (lg[:T] - res["prefill_logits"]).abs().max().item()
-    return d_dec, d_pre
-
-
 def rope_info(model):
     inner = model.model
     re = inner.rotary_emb
@@ -357,17 +304,6 @@ def rope_info(model):
     }
     inv = re.inv_freq.detach().float().cpu().clone()
     return info, inv
-
-
-def tensor_listing(path):
-    from safetensors import safe_open
-    rows = []
-    with safe_open(path, framework="pt") as f:
-        meta = f.metadata()
-        for k in f.keys():
-            sl = f.get_slice(k)
-            rows.append({"name": k, "dtype": str(sl.get_dtype()), "shape": list(sl.get_shape())})
-    return rows, meta
 
 
 @torch.no_grad()
@@ -386,10 +322,7 @@ def make_case(name, case, out_root, vers, gpu_check):
         torch.manual_seed(seed)
         model = build_model(config)
         kinds = perturb(model, seed + 1)
-        model.save_pretrained(cdir)
-        gc = os.path.join(cdir, "generation_config.json")
-        if os.path.exists(gc):
-            os.remove(gc)
+        save_checkpoint(model, cdir)
         # Reload from disk: the golden must describe exactly what a loader of these files sees.
         m2 = load_model(cdir)
         experts_impl = force_eager_experts(m2)
@@ -407,8 +340,8 @@ def make_case(name, case, out_root, vers, gpu_check):
         probe = Probe(m2, cfg2)
         res = run_reference(m2, cfg2, input_ids, probe)
         rgap = min(probe.router_gaps) if probe.router_gaps else float("inf")
-        agap_dec = min(argmax_gap(res["prefill_logits"][-1:]), argmax_gap(res["decode_logits"][:-1]))
-        d_dec, d_pre = uncached_check(m2, input_ids, res)
+        agap_dec = greedy_argmax_margin(res)
+        d_dec, d_pre = uncached_diffs(m2, input_ids, res, N_DECODE)
         probe.remove()
         ok = rgap >= ROUTER_GAP_MIN and agap_dec >= ARGMAX_GAP_MIN
         log(f"  [{name}] attempt {attempt} seed {seed}: router_gap_min={rgap:.3e} "

@@ -60,6 +60,9 @@ import traceback
 
 import torch
 
+from pdb_parity_common import (force_eager_experts, greedy_argmax_margin, load_model, log, save_checkpoint,
+                               tensor_listing, uncached_diffs, versions)
+
 N_DECODE = 10
 ROUTER_GAP_MIN = 1e-5
 INDEX_GAP_MIN = 1e-5
@@ -130,10 +133,6 @@ COMMON_CFG = dict(rms_norm_eps=1e-6, hidden_act="silu", bos_token_id=0, eos_toke
                   num_key_value_heads=1, scoring_func="sqrtsoftplus", norm_topk_prob=True,
                   tie_word_embeddings=False, max_position_embeddings=512, hc_sinkhorn_iters=20,
                   hc_eps=1e-6, initializer_range=0.02)
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 # ---- the official quantization simulations (f32 in, f32 out) ----------------------------------
@@ -243,17 +242,6 @@ def patch_transformers():
 
 # ---- model construction ---------------------------------------------------------------------------
 
-def versions():
-    import transformers
-    try:
-        import safetensors
-        st = safetensors.__version__
-    except Exception:
-        st = "?"
-    return {"transformers": transformers.__version__, "torch": torch.__version__, "safetensors": st,
-            "python": sys.version.split()[0]}
-
-
 def make_config(case):
     from transformers import DeepseekV4Config
     kw = dict(COMMON_CFG)
@@ -261,31 +249,10 @@ def make_config(case):
     return DeepseekV4Config(**kw)
 
 
-def force_eager_experts(model):
-    if hasattr(model, "set_experts_implementation"):
-        try:
-            model.set_experts_implementation("eager")
-        except Exception as e:
-            log("  set_experts_implementation(eager) failed:", repr(e))
-    for m in model.modules():
-        cfg = getattr(m, "config", None)
-        if type(m).__name__.endswith("Experts") and cfg is not None:
-            cfg._experts_implementation = "eager"
-
-
 def build_model(config):
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     return model.float().eval()
-
-
-def load_model(path):
-    from transformers import AutoModelForCausalLM
-    try:
-        m = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32)
-    except TypeError:
-        m = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", torch_dtype=torch.float32)
-    return m.float().eval()
 
 
 @torch.no_grad()
@@ -437,33 +404,12 @@ def run_reference(model, input_ids, probe, official):
     return res
 
 
-def argmax_gap(res):
-    rows = torch.cat([res["prefill_logits"][-1:], res["decode_logits"][:-1]], 0)
-    s = rows.sort(dim=-1, descending=True).values
-    return (s[:, 0] - s[:, 1]).min().item()
-
-
 @torch.no_grad()
 def uncached_check(model, input_ids, res, official):
     MODE["official"] = official
-    full = torch.cat([input_ids.long(), res["decode_tokens"].long()]).view(1, -1)
-    lg = model(input_ids=full, use_cache=False).logits[0].float()
+    d = uncached_diffs(model, input_ids, res, N_DECODE)
     MODE["official"] = False
-    T = input_ids.numel()
-    d_dec = (lg[T:T + N_DECODE] - res["decode_logits"]).abs().max().item()
-    d_pre = (lg[:T] - res["prefill_logits"]).abs().max().item()
-    return d_dec, d_pre
-
-
-def tensor_listing(path):
-    from safetensors import safe_open
-    rows = []
-    with safe_open(path, framework="pt") as f:
-        meta = f.metadata()
-        for k in f.keys():
-            sl = f.get_slice(k)
-            rows.append({"name": k, "dtype": str(sl.get_dtype()), "shape": list(sl.get_shape())})
-    return rows, meta
+    return d
 
 
 @torch.no_grad()
@@ -483,10 +429,7 @@ def make_case(name, case, out_root, vers, src_sha):
         kinds = perturb(model, config, seed + 1)
         # bf16 checkpoint (half the bytes; exercises the bf16 loader); computed in f32 after reload
         model.to(torch.bfloat16)
-        model.save_pretrained(cdir)
-        gc = os.path.join(cdir, "generation_config.json")
-        if os.path.exists(gc):
-            os.remove(gc)
+        save_checkpoint(model, cdir)
         m2 = load_model(cdir)
         force_eager_experts(m2)
         sd1 = dict(model.state_dict())
@@ -508,9 +451,9 @@ def make_case(name, case, out_root, vers, src_sha):
         ex = run_reference(m2, input_ids, probe, official=False)
         of = run_reference(m2, input_ids, probe, official=True)
         probe.remove()
-        gaps = {"exact_router": ex["router_gap"], "exact_index": ex["index_gap"], "exact_argmax": argmax_gap(ex),
+        gaps = {"exact_router": ex["router_gap"], "exact_index": ex["index_gap"], "exact_argmax": greedy_argmax_margin(ex),
                 "official_router": of["router_gap"], "official_index": of["index_gap"],
-                "official_argmax": argmax_gap(of), "exact_index_ties": ex["index_ties"],
+                "official_argmax": greedy_argmax_margin(of), "exact_index_ties": ex["index_ties"],
                 "official_index_ties": of["index_ties"]}
         log(f"  {name} seed {seed}: gaps {json.dumps(gaps)}")
         ok = (min(gaps["exact_router"], gaps["official_router"]) >= ROUTER_GAP_MIN and
