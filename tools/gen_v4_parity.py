@@ -60,8 +60,8 @@ import traceback
 
 import torch
 
-from pdb_parity_common import (force_eager_experts, greedy_argmax_margin, load_model, log, save_checkpoint,
-                               tensor_listing, uncached_diffs, versions)
+from pdb_parity_common import (force_eager_experts, greedy_argmax_margin, greedy_decode, load_model, log,
+                               save_checkpoint, tensor_listing, uncached_diffs, versions)
 
 N_DECODE = 10
 ROUTER_GAP_MIN = 1e-5
@@ -378,20 +378,12 @@ def run_reference(model, input_ids, probe, official):
     prefill = out.logits[0].float().clone()
     pkv = out.past_key_values
     cache = cache_dump(pkv)
-    toks, dlog = [], []
-    nxt = int(prefill[-1].argmax())
-    for _ in range(N_DECODE):
-        toks.append(nxt)
-        o = model(input_ids=torch.tensor([[nxt]], dtype=torch.long), past_key_values=pkv, use_cache=True)
-        pkv = o.past_key_values
-        lg = o.logits[0, -1].float().clone()
-        dlog.append(lg)
-        nxt = int(lg.argmax())
+    toks, dlog = greedy_decode(model, prefill, pkv, N_DECODE)
     L = len(model.model.layers)
     res = {
         "prefill_logits": prefill,
-        "decode_tokens": torch.tensor(toks, dtype=torch.int32),
-        "decode_logits": torch.stack(dlog, 0),
+        "decode_tokens": toks,
+        "decode_logits": dlog,
         "layer_out": torch.stack([probe.layer_out[i] for i in range(L)], 0),
         "attn_out": torch.stack([probe.attn_out[i] for i in range(L)], 0),
         "topk": dict(probe.topk),

@@ -1,7 +1,8 @@
 """pdb_parity_common: the pieces gen_v2_parity.py and gen_v4_parity.py share (logging, versions,
-saving and reloading a transformers checkpoint with eager attention and experts, the greedy
-argmax margin, the cached-vs-uncached check, a safetensors listing). Invariant: every function
-here is model-agnostic; what differs per architecture stays in the generator scripts."""
+saving and reloading a transformers checkpoint with eager attention and experts, greedy cached
+decoding and its argmax margin, the cached-vs-uncached check, a safetensors listing).
+Invariant: every function here is model-agnostic; what differs per architecture stays in the
+generator scripts."""
 
 import os
 import sys
@@ -57,6 +58,23 @@ def force_eager_experts(model):
                 cfg._experts_implementation = "eager"
             seen.add(getattr(cfg, "_experts_implementation", None))
     return sorted(str(x) for x in seen)
+
+
+@torch.no_grad()
+def greedy_decode(model, prefill, pkv, n_decode):
+    """n_decode greedy tokens fed one at a time through the cache pkv after a prefill whose
+    logits are prefill [T, V]: tokens[0] = argmax(prefill[T-1]), logits[i] after feeding
+    tokens[i], tokens[i+1] = argmax(logits[i]). Returns (tokens I32 [N], logits F32 [N, V])."""
+    toks, dlog = [], []
+    nxt = int(prefill[-1].argmax())
+    for _ in range(n_decode):
+        toks.append(nxt)
+        o = model(input_ids=torch.tensor([[nxt]], dtype=torch.long), past_key_values=pkv, use_cache=True)
+        pkv = o.past_key_values
+        lg = o.logits[0, -1].float().clone()
+        dlog.append(lg)
+        nxt = int(lg.argmax())
+    return torch.tensor(toks, dtype=torch.int32), torch.stack(dlog, 0)
 
 
 def greedy_argmax_margin(res):
