@@ -9,6 +9,7 @@
 #   pdb_e2e_model ARCH PRESET SEED [MAKE-MODEL ARGS]       -> $T/hf, and its decoder copy $T/dec (--scheme none)
 #   pdb_e2e_decoders BS                                    -> $NATIVE ($T/cache-native), $DEC ($T/cache): two
 #                                                             decode-servers of $T/dec, one thread each
+#   pdb_e2e_j JSON EXPR                                    -> prints the python EXPR over d = the parsed JSON
 # Counted checks, for tests that report every check and fail at the end:
 #   pdb_e2e_ok MESSAGE, pdb_e2e_bad MESSAGE (counts a failure), pdb_e2e_finish (exit 1 if any)
 PDB_E2E_PIDS=()
@@ -20,6 +21,8 @@ pdb_e2e_finish() {
     echo "$PDB_E2E_FAILS failure(s)"
     [ "$PDB_E2E_FAILS" -eq 0 ] || exit 1
 }
+
+pdb_e2e_j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
 
 pdb_e2e_cleanup() {
     for p in "${PDB_E2E_PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done

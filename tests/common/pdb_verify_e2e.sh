@@ -13,7 +13,7 @@ TOK=.cache/tokenizer/deepseek_v3/tokenizer.json
 [ -f "$TOK" ] || pdb_e2e_fail "$TOK missing: run scripts/setup.sh"
 ok() { echo "ok   $*"; }
 run() { set +e; OUT=$("$@" 2>&1); RC=$?; set -e; }
-j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
+j() { pdb_e2e_j "$@"; }
 
 pdb_verify_models() {
     "$BIN" make-model "$@" --out "$T/hf" --tokenizer "$TOK" >/dev/null

@@ -35,21 +35,9 @@ grep -q "^FAIL  prefill" "$T/doctor2.txt" && grep -q "fix:" "$T/doctor2.txt" || 
 echo "ok   doctor: healthy deployment passes, a dead prefill server fails with a fix"
 
 cat >"$T/c.py" <<'PY'
-import json, sys, time, threading, urllib.request
-def post(url, body, mode=None, timeout=600):
-    h = {"Content-Type": "application/json"}
-    if mode: h["X-PD-Bridge-Mode"] = mode
-    rq = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(), headers=h)
-    t0 = time.time()
-    with urllib.request.urlopen(rq, timeout=timeout) as r:
-        d = json.loads(r.read()); v = r.headers.get("X-PD-Bridge", "")
-    return {"verdict": v, "ids": d["choices"][0]["token_ids"], "cached": d["usage"]["prompt_tokens_details"]["cached_tokens"],
-            "pd": d.get("pd_bridge"), "secs": time.time() - t0}
-def prompt(seed, n):
-    x, out = seed, []
-    for _ in range(n):
-        x = (x * 1103515245 + 12345) % 2**31; out.append(x % 1000)
-    return out
+import json, sys, time, threading
+sys.path.insert(0, "tests/common")
+from pdb_e2e_client import post, prompt
 def body(p, n=8): return {"prompt": p, "max_tokens": n, "temperature": 0, "return_token_ids": True, "ignore_eos": True}
 cmd, a = sys.argv[1], sys.argv[2:]
 if cmd == "one":   # one FRONT NATIVE SEED N [MODE] -> prints json
@@ -69,7 +57,7 @@ elif cmd == "concurrent":  # concurrent FRONT NATIVE
     bridge_secs = [res[i]["secs"] for i in range(4)]
     print(json.dumps({"ok": ok, "verdicts": verdicts, "wall": wall, "bridge_secs": bridge_secs}))
 PY
-j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
+j() { pdb_e2e_j "$@"; }
 
 # 1. cold long prompt: complete, full blocks cached, token-identical to native
 R=$(python3 "$T/c.py" one "$FRONT" "$NATIVE" 1 700)

@@ -40,27 +40,15 @@ start front_exact "$BIN" front --prefill "$PRE_EXACT" "${FOPTS[@]}"
 FRONT_EXACT=$URL
 
 cat >"$T/c.py" <<'PY'
-import json, sys, time, urllib.request
-def post(url, body, mode=None):
-    h = {"Content-Type": "application/json"}
-    if mode: h["X-PD-Bridge-Mode"] = mode
-    rq = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(), headers=h)
-    t0 = time.time()
-    with urllib.request.urlopen(rq, timeout=600) as r:
-        d = json.loads(r.read()); v = r.headers.get("X-PD-Bridge", "")
-    return {"verdict": v, "ids": d["choices"][0]["token_ids"], "cached": d["usage"]["prompt_tokens_details"]["cached_tokens"],
-            "pd": d.get("pd_bridge"), "secs": time.time() - t0}
-def prompt(seed, n):
-    x, out = seed, []
-    for _ in range(n):
-        x = (x * 1103515245 + 12345) % 2**31; out.append(x % 1000)
-    return out
+import json, sys
+sys.path.insert(0, "tests/common")
+from pdb_e2e_client import post, prompt
 front, native, seed, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 body = {"prompt": prompt(seed, n), "max_tokens": 8, "temperature": 0, "return_token_ids": True, "ignore_eos": True}
 r = post(front, body); ref = post(native, body, "off")
 r["equal"] = r["ids"] == ref["ids"]; r["same"] = sum(a == b for a, b in zip(r["ids"], ref["ids"])); r["native_cached"] = ref["cached"]; print(json.dumps(r))
 PY
-j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
+j() { pdb_e2e_j "$@"; }
 
 # 1. cold long prompt: complete, full blocks cached, token-identical to native
 R=$(python3 "$T/c.py" "$FRONT" "$NATIVE" 1 437)

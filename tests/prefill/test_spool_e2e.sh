@@ -15,7 +15,7 @@ pdb_e2e_init spool
 H="$(pwd)/tests/hardening/pdbh.py"
 C="$(pwd)/tests/prefill/spool_client.py"
 ok() { echo "ok   $*"; }
-j() { python3 -c "import json,sys;d=json.loads(sys.argv[1]);print($2)" "$1"; }
+j() { pdb_e2e_j "$@"; }
 m() { python3 -c "import sys;sys.path.insert(0,'$(dirname "$C")');import spool_client as c;print(int(c.metric(sys.argv[1],sys.argv[2])))" "$1" "$2"; }
 
 pdb_e2e_model deepseek_v2 tiny 43
