@@ -107,17 +107,26 @@ static pdb_status an_result_content(json_t *c, const char *param, char **into, p
     return PDB_OK;
 }
 
+/* Block i of param's content: its parameter name into p ("PARAM.content[i]") and its type, or
+ * NULL with a 400 in *err when it is not an object with a string type. */
+static const char *an_block_type(json_t *b, const char *param, size_t i, char *p, size_t np, pdb_openai_error *err) {
+    snprintf(p, np, "%s.content[%zu]", param, i);
+    json_t *type = json_object_get(b, "type");
+    if (!json_is_object(b) || !json_is_string(type)) {
+        pdb_openai_set_error(err, 400, p, "invalid_type", "%s must be a content block with a type", p);
+        return NULL;
+    }
+    return json_string_value(type);
+}
+
 static pdb_status an_user_message(an_msgs *m, json_t *content, const char *param, pdb_openai_error *err) {
     pdb_openai_message *text_msg = NULL; /* the user message that consecutive text blocks go to */
     size_t i;
     json_t *b;
     json_array_foreach(content, i, b) {
         char p[128];
-        snprintf(p, sizeof p, "%s.content[%zu]", param, i);
-        json_t *type = json_object_get(b, "type");
-        if (!json_is_object(b) || !json_is_string(type))
-            return pdb_openai_set_error(err, 400, p, "invalid_type", "%s must be a content block with a type", p);
-        const char *t = json_string_value(type);
+        const char *t = an_block_type(b, param, i, p, sizeof p, err);
+        if (!t) return PDB_INVALID;
         if (!strcmp(t, "text")) {
             if (!text_msg && !(text_msg = an_push(m, "user", err))) return PDB_INVALID;
             PDB_TRY(an_text_block(b, p, &text_msg->content, err));
@@ -165,11 +174,8 @@ static pdb_status an_assistant_message(an_msgs *m, json_t *content, const char *
     json_t *b;
     json_array_foreach(content, i, b) {
         char p[128];
-        snprintf(p, sizeof p, "%s.content[%zu]", param, i);
-        json_t *type = json_object_get(b, "type");
-        if (!json_is_object(b) || !json_is_string(type))
-            return pdb_openai_set_error(err, 400, p, "invalid_type", "%s must be a content block with a type", p);
-        const char *t = json_string_value(type);
+        const char *t = an_block_type(b, param, i, p, sizeof p, err);
+        if (!t) return PDB_INVALID;
         if (!strcmp(t, "text")) {
             PDB_TRY(an_text_block(b, p, &am->content, err));
         } else if (!strcmp(t, "tool_use")) {
@@ -385,28 +391,14 @@ static pdb_status an_fields(json_t *root, const pdb_openai_limits *lim, pdb_open
     return PDB_OK;
 }
 
+static pdb_status an_root(json_t *root, const pdb_openai_limits *lim, pdb_openai_request *req, pdb_openai_error *err) {
+    if (!json_is_object(root)) return pdb_openai_set_error(err, 400, NULL, "invalid_type", "request body must be a JSON object");
+    return an_fields(root, lim, req, err);
+}
+
 pdb_status pdb_anthropic_parse_request(const char *body, size_t len, const pdb_openai_limits *lim, pdb_openai_request *req,
                                        pdb_openai_error *err) {
-    memset(req, 0, sizeof *req);
-    memset(err, 0, sizeof *err);
-    req->kind = PDB_OPENAI_CHAT;
-    req->max_tokens = -1;
-    req->temperature = 1.0;
-    req->top_p = 1.0;
-    req->n = 1;
-    json_error_t je;
-    json_t *root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return pdb_openai_set_error(err, 400, NULL, "invalid_json", "request body is not valid JSON: %s at line %d column %d", je.text,
-                                    je.line, je.column);
-    pdb_status st = json_is_object(root) ? an_fields(root, lim, req, err)
-                                         : pdb_openai_set_error(err, 400, NULL, "invalid_type", "request body must be a JSON object");
-    json_decref(root);
-    if (st != PDB_OK) {
-        pdb_openai_request_free(req);
-        req->kind = PDB_OPENAI_CHAT;
-    }
-    return st;
+    return pdb_openai_parse_body(PDB_OPENAI_CHAT, body, len, lim, an_root, req, err);
 }
 
 /* ---- building ------------------------------------------------------------------------------- */

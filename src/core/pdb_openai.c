@@ -832,8 +832,8 @@ static pdb_status pdb_openai_parse_fields(json_t *root, const pdb_openai_limits 
     return PDB_OK;
 }
 
-pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size_t len, const pdb_openai_limits *lim,
-                                    pdb_openai_request *req, pdb_openai_error *err) {
+pdb_status pdb_openai_parse_body(pdb_openai_kind kind, const char *body, size_t len, const pdb_openai_limits *lim,
+                                 pdb_openai_fields_fn fields, pdb_openai_request *req, pdb_openai_error *err) {
     memset(req, 0, sizeof *req);
     memset(err, 0, sizeof *err);
     req->kind = kind;
@@ -846,17 +846,24 @@ pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size
     if (!root)
         return pdb_openai_set_error(err, 400, NULL, "invalid_json", "request body is not valid JSON: %s at line %d column %d",
                                     je.text, je.line, je.column);
-    pdb_status st;
-    if (!json_is_object(root))
-        st = pdb_openai_set_error(err, 400, NULL, "invalid_type", "request body must be a JSON object, not %s", pdb_openai_type_name(root));
-    else
-        st = pdb_openai_parse_fields(root, lim, req, err);
+    pdb_status st = fields(root, lim, req, err);
     json_decref(root);
     if (st != PDB_OK) {
         pdb_openai_request_free(req);
         req->kind = kind;
     }
     return st;
+}
+
+static pdb_status pdb_openai_parse_root(json_t *root, const pdb_openai_limits *lim, pdb_openai_request *req, pdb_openai_error *err) {
+    if (!json_is_object(root))
+        return pdb_openai_set_error(err, 400, NULL, "invalid_type", "request body must be a JSON object, not %s", pdb_openai_type_name(root));
+    return pdb_openai_parse_fields(root, lim, req, err);
+}
+
+pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size_t len, const pdb_openai_limits *lim,
+                                    pdb_openai_request *req, pdb_openai_error *err) {
+    return pdb_openai_parse_body(kind, body, len, lim, pdb_openai_parse_root, req, err);
 }
 
 pdb_status pdb_openai_check_context(const pdb_openai_request *req, pdb_openai_kind kind, int64_t n_prompt, int64_t context,

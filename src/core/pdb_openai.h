@@ -116,6 +116,14 @@ typedef struct pdb_openai_limits {
 pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size_t len, const pdb_openai_limits *lim,
                                     pdb_openai_request *req, pdb_openai_error *err);
 void pdb_openai_request_free(pdb_openai_request *req);
+/* What every request parser shares (OpenAI, Anthropic Messages): *req reset to the defaults with
+ * kind, the body parsed as JSON (duplicate keys refused; a syntax error is 400 invalid_json with
+ * line and column), fields(root) called on the parsed value (any JSON type: it checks the root's
+ * type itself), and on failure *req freed (kind kept). */
+typedef pdb_status (*pdb_openai_fields_fn)(json_t *root, const pdb_openai_limits *lim, pdb_openai_request *req,
+                                           pdb_openai_error *err);
+pdb_status pdb_openai_parse_body(pdb_openai_kind kind, const char *body, size_t len, const pdb_openai_limits *lim,
+                                 pdb_openai_fields_fn fields, pdb_openai_request *req, pdb_openai_error *err);
 
 /* Fill *err (returns PDB_INVALID, or PDB_NOT_FOUND for 404, so handlers can `return`). */
 /* The first key of object o that is not in allowed (NULL-terminated), or NULL when every key is:
