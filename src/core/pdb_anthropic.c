@@ -9,14 +9,6 @@
 
 #define AN_MAX_BLOCKS 4096 /* content blocks per message */
 
-static char *an_dup(const char *s, size_t n) {
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
-
 static pdb_status an_oom(pdb_openai_error *err) { return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory"); }
 
 /* Every key of o is in allowed (NULL-terminated), else 400 naming param.key. */
@@ -59,7 +51,7 @@ static pdb_openai_message *an_push(an_msgs *m, const char *role, pdb_openai_erro
     }
     pdb_openai_message *d = &m->r->messages[m->r->n_messages];
     memset(d, 0, sizeof *d);
-    d->role = an_dup(role, strlen(role));
+    d->role = pdb_openai_dup(role, strlen(role));
     if (!d->role) { an_oom(err); return NULL; }
     m->r->n_messages++;
     return d;
@@ -141,7 +133,7 @@ static pdb_status an_user_message(an_msgs *m, json_t *content, const char *param
             pdb_openai_message *tm = an_push(m, "tool", err);
             if (!tm) return PDB_INVALID;
             text_msg = NULL;
-            tm->tool_call_id = an_dup(json_string_value(id), json_string_length(id));
+            tm->tool_call_id = pdb_openai_dup(json_string_value(id), json_string_length(id));
             if (!tm->tool_call_id) return an_oom(err);
             /* the template has no error flag: an error result is its text after "Error: " */
             if (json_is_true(ie) && !an_append(&tm->content, "Error: ", 7)) return an_oom(err);
@@ -188,8 +180,8 @@ static pdb_status an_assistant_message(an_msgs *m, json_t *content, const char *
             if (am->n_tool_calls >= PDB_TOOLCALL_MAX_CALLS)
                 return pdb_openai_set_error(err, 400, p, "invalid_value", "more than %d tool_use blocks", PDB_TOOLCALL_MAX_CALLS);
             pdb_tool_call *c = &am->tool_calls[am->n_tool_calls++];
-            c->id = an_dup(json_string_value(id), json_string_length(id));
-            c->name = an_dup(json_string_value(name), json_string_length(name));
+            c->id = pdb_openai_dup(json_string_value(id), json_string_length(id));
+            c->name = pdb_openai_dup(json_string_value(name), json_string_length(name));
             c->arguments = json_dumps(input, JSON_PRESERVE_ORDER);
             if (!c->id || !c->name || !c->arguments) return an_oom(err);
         } else {
@@ -198,7 +190,7 @@ static pdb_status an_assistant_message(an_msgs *m, json_t *content, const char *
         }
     }
     if (!am->content) {
-        am->content = an_dup("", 0);
+        am->content = pdb_openai_dup("", 0);
         if (!am->content) return an_oom(err);
         am->content_null = am->n_tool_calls > 0;
     } else if (am->n_tool_calls && !am->content[0]) {
@@ -259,7 +251,7 @@ static pdb_status an_messages(json_t *root, pdb_openai_request *r, pdb_openai_er
         PDB_TRY(!strcmp(rs, "user") ? an_user_message(&m, content, p, err) : an_assistant_message(&m, content, p, err));
     }
     for (size_t k = 0; k < r->n_messages; k++) /* every content is a string, "" at least */
-        if (!r->messages[k].content && !(r->messages[k].content = an_dup("", 0))) return an_oom(err);
+        if (!r->messages[k].content && !(r->messages[k].content = pdb_openai_dup("", 0))) return an_oom(err);
     return PDB_OK;
 }
 
@@ -307,7 +299,7 @@ static pdb_status an_tools(json_t *root, pdb_tool_set *t, pdb_openai_error *err)
     else if (ts && !strcmp(ts, "tool")) {
         if (!json_is_string(name)) return pdb_openai_set_error(err, 400, "tool_choice.name", "invalid_type", "tool_choice.name must be a string");
         t->choice = PDB_TOOL_CHOICE_FUNCTION;
-        t->choice_name = an_dup(json_string_value(name), json_string_length(name));
+        t->choice_name = pdb_openai_dup(json_string_value(name), json_string_length(name));
         if (!t->choice_name) return an_oom(err);
     } else {
         return pdb_openai_set_error(err, 400, "tool_choice.type", "invalid_value", "tool_choice.type must be auto, any, tool or none");
@@ -336,7 +328,7 @@ static pdb_status an_fields(json_t *root, const pdb_openai_limits *lim, pdb_open
     PDB_TRY(an_keys(root, keys, "", err));
     json_t *model = json_object_get(root, "model");
     if (!json_is_string(model)) return pdb_openai_set_error(err, 400, "model", "invalid_type", "model: a string is required");
-    r->model = an_dup(json_string_value(model), json_string_length(model));
+    r->model = pdb_openai_dup(json_string_value(model), json_string_length(model));
     if (!r->model) return an_oom(err);
     json_t *mt = json_object_get(root, "max_tokens");
     if (!json_is_integer(mt)) return pdb_openai_set_error(err, 400, "max_tokens", "invalid_type", "max_tokens: an integer is required");
@@ -382,7 +374,7 @@ static pdb_status an_fields(json_t *root, const pdb_openai_limits *lim, pdb_open
             if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > PDB_OPENAI_MAX_STOP_BYTES)
                 return pdb_openai_set_error(err, 400, "stop_sequences", "invalid_value",
                                             "stop_sequences[%zu] must be a non-empty string of at most %d bytes", i, PDB_OPENAI_MAX_STOP_BYTES);
-            r->stop[r->n_stop] = an_dup(json_string_value(v), json_string_length(v));
+            r->stop[r->n_stop] = pdb_openai_dup(json_string_value(v), json_string_length(v));
             if (!r->stop[r->n_stop]) return an_oom(err);
             r->stop_len[r->n_stop++] = json_string_length(v);
         }

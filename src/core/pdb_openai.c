@@ -126,7 +126,7 @@ void pdb_openai_request_free(pdb_openai_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-static char *pdb_openai_dup(const char *s, size_t n) {
+char *pdb_openai_dup(const char *s, size_t n) {
     char *d = malloc(n + 1);
     if (!d) return NULL;
     memcpy(d, s, n);

@@ -116,6 +116,9 @@ typedef struct pdb_openai_limits {
 pdb_status pdb_openai_parse_request(pdb_openai_kind kind, const char *body, size_t len, const pdb_openai_limits *lim,
                                     pdb_openai_request *req, pdb_openai_error *err);
 void pdb_openai_request_free(pdb_openai_request *req);
+/* A NUL-terminated malloc copy of s[0..n) (s may hold NULs), or NULL when out of memory: the
+ * copy every request parser keeps of the strings it reads (it holds no jansson references). */
+char *pdb_openai_dup(const char *s, size_t n);
 /* What every request parser shares (OpenAI, Anthropic Messages): *req reset to the defaults with
  * kind, the body parsed as JSON (duplicate keys refused; a syntax error is 400 invalid_json with
  * line and column), fields(root) called on the parsed value (any JSON type: it checks the root's

@@ -8,14 +8,6 @@
 
 #include "pdb_openai.h"
 
-static char *tc_dup(const char *s, size_t n) {
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, s, n);
-    d[n] = 0;
-    return d;
-}
-
 static pdb_status tc_oom(struct pdb_openai_error *err) { return pdb_openai_set_error(err, 500, NULL, NULL, "out of memory"); }
 
 static int tc_name_ok(const char *s, size_t n) {
@@ -88,8 +80,8 @@ pdb_status pdb_toolcall_add_tool(pdb_tool_set *t, json_t *name, json_t *descript
         if (!t->tools) return tc_oom(err);
     }
     pdb_tool *d = &t->tools[t->n_tools++];
-    d->name = tc_dup(json_string_value(name), json_string_length(name));
-    if (json_is_string(description)) d->description = tc_dup(json_string_value(description), json_string_length(description));
+    d->name = pdb_openai_dup(json_string_value(name), json_string_length(name));
+    if (json_is_string(description)) d->description = pdb_openai_dup(json_string_value(description), json_string_length(description));
     if (json_is_object(parameters)) d->parameters = json_dumps(parameters, JSON_PRESERVE_ORDER);
     if (!d->name || (json_is_string(description) && !d->description) || (json_is_object(parameters) && !d->parameters))
         return tc_oom(err);
@@ -176,7 +168,7 @@ pdb_status pdb_toolcall_parse_choice(json_t *c, pdb_tool_set *t, struct pdb_open
             return pdb_openai_set_error(err, 400, "tool_choice", "invalid_value",
                                         "'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
         t->choice = PDB_TOOL_CHOICE_FUNCTION;
-        t->choice_name = tc_dup(json_string_value(name), json_string_length(name));
+        t->choice_name = pdb_openai_dup(json_string_value(name), json_string_length(name));
         if (!t->choice_name) return tc_oom(err);
     } else {
         return pdb_openai_set_error(err, 400, "tool_choice", "invalid_type", "'tool_choice' must be a string or an object");
@@ -220,9 +212,9 @@ pdb_status pdb_toolcall_parse_calls(json_t *msg, const char *param, pdb_tool_cal
                                         "'%s' must have function.name and function.arguments as strings", pc);
         pdb_tool_call *d = &(*calls)[i];
         *n = i + 1;
-        d->id = json_is_string(id) ? tc_dup(json_string_value(id), json_string_length(id)) : tc_dup("", 0);
-        d->name = tc_dup(json_string_value(name), json_string_length(name));
-        d->arguments = tc_dup(json_string_value(args), json_string_length(args));
+        d->id = json_is_string(id) ? pdb_openai_dup(json_string_value(id), json_string_length(id)) : pdb_openai_dup("", 0);
+        d->name = pdb_openai_dup(json_string_value(name), json_string_length(name));
+        d->arguments = pdb_openai_dup(json_string_value(args), json_string_length(args));
         if (!d->id || !d->name || !d->arguments) return tc_oom(err);
     }
     return PDB_OK;
@@ -241,9 +233,9 @@ pdb_tool_call *pdb_toolcall_calls_dup(const pdb_tool_call *calls, size_t n) {
     pdb_tool_call *d = calloc(n ? n : 1, sizeof *d);
     if (!d) return NULL;
     for (size_t i = 0; i < n; i++) {
-        d[i].id = tc_dup(calls[i].id, strlen(calls[i].id));
-        d[i].name = tc_dup(calls[i].name, strlen(calls[i].name));
-        d[i].arguments = tc_dup(calls[i].arguments, strlen(calls[i].arguments));
+        d[i].id = pdb_openai_dup(calls[i].id, strlen(calls[i].id));
+        d[i].name = pdb_openai_dup(calls[i].name, strlen(calls[i].name));
+        d[i].arguments = pdb_openai_dup(calls[i].arguments, strlen(calls[i].arguments));
         if (!d[i].id || !d[i].name || !d[i].arguments) { pdb_toolcall_calls_free(d, i + 1); return NULL; }
     }
     return d;
