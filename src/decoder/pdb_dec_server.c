@@ -752,6 +752,20 @@ static void dec_gen_wait(pdb_dec_server *s, pdb_http_request *hr, dec_req *r) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* A built completion body: 200 with it; NULL (building failed): 500 "cannot build the response".
+ * Counts and returns the status sent. */
+static int dec_respond_body(pdb_dec_server *s, pdb_http_request *hr, const char *endpoint, const char *body, size_t n,
+                            pdb_openai_error *e) {
+    if (!body) {
+        pdb_openai_set_error(e, 500, NULL, NULL, "cannot build the response");
+        dec_respond_err(s, hr, endpoint, e);
+        return 500;
+    }
+    pdb_http_respond(hr, 200, "application/json", body, n, NULL, 0);
+    dec_count_status(s, endpoint, 200);
+    return 200;
+}
+
 /* Non-stream: answer hr from the finished r (the completion, or the error its finish means) and log it. */
 static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r) {
     const char *endpoint = r->endpoint;
@@ -770,14 +784,7 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
             pdb_openai_usage u = {r->prompt_tokens, gen, r->cached_tokens};
             if (pdb_openai_build_response(&r->meta, res, r->n_ch, &u, NULL, &body, &n) != PDB_OK) body = NULL;
         }
-        if (body) {
-            pdb_http_respond(hr, 200, "application/json", body, n, NULL, 0);
-            dec_count_status(s, endpoint, 200);
-        } else {
-            status = 500;
-            pdb_openai_set_error(&e, 500, NULL, NULL, "cannot build the response");
-            dec_respond_err(s, hr, endpoint, &e);
-        }
+        status = dec_respond_body(s, hr, endpoint, body, n, &e);
         free(body);
     } else if (r->finish == PDB_FINISH_LENGTH || r->finish == PDB_FINISH_STOP) {
         pdb_openai_result res[PDB_OPENAI_MAX_N];
@@ -792,14 +799,8 @@ static void dec_gen_respond(pdb_dec_server *s, pdb_http_request *hr, dec_req *r)
         pdb_openai_usage u = {r->prompt_tokens, gen, r->cached_tokens};
         char *body = NULL;
         size_t n = 0;
-        if (pdb_openai_build_response(&r->meta, res, r->n_ch, &u, NULL, &body, &n) == PDB_OK) {
-            pdb_http_respond(hr, 200, "application/json", body, n, NULL, 0);
-            dec_count_status(s, endpoint, 200);
-        } else {
-            status = 500;
-            pdb_openai_set_error(&e, 500, NULL, NULL, "cannot build the response");
-            dec_respond_err(s, hr, endpoint, &e);
-        }
+        if (pdb_openai_build_response(&r->meta, res, r->n_ch, &u, NULL, &body, &n) != PDB_OK) body = NULL;
+        status = dec_respond_body(s, hr, endpoint, body, n, &e);
         free(body);
     } else if (r->finish == PDB_FINISH_CANCELLED) {
         status = 503;
