@@ -962,6 +962,16 @@ static void dec_handle(void *user, pdb_http_request *hr) {
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 
+/* What start allocated besides the service and the HTTP server (closed by the caller first). */
+static void dec_server_free(pdb_dec_server *s) {
+    pdb_json_vocab_free(s->json_vocab);
+    pdb_tokenizer_free(s->tok);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mmu);
+    free(s);
+}
+
 pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **out) {
     *out = NULL;
     if (!o->svc.model_dir) return pdb_err_set(PDB_INVALID, "decode-server: no model directory");
@@ -1030,12 +1040,7 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
     return PDB_OK;
 fail:
     if (s->svc) pdb_dec_service_close(s->svc);
-    pdb_json_vocab_free(s->json_vocab);
-    pdb_tokenizer_free(s->tok);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mmu);
-    free(s);
+    dec_server_free(s);
     return st;
 }
 
@@ -1051,10 +1056,5 @@ void pdb_dec_server_stop(pdb_dec_server *s) {
     pthread_mutex_unlock(&s->mu);
     pdb_dec_service_close(s->svc); /* streams still open end as CANCELLED */
     pdb_http_server_stop(s->http);
-    pdb_json_vocab_free(s->json_vocab);
-    pdb_tokenizer_free(s->tok);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    pthread_mutex_destroy(&s->mmu);
-    free(s);
+    dec_server_free(s);
 }
