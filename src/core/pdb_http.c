@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pdb_buf.h"
+
 #define PDB_HTTP_WAIT_SLICE_MS 100
 
 struct pdb_http_server {
@@ -376,15 +378,7 @@ static enum MHD_Result pdb_http_access(void *cls, struct MHD_Connection *conn, c
             r->discarded += n;
             return r->discarded > srv->o.max_body * 4 + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
         }
-        if (r->len + n + 1 > r->cap) {
-            size_t nc = r->cap ? r->cap : 4096;
-            while (nc < r->len + n + 1) nc *= 2;
-            if (nc > srv->o.max_body + 1) nc = srv->o.max_body + 1;
-            char *nb = realloc(r->body, nc);
-            if (!nb) return MHD_NO;
-            r->body = nb;
-            r->cap = nc;
-        }
+        if (!pdb_buf_grow(&r->body, &r->cap, r->len + n + 1, srv->o.max_body + 1)) return MHD_NO;
         memcpy(r->body + r->len, upload_data, n);
         r->len += n;
         r->body[r->len] = 0;

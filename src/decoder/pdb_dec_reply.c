@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pdb_anthropic.h"
+#include "pdb_buf.h"
 #include "pdb_tools.h"
 
 typedef struct rp_block {
@@ -36,17 +37,6 @@ struct pdb_dec_reply {
     pdb_openai_result res;   /* ... and the choice itself */
 };
 
-static int rp_grow(char **p, size_t *cap, size_t need) {
-    if (need <= *cap) return 1;
-    size_t nc = *cap ? *cap * 2 : 256;
-    while (nc < need) nc *= 2;
-    char *np = realloc(*p, nc);
-    if (!np) return 0;
-    *p = np;
-    *cap = nc;
-    return 1;
-}
-
 static rp_block *rp_new_block(pdb_dec_reply *r, int call) {
     if (r->n_blocks == r->cap_blocks) {
         size_t nc = r->cap_blocks ? r->cap_blocks * 2 : 8;
@@ -62,7 +52,7 @@ static rp_block *rp_new_block(pdb_dec_reply *r, int call) {
 }
 
 static int rp_append(rp_block *b, const char *s, size_t n) {
-    if (!rp_grow(&b->text, &b->cap, b->len + n + 1)) return 0;
+    if (!pdb_buf_grow(&b->text, &b->cap, b->len + n + 1, 0)) return 0;
     if (n) memcpy(b->text + b->len, s, n);
     b->len += n;
     b->text[b->len] = 0;
@@ -106,10 +96,7 @@ static pdb_anthropic_usage rp_an_usage(const pdb_openai_usage *u) {
 
 static void rp_put_bytes(pdb_dec_reply *r, char *s, size_t n) {
     if (!s) { r->oom = 1; return; }
-    if (!rp_grow(&r->out.p, &r->out.cap, r->out.len + n + 1)) { r->oom = 1; free(s); return; }
-    memcpy(r->out.p + r->out.len, s, n);
-    r->out.len += n;
-    r->out.p[r->out.len] = 0;
+    if (!pdb_buf_put(&r->out, s, n)) r->oom = 1;
     free(s);
 }
 

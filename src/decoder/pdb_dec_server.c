@@ -20,6 +20,7 @@
 
 #include "pdb_anthropic.h"
 #include "pdb_arch.h"
+#include "pdb_buf.h"
 #include "pdb_clock.h"
 #include "pdb_dec_reply.h"
 #include "pdb_http.h"
@@ -181,17 +182,7 @@ static void dec_req_release(dec_req *r) {
     free(r);
 }
 
-static int dec_grow(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return 1;
-    if (need > DEC_MAX_TEXT_BYTES) return 0;
-    size_t nc = *cap ? *cap : 256;
-    while (nc < need) nc *= 2;
-    char *nb = realloc(*buf, nc);
-    if (!nb) return 0;
-    *buf = nb;
-    *cap = nc;
-    return 1;
-}
+static int dec_grow(char **buf, size_t *cap, size_t need) { return pdb_buf_grow(buf, cap, need, DEC_MAX_TEXT_BYTES); }
 
 static const int32_t dec_no_ids[1] = {0};
 

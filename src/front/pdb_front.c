@@ -13,6 +13,7 @@
 #include "pdb_clock.h"
 #include "pdb_config.h"
 #include "pdb_anthropic.h"
+#include "pdb_buf.h"
 #include "pdb_arch.h"
 #include "pdb_dec_model.h"
 #include "pdb_front_bridge.h"
@@ -160,15 +161,7 @@ typedef struct {
 } relay;
 
 static int buf_add(relay *r, const char *p, size_t n) {
-    if (r->len + n + 1 > r->cap) {
-        size_t nc = r->cap ? r->cap * 2 : 65536;
-        while (nc < r->len + n + 1) nc *= 2;
-        if (nc > FR_MAX_UPSTREAM_BODY) return 0;
-        char *b = realloc(r->buf, nc);
-        if (!b) return 0;
-        r->buf = b;
-        r->cap = nc;
-    }
+    if (!pdb_buf_grow(&r->buf, &r->cap, r->len + n + 1, FR_MAX_UPSTREAM_BODY)) return 0;
     memcpy(r->buf + r->len, p, n);
     r->len += n;
     r->buf[r->len] = 0;
