@@ -16,8 +16,8 @@ import os
 import random
 import sys
 
-BOS = "<\uff5cbegin\u2581of\u2581sentence\uff5c>"
-EOS = "<\uff5cend\u2581of\u2581sentence\uff5c>"
+from pdb_chat_template import BOS, EOS, render_chat
+
 USER = "<\uff5cUser\uff5c>"
 ASSISTANT = "<\uff5cAssistant\uff5c>"
 PAD = "<\uff5c\u2581pad\u2581\uff5c>"
@@ -338,16 +338,6 @@ def chat_cases():
         ([{"role": "user", "content": "literal " + USER + " in content"}], True),
     ]
     return cases
-
-
-def render_chat(template, messages, add_generation_prompt):
-    import jinja2
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
-    return env.from_string(template).render(messages=messages, bos_token=BOS, eos_token=EOS,
-                                            add_generation_prompt=add_generation_prompt)
 
 
 def main():

@@ -2,7 +2,7 @@
 """Golden renderings of conversations with tools for pdb_chat / pdb_tools (tests/tokenizer).
 
 Each line of the output is {"messages", "tools", "text"}: "text" is what the chat_template of
-tokenizer_config.json renders with jinja2 (the same environment as gen_tokenizer_golden.py) for
+tokenizer_config.json renders with jinja2 (tools/pdb_chat_template.py, shared with gen_tokenizer_golden.py) for
 the messages, after the tools section below is appended as one more system message. The
 template itself renders tool calls and tool outputs but no tool definitions, so the section is
 pdbridge's (docs/tokenizer.md "Tools"); it is built here independently of the C code, from the
@@ -15,8 +15,8 @@ import argparse
 import json
 import sys
 
-BOS = "<｜begin▁of▁sentence｜>"
-EOS = "<｜end▁of▁sentence｜>"
+from pdb_chat_template import BOS, EOS, render_chat
+
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 
@@ -84,15 +84,6 @@ def cases():
     ]
 
 
-def render(template, messages, add_generation_prompt=True):
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
-    return env.from_string(template).render(messages=messages, bos_token=BOS, eos_token=EOS,
-                                            add_generation_prompt=add_generation_prompt)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--config", required=True)
@@ -105,7 +96,7 @@ def main():
             full = list(msgs)
             if tools:
                 full.append({"role": "system", "content": tools_section(tools)})
-            text = render(template, full)
+            text = render_chat(template, full)
             f.write(json.dumps({"messages": msgs, "tools": tools, "text": text}, ensure_ascii=False) + "\n")
             n += 1
     print(f"wrote {n} tool cases to {args.out}", file=sys.stderr)
