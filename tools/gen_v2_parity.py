@@ -41,8 +41,8 @@ import traceback
 
 import torch
 
-from pdb_parity_common import (force_eager_experts, greedy_argmax_margin, greedy_decode, load_model, log,
-                               save_checkpoint, tensor_listing, uncached_diffs, versions)
+from pdb_parity_common import (force_eager_experts, fresh_model, greedy_argmax_margin, greedy_decode, load_model,
+                               log, save_checkpoint, tensor_listing, uncached_diffs, versions)
 
 N_DECODE = 8
 HIDDEN_DUMP_POS = 16
@@ -307,12 +307,8 @@ def make_case(name, case, out_root, vers, gpu_check):
     for attempt in range(MAX_SEED_TRIES):
         seed = case["seed"] + 97 * attempt
         t0 = time.time()
-        if os.path.isdir(cdir):
-            shutil.rmtree(cdir)
-        os.makedirs(cdir)
         config = make_config(case)
-        torch.manual_seed(seed)
-        model = build_model(config)
+        model = fresh_model(cdir, seed, lambda: build_model(config))
         kinds = perturb(model, seed + 1)
         save_checkpoint(model, cdir)
         # Reload from disk: the golden must describe exactly what a loader of these files sees.

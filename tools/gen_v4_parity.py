@@ -52,7 +52,6 @@ import inspect
 import json
 import math
 import os
-import shutil
 import sys
 import textwrap
 import time
@@ -60,8 +59,8 @@ import traceback
 
 import torch
 
-from pdb_parity_common import (force_eager_experts, greedy_argmax_margin, greedy_decode, load_model, log,
-                               save_checkpoint, tensor_listing, uncached_diffs, versions)
+from pdb_parity_common import (force_eager_experts, fresh_model, greedy_argmax_margin, greedy_decode, load_model,
+                               log, save_checkpoint, tensor_listing, uncached_diffs, versions)
 
 N_DECODE = 10
 ROUTER_GAP_MIN = 1e-5
@@ -412,12 +411,8 @@ def make_case(name, case, out_root, vers, src_sha):
     for attempt in range(MAX_SEED_TRIES):
         seed = case["seed"] + 97 * attempt
         t0 = time.time()
-        if os.path.isdir(cdir):
-            shutil.rmtree(cdir)
-        os.makedirs(cdir)
         config = make_config(case)
-        torch.manual_seed(seed)
-        model = build_model(config)
+        model = fresh_model(cdir, seed, lambda: build_model(config))
         kinds = perturb(model, config, seed + 1)
         # bf16 checkpoint (half the bytes; exercises the bf16 loader); computed in f32 after reload
         model.to(torch.bfloat16)

@@ -1,10 +1,11 @@
 """pdb_parity_common: the pieces gen_v2_parity.py and gen_v4_parity.py share (logging, versions,
-saving and reloading a transformers checkpoint with eager attention and experts, greedy cached
-decoding and its argmax margin, the cached-vs-uncached check, a safetensors listing).
-Invariant: every function here is model-agnostic; what differs per architecture stays in the
-generator scripts."""
+a fresh seeded model, saving and reloading a transformers checkpoint with eager attention and
+experts, greedy cached decoding and its argmax margin, the cached-vs-uncached check, a
+safetensors listing). Invariant: every function here is model-agnostic; what differs per
+architecture stays in the generator scripts."""
 
 import os
+import shutil
 import sys
 
 import torch
@@ -23,6 +24,15 @@ def versions():
         st = "?"
     return {"transformers": transformers.__version__, "torch": torch.__version__,
             "safetensors": st, "python": sys.version.split()[0]}
+
+
+def fresh_model(cdir, seed, build):
+    """An empty folder cdir, then build() under torch.manual_seed(seed): one seed attempt's model."""
+    if os.path.isdir(cdir):
+        shutil.rmtree(cdir)
+    os.makedirs(cdir)
+    torch.manual_seed(seed)
+    return build()
 
 
 def save_checkpoint(model, cdir):
