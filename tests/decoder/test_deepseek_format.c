@@ -234,31 +234,37 @@ static void test_reference_forward(void **st) {
     }
 }
 
+/* The decoders of dir_a and dir_b give bit-identical last-position logits after one forward over
+ * T seeded ids (seed). */
+static void decoders_agree(const char *dir_a, const char *dir_b, uint32_t seed) {
+    pdb_dec_model *m[2];
+    PDB_TEST_OK(pdb_dec_model_open(dir_a, NULL, &m[0]));
+    PDB_TEST_OK(pdb_dec_model_open(dir_b, NULL, &m[1]));
+    int64_t V = pdb_dec_model_config(m[0])->vocab_size;
+    int32_t ids[T];
+    pdb_test_ids(ids, T, (int)V, seed);
+    float *l[2];
+    for (int j = 0; j < 2; j++) {
+        l[j] = malloc(sizeof(float) * (size_t)V);
+        pdb_dec_seq s;
+        PDB_TEST_OK(pdb_dec_seq_init(&s, m[j], T));
+        pdb_dec_seg sg = {&s, ids, T, l[j]};
+        PDB_TEST_OK(pdb_dec_forward(m[j], &sg, 1));
+        pdb_dec_seq_free(&s);
+    }
+    assert_memory_equal(l[0], l[1], sizeof(float) * (size_t)V);
+    for (int j = 0; j < 2; j++) {
+        free(l[j]);
+        pdb_dec_model_close(m[j]);
+    }
+}
+
 /* (4) the decoder: quantize mx of the deepseek layout = scheme none of the f32 copy. */
 static void test_decoder(void **st) {
     for (int k = 0; k < NA; k++) {
-        pdb_dec_model *m[2];
-        PDB_TEST_OK(pdb_dec_model_open(F[k].dsmx, NULL, &m[0]));
-        PDB_TEST_OK(pdb_dec_model_open(F[k].f32none, NULL, &m[1]));
-        int64_t V = pdb_dec_model_config(m[0])->vocab_size;
-        int32_t ids[T];
-        pdb_test_ids(ids, T, (int)V, 11);
-        float *l[2];
-        for (int j = 0; j < 2; j++) {
-            l[j] = malloc(sizeof(float) * (size_t)V);
-            pdb_dec_seq s;
-            PDB_TEST_OK(pdb_dec_seq_init(&s, m[j], T));
-            pdb_dec_seg sg = {&s, ids, T, l[j]};
-            PDB_TEST_OK(pdb_dec_forward(m[j], &sg, 1));
-            pdb_dec_seq_free(&s);
-        }
-        assert_memory_equal(l[0], l[1], sizeof(float) * (size_t)V);
+        decoders_agree(F[k].dsmx, F[k].f32none, 11);
         printf("  [%s] decoder: quantize mx of the deepseek layout and scheme none of its f32 copy give identical logits\n",
                F[k].arch);
-        for (int j = 0; j < 2; j++) {
-            free(l[j]);
-            pdb_dec_model_close(m[j]);
-        }
     }
 }
 
@@ -285,27 +291,8 @@ static void test_v4_served_directly(void **st) {
     assert_true(pdb_v4_model_bytes(ds) * 3 < pdb_v4_model_bytes(fl));
     pdb_v4_free(ds);
     pdb_v4_free(fl);
-    pdb_dec_model *m[2];
-    PDB_TEST_OK(pdb_dec_model_open(f->ds, NULL, &m[0]));
-    PDB_TEST_OK(pdb_dec_model_open(f->f32, NULL, &m[1]));
-    int64_t V = pdb_dec_model_config(m[0])->vocab_size;
-    int32_t ids[T];
-    pdb_test_ids(ids, T, (int)V, 13);
-    float *l[2];
-    for (int j = 0; j < 2; j++) {
-        l[j] = malloc(sizeof(float) * (size_t)V);
-        pdb_dec_seq s;
-        PDB_TEST_OK(pdb_dec_seq_init(&s, m[j], T));
-        pdb_dec_seg sg = {&s, ids, T, l[j]};
-        PDB_TEST_OK(pdb_dec_forward(m[j], &sg, 1));
-        pdb_dec_seq_free(&s);
-    }
-    assert_memory_equal(l[0], l[1], sizeof(float) * (size_t)V);
+    decoders_agree(f->ds, f->f32, 13);
     printf("  [deepseek_v4] decoder serving the deepseek layout directly = the decoder on its f32 copy, bit for bit\n");
-    for (int j = 0; j < 2; j++) {
-        free(l[j]);
-        pdb_dec_model_close(m[j]);
-    }
 }
 
 int main(void) {
