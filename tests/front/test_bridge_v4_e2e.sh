@@ -19,8 +19,7 @@ ok() { echo "ok   $*"; }
 fail() { pdb_e2e_fail "$@"; }
 start() { pdb_e2e_start "$@"; }
 
-"$BIN" make-model --arch deepseek_v4 --preset tiny --seed 44 --out "$T/hf" >/dev/null
-"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+pdb_e2e_model deepseek_v4 tiny 44
 "$BIN" quantize --model "$T/hf" --out "$T/dec-exact" --scheme none --v4-semantics exact >/dev/null 2>&1
 "$BIN" quantize --model "$T/hf" --out "$T/dec-mx" --scheme mx >/dev/null 2>&1
 grep -q '"scheme": "mx"' "$T/dec-mx/pdbridge_decoder.json" || fail "MX decoder identity: $(cat "$T/dec-mx/pdbridge_decoder.json")"

@@ -10,8 +10,7 @@ pdb_e2e_init load
 H="$(pwd)/tests/hardening/pdbh.py"
 fail() { pdb_e2e_fail "$@"; }
 start() { pdb_e2e_start "$@"; }
-"$BIN" make-model --arch deepseek_v2 --preset tiny --seed 47 --out "$T/hf" >/dev/null
-"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+pdb_e2e_model deepseek_v2 tiny 47
 BS=128
 start native "$BIN" decode-server --model "$T/dec" --cache-dir "$T/cache-native" --port 0 --block-size $BS --threads 2 --log-level warn
 NATIVE=$URL

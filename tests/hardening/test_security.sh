@@ -16,8 +16,7 @@ pdb_e2e_init sec
 H="$(pwd)/tests/hardening/pdbh.py"
 fail() { pdb_e2e_fail "$@"; }
 start() { pdb_e2e_start "$@"; }
-"$BIN" make-model --arch deepseek_v2 --preset tiny --seed 53 --out "$T/hf" >/dev/null
-"$BIN" quantize --model "$T/hf" --out "$T/dec" --scheme none >/dev/null 2>&1
+pdb_e2e_model deepseek_v2 tiny 53
 BS=128
 KEY="sk-dec-$RANDOM$RANDOM"; FKEY="sk-front-$RANDOM$RANDOM"
 # no --host anywhere: the defaults are under test
