@@ -294,6 +294,95 @@ __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, co
     for (int i = 0; i < 4; i++) out[i] = fold32_avx512(lo[i], hi[i]);
 }
 
+#define PDB_QM_UNROLL_T _Pragma("GCC unroll 8")
+
+/* ---- the multi-row kernel (T >= 3 tokens): four dequantized rows x up to three tokens ---------
+ * 24 accumulators in registers, each (token, row) pair exactly dot4_avx512's (= dot_avx512's)
+ * lanes, k order and fold, tail included: out[t * 4 + i] == dot_avx512(x_t, w[i], n) bit for
+ * bit. Every weight load feeds nt tokens and every x load four rows (dot4_avx512: one token,
+ * ten loads per eight multiply-adds), so a chunk's products are bound by the multiply-adds. */
+__attribute__((target("avx512f"), always_inline)) static inline void tile4_avx512(const float *const *w, const float *x, int64_t ldx,
+                                                                                 int nt, int64_t n, float *out) {
+    __m512 lo[3][4], hi[3][4];
+    PDB_QM_UNROLL_T
+    for (int t = 0; t < 3; t++)
+        PDB_QM_UNROLL_T
+        for (int i = 0; i < 4; i++) lo[t][i] = hi[t][i] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 32 <= n; k += 32) {
+        __m512 xv[3];
+        PDB_QM_UNROLL_T
+        for (int t = 0; t < 3; t++)
+            if (t < nt) xv[t] = _mm512_loadu_ps(x + t * ldx + k);
+        PDB_QM_UNROLL_T
+        for (int i = 0; i < 4; i++) {
+            __m512 wv = _mm512_loadu_ps(w[i] + k);
+            PDB_QM_UNROLL_T
+            for (int t = 0; t < 3; t++)
+                if (t < nt) lo[t][i] = _mm512_fmadd_ps(xv[t], wv, lo[t][i]);
+        }
+        PDB_QM_UNROLL_T
+        for (int t = 0; t < 3; t++)
+            if (t < nt) xv[t] = _mm512_loadu_ps(x + t * ldx + k + 16);
+        PDB_QM_UNROLL_T
+        for (int i = 0; i < 4; i++) {
+            __m512 wv = _mm512_loadu_ps(w[i] + k + 16);
+            PDB_QM_UNROLL_T
+            for (int t = 0; t < 3; t++)
+                if (t < nt) hi[t][i] = _mm512_fmadd_ps(xv[t], wv, hi[t][i]);
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        if (k == n) { /* the same fold in registers */
+            fold4_avx512(lo[t], hi[t], out + t * 4);
+            continue;
+        }
+        const float *xt = x + t * ldx;
+        for (int i = 0; i < 4; i++) {
+            float l[32];
+            _mm512_storeu_ps(l, lo[t][i]);
+            _mm512_storeu_ps(l + 16, hi[t][i]);
+            for (int j = 0; k + j < n; j++) l[j] = fmaf(xt[k + j], w[i][k + j], l[j]);
+            out[t * 4 + i] = fold32(l);
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void tile4x3_avx512(const float *const *w, const float *x, int64_t ldx, int64_t n, float *out) {
+    tile4_avx512(w, x, ldx, 3, n, out);
+}
+__attribute__((target("avx512f"))) static void tile4x2_avx512(const float *const *w, const float *x, int64_t ldx, int64_t n, float *out) {
+    tile4_avx512(w, x, ldx, 2, n, out);
+}
+
+/* Rows of a block (nr rows, a multiple of four, at wr[0 .. nr)) x all T tokens: token tiles of
+ * three (then two, then one) outer, the block's four-row groups inner, so a tile's x stays in
+ * L1 while the block's rows (in L2) pass by. */
+__attribute__((target("avx512f"))) static void rows_tokens_avx512(const float *const *wr, int64_t nr, int64_t r0, const float *x,
+                                                                  int64_t ldx, int64_t T, int64_t n, float *y, int64_t ldy) {
+    int64_t t = 0;
+    float o[12];
+    for (; t + 3 <= T; t += 3)
+        for (int64_t g = 0; g < nr; g += 4) {
+            tile4x3_avx512(wr + g, x + t * ldx, ldx, n, o);
+            for (int u = 0; u < 3; u++)
+                for (int i = 0; i < 4; i++) y[(t + u) * ldy + r0 + g + i] = o[u * 4 + i];
+        }
+    if (t + 2 <= T) {
+        for (int64_t g = 0; g < nr; g += 4) {
+            tile4x2_avx512(wr + g, x + t * ldx, ldx, n, o);
+            for (int u = 0; u < 2; u++)
+                for (int i = 0; i < 4; i++) y[(t + u) * ldy + r0 + g + i] = o[u * 4 + i];
+        }
+        t += 2;
+    }
+    if (t < T)
+        for (int64_t g = 0; g < nr; g += 4) {
+            dot4_avx512(x + t * ldx, wr + g, n, o);
+            for (int i = 0; i < 4; i++) y[t * ldy + r0 + g + i] = o[i];
+        }
+}
+
 /* ---- decode kernels (T <= 2 tokens): four MX rows dequantized in registers and dotted with x ---
  * Each row keeps dot_avx512's lane order (elements j < 16 of a 32-block into the low accumulator,
  * j >= 16 into the high one, k ascending), so the result equals dequantize-then-dot bit for bit.
@@ -906,7 +995,11 @@ typedef struct {
     const float *x;
     int64_t ldx, n, cols;
     int layout;
+    float *blk;      /* the multi-row path's dequantized rows (QM_BLOCK_ROWS x blk_cols), made on first use, freed by the task */
+    int64_t blk_cols;
 } qm_xd;
+
+enum { QM_BLOCK_ROWS = 16 }; /* rows dequantized together for T >= 3 tokens (16 x 4096 floats: 256 KB, in L2) */
 
 static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
 
@@ -917,6 +1010,16 @@ static int job_fused(const pdb_qmat_job *j) { /* the decode kernels (AVX-512: fo
 }
 
 static int has_bw(void);
+
+/* The multi-row scratch of a task for rows of `cols` (0: out of memory; the caller then takes the
+ * four-row path, the same values). */
+static int qm_block(qm_xd *xs, int64_t cols) {
+    if (xs->blk && xs->blk_cols >= cols) return 1;
+    free(xs->blk);
+    xs->blk = malloc(sizeof(float) * (size_t)(QM_BLOCK_ROWS * cols));
+    xs->blk_cols = xs->blk ? cols : 0;
+    return xs->blk != NULL;
+}
 
 /* Rows [r0, r1) of job j on `thread` (its scratch: rowbuf + thread * stride). */
 static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t r1, int thread, qm_xd *xs) {
@@ -937,7 +1040,7 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
         if (w->fmt == PDB_QF_MXFP4 || (w->fmt == PDB_QF_MXFP8 && has_bw())) {
             if (xs->x != x || xs->ldx != ldx || xs->n != T || xs->cols != C || xs->layout != layout) {
                 for (int64_t t = 0; t < T; t++) rearrange_x(x + t * ldx, C, layout, row + t * C);
-                *xs = (qm_xd){x, ldx, T, C, layout};
+                xs->x = x, xs->ldx = ldx, xs->n = T, xs->cols = C, xs->layout = layout;
             }
             xd = row;
         }
@@ -946,6 +1049,21 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
         if (xd) row += C * 2; /* the tail rows below: keep clear of the x copy */
     }
     if (row == c->rowbuf + (int64_t)thread * c->stride) xs->x = NULL; /* the rows below overwrite any x copy */
+    if (isa_get() == PDB_ISA_AVX512 && T >= 3 && r0 + 4 <= r1 && qm_block(xs, C)) { /* blocks of rows x tiles of tokens */
+        for (; r0 + 4 <= r1;) {
+            int64_t nr = (r1 - r0) / 4 * 4 < QM_BLOCK_ROWS ? (r1 - r0) / 4 * 4 : QM_BLOCK_ROWS;
+            const float *wr[QM_BLOCK_ROWS];
+            for (int64_t i = 0; i < nr; i++) {
+                if (w->fmt == PDB_QF_F32) wr[i] = (const float *)w->data + (r0 + i) * C;
+                else {
+                    pdb_qmat_row_f32(w, r0 + i, xs->blk + i * C);
+                    wr[i] = xs->blk + i * C;
+                }
+            }
+            rows_tokens_avx512(wr, nr, r0, x, ldx, T, C, y, ldy);
+            r0 += nr;
+        }
+    }
     if (isa_get() == PDB_ISA_AVX512) /* groups of four rows */
         for (; r0 + 4 <= r1; r0 += 4) {
             const float *wr[4];
@@ -991,7 +1109,10 @@ static void qm_task(void *vc, int64_t task, int thread) {
     int j;
     for (;;) {
         do {
-            if (r0 >= c->total) return;
+            if (r0 >= c->total) {
+                free(xs.blk);
+                return;
+            }
             for (j = 0, base = 0; r0 >= base + unit_rows(c, &c->jobs[j]); j += c->gang) base += unit_rows(c, &c->jobs[j]);
             int64_t len = (c->total - r0) / (2 * c->nth) & ~(int64_t)3, end = base + unit_rows(c, &c->jobs[j]);
             r1 = r0 + (len > 4 ? len : 4);
@@ -1045,6 +1166,7 @@ void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
         qm_xd xs = {0};
         for (int i = 0; i < n_jobs; i += gang)
             if (unit_rows(&c, &jobs[i])) qm_unit(&c, &jobs[i], 0, unit_rows(&c, &jobs[i]), 0, &xs);
+        free(xs.blk);
         return;
     }
     /* one task per thread; each claims ranges until none are left (a late thread finds none) */

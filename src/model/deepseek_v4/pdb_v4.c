@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pdb_dacc.h"
 #include "pdb_math.h"
 #include "pdb_v4_qsim.h"
 
@@ -326,6 +327,52 @@ static void idx_task(void *ctx, int64_t t, int thread) {
     j->nsel[t] = K;
 }
 
+/* idx_task for a chunk (T > 1): the same picks, every head's scores against the visible keys in
+ * one pdb_dacc product (lanes over heads; each score dotd's sequential double sum), then per key
+ * the heads' terms summed in head order as idx_task does: the same floats, so the same top-k.
+ * kd: the indexer keys as doubles (exact copies, made once per call). */
+typedef struct v4_chunk_idx_job {
+    v4_idx_job b;
+    const double *kd;
+    double *qt, *acc;              /* per thread: [ihd, nih], [stride] */
+    float *dp;                     /* per thread: [nih, stride] */
+    const double **kp;             /* per thread: [stride] */
+} v4_chunk_idx_job;
+
+static void chunk_idx_task(void *ctx, int64_t t, int thread) {
+    const v4_chunk_idx_job *cj = ctx;
+    const v4_idx_job *j = &cj->b;
+    int64_t p = j->p0 + t, nv = (p + 1) / j->r, K = j->K, nih = j->nih, ihd = j->ihd, st = j->sc_stride;
+    int32_t *sl = j->sel + t * K;
+    if (nv <= K) {
+        for (int64_t w = 0; w < nv; w++) sl[w] = (int32_t)w;
+        j->nsel[t] = nv;
+        return;
+    }
+    scored *sc = j->sc + (int64_t)thread * st;
+    double *qt = cj->qt + (int64_t)thread * ihd * nih, *acc = cj->acc + (int64_t)thread * st;
+    float *dp = cj->dp + (int64_t)thread * nih * st;
+    const double **kp = cj->kp + (int64_t)thread * st;
+    float *q = j->iq + t * nih * ihd;
+    for (int64_t h = 0; h < nih; h++) finish_row(q + h * ihd, ihd, j->L->rope, p, j->q);
+    for (int64_t h = 0; h < nih; h++)
+        for (int64_t e = 0; e < ihd; e++) qt[e * nih + h] = q[h * ihd + e];
+    for (int64_t w = 0; w < nv; w++) kp[w] = cj->kd + w * ihd, acc[w] = 0;
+    pdb_dacc_dots(qt, nih, nih, kp, nv, ihd, dp, st, 1);
+    for (int64_t h = 0; h < nih; h++) {
+        const float *d = dp + h * st;
+        float c = j->wt[t * nih + h] * j->wscale;
+        for (int64_t w = 0; w < nv; w++) {
+            float rl = d[w] > 0 ? d[w] * j->sscale : 0.0f;
+            acc[w] += (double)(rl * c);
+        }
+    }
+    for (int64_t w = 0; w < nv; w++) sc[w].s = (float)acc[w], sc[w].i = (int32_t)w;
+    qsort(sc, (size_t)nv, sizeof *sc, cmp_scored);
+    for (int64_t i = 0; i < K; i++) sl[i] = sc[i].i;
+    j->nsel[t] = K;
+}
+
 /* For each of the T queries pick its compressed entries: all nv = (p+1)/rate when nv <= topk, else
  * the topk highest scores sum_h w_h * relu(q_h . k_w) / sqrt(ihd), equal scores by lower index.
  * sel [T, topk] (entry ids, ascending order irrelevant), nsel [T]. iq [T, nih*ihd] (the queries'
@@ -342,9 +389,27 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, cons
     v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .wt = wt, .sel = sel, .nsel = nsel, .sc = sc, .sc_stride = stride,
                     .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q,
                     .wscale = (float)(1.0 / sqrt((double)nih)), .sscale = (float)(1.0 / sqrt((double)ihd))};
-    pdb_pool_run(ex->pool, T, idx_task, &j);
+    if (T == 1) {
+        pdb_pool_run(ex->pool, T, idx_task, &j);
+        free(sc);
+        return PDB_OK;
+    }
+    v4_chunk_idx_job cj = {.b = j};
+    double *kd = malloc(sizeof(double) * (size_t)(stride * ihd));
+    cj.kd = kd;
+    cj.qt = malloc(sizeof(double) * (size_t)(nth * ihd * nih));
+    cj.acc = malloc(sizeof(double) * (size_t)(nth * stride));
+    cj.dp = malloc(sizeof(float) * (size_t)(nth * nih * stride));
+    cj.kp = malloc(sizeof(double *) * (size_t)(nth * stride));
+    pdb_status s = PDB_OK;
+    if (!kd || !cj.qt || !cj.acc || !cj.dp || !cj.kp) s = pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory for a chunk of %lld", (long long)T);
+    else {
+        for (int64_t i = 0; i < nmax * ihd; i++) kd[i] = lc->ikeys[i];
+        pdb_pool_run(ex->pool, T, chunk_idx_task, &cj);
+    }
+    free(kd); free(cj.qt); free(cj.acc); free(cj.dp); free(cj.kp);
     free(sc);
-    return PDB_OK;
+    return s;
 }
 
 /* ======================================== cache feed (the decoder's pools) ======================================== */
@@ -474,8 +539,70 @@ static void attn_task(void *ctx, int64_t task, int thread) {
     }
 }
 
+/* A chunk's attention (T > 1), one token per task with every head at once, in pdb_dacc's
+ * double-accumulated products: the scores of all heads against the token's keys (lanes over
+ * heads), the sink softmax per head as attn_task's, the weighted sums (lanes over dims). Each
+ * output is attn_task's sequential sum in the same order, so the bits are the same. kd / cd: the
+ * keys and compressed entries as doubles (exact copies, made once per call). */
+typedef struct v4_chunk_attn_job {
+    const pdb_v4_attn_desc *d;
+    const double *kd, *cd;
+    double *qt, *pd;               /* per thread: [hd, nh] the token's queries transposed, [nh, stride] probabilities */
+    float *sc;                     /* per thread: [nh, stride] scores */
+    const double **kp;             /* per thread: [stride] the token's key rows */
+    int64_t stride;
+} v4_chunk_attn_job;
+
+static void chunk_attn_task(void *ctx, int64_t t, int thread) {
+    const v4_chunk_attn_job *j = ctx;
+    const pdb_v4_attn_desc *d = j->d;
+    int64_t nh = d->nh, hd = d->hd, W = d->W, lo = d->lo, st = j->stride;
+    int64_t p = d->p0 + t, wlo = p - W + 1 > lo ? p - W + 1 : lo, nw = p - wlo + 1, nc = 0;
+    const int32_t *ids = NULL;
+    if (d->sel) { nc = d->nsel[t]; ids = d->sel + t * d->K; }
+    else if (d->rate > 0) nc = (p + 1) / d->rate;
+    double *qt = j->qt + (int64_t)thread * hd * nh, *pd = j->pd + (int64_t)thread * nh * st;
+    float *sc = j->sc + (int64_t)thread * nh * st;
+    const double **kp = j->kp + (int64_t)thread * st;
+    const float *q = d->q + t * nh * hd;
+    for (int64_t h = 0; h < nh; h++)
+        for (int64_t e = 0; e < hd; e++) qt[e * nh + h] = q[h * hd + e];
+    for (int64_t i = 0; i < nw; i++) kp[i] = j->kd + (wlo - lo + i) * hd;
+    for (int64_t i = 0; i < nc; i++) kp[nw + i] = j->cd + (ids ? ids[i] : i) * hd;
+    int64_t n = nw + nc;
+    pdb_dacc_dots(qt, nh, nh, kp, n, hd, sc, st, 1);
+    for (int64_t h = 0; h < nh; h++) {
+        float *s = sc + h * st;
+        for (int64_t i = 0; i < n; i++) s[i] = s[i] * d->scale;
+        softmax_sink(s, n, d->sinks[h]);
+        for (int64_t i = 0; i < n; i++) pd[h * st + i] = s[i];
+    }
+    pdb_dacc_mix(pd, st, nh, kp, n, hd, d->o + t * nh * hd, hd);
+}
+
+static pdb_status chunk_attn(const pdb_v4_attn_desc *d, pdb_pool *pool) {
+    int64_t nh = d->nh, hd = d->hd, nk = d->p0 - d->lo + d->T;
+    int64_t stride = d->W + (d->sel ? d->K : d->rate > 0 ? (d->p0 + d->T) / d->rate : 0) + 1;
+    int64_t nth = pdb_pool_threads(pool), ncd = d->sel || d->rate > 0 ? d->n_comp : 0;
+    double *kd = malloc(sizeof(double) * (size_t)(nk * hd + 1)), *cd = malloc(sizeof(double) * (size_t)(ncd * hd + 1));
+    double *qt = malloc(sizeof(double) * (size_t)(nth * hd * nh)), *pd = malloc(sizeof(double) * (size_t)(nth * nh * stride));
+    float *sc = malloc(sizeof(float) * (size_t)(nth * nh * stride));
+    const double **kp = malloc(sizeof(double *) * (size_t)(nth * stride));
+    pdb_status s = PDB_OK;
+    if (!kd || !cd || !qt || !pd || !sc || !kp) s = pdb_err_set(PDB_NOMEM, "v4 attention: out of memory for a chunk of %lld", (long long)d->T);
+    else {
+        for (int64_t i = 0; i < nk * hd; i++) kd[i] = d->keys[i];
+        for (int64_t i = 0; i < ncd * hd; i++) cd[i] = d->comp[i];
+        v4_chunk_attn_job j = {.d = d, .kd = kd, .cd = cd, .qt = qt, .pd = pd, .sc = sc, .kp = kp, .stride = stride};
+        pdb_pool_run(pool, d->T, chunk_attn_task, &j);
+    }
+    free(kd); free(cd); free(qt); free(pd); free(sc); free(kp);
+    return s;
+}
+
 pdb_status pdb_v4_attn_ref(const pdb_v4_attn_desc *d, pdb_pool *pool) {
     if (d->T <= 0 || d->nh <= 0) return PDB_OK;
+    if (d->T > 1) return chunk_attn(d, pool);
     int64_t nmax = d->W + (d->sel ? d->K : d->rate > 0 ? (d->p0 + d->T) / d->rate : 0);
     int64_t nth = pdb_pool_threads(pool), stride = nmax + 1;
     float *sc = falloc(nth * stride);
