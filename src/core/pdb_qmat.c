@@ -1016,7 +1016,7 @@ static int has_bw(void);
 static int qm_block(qm_xd *xs, int64_t cols) {
     if (xs->blk && xs->blk_cols >= cols) return 1;
     free(xs->blk);
-    xs->blk = malloc(sizeof(float) * (size_t)(QM_BLOCK_ROWS * cols));
+    xs->blk = aligned_alloc(64, (sizeof(float) * (size_t)(QM_BLOCK_ROWS * cols) + 63) / 64 * 64); /* rows on cache lines: no split loads */
     xs->blk_cols = xs->blk ? cols : 0;
     return xs->blk != NULL;
 }
