@@ -842,6 +842,28 @@ done:
 
 /* ======================================== layer / forward ======================================== */
 
+/* The per-token hyper-connection steps of a sub-block over R > 1 rows, one token per task on the
+ * pool (each token's arithmetic as the serial loop's: the same bits). */
+typedef struct v4_hc_job {
+    const pdb_config *c;
+    const float *fn, *base, *scale, *norm;
+    float *hs, *x, *out, *post, *comb, *tmp; /* tmp: [threads, hc*H] */
+} v4_hc_job;
+
+static void hc_pre_task(void *ctx, int64_t t, int thread) {
+    const v4_hc_job *j = ctx;
+    int64_t H = j->c->hidden_size, hc = j->c->hc_mult;
+    hc_pre(j->c, j->fn, j->base, j->scale, j->hs + t * hc * H, j->x + t * H, j->post + t * hc, j->comb + t * hc * hc,
+           j->tmp + (int64_t)thread * hc * H);
+    pdb_math_rmsnorm(j->x + t * H, j->x + t * H, j->norm, H, j->c->rms_norm_eps);
+}
+
+static void hc_post_task(void *ctx, int64_t t, int thread) {
+    const v4_hc_job *j = ctx;
+    int64_t H = j->c->hidden_size, hc = j->c->hc_mult;
+    hc_post(j->c, j->hs + t * hc * H, j->out + t * H, j->post + t * hc, j->comb + t * hc * hc, j->tmp + (int64_t)thread * hc * H);
+}
+
 /* One hyper-connected sub-block over the rows of n sequences: collapse the streams, norm, run
  * `which` (0 attention, 1 MoE), expand. The hook (one sequence only) sees the attention input. */
 static pdb_status sub_block(const pdb_v4_model *m, const v4_seg *sg, int n, int64_t l, int which, const int32_t *ids,
@@ -849,10 +871,16 @@ static pdb_status sub_block(const pdb_v4_model *m, const v4_seg *sg, int n, int6
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     int64_t H = c->hidden_size, hc = c->hc_mult;
-    float *x = falloc(R * H), *out = falloc(R * H), *post = falloc(R * hc), *comb = falloc(R * hc * hc), *tmp = falloc(hc * H);
+    pdb_pool *pool = sg[0].c->exec.pool;
+    int64_t nth = R > 1 ? pdb_pool_threads(pool) : 1; /* R > 1: the per-token steps on the pool */
+    float *x = falloc(R * H), *out = falloc(R * H), *post = falloc(R * hc), *comb = falloc(R * hc * hc), *tmp = falloc(nth * hc * H);
     pdb_status s = PDB_OK;
     if (!x || !out || !post || !comb || !tmp) { s = pdb_err_set(PDB_NOMEM, "v4 layer: out of memory"); goto done; }
-    for (int64_t t = 0; t < R; t++) {
+    v4_hc_job hj = {.c = c, .fn = which ? L->hc_ffn_fn : L->hc_attn_fn, .base = which ? L->hc_ffn_base : L->hc_attn_base,
+                    .scale = which ? L->hc_ffn_scale : L->hc_attn_scale, .norm = which ? L->ffn_norm : L->attn_norm,
+                    .hs = hs, .x = x, .out = out, .post = post, .comb = comb, .tmp = tmp};
+    if (R > 1) pdb_pool_run(pool, R, hc_pre_task, &hj);
+    for (int64_t t = 0; R == 1 && t < R; t++) {
         hc_pre(c, which ? L->hc_ffn_fn : L->hc_attn_fn, which ? L->hc_ffn_base : L->hc_attn_base,
                which ? L->hc_ffn_scale : L->hc_attn_scale, hs + t * hc * H, x + t * H, post + t * hc, comb + t * hc * hc, tmp);
         pdb_math_rmsnorm(x + t * H, x + t * H, which ? L->ffn_norm : L->attn_norm, H, c->rms_norm_eps);
@@ -860,7 +888,8 @@ static pdb_status sub_block(const pdb_v4_model *m, const v4_seg *sg, int n, int6
     if (!which && hook) s = hook->attn_input(hook->user, l, x, R, sg[0].c->len);
     if (!s) s = which ? moe(m, &sg[0].c->exec, L, ids, x, R, out) : attention(m, sg, n, l, x, R, out);
     if (s) goto done;
-    for (int64_t t = 0; t < R; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
+    if (R > 1) pdb_pool_run(pool, R, hc_post_task, &hj);
+    for (int64_t t = 0; R == 1 && t < R; t++) hc_post(c, hs + t * hc * H, out + t * H, post + t * hc, comb + t * hc * hc, tmp);
 done:
     free(x); free(out); free(post); free(comb); free(tmp);
     return s;
