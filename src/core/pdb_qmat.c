@@ -296,91 +296,92 @@ __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, co
 
 #define PDB_QM_UNROLL_T _Pragma("GCC unroll 8")
 
-/* ---- the multi-row kernel (T >= 3 tokens): four dequantized rows x up to three tokens ---------
- * 24 accumulators in registers, each (token, row) pair exactly dot4_avx512's (= dot_avx512's)
- * lanes, k order and fold, tail included: out[t * 4 + i] == dot_avx512(x_t, w[i], n) bit for
- * bit. Every weight load feeds nt tokens and every x load four rows (dot4_avx512: one token,
- * ten loads per eight multiply-adds), so a chunk's products are bound by the multiply-adds. */
-__attribute__((target("avx512f"), always_inline)) static inline void tile4_avx512(const float *const *w, const float *x, int64_t ldx,
-                                                                                 int nt, int64_t n, float *out) {
-    __m512 lo[3][4], hi[3][4];
+/* ---- the multi-row kernel (T >= 3 tokens): four dequantized rows x up to five tokens ----------
+ * A dot's 32 lanes are two independent halves until the fold: lanes 0-15 take k mod 32 < 16, lanes
+ * 16-31 the rest (dot_avx512's low and high accumulators). So the kernel runs one half over every
+ * full 32-block (20 accumulators in registers: four rows x five tokens, each weight load feeding
+ * five tokens and each x load four rows), then the other half, then folds each (token, row) pair's
+ * halves exactly as dot4_avx512 (= dot_avx512) does, 32-tail included: every result equals
+ * dot_avx512(x_t, w[i], n) bit for bit. (dot4_avx512: one token, ten loads per eight multiply-adds.) */
+__attribute__((target("avx512f"), always_inline)) static inline void half4_avx512(const float *const *w, const float *x, int64_t ldx,
+                                                                                 int nt, int64_t nb, int64_t off, __m512 *acc) {
+    __m512 a[5][4];
     PDB_QM_UNROLL_T
-    for (int t = 0; t < 3; t++)
+    for (int t = 0; t < 5; t++)
         PDB_QM_UNROLL_T
-        for (int i = 0; i < 4; i++) lo[t][i] = hi[t][i] = _mm512_setzero_ps();
-    int64_t k = 0;
-    for (; k + 32 <= n; k += 32) {
-        __m512 xv[3];
+        for (int i = 0; i < 4; i++) a[t][i] = _mm512_setzero_ps();
+    const float *w0 = w[0] + off, *w1 = w[1] + off, *w2 = w[2] + off, *w3 = w[3] + off, *xp = x + off;
+    for (int64_t k = 0; k < nb * 32; k += 32) {
+        __m512 wv[4] = {_mm512_loadu_ps(w0 + k), _mm512_loadu_ps(w1 + k), _mm512_loadu_ps(w2 + k), _mm512_loadu_ps(w3 + k)}, xv[5];
         PDB_QM_UNROLL_T
-        for (int t = 0; t < 3; t++)
-            if (t < nt) xv[t] = _mm512_loadu_ps(x + t * ldx + k);
+        for (int t = 0; t < 5; t++)
+            if (t < nt) xv[t] = _mm512_loadu_ps(xp + t * ldx + k);
         PDB_QM_UNROLL_T
-        for (int i = 0; i < 4; i++) {
-            __m512 wv = _mm512_loadu_ps(w[i] + k);
+        for (int t = 0; t < 5; t++)
             PDB_QM_UNROLL_T
-            for (int t = 0; t < 3; t++)
-                if (t < nt) lo[t][i] = _mm512_fmadd_ps(xv[t], wv, lo[t][i]);
-        }
-        PDB_QM_UNROLL_T
-        for (int t = 0; t < 3; t++)
-            if (t < nt) xv[t] = _mm512_loadu_ps(x + t * ldx + k + 16);
-        PDB_QM_UNROLL_T
-        for (int i = 0; i < 4; i++) {
-            __m512 wv = _mm512_loadu_ps(w[i] + k + 16);
-            PDB_QM_UNROLL_T
-            for (int t = 0; t < 3; t++)
-                if (t < nt) hi[t][i] = _mm512_fmadd_ps(xv[t], wv, hi[t][i]);
-        }
+            for (int i = 0; i < 4; i++)
+                if (t < nt) a[t][i] = _mm512_fmadd_ps(xv[t], wv[i], a[t][i]);
     }
+    PDB_QM_UNROLL_T
+    for (int t = 0; t < 5; t++)
+        PDB_QM_UNROLL_T
+        for (int i = 0; i < 4; i++)
+            if (t < nt) acc[t * 4 + i] = a[t][i];
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void tile4_avx512(const float *const *w, const float *x, int64_t ldx,
+                                                                                 int nt, int64_t n, float *out, int64_t ldo) {
+    __m512 lo[20], hi[20];
+    int64_t nb = n / 32, k = nb * 32;
+    half4_avx512(w, x, ldx, nt, nb, 0, lo);
+    half4_avx512(w, x, ldx, nt, nb, 16, hi);
     for (int t = 0; t < nt; t++) {
         if (k == n) { /* the same fold in registers */
-            fold4_avx512(lo[t], hi[t], out + t * 4);
+            fold4_avx512(lo + t * 4, hi + t * 4, out + t * ldo);
             continue;
         }
         const float *xt = x + t * ldx;
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 4; i++) { /* the tail as dot_avx512: into the lanes, then fold32 */
             float l[32];
-            _mm512_storeu_ps(l, lo[t][i]);
-            _mm512_storeu_ps(l + 16, hi[t][i]);
+            _mm512_storeu_ps(l, lo[t * 4 + i]);
+            _mm512_storeu_ps(l + 16, hi[t * 4 + i]);
             for (int j = 0; k + j < n; j++) l[j] = fmaf(xt[k + j], w[i][k + j], l[j]);
-            out[t * 4 + i] = fold32(l);
+            out[t * ldo + i] = fold32(l);
         }
     }
 }
 
-__attribute__((target("avx512f"))) static void tile4x3_avx512(const float *const *w, const float *x, int64_t ldx, int64_t n, float *out) {
-    tile4_avx512(w, x, ldx, 3, n, out);
-}
-__attribute__((target("avx512f"))) static void tile4x2_avx512(const float *const *w, const float *x, int64_t ldx, int64_t n, float *out) {
-    tile4_avx512(w, x, ldx, 2, n, out);
-}
+#define PDB_QM_TILE(nt)                                                                                                \
+    __attribute__((target("avx512f"))) static void tile4x##nt##_avx512(const float *const *w, const float *x, int64_t ldx, \
+                                                                      int64_t n, float *out, int64_t ldo) {             \
+        tile4_avx512(w, x, ldx, nt, n, out, ldo);                                                                      \
+    }
+PDB_QM_TILE(5)
+PDB_QM_TILE(4)
+PDB_QM_TILE(3)
+PDB_QM_TILE(2)
+PDB_QM_TILE(1)
+#undef PDB_QM_TILE
 
-/* Rows of a block (nr rows, a multiple of four, at wr[0 .. nr)) x all T tokens: token tiles of
- * three (then two, then one) outer, the block's four-row groups inner, so a tile's x stays in
- * L1 while the block's rows (in L2) pass by. */
+/* Rows of a block (nr rows, a multiple of four, at wr[0 .. nr)) x all T tokens into y (rows r0 ..):
+ * token tiles of five (the last one shorter) outer, the block's four-row groups inner, so a
+ * tile's x stays near while the block's rows pass by. */
 __attribute__((target("avx512f"))) static void rows_tokens_avx512(const float *const *wr, int64_t nr, int64_t r0, const float *x,
                                                                   int64_t ldx, int64_t T, int64_t n, float *y, int64_t ldy) {
-    int64_t t = 0;
-    float o[12];
-    for (; t + 3 <= T; t += 3)
+    for (int64_t t = 0; t < T; t += 5) {
+        int64_t nt = T - t < 5 ? T - t : 5;
         for (int64_t g = 0; g < nr; g += 4) {
-            tile4x3_avx512(wr + g, x + t * ldx, ldx, n, o);
-            for (int u = 0; u < 3; u++)
-                for (int i = 0; i < 4; i++) y[(t + u) * ldy + r0 + g + i] = o[u * 4 + i];
+            const float *const *w = wr + g, *xt = x + t * ldx;
+            float *o = y + t * ldy + r0 + g;
+            switch (nt) { /* nt a constant in each: the accumulators stay in registers */
+            case 5: tile4x5_avx512(w, xt, ldx, n, o, ldy); break;
+            case 4: tile4x4_avx512(w, xt, ldx, n, o, ldy); break;
+            case 3: tile4x3_avx512(w, xt, ldx, n, o, ldy); break;
+            case 2: tile4x2_avx512(w, xt, ldx, n, o, ldy); break;
+            default: tile4x1_avx512(w, xt, ldx, n, o, ldy); break;
+            }
         }
-    if (t + 2 <= T) {
-        for (int64_t g = 0; g < nr; g += 4) {
-            tile4x2_avx512(wr + g, x + t * ldx, ldx, n, o);
-            for (int u = 0; u < 2; u++)
-                for (int i = 0; i < 4; i++) y[(t + u) * ldy + r0 + g + i] = o[u * 4 + i];
-        }
-        t += 2;
     }
-    if (t < T)
-        for (int64_t g = 0; g < nr; g += 4) {
-            dot4_avx512(x + t * ldx, wr + g, n, o);
-            for (int i = 0; i < 4; i++) y[t * ldy + r0 + g + i] = o[i];
-        }
 }
 
 /* ---- decode kernels (T <= 2 tokens): four MX rows dequantized in registers and dotted with x ---

@@ -182,9 +182,10 @@ static void test_fused_edges(void **st) {
     }
 }
 
-/* The multi-row form (T >= 3 on AVX-512: blocks of 16 dequantized rows x tiles of three tokens)
- * equals the per-row definition bit for bit: every y[t][o] == pdb_qmat_dot(x_t, row o dequantized)
- * on the scalar ISA, for every format, odd T (tiles of 3, then 2 or 1 left), row counts with
+/* The multi-row form (T >= 3 on AVX-512: blocks of 16 dequantized rows x tiles of five tokens, each
+ * lane half in its own pass) equals the per-row definition bit for bit: every y[t][o] ==
+ * pdb_qmat_dot(x_t, row o dequantized) on the scalar ISA, for every format, odd and even T (a last
+ * tile of every size 1-4, and 3), row counts with
  * 16-, 4- and single-row tails, widths with and without a 32-tail (f32 / bf16) and MX widths of
  * odd block counts, on 1 and 2 threads and through pdb_qmat_matmul_multi beside another job. */
 static void multirow_case(pdb_qfmt fmt, int64_t rows, int64_t cols, int64_t T, pdb_pool *pool) {
@@ -239,12 +240,12 @@ static void test_matmul_multirow(void **st) {
     pdb_pool *pool;
     assert_int_equal(pdb_pool_create(2, &pool), PDB_OK);
     const pdb_qfmt fmts[] = {PDB_QF_F32, PDB_QF_BF16, PDB_QF_MXFP8, PDB_QF_MXFP4};
-    const int64_t Ts[] = {3, 5, 7, 13, 37}, rows[] = {37, 53, 4, 19};
+    const int64_t Ts[] = {3, 4, 6, 7, 9, 37}, rows[] = {37, 53, 4, 19}; /* last token tiles of 3, 4, 1, 2, 4, 2 */
     for (int f = 0; f < 4; f++) {
         int mx = fmts[f] == PDB_QF_MXFP8 || fmts[f] == PDB_QF_MXFP4;
         const int64_t cols[] = {mx ? 160 : 101, mx ? 96 : 37, mx ? 32 : 7, mx ? 4128 : 4099};
         for (int c = 0; c < 4; c++)
-            for (int t = 0; t < 5; t++) multirow_case(fmts[f], rows[(c + t) % 4], cols[c], Ts[t], pool);
+            for (int t = 0; t < 6; t++) multirow_case(fmts[f], rows[(c + t) % 4], cols[c], Ts[t], pool);
     }
     pdb_pool_destroy(pool);
 }
