@@ -5,14 +5,13 @@
 #include "pdb_dacc.h"
 
 #if defined(__x86_64__)
-#define PDB_DACC_X86 1
 #include <immintrin.h>
 #endif
 
 static int dacc_simd = -1; /* -1: not checked yet */
 
 static int cpu_simd(void) {
-#if PDB_DACC_X86
+#if defined(__x86_64__)
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") ? 1 : 0;
 #else
@@ -55,7 +54,7 @@ static void mix_scalar(const double *p, int64_t ldp, int64_t M, const double *co
         }
 }
 
-#if PDB_DACC_X86
+#if defined(__x86_64__)
 #define PDB_DACC_UNROLL _Pragma("GCC unroll 8")
 
 /* m lanes [m0, m0 + 16) (masks lm0 / lm1 for a short last tile) x b rows n0 .. n0 + nr - 1 */
@@ -158,7 +157,7 @@ __attribute__((target("avx512f"))) static void mix_avx512(const double *p, int64
 void pdb_dacc_dots(const double *at, int64_t ldat, int64_t M, const double *const *b, int64_t N, int64_t K, float *out,
                    int64_t ldm, int64_t ldn) {
     if (M <= 0 || N <= 0) return;
-#if PDB_DACC_X86
+#if defined(__x86_64__)
     if (simd_on()) {
         dots_avx512(at, ldat, M, b, N, K, out, ldm, ldn);
         return;
@@ -170,7 +169,7 @@ void pdb_dacc_dots(const double *at, int64_t ldat, int64_t M, const double *cons
 void pdb_dacc_mix(const double *p, int64_t ldp, int64_t M, const double *const *x, int64_t N, int64_t E, float *out,
                   int64_t ldo) {
     if (M <= 0 || E <= 0) return;
-#if PDB_DACC_X86
+#if defined(__x86_64__)
     if (simd_on()) {
         mix_avx512(p, ldp, M, x, N, E, out, ldo);
         return;
