@@ -918,8 +918,15 @@ static int v4_main(const char *dir, pdb_dec_model *m, pdb_pool *pool, const v4_o
         free(ids);
         pdb_dec_seq_free(&s);
         if (st) goto fail;
+        uint64_t dg = 1469598103934665603ull; /* FNV-1a of the last token's logits: equal digests = the same floats */
+        for (int64_t v = 0; v < c->vocab_size; v++) {
+            uint32_t u;
+            memcpy(&u, &b.logits[v], 4);
+            for (int k = 0; k < 4; k++) dg = (dg ^ ((u >> (8 * k)) & 0xFF)) * 1099511628211ull;
+        }
         printf("prefill: %d tokens by the decoder's own forward in chunks of 256 (as its service): %.1f s = %.2f tok/s (first chunk"
-               " %.2f tok/s, last %.2f; %.1f s of CPU)\n", o->prefill, d, o->prefill / d, f, l, cpu_s() - c0);
+               " %.2f tok/s, last %.2f; %.1f s of CPU); last token's logits: argmax %lld, FNV-1a %016llx\n", o->prefill, d,
+               o->prefill / d, f, l, cpu_s() - c0, (long long)pdb_math_argmax(b.logits, c->vocab_size), (unsigned long long)dg);
     }
     if (b.probe_pool != pool) pdb_pool_destroy(b.probe_pool);
     pdb_mem_unmap(b.probe_buf, b.probe_n * sizeof(float));

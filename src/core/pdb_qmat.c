@@ -1,6 +1,7 @@
 /* pdb_qmat: row dequantization (exact) and the fixed-order dot product in scalar, AVX2+FMA and
  * AVX-512 forms (NEON: pdb_qmat_neon.c), plus the threaded matmul that splits work over output
- * rows (one pool run for one matrix or, in pdb_qmat_matmul_multi, for several). The x86 kernels
+ * rows (one pool run for one matrix or, in pdb_qmat_matmul_multi, for several), with the decode
+ * kernels for T <= 2 tokens and the multi-row form for T >= 3 (AVX-512). The x86 kernels
  * are compiled only for x86-64 (PDB_QMAT_X86); on other CPUs the dispatch below never names them. */
 #include "pdb_qmat.h"
 
@@ -292,6 +293,96 @@ __attribute__((target("avx512f"))) static float fold32_avx512(__m512 lo, __m512 
 
 __attribute__((target("avx512f"))) static void fold4_avx512(const __m512 *lo, const __m512 *hi, float *out) {
     for (int i = 0; i < 4; i++) out[i] = fold32_avx512(lo[i], hi[i]);
+}
+
+#define PDB_QM_UNROLL_T _Pragma("GCC unroll 8")
+
+/* ---- the multi-row kernel (T >= 3 tokens): four dequantized rows x up to five tokens ----------
+ * A dot's 32 lanes are two independent halves until the fold: lanes 0-15 take k mod 32 < 16, lanes
+ * 16-31 the rest (dot_avx512's low and high accumulators). So the kernel runs one half over every
+ * full 32-block (20 accumulators in registers: four rows x five tokens, each weight load feeding
+ * five tokens and each x load four rows), then the other half, then folds each (token, row) pair's
+ * halves exactly as dot4_avx512 (= dot_avx512) does, 32-tail included: every result equals
+ * dot_avx512(x_t, w[i], n) bit for bit. (dot4_avx512: one token, ten loads per eight multiply-adds.) */
+__attribute__((target("avx512f"), always_inline)) static inline void half4_avx512(const float *const *w, const float *x, int64_t ldx,
+                                                                                 int nt, int64_t nb, int64_t off, __m512 *acc) {
+    __m512 a[5][4];
+    PDB_QM_UNROLL_T
+    for (int t = 0; t < 5; t++)
+        PDB_QM_UNROLL_T
+        for (int i = 0; i < 4; i++) a[t][i] = _mm512_setzero_ps();
+    const float *w0 = w[0] + off, *w1 = w[1] + off, *w2 = w[2] + off, *w3 = w[3] + off, *xp = x + off;
+    for (int64_t k = 0; k < nb * 32; k += 32) {
+        __m512 wv[4] = {_mm512_loadu_ps(w0 + k), _mm512_loadu_ps(w1 + k), _mm512_loadu_ps(w2 + k), _mm512_loadu_ps(w3 + k)}, xv[5];
+        PDB_QM_UNROLL_T
+        for (int t = 0; t < 5; t++)
+            if (t < nt) xv[t] = _mm512_loadu_ps(xp + t * ldx + k);
+        PDB_QM_UNROLL_T
+        for (int t = 0; t < 5; t++)
+            PDB_QM_UNROLL_T
+            for (int i = 0; i < 4; i++)
+                if (t < nt) a[t][i] = _mm512_fmadd_ps(xv[t], wv[i], a[t][i]);
+    }
+    PDB_QM_UNROLL_T
+    for (int t = 0; t < 5; t++)
+        PDB_QM_UNROLL_T
+        for (int i = 0; i < 4; i++)
+            if (t < nt) acc[t * 4 + i] = a[t][i];
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void tile4_avx512(const float *const *w, const float *x, int64_t ldx,
+                                                                                 int nt, int64_t n, float *out, int64_t ldo) {
+    __m512 lo[20], hi[20];
+    int64_t nb = n / 32, k = nb * 32;
+    half4_avx512(w, x, ldx, nt, nb, 0, lo);
+    half4_avx512(w, x, ldx, nt, nb, 16, hi);
+    for (int t = 0; t < nt; t++) {
+        if (k == n) { /* the same fold in registers */
+            fold4_avx512(lo + t * 4, hi + t * 4, out + t * ldo);
+            continue;
+        }
+        const float *xt = x + t * ldx;
+        for (int i = 0; i < 4; i++) { /* the tail as dot_avx512: into the lanes, then fold32 */
+            float l[32];
+            _mm512_storeu_ps(l, lo[t * 4 + i]);
+            _mm512_storeu_ps(l + 16, hi[t * 4 + i]);
+            for (int j = 0; k + j < n; j++) l[j] = fmaf(xt[k + j], w[i][k + j], l[j]);
+            out[t * ldo + i] = fold32(l);
+        }
+    }
+}
+
+#define PDB_QM_TILE(nt)                                                                                                \
+    __attribute__((target("avx512f"))) static void tile4x##nt##_avx512(const float *const *w, const float *x, int64_t ldx, \
+                                                                      int64_t n, float *out, int64_t ldo) {             \
+        tile4_avx512(w, x, ldx, nt, n, out, ldo);                                                                      \
+    }
+PDB_QM_TILE(5)
+PDB_QM_TILE(4)
+PDB_QM_TILE(3)
+PDB_QM_TILE(2)
+PDB_QM_TILE(1)
+#undef PDB_QM_TILE
+
+/* Rows of a block (nr rows, a multiple of four, at wr[0 .. nr)) x all T tokens into y (rows r0 ..):
+ * token tiles of five (the last one shorter) outer, the block's four-row groups inner, so a
+ * tile's x stays near while the block's rows pass by. */
+__attribute__((target("avx512f"))) static void rows_tokens_avx512(const float *const *wr, int64_t nr, int64_t r0, const float *x,
+                                                                  int64_t ldx, int64_t T, int64_t n, float *y, int64_t ldy) {
+    for (int64_t t = 0; t < T; t += 5) {
+        int64_t nt = T - t < 5 ? T - t : 5;
+        for (int64_t g = 0; g < nr; g += 4) {
+            const float *const *w = wr + g, *xt = x + t * ldx;
+            float *o = y + t * ldy + r0 + g;
+            switch (nt) { /* nt a constant in each: the accumulators stay in registers */
+            case 5: tile4x5_avx512(w, xt, ldx, n, o, ldy); break;
+            case 4: tile4x4_avx512(w, xt, ldx, n, o, ldy); break;
+            case 3: tile4x3_avx512(w, xt, ldx, n, o, ldy); break;
+            case 2: tile4x2_avx512(w, xt, ldx, n, o, ldy); break;
+            default: tile4x1_avx512(w, xt, ldx, n, o, ldy); break;
+            }
+        }
+    }
 }
 
 /* ---- decode kernels (T <= 2 tokens): four MX rows dequantized in registers and dotted with x ---
@@ -906,7 +997,11 @@ typedef struct {
     const float *x;
     int64_t ldx, n, cols;
     int layout;
+    float *blk;      /* the multi-row path's dequantized rows (QM_BLOCK_ROWS x blk_cols), made on first use, freed by the task */
+    int64_t blk_cols;
 } qm_xd;
+
+enum { QM_BLOCK_ROWS = 16 }; /* rows dequantized together for T >= 3 tokens (16 x 4096 floats: 256 KB, in L2) */
 
 static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
 
@@ -917,6 +1012,16 @@ static int job_fused(const pdb_qmat_job *j) { /* the decode kernels (AVX-512: fo
 }
 
 static int has_bw(void);
+
+/* The multi-row scratch of a task for rows of `cols` (0: out of memory; the caller then takes the
+ * four-row path, the same values). */
+static int qm_block(qm_xd *xs, int64_t cols) {
+    if (xs->blk && xs->blk_cols >= cols) return 1;
+    free(xs->blk);
+    xs->blk = aligned_alloc(64, (sizeof(float) * (size_t)(QM_BLOCK_ROWS * cols) + 63) / 64 * 64); /* rows on cache lines: no split loads */
+    xs->blk_cols = xs->blk ? cols : 0;
+    return xs->blk != NULL;
+}
 
 /* Rows [r0, r1) of job j on `thread` (its scratch: rowbuf + thread * stride). */
 static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t r1, int thread, qm_xd *xs) {
@@ -937,7 +1042,7 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
         if (w->fmt == PDB_QF_MXFP4 || (w->fmt == PDB_QF_MXFP8 && has_bw())) {
             if (xs->x != x || xs->ldx != ldx || xs->n != T || xs->cols != C || xs->layout != layout) {
                 for (int64_t t = 0; t < T; t++) rearrange_x(x + t * ldx, C, layout, row + t * C);
-                *xs = (qm_xd){x, ldx, T, C, layout};
+                xs->x = x, xs->ldx = ldx, xs->n = T, xs->cols = C, xs->layout = layout;
             }
             xd = row;
         }
@@ -946,6 +1051,21 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
         if (xd) row += C * 2; /* the tail rows below: keep clear of the x copy */
     }
     if (row == c->rowbuf + (int64_t)thread * c->stride) xs->x = NULL; /* the rows below overwrite any x copy */
+    if (isa_get() == PDB_ISA_AVX512 && T >= 3 && r0 + 4 <= r1 && qm_block(xs, C)) { /* blocks of rows x tiles of tokens */
+        for (; r0 + 4 <= r1;) {
+            int64_t nr = (r1 - r0) / 4 * 4 < QM_BLOCK_ROWS ? (r1 - r0) / 4 * 4 : QM_BLOCK_ROWS;
+            const float *wr[QM_BLOCK_ROWS];
+            for (int64_t i = 0; i < nr; i++) {
+                if (w->fmt == PDB_QF_F32) wr[i] = (const float *)w->data + (r0 + i) * C;
+                else {
+                    pdb_qmat_row_f32(w, r0 + i, xs->blk + i * C);
+                    wr[i] = xs->blk + i * C;
+                }
+            }
+            rows_tokens_avx512(wr, nr, r0, x, ldx, T, C, y, ldy);
+            r0 += nr;
+        }
+    }
     if (isa_get() == PDB_ISA_AVX512) /* groups of four rows */
         for (; r0 + 4 <= r1; r0 += 4) {
             const float *wr[4];
@@ -991,7 +1111,10 @@ static void qm_task(void *vc, int64_t task, int thread) {
     int j;
     for (;;) {
         do {
-            if (r0 >= c->total) return;
+            if (r0 >= c->total) {
+                free(xs.blk);
+                return;
+            }
             for (j = 0, base = 0; r0 >= base + unit_rows(c, &c->jobs[j]); j += c->gang) base += unit_rows(c, &c->jobs[j]);
             int64_t len = (c->total - r0) / (2 * c->nth) & ~(int64_t)3, end = base + unit_rows(c, &c->jobs[j]);
             r1 = r0 + (len > 4 ? len : 4);
@@ -1045,6 +1168,7 @@ void pdb_qmat_matmul_gangs(pdb_pool *pool, const pdb_qmat_job *jobs, int n_jobs,
         qm_xd xs = {0};
         for (int i = 0; i < n_jobs; i += gang)
             if (unit_rows(&c, &jobs[i])) qm_unit(&c, &jobs[i], 0, unit_rows(&c, &jobs[i]), 0, &xs);
+        free(xs.blk);
         return;
     }
     /* one task per thread; each claims ranges until none are left (a late thread finds none) */

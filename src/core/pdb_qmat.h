@@ -6,7 +6,9 @@
  * 32->16->8->4->2->1 (lane i with lane i + half). The scalar, AVX2, AVX-512 and aarch64 NEON
  * paths implement this same order, so results are bit-identical across ISAs (x86-64 and aarch64
  * included), thread counts, batch sizes and chunkings; the scalar path is the reference on any
- * other CPU. pdb_qmat_matmul_multi runs several matrices in one pool dispatch under the same
+ * other CPU. For T >= 3 tokens the AVX-512 path applies blocks of dequantized rows to tiles of
+ * tokens (the multi-row form: each element still this one dot in this order, so the same bits as
+ * row by row). pdb_qmat_matmul_multi runs several matrices in one pool dispatch under the same
  * contract (each element as a lone pdb_qmat_matmul computes it), pdb_qmat_matmul_gangs also a
  * step per output row after them. */
 #ifndef PDB_QMAT_H

@@ -3,7 +3,8 @@
  * itself: aarch64 detects NEON, x86 never does) (all 256 e4m3 codes, all 16 e2m1 codes,
  * every e8m0 scale class incl. subnormal and NaN), and matmul results are bit-identical across
  * ISAs, thread counts and batch sizes; the batched pdb_qmat_matmul_multi equals one matmul per job,
- * and its gangs add their post exactly once per row; pdb_qmat_mix equals zeroing then one pdb_qmat_axpy per row;
+ * and its gangs add their post exactly once per row; the multi-row form for T >= 3 tokens equals the
+ * per-row dot bit for bit in every format; pdb_qmat_mix equals zeroing then one pdb_qmat_axpy per row;
  * the thread pool's trace (its diagnosis of the matmul's dispatches) records each run once. */
 #include <math.h>
 #include <setjmp.h>
@@ -179,6 +180,74 @@ static void test_fused_edges(void **st) {
         fused_edges(PDB_QF_MXFP8, widths[i], 1);
         fused_edges(PDB_QF_MXFP4, widths[i], 0);
     }
+}
+
+/* The multi-row form (T >= 3 on AVX-512: blocks of 16 dequantized rows x tiles of five tokens, each
+ * lane half in its own pass) equals the per-row definition bit for bit: every y[t][o] ==
+ * pdb_qmat_dot(x_t, row o dequantized) on the scalar ISA, for every format, odd and even T (a last
+ * tile of every size 1-4, and 3), row counts with
+ * 16-, 4- and single-row tails, widths with and without a 32-tail (f32 / bf16) and MX widths of
+ * odd block counts, on 1 and 2 threads and through pdb_qmat_matmul_multi beside another job. */
+static void multirow_case(pdb_qfmt fmt, int64_t rows, int64_t cols, int64_t T, pdb_pool *pool) {
+    int64_t n = rows * cols, nq = fmt == PDB_QF_F32 ? 4 * n : fmt == PDB_QF_BF16 ? 2 * n : fmt == PDB_QF_MXFP8 ? n : n / 2;
+    uint8_t *q = malloc((size_t)nq), *sc = malloc((size_t)(n / 32 + 1));
+    float *x = malloc(sizeof(float) * (size_t)(T * cols)), *ref = malloc(sizeof(float) * (size_t)(T * rows));
+    float *got = malloc(sizeof(float) * (size_t)(T * rows)), *row = malloc(sizeof(float) * (size_t)cols);
+    float *buf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(2, cols));
+    uint32_t r = (uint32_t)(rows * 31 + cols * 7 + T);
+    for (int64_t i = 0; i < nq; i++) {
+        r = r * 1664525u + 1013904223u;
+        q[i] = (uint8_t)(r >> 24);
+    }
+    if (fmt == PDB_QF_F32) /* finite floats of varied magnitude */
+        for (int64_t i = 0; i < n; i++) {
+            r = r * 1664525u + 1013904223u;
+            float v = ((float)(r >> 8) / 16777216.0f - 0.5f) * (float)(1 << (r % 9));
+            memcpy(q + 4 * i, &v, 4);
+        }
+    if (fmt == PDB_QF_BF16)
+        for (int64_t i = 0; i < n; i++) q[2 * i + 1] = (uint8_t)((q[2 * i + 1] & 0x80) | (0x38 + q[2 * i + 1] % 16)); /* finite */
+    for (int64_t i = 0; i < n / 32 + 1; i++) sc[i] = (uint8_t)(118 + i % 17);
+    for (int64_t i = 0; i < T * cols; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    pdb_qmat w = {fmt, rows, cols, q, fmt == PDB_QF_MXFP8 || fmt == PDB_QF_MXFP4 ? sc : NULL, 0};
+    pdb_qmat_scan_nan(&w);
+    pdb_qmat_isa best = pdb_qmat_isa_detect();
+    pdb_qmat_isa_set(PDB_ISA_SCALAR); /* the definition: each element one dot of x_t with the dequantized row */
+    for (int64_t o = 0; o < rows; o++) {
+        pdb_qmat_row_f32(&w, o, row);
+        for (int64_t t = 0; t < T; t++) ref[t * rows + o] = pdb_qmat_dot(x + t * cols, row, cols);
+    }
+    pdb_qmat_isa_set(best);
+    for (int th = 0; th < 2; th++) {
+        memset(got, 0xFF, sizeof(float) * (size_t)(T * rows));
+        pdb_qmat_matmul(th ? pool : NULL, &w, x, cols, T, got, rows, buf);
+        if (!same_floats(ref, got, (int)(T * rows)))
+            fail_msg("format %d, %lld x %lld, T=%lld, %s, %d thread(s): the multi-row product differs from the per-row dot", fmt,
+                     (long long)rows, (long long)cols, (long long)T, pdb_qmat_isa_name(best), th + 1);
+    }
+    /* in one dispatch beside a one-token job of the same matrix (its own kernel) */
+    float *y1 = malloc(sizeof(float) * (size_t)rows);
+    pdb_qmat_job jobs[2] = {{&w, x + (T - 1) * cols, cols, 1, y1, rows}, {&w, x, cols, T, got, rows}};
+    memset(got, 0xFF, sizeof(float) * (size_t)(T * rows));
+    pdb_qmat_matmul_multi(pool, jobs, 2, buf);
+    if (!same_floats(ref, got, (int)(T * rows)) || !same_floats(ref + (T - 1) * rows, y1, (int)rows))
+        fail_msg("format %d, %lld x %lld, T=%lld: the multi-row product in a batch differs", fmt, (long long)rows, (long long)cols, (long long)T);
+    free(y1);
+    free(q), free(sc), free(x), free(ref), free(got), free(row), free(buf);
+}
+
+static void test_matmul_multirow(void **st) {
+    pdb_pool *pool;
+    assert_int_equal(pdb_pool_create(2, &pool), PDB_OK);
+    const pdb_qfmt fmts[] = {PDB_QF_F32, PDB_QF_BF16, PDB_QF_MXFP8, PDB_QF_MXFP4};
+    const int64_t Ts[] = {3, 4, 6, 7, 9, 37}, rows[] = {37, 53, 4, 19}; /* last token tiles of 3, 4, 1, 2, 4, 2 */
+    for (int f = 0; f < 4; f++) {
+        int mx = fmts[f] == PDB_QF_MXFP8 || fmts[f] == PDB_QF_MXFP4;
+        const int64_t cols[] = {mx ? 160 : 101, mx ? 96 : 37, mx ? 32 : 7, mx ? 4128 : 4099};
+        for (int c = 0; c < 4; c++)
+            for (int t = 0; t < 6; t++) multirow_case(fmts[f], rows[(c + t) % 4], cols[c], Ts[t], pool);
+    }
+    pdb_pool_destroy(pool);
 }
 
 /* pdb_qmat_dots (four rows at a time) == pdb_qmat_dot row by row, for widths with and without a
@@ -494,6 +563,7 @@ static void test_pool_trace(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_scan_nan), cmocka_unit_test(test_rows_identical_across_isas),
                                        cmocka_unit_test(test_matmul_identical), cmocka_unit_test(test_fused_edges),
+                                       cmocka_unit_test(test_matmul_multirow),
                                        cmocka_unit_test(test_dots), cmocka_unit_test(test_matmul_multi), cmocka_unit_test(test_mix),
                                        cmocka_unit_test(test_matmul_gangs),
                                        cmocka_unit_test(test_pool_trace), cmocka_unit_test(test_isa_table)};

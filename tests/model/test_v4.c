@@ -3,7 +3,8 @@
  * the quantization simulations (FP8/FP4 round-trips, ties, power-of-two scales, Hadamard), and
  * the reference forward on a random `make-model --arch deepseek_v4 --preset tiny` checkpoint:
  * chunked prefill (chunks not aligned to 4 or 16) equals one shot bit for bit, pools included, and cached
- * decode equals one full forward, in both semantics; the capture hook's part of the checkpoint
+ * decode equals one full forward, in both semantics; the attention of a chunk (every head of a
+ * token at once) equals one token at a time bit for bit; the capture hook's part of the checkpoint
  * (PDB_V4_PART_HOOK) fills the same pools bit for bit, holds a small share of the bytes, and
  * refuses a forward. */
 #include <math.h>
@@ -517,6 +518,49 @@ static void test_hook_part(void **st) {
     pdb_st_close(rd);
 }
 
+/* pdb_v4_attn_ref on a chunk (T > 1: head groups of many tokens on the pool) equals the same
+ * contract one token at a time (T = 1) bit for bit, for the
+ * sliding window alone, HCA and CSA's picked entries, with head counts and widths that leave tails
+ * of the vector tiles (20 heads, 72 dims), on no pool and on 2 threads. */
+static void test_attn_chunk_equals_tokens(void **st) {
+    enum { T = 13, NH = 20, HD = 72, W = 8, P0 = 21, K = 5, NCOMP = 40 };
+    const int64_t lo = P0 - W + 1, nk = P0 - lo + T;
+    float *q = malloc(sizeof(float) * T * NH * HD), *keys = malloc(sizeof(float) * nk * HD), *comp = malloc(sizeof(float) * NCOMP * HD);
+    float *o1 = malloc(sizeof(float) * T * NH * HD), *o2 = malloc(sizeof(float) * T * NH * HD), sinks[NH];
+    int32_t sel[T * K];
+    int64_t nsel[T];
+    uint32_t r = 99;
+    for (int64_t i = 0; i < T * NH * HD; i++) r = r * 1664525u + 1013904223u, q[i] = (float)(r >> 8) / 16777216.0f - 0.5f;
+    for (int64_t i = 0; i < nk * HD; i++) r = r * 1664525u + 1013904223u, keys[i] = (float)(r >> 8) / 8388608.0f - 1.0f;
+    for (int64_t i = 0; i < NCOMP * HD; i++) r = r * 1664525u + 1013904223u, comp[i] = (float)(r >> 8) / 8388608.0f - 1.0f;
+    for (int h = 0; h < NH; h++) sinks[h] = 0.1f * (float)(h % 7) - 0.3f;
+    for (int t = 0; t < T; t++) {
+        nsel[t] = t % 3 ? K : 2;
+        for (int k = 0; k < K; k++) sel[t * K + k] = (int32_t)((t * 7 + k * 11) % NCOMP);
+    }
+    pdb_pool *pool;
+    PDB_TEST_OK(pdb_pool_create(2, &pool));
+    for (int kind = 0; kind < 3; kind++) /* sliding, HCA (rate 2: every entry so far), CSA (picked entries) */
+        for (int th = 0; th < 2; th++) {
+            pdb_v4_attn_desc d = {.T = T, .nh = NH, .hd = HD, .p0 = P0, .lo = lo, .W = W, .q = q, .keys = keys, .comp = comp,
+                                  .n_comp = kind ? NCOMP : 0, .rate = kind == 1 ? 2 : 0, .sel = kind == 2 ? sel : NULL,
+                                  .nsel = kind == 2 ? nsel : NULL, .K = K, .sinks = sinks, .scale = 0.125f, .o = o1};
+            memset(o1, 0, sizeof(float) * T * NH * HD);
+            PDB_TEST_OK(pdb_v4_attn_ref(&d, th ? pool : NULL));
+            for (int64_t t = 0; t < T; t++) { /* token t alone: the same keys rows, its own query, picks and output */
+                pdb_v4_attn_desc e = d;
+                e.T = 1, e.p0 = P0 + t, e.q = q + t * NH * HD, e.o = o2 + t * NH * HD;
+                if (e.sel) e.sel = sel + t * K, e.nsel = nsel + t;
+                PDB_TEST_OK(pdb_v4_attn_ref(&e, NULL));
+            }
+            if (memcmp(o1, o2, sizeof(float) * T * NH * HD))
+                fail_msg("attention kind %d, %d thread(s): the chunk's outputs differ from one token at a time", kind, th + 1);
+        }
+    printf("  attention chunk (T=%d, %d heads x %d) = one token at a time, sliding / HCA / CSA, 1 and 2 threads\n", T, NH, HD);
+    pdb_pool_destroy(pool);
+    free(q), free(keys), free(comp), free(o1), free(o2);
+}
+
 /* A multi-sequence step (pdb_v4_forward_multi): three sequences at different lengths (0, 37 and
  * 130 cached tokens: sliding, CSA with the indexer's top-k and HCA paths), a prefill chunk of
  * each, then decode steps of one token each, together on a pool of 2 threads; every sequence's
@@ -639,6 +683,7 @@ int main(void) {
     };
     const struct CMUnitTest fwd_tests[] = {
         cmocka_unit_test(test_chunked_equals_one_shot), cmocka_unit_test(test_decode_equals_full_forward),
+        cmocka_unit_test(test_attn_chunk_equals_tokens),
         cmocka_unit_test(test_deepseek_fp4_experts), cmocka_unit_test(test_hook_part),
         cmocka_unit_test(test_multi_sequence), cmocka_unit_test(test_bad_inputs), cmocka_unit_test(test_cli_forward),
     };

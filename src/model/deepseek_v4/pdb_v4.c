@@ -4,7 +4,9 @@
  * reductions in double; every product with a weight is pdb_qmat's fixed-order dot on the stored
  * format, the independent products of one step in one dispatch (pdb_qmat_matmul_multi, the
  * experts' gate/up as gangs with the SwiGLU as their post), bit-identical to one product at a
- * time; so the per-token cache updates do not depend on how a prompt is chunked or batched. See
+ * time; so the per-token cache updates do not depend on how a prompt is chunked or batched. The
+ * sums that are not weight products run many chains at once (pdb_v4_dots; the same sums in the
+ * same order, docs/v4.md §9). See
  * pdb_v4.h for the pools and docs/v4.md. */
 #include "pdb_v4.h"
 

@@ -150,7 +150,9 @@ pdb_status pdb_v4_mm_ref(int64_t M, const float *A, int64_t lda, const pdb_qmat 
  *       P_i = (float)((double)e_i / den)
  *   (3) o[(t * nh + h) * hd + d] = (float)(sum_{i=0..n-1} (double)P_i * k_i[d])     (double sum)
  * Every double product above is of two floats, hence exact: a fused multiply-add gives the same
- * sum. The output is BEFORE the inverse RoPE of the rotary dims (the caller applies it). */
+ * sum. The output is BEFORE the inverse RoPE of the rotary dims (the caller applies it).
+ * pdb_v4_attn_ref runs a (token, group of up to 8 heads) per task, the group's heads sharing each
+ * pass over the keys (pdb_v4_dots): the same sums, the same bits, whatever T. */
 typedef struct pdb_v4_attn_desc {
     int64_t T, nh, hd;
     int64_t p0, lo, W;        /* first position of the chunk / of keys row 0 / sliding window */
