@@ -39,7 +39,14 @@ typedef struct { char *name, *args; size_t name_len, args_len; int calls, ended;
 static int on_event(void *user, pdb_tools_event ev, int call, const char *s, size_t n) {
     parsed *p = user;
     (void)call;
-    if (ev == PDB_TOOLS_EV_CALL) { p->calls++; p->name = strndup(s, n); p->name_len = n; }
+    if (ev == PDB_TOOLS_EV_CALL) { /* s is not NUL-terminated: strndup would read s[n] */
+        p->calls++;
+        free(p->name);
+        p->name = malloc(n + 1);
+        memcpy(p->name, s, n);
+        p->name[n] = 0;
+        p->name_len = n;
+    }
     if (ev == PDB_TOOLS_EV_ARGS) {
         p->args = realloc(p->args, p->args_len + n + 1);
         memcpy(p->args + p->args_len, s, n);
