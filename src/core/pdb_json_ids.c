@@ -50,8 +50,10 @@ static int skip(jscan *j) {
         } else if (c == ',' || c == ':') {
             if (!depth) return 0;
             j->i++;
-        } else {
-            while (j->i < j->n && !strchr(",:[]{}\" \t\r\n", j->s[j->i])) j->i++;
+        } else { /* a bare word (number, true, ...); a NUL byte is no JSON: not taken */
+            size_t w = j->i;
+            while (j->i < j->n && j->s[j->i] && !strchr(",:[]{}\" \t\r\n", j->s[j->i])) j->i++;
+            if (j->i == w) return 0;
         }
     } while (depth);
     return 1;

@@ -2,7 +2,7 @@
  * parses, names the first id past the vocabulary, leaves a body whose other members jansson reads
  * as before, and declines (found = 0: the caller's full parse) every input off the fast path:
  * duplicates, escaped keys, signs, fractions, exponents, leading zeros, empty and nested arrays,
- * nested keys, trailing bytes, truncation, non-objects. */
+ * nested keys, trailing bytes, truncation, NUL bytes, non-objects. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -89,6 +89,17 @@ static void test_declined(void **st) {
         if (x.found) fail_msg("taken: %s", off[i]);
         assert_null(x.ids);
         assert_null(x.rest);
+    }
+    /* NUL bytes where a value or a nested value goes (a binary body): declined, and the walk ends
+     * (a bare-word skip that made no progress looped forever inside an array or object) */
+    static const char nul1[] = "{\"a\":[\0],\"token_ids\":[1]}", nul2[] = "{\"a\":{\"b\":\0},\"token_ids\":[1]}",
+                      nul3[] = "{\"a\":\0,\"token_ids\":[1]}";
+    const char *const nuls[] = {nul1, nul2, nul3};
+    const size_t nul_len[] = {sizeof nul1 - 1, sizeof nul2 - 1, sizeof nul3 - 1};
+    for (size_t i = 0; i < 3; i++) {
+        pdb_json_ids x;
+        assert_int_equal(pdb_json_ids_scan(nuls[i], nul_len[i], "token_ids", 1000, &x), PDB_OK);
+        assert_int_equal(x.found, 0);
     }
     /* truncations of a good body are all declined (never read past len) */
     const char *good = "{\"token_ids\":[10,20,30],\"block_size\":128}";
