@@ -23,6 +23,14 @@ put("safetensors", "fp8_scale", st({"w": {"dtype": "F8_E4M3", "shape": [2, 2], "
     "w_scale_inv": {"dtype": "F32", "shape": [1, 1], "data_offsets": [4, 8]}}, b"\x38\x40\xb8\x00" + struct.pack("<f", 0.5)))
 put("safetensors", "bad_offsets", st({"a": {"dtype": "I32", "shape": [3], "data_offsets": [4, 16]}}, bytes(12)))
 
+# json_ids: byte 0 picks the vocabulary (1 << (b % 31)), the rest is a /v1/prefill body
+for i, body in enumerate([
+        '{"token_ids":[1,2,3],"block_size":128,"first_block":0,"fingerprint":"ab"}',
+        '  {"fingerprint" : "x,]}\\"[" , "token_ids" : [ 0 , 129279,\n7\t] , "o":{"token_ids":[9]}}  ',
+        '{"a":[[1,2],{"b":[3]}],"token_ids":[1073741823],"t":true,"n":null,"f":-1.5e3}',
+        '{"token_ids":[1,2],"token_ids":[3]}', '{"token_ids":[1,-2]}', '{"token_ids":[01]}']):
+    put("json_ids", "body_%d" % i, bytes([17]) + body.encode())
+
 # config.json: the golden configs of both architectures
 for i, p in enumerate(sorted(glob.glob(os.path.join(root, "..", "tests", "golden", "*", "*", "config.json")))):
     put("config", "golden_%d" % i, open(p, "rb").read())
