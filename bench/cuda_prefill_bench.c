@@ -3,11 +3,13 @@
  * with and without the capture hook (its overhead). Prints one "cuda-bench ..." line per run.
  * Invariant: every number printed was measured in this process; a run whose predecessor took
  * longer than the time budget is skipped and printed as skipped. Built by tools/cuda_validate.sh.
- * Usage: cuda_prefill_bench [MODEL_DIR [LAYERS [EXPERTS [CHUNK [BUDGET_S [GEMM_ROWS [PRECISION [T,T,...]]]]]]]]
+ * Usage: cuda_prefill_bench [MODEL_DIR [LAYERS [EXPERTS [CHUNK [BUDGET_S [GEMM_ROWS [PRECISION [T,T,... [FLAGS]]]]]]]]]
  * (GEMM_ROWS: 0 the default M-invariant tiles, -1 one cuBLAS call per product, N tiles of N rows;
  * PRECISION: bf16 (the MHA-form tensor-core attention), bf16-absorbed (the absorbed form on the
  * tensor cores), bf16-cudacores (the absorbed f32 CUDA-core kernel on the same bf16 cache), f32,
- * exact; T: prompt lengths, default 4096,16384,65536). */
+ * exact; T: prompt lengths, default 4096,16384,65536; FLAGS: comma-separated, "profile" prints each
+ * run's device time per stage (CUDA events), "moe-cublas" runs the routed experts as per-expert
+ * cuBLAS calls instead of the grouped tensor-core GEMM). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,13 +62,16 @@ int main(int argc, char **argv) {
            (long long)cfg.num_experts_per_tok, (long long)cfg.vocab_size);
     pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = st, .decoder = st};
     int64_t gemm_rows = argc > 6 ? atoll(argv[6]) : 0; /* 0 default M-invariant tiles, -1 one call per product */
-    const char *prec = argc > 7 ? argv[7] : "bf16";
+    const char *prec = argc > 7 ? argv[7] : "bf16", *flags = argc > 9 ? argv[9] : "";
     pdb_cuda_prefill_opts co = {.prec = !strcmp(prec, "exact") ? PDB_CUDA_PREC_EXACT
                                         : !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16,
                                 .sub_chunk = chunk, .page_tokens = 64, .gemm_rows = gemm_rows,
                                 .attn = !strcmp(prec, "bf16-cudacores")  ? PDB_CUDA_ATTN_CUDA_CORES
                                         : !strcmp(prec, "bf16-absorbed") ? PDB_CUDA_ATTN_ABSORBED_TC
-                                                                         : PDB_CUDA_ATTN_AUTO};
+                                                                         : PDB_CUDA_ATTN_AUTO,
+                                .moe_cublas = strstr(flags, "moe-cublas") != NULL,
+                                .profile = strstr(flags, "profile") != NULL};
+    printf("cuda-bench flags=\"%s\"\n", flags);
     pdb_prefill_backend *be = NULL;
     t0 = pdb_clock_now();
     if (pdb_prefill_cuda_create(&o, &co, &be)) return die("create");
@@ -80,6 +85,8 @@ int main(int argc, char **argv) {
     /* warm-up: kernels, cuBLAS heuristics */
     if (be->begin(be, 1024, 1024) || be->forward_chunk(be, ids, 0, 1024, 1, logits)) return die("warm-up");
     be->end(be);
+    char drop[1024];
+    pdb_prefill_cuda_profile_take(be, drop, sizeof drop); /* the warm-up's stages are not reported */
     double last = 0;
     for (int64_t k = 0; k < nT; k++) {
         int64_t T = Ts[k];
@@ -101,6 +108,9 @@ int main(int argc, char **argv) {
             be->end(be);
             printf("cuda-bench T=%lld capture=%s time=%.3f s tokens_per_s=%.0f\n", (long long)T, withcap ? "on" : "off",
                    dt[withcap], (double)T / dt[withcap]);
+            char prof[1024];
+            pdb_prefill_cuda_profile_take(be, prof, sizeof prof);
+            if (prof[0]) printf("cuda-bench T=%lld capture=%s profile_ms %s\n", (long long)T, withcap ? "on" : "off", prof);
             fflush(stdout);
             if (withcap) last = dt[withcap];
         }

@@ -5,6 +5,7 @@
 #   bench/sweep_cold.sh [--sizes "2000 4000 8000"] [--arch deepseek_v2|deepseek_v4] [--preset NAME]
 #                       [--models DIR] [--out DIR] [--block-size N] [--threads N] [--seed S]
 #                       [--max-tokens K] [--ignore-eos] [--timeout-s T] [--logx] [--replot]
+#                       [--backend cpu|cuda] [--make-args "ARGS"] [--no-plot]
 #
 # Per size: a decoder, a native decoder (empty cache), a prefill server (CPU backend) and a front
 # start on port 0 (their "listening on" line gives the URL); one `bench-cold --native` measures
@@ -23,6 +24,9 @@
 # --ignore-eos: every request generates K tokens (the bridged and native answers compared over all K);
 # --timeout-s: bench-cold's per-request limit (default 14400: a 1M-token native prefill on a CPU);
 # --logx: the plots' x axis (prompt tokens) in log scale (for sweeps from 8K to 1M).
+# --backend: the prefill server's engine (cuda on the GPU machine: the decoders stay on its CPUs);
+# --make-args: extra make-model options for the checkpoint (e.g. "--layers 4 --experts 64 --vocab 129280"),
+# which then lives under its own directory name; --no-plot: the table and CSVs only (no gnuplot needed).
 # sweep.csv's columns past warm_cached_tokens (empty in sweeps made before them): the bridged row's
 # blocks written/requested, the prefill engine's ms (the verdict's engine_ms), the bridged and
 # native total seconds, answer_equal (bench-cold: the native answer's bytes equal the bridged one's)
@@ -33,7 +37,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source tests/common/pdb_e2e.sh
 
 SIZES="2000 4000 8000" ARCH=deepseek_v2 PRESET="" MODELS=.cache/sweep OUT=bench/results/sweep_cold
-BS=512 THREADS="" SEED=7 MAXTOK=16 REPLOT=0 IGNORE_EOS=() TIMEOUT=14400 LOGX=0
+BS=512 THREADS="" SEED=7 MAXTOK=16 REPLOT=0 IGNORE_EOS=() TIMEOUT=14400 LOGX=0 BACKEND=cpu MAKE_ARGS="" NOPLOT=0
 BIN="${PDB_BIN:-build/pdbridge}"
 
 # Print a progress line on stderr.
@@ -50,12 +54,14 @@ parse_args() {
             --replot) REPLOT=1; shift; continue ;;
             --ignore-eos) IGNORE_EOS=(--ignore-eos); shift; continue ;;
             --logx) LOGX=1; shift; continue ;;
+            --no-plot) NOPLOT=1; shift; continue ;;
         esac
         [ $# -ge 2 ] || die "$1 needs a value"
         case "$1" in
             --sizes) SIZES="$2" ;; --arch) ARCH="$2" ;; --preset) PRESET="$2" ;; --models) MODELS="$2" ;;
             --out) OUT="$2" ;; --block-size) BS="$2" ;; --threads) THREADS="$2" ;; --seed) SEED="$2" ;;
             --max-tokens) MAXTOK="$2" ;; --timeout-s) TIMEOUT="$2" ;;
+            --backend) BACKEND="$2" ;; --make-args) MAKE_ARGS="$2" ;;
             *) die "bad option '$1' (--help lists them)" ;;
         esac
         shift 2
@@ -66,18 +72,20 @@ parse_args() {
 # Refuse to start without the binary or gnuplot, saying how to get each.
 check_tools() {
     [ -x "$BIN" ] || die "$BIN is missing: build it first (cmake -S . -B build -G Ninja && cmake --build build --target pdbridge)"
-    command -v gnuplot >/dev/null || die "gnuplot is missing: install it (Debian: apt-get install -y gnuplot-nox)"
+    [ "$NOPLOT" = 1 ] || command -v gnuplot >/dev/null || die "gnuplot is missing: install it (Debian: apt-get install -y gnuplot-nox)"
 }
 
 # Generate the model and its decoder copy under $MODELS once; sets HF and DEC.
 prepare_models() {
-    HF="$MODELS/$ARCH-$PRESET" DEC="$MODELS/$ARCH-$PRESET-dec-none"
-    local vocab=()
+    local tag=${MAKE_ARGS// /}
+    HF="$MODELS/$ARCH-$PRESET${tag:+-$tag}" DEC="$MODELS/$ARCH-$PRESET${tag:+-$tag}-dec-none"
+    local vocab=() extra
+    read -r -a extra <<<"$MAKE_ARGS"
     [ "$ARCH" = deepseek_v4 ] && vocab=(--vocab 129280)   # the real tokenizer's vocabulary, as `up` does
     mkdir -p "$MODELS"
     if [ ! -f "$HF/model.safetensors" ]; then
         say "writing a random $ARCH checkpoint (preset $PRESET, seed 1) to $HF"
-        "$BIN" make-model --arch "$ARCH" --preset "$PRESET" --seed 1 --out "$HF" "${vocab[@]}" >&2
+        "$BIN" make-model --arch "$ARCH" --preset "$PRESET" --seed 1 --out "$HF" "${vocab[@]}" "${extra[@]}" >&2
     fi
     if [ ! -f "$DEC/pdbridge_decoder.json" ]; then
         say "writing the decoder's checkpoint (scheme none) to $DEC"
@@ -103,7 +111,7 @@ run_size() {
     rm -rf "$W/cache" "$W/cache-n" "$W"/*.csv
     start decoder "$BIN" decode-server --model "$DEC" --cache-dir "$W/cache" --port 0 --block-size "$BS" "${t[@]}"; local dec=$URL
     start native "$BIN" decode-server --model "$DEC" --cache-dir "$W/cache-n" --port 0 --block-size "$BS" "${t[@]}"; local nat=$URL
-    start prefill "$BIN" prefill-server --model "$HF" --decoder-model "$DEC" --port 0 --backend cpu "${t[@]}"; local pre=$URL
+    start prefill "$BIN" prefill-server --model "$HF" --decoder-model "$DEC" --port 0 --backend "$BACKEND" "${t[@]}"; local pre=$URL
     start front "$BIN" front --decoder "$dec" --prefill "$pre" --decoder-model "$DEC" --cache-dir "$W/cache" --port 0 --block-size "$BS"
     local fr=$URL
     say "$n tokens: cold prompt, bridged then native"
@@ -174,7 +182,7 @@ main() {
     rm -f "$OUT/bench_cold.csv"
     echo "tokens_target,prompt_tokens,native_ttft_s,bridged_ttft_s,ratio,verdict,prefill_peak_rss_mb,warm_ttft_s,warm_verdict,warm_cached_tokens,blocks_written,blocks_requested,engine_ms,bridged_total_s,native_total_s,answer_equal,overhead" >"$OUT/sweep.csv"
     for n in $SIZES; do run_size "$n"; done
-    plot
+    [ "$NOPLOT" = 1 ] || plot
     say "CSV and plots in $OUT"
     table
 }

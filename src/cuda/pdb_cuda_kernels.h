@@ -78,6 +78,19 @@ pdb_status pdb_cuda_gather(cudaStream_t s, const float *src, const int32_t *src_
 /* h [n, H] += sum_k ye[slot_row[t*K+k]] * wt[t*K+k] (k order) + shared [n, H] (may be NULL). */
 pdb_status pdb_cuda_moe_combine(cudaStream_t s, const float *ye, const int32_t *slot_row, const float *wt,
                                 const float *shared, int64_t n, int64_t K, int64_t H, float *h);
+/* The bf16 engine's routed experts (pdb_cuda_moe_tc.cu): rows gathered so that each expert's
+ * start at a multiple of PDB_CUDA_MOE_TILE; C [ntiles * TILE, N] f32 = A [.., K] bf16 . W[e]^T with
+ * W [E, N, K] bf16 and e = tile_e[tile] (device); one launch per product, each element a fixed-order
+ * sum independent of the row count (chunk-invariant). K % 8 == 0 (pdb_cuda_moe_tc_fits). */
+enum { PDB_CUDA_MOE_TILE = 128 };
+int pdb_cuda_moe_tc_fits(int64_t H, int64_t Im);
+pdb_status pdb_cuda_moe_gemm(cudaStream_t s, const void *A, const void *W, float *C, const int32_t *tile_e,
+                             int64_t ntiles, int64_t N, int64_t K);
+/* dst [R, H] bf16 = src rows src_row[R] (f32), zero rows where src_row < 0. */
+pdb_status pdb_cuda_moe_gather_bf16(cudaStream_t s, const float *src, const int32_t *src_row, int64_t R, int64_t H,
+                                    void *dst);
+/* out [count] bf16 = silu(g) * u (pdb_cuda_silu_mul's f32 result, rounded to bf16). */
+pdb_status pdb_cuda_silu_mul_bf16(cudaStream_t s, const float *g, const float *u, void *out, int64_t count);
 /* C [M, N] (ldc) = (or, accumulate: C +) A [M, K] (lda) . W [N, K]^T (ldw), f32, each element
  * pdb_qmat_dot's order exactly (32 lanes, fma in k order, fold 16/8/4/2/1); batch <= 65535 with
  * element strides sa, sw, sc. The exact engine's products and the capture hook. */

@@ -17,25 +17,9 @@
 #include <cuda_bf16.h>
 
 #include "pdb_cuda_kernels.h"
+#include "pdb_cuda_mma.h"
 
 enum { TC_Q = 64, TC_K = 64, TC_THREADS = 256, TC_SLD = TC_K + 4, TC_PLD = TC_K + 8 };
-
-static __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) { return *(const uint32_t *)p; }
-
-static __device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* B fragment (k = key rows k0.., n = latent columns n0..n0+7) of P V from the row-major K tile:
- * two 8x8 matrices (keys k0..k0+7 and k0+8..k0+15) loaded transposed. */
-static __device__ __forceinline__ void ldm_x2_trans(const __nv_bfloat16 *row_addr, uint32_t &b0, uint32_t &b1) {
-    unsigned a = (unsigned)__cvta_generic_to_shared(row_addr);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(a));
-}
 
 static size_t tc_smem(int64_t rk) {
     int64_t ld = rk + 8;
@@ -261,15 +245,6 @@ static __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bflo
     return *(uint32_t *)&v;
 }
 
-/* Asynchronous 16-byte global -> shared copy (zero-filled when !valid: no bytes are read). */
-static __device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
-    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
-}
-static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 /* Key/value tiles are double-buffered: the copies of tile i + 1 are in flight while tile i is
  * multiplied (cp.async groups). */
 template <int NTV>
@@ -280,7 +255,9 @@ __global__ void __launch_bounds__(MH_THREADS)
     const int ldq = dqp + 8, ldv = dv + 8, kvsz = MH_K * (ldq + ldv);
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_mh, *KV0 = Qs + MH_Q * ldq;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3, ntv = dv / 8;
-    const int64_t h = blockIdx.y, t0 = (int64_t)blockIdx.x * MH_Q;
+    /* the longest query tiles (most keys) first, so the causal tail of the grid is the short ones */
+    const int64_t h = blockIdx.y, t0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * MH_Q;
+    const float scale2 = scale * 1.4426950408889634f; /* softmax in base 2: exp(x s) = 2^(x s log2 e) */
     const int q8 = dqp / 8, v8 = dv / 8;
     const __nv_bfloat16 *Kh = Kb + h * kstride * dqp, *Vh = Vb + h * kstride * dv;
     const int64_t tlast = t0 + MH_Q - 1 < n ? t0 + MH_Q - 1 : n - 1, kmax = pos0 + tlast;
@@ -322,12 +299,17 @@ __global__ void __launch_bounds__(MH_THREADS)
 #pragma unroll
         for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
         const __nv_bfloat16 *qa = Qs + rlo * ldq + 2 * t, *qb = qa + 8 * ldq;
+        /* K fragments by ldmatrix, two key tiles of 8 per load: matrices (keys 0-7, d 0-7), (keys 0-7,
+         * d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) */
+        const __nv_bfloat16 *kl = Ks + ((lane & 7) + ((lane >> 4) << 3)) * ldq + ((lane >> 3) & 1) * 8;
         for (int k0 = 0; k0 < dqp; k0 += 16) {
             uint32_t a0 = ld32(qa + k0), a1 = ld32(qb + k0), a2 = ld32(qa + k0 + 8), a3 = ld32(qb + k0 + 8);
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const __nv_bfloat16 *kr = Ks + (8 * j + g) * ldq + k0 + 2 * t;
-                mma16816(s[j], a0, a1, a2, a3, ld32(kr), ld32(kr + 8));
+            for (int jj = 0; jj < 4; jj++) {
+                uint32_t r[4];
+                ldm_x4(kl + 16 * jj * ldq + k0, r);
+                mma16816(s[2 * jj], a0, a1, a2, a3, r[0], r[1]);
+                mma16816(s[2 * jj + 1], a0, a1, a2, a3, r[2], r[3]);
             }
         }
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
@@ -337,7 +319,7 @@ __global__ void __launch_bounds__(MH_THREADS)
             for (int e = 0; e < 4; e++) {
                 int64_t p = kb + 8 * j + 2 * t + (e & 1);
                 int64_t lim = e < 2 ? qp_lo : qp_hi;
-                s[j][e] = p <= lim ? s[j][e] * scale : -INFINITY;
+                s[j][e] = p <= lim ? s[j][e] * scale2 : -INFINITY;
             }
             mx_lo = fmaxf(mx_lo, fmaxf(s[j][0], s[j][1]));
             mx_hi = fmaxf(mx_hi, fmaxf(s[j][2], s[j][3]));
@@ -347,7 +329,7 @@ __global__ void __launch_bounds__(MH_THREADS)
         mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
         mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
         const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-        const float c_lo = m_lo == -INFINITY ? 0.0f : expf(m_lo - mn_lo), c_hi = m_hi == -INFINITY ? 0.0f : expf(m_hi - mn_hi);
+        const float c_lo = m_lo == -INFINITY ? 0.0f : exp2f(m_lo - mn_lo), c_hi = m_hi == -INFINITY ? 0.0f : exp2f(m_hi - mn_hi);
         uint32_t pa[8][2];
         float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
@@ -356,7 +338,7 @@ __global__ void __launch_bounds__(MH_THREADS)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float mn = e < 2 ? mn_lo : mn_hi;
-                b[e] = __float2bfloat16_rn(s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - mn));
+                b[e] = __float2bfloat16_rn(s[j][e] == -INFINITY ? 0.0f : exp2f(s[j][e] - mn));
             }
             sum_lo += __bfloat162float(b[0]) + __bfloat162float(b[1]);
             sum_hi += __bfloat162float(b[2]) + __bfloat162float(b[3]);

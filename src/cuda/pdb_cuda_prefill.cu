@@ -49,6 +49,8 @@ typedef struct pdb_cuda_prefill {
     int exact;                  /* PDB_CUDA_PREC_EXACT: dot32 products and the exact attention */
     int attn_tc;                /* bf16 cache: absorbed attention on the tensor cores (pdb_cuda_mla_tc.cu) */
     int attn_mha;               /* bf16 cache: the MHA form on the tensor cores (takes precedence) */
+    int moe_tc;                 /* bf16: routed experts as grouped tensor-core GEMMs (pdb_cuda_moe_tc.cu) */
+    int64_t Rmax;               /* gathered expert rows a pass may need (padded per expert in moe_tc) */
     int64_t dqp, qstride;       /* MHA form: padded q/k width, Qb rows per head */
     size_t esz;                 /* bytes per dt element */
     int64_t sub_cfg, sub_max, page; /* configured / current pass bound (tokens), page size */
@@ -75,12 +77,13 @@ typedef struct pdb_cuda_prefill {
     float *h, *xn, *q, *qa, *kva, *qlat, *olat, *attn, *probs, *rsc, *topk_w, *g, *u, *xe, *ye, *sh, *hook, *cs, *logits;
     float *kvx;                 /* MHA form: [MHA_SPAN, nh*(nope+vd)] expanded keys/values of a span of positions */
     void *qb, *kb, *vb;         /* MHA form: bf16 Q [nh, S, dqp], K [nh, max_tokens, dqp], V [nh, max_tokens, vd] */
-    int32_t *ids, *topk_idx, *row_src, *slot_row;
+    int32_t *ids, *topk_idx, *row_src, *slot_row, *tile_e;
     void *cvt;                  /* dt staging for GEMM A operands */
     /* pinned host */
     float *h_cs, *h_dcs;        /* [S, rope]: engine cos/sin (halves), the decoder's rope pairs (pdb_rope_angles) */
     float *dcs;                 /* device [S, rope]: h_dcs */
-    int32_t *h_ids, *h_topk, *h_rows; /* [S], [S*K], [2*S*K] */
+    int32_t *h_ids, *h_topk, *h_rows; /* [S], [S*K], [Rmax + S*K] */
+    int32_t *h_tile_e;          /* moe_tc: [Rmax / PDB_CUDA_MOE_TILE] expert of each row tile */
     int64_t *h_cnt;             /* [E] */
     /* the capture: the block being assembled (host [L, bs, row], the decoder's "latent" pool of
      * one block) holds the rows of positions (hooked / bs) * bs .. hooked - 1 */
@@ -88,10 +91,53 @@ typedef struct pdb_cuda_prefill {
     int64_t bs, hooked;
     /* hook_chunk staging */
     float *cr_x, *cr_kva;
+    /* profile (opts.profile): events of the pass running, the stage each one ends, totals */
+    int prof, ev_n, ev_cap;
+    cudaEvent_t *ev;
+    int *ev_st;
+    double prof_ms[32];
 } pdb_cuda_prefill;
 typedef pdb_cuda_prefill cu_prefill;
 
 enum { CR_ROWS = 256 };
+
+/* Profile stages (opts.profile): a mark records an event that ends the named stage. */
+enum { ST_EMBED, ST_NORM, ST_HOOK, ST_QKV, ST_EXPAND, ST_ATTN, ST_OPROJ, ST_ROUTER, ST_SHARED, ST_ROUTE_HOST,
+       ST_EXPERTS, ST_COMBINE, ST_DENSE, ST_HEAD, ST_N };
+static const char *const stage_name[ST_N] = {"embed",  "norm",    "hook",   "qkv",        "kv_expand",
+                                             "attention", "o_proj", "router", "shared",   "route_host",
+                                             "experts", "combine", "dense_mlp", "lm_head"};
+
+static pdb_status mark(cu_prefill *c, int st) {
+    if (!c->prof || c->ev_n >= c->ev_cap) return PDB_OK;
+    PDB_CU(cudaEventRecord(c->ev[c->ev_n], c->s));
+    c->ev_st[c->ev_n++] = st;
+    return PDB_OK;
+}
+
+/* After the pass's final synchronisation: each stage's time is its event minus the one before. */
+static pdb_status prof_collect(cu_prefill *c) {
+    for (int i = 1; i < c->ev_n; i++) {
+        float ms = 0;
+        PDB_CU(cudaEventElapsedTime(&ms, c->ev[i - 1], c->ev[i]));
+        c->prof_ms[c->ev_st[i]] += ms;
+    }
+    c->ev_n = 0;
+    return PDB_OK;
+}
+
+extern "C" void pdb_cuda_prefill_profile_take(cu_prefill *c, char *buf, size_t n) {
+    if (!buf || !n) return;
+    buf[0] = 0;
+    if (!c || !c->prof) return;
+    size_t o = 0;
+    double tot = 0;
+    for (int i = 0; i < ST_N; i++) tot += c->prof_ms[i];
+    for (int i = 0; i < ST_N && o < n; i++)
+        if (c->prof_ms[i] > 0) o += (size_t)snprintf(buf + o, n - o, "%s%s=%.1f", o ? " " : "", stage_name[i], c->prof_ms[i]);
+    if (o < n) snprintf(buf + o, n - o, " total_ms=%.1f", tot);
+    memset(c->prof_ms, 0, sizeof c->prof_ms);
+}
 /* MHA form: positions whose keys and values are expanded per cuBLAS call (f32 scratch of MHA_SPAN x nh x (nope + v)) */
 enum { MHA_SPAN = 8192 };
 
@@ -262,6 +308,8 @@ static void seq_free(cu_prefill *c) {
     cudaFreeHost(c->h_ids);
     cudaFreeHost(c->h_topk);
     cudaFreeHost(c->h_rows);
+    cudaFreeHost(c->h_tile_e);
+    c->h_tile_e = NULL;
     free(c->h_cnt);
     cudaFreeHost(c->blk);
     c->blk = NULL;
@@ -325,12 +373,18 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     PDB_TRY(dalloc(&c->seq, &c->rsc, sz * (size_t)(S * E)));
     PDB_TRY(dalloc(&c->seq, &c->topk_w, sz * (size_t)(S * K)));
     PDB_TRY(dalloc(&c->seq, &c->topk_idx, sizeof(int32_t) * (size_t)(S * K)));
-    PDB_TRY(dalloc(&c->seq, &c->row_src, sizeof(int32_t) * (size_t)(S * K)));
+    c->Rmax = S * K + (c->moe_tc ? E * PDB_CUDA_MOE_TILE : 0);
+    int64_t Rm = c->Rmax, wide = c->H > c->Im ? c->H : c->Im;
+    PDB_TRY(dalloc(&c->seq, &c->row_src, sizeof(int32_t) * (size_t)Rm));
+    PDB_TRY(dalloc(&c->seq, &c->tile_e, sizeof(int32_t) * (size_t)(Rm / PDB_CUDA_MOE_TILE + 1)));
     PDB_TRY(dalloc(&c->seq, &c->slot_row, sizeof(int32_t) * (size_t)(S * K)));
+    if (Rm * c->Im > S * Imax) Imax = (Rm * c->Im + S - 1) / S;
     PDB_TRY(dalloc(&c->seq, &c->g, sz * (size_t)(S * Imax)));
     PDB_TRY(dalloc(&c->seq, &c->u, sz * (size_t)(S * Imax)));
-    PDB_TRY(dalloc(&c->seq, &c->xe, sz * (size_t)(S * K * c->H)));
-    PDB_TRY(dalloc(&c->seq, &c->ye, sz * (size_t)(S * K * c->H)));
+    /* xe: the gathered rows, f32 [S*K, H] or (moe_tc) bf16 [Rmax, H] and then the experts' bf16 activations */
+    size_t xe_f32 = sz * (size_t)(S * K * c->H), xe_bf = 2 * (size_t)(Rm * wide);
+    PDB_TRY(dalloc(&c->seq, &c->xe, xe_f32 > xe_bf ? xe_f32 : xe_bf));
+    PDB_TRY(dalloc(&c->seq, &c->ye, sz * (size_t)(Rm * c->H)));
     PDB_TRY(dalloc(&c->seq, &c->sh, sz * (size_t)(S * c->H)));
     PDB_TRY(dalloc(&c->seq, &c->hook, sz * (size_t)(S * c->row)));
     PDB_TRY(dalloc(&c->seq, &c->cs, sz * (size_t)(S * c->rope_d)));
@@ -353,7 +407,8 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     PDB_TRY(hpin(&c->h_cs, sz * (size_t)(S * c->rope_d)));
     PDB_TRY(hpin(&c->h_ids, sizeof(int32_t) * (size_t)S));
     PDB_TRY(hpin(&c->h_topk, sizeof(int32_t) * (size_t)(S * K)));
-    PDB_TRY(hpin(&c->h_rows, sizeof(int32_t) * (size_t)(2 * S * K)));
+    PDB_TRY(hpin(&c->h_rows, sizeof(int32_t) * (size_t)(Rm + S * K)));
+    PDB_TRY(hpin(&c->h_tile_e, sizeof(int32_t) * (size_t)(Rm / PDB_CUDA_MOE_TILE + 1)));
     c->h_cnt = (int64_t *)calloc((size_t)E + 1, sizeof(int64_t));
     if (!c->h_cnt) return pdb_err_set(PDB_NOMEM, "expert counts");
     c->max_tokens = max_tokens;
@@ -422,6 +477,7 @@ static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t
                                   c->qlat, c->cfg.rms_norm_eps));
     if (c->attn_mha) { /* every key's K and V expanded again from the latent rows (spans of MHA_SPAN), then attention */
         PDB_TRY(pdb_cuda_mha_pack_q(c->s, c->q, c->qlat, n, nh, nope, c->rope_d, kvl, row, c->qstride, c->qb));
+        PDB_TRY(mark(c, ST_QKV));
         for (int64_t s0 = 0; s0 < p0 + n; s0 += MHA_SPAN) {
             int64_t m = p0 + n - s0 < MHA_SPAN ? p0 + n - s0 : MHA_SPAN;
             PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, nh * (nope + vd), kvl, 1.0f,
@@ -429,14 +485,18 @@ static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t
                                   0.0f, c->kvx, nh * (nope + vd), 0, 1));
             PDB_TRY(pdb_cuda_mha_pack_kv(c->s, c->kvx, &pg, s0, m, nh, nope, vd, kvl, c->rope_d, c->max_tokens, c->kb, c->vb));
         }
+        PDB_TRY(mark(c, ST_EXPAND));
         PDB_TRY(pdb_cuda_attention_mha(c->s, c->qb, c->kb, c->vb, c->qstride, c->max_tokens, p0, n, nh, nope, c->rope_d, vd,
                                        c->scale, c->attn));
-        return linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h); /* h += o_proj(attn) */
+        PDB_TRY(mark(c, ST_ATTN));
+        PDB_TRY(linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h)); /* h += o_proj(attn) */
+        return mark(c, ST_OPROJ);
     }
     /* qlat[t, h, :kvl] = q_nope[t, h] @ W_UK_h ([nope, kvl] rows of kv_b), batched over heads */
     const void *A;
     PDB_TRY(as_dt(c, c->q, n * nh * qk, &A));
     int64_t hs = (nope + vd) * kvl;
+    PDB_TRY(mark(c, ST_QKV));
     if (c->exact) {
         PDB_TRY(mm(c, c->dt, n, kvl, nope, A, nh * qk, qk, L->ukt, nope, kvl * nope, 0.0f, c->qlat, nh * row, row, nh));
         PDB_TRY(pdb_cuda_attention_exact(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
@@ -446,11 +506,13 @@ static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t
         if (c->attn_tc) PDB_TRY(pdb_cuda_attention_tc(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
         else PDB_TRY(pdb_cuda_attention(c->s, c->qlat, &pg, p0, n, nh, kvl, row, c->scale, c->olat));
     }
+    PDB_TRY(mark(c, ST_ATTN));
     /* attn[t, h] = olat[t, h] @ W_UV_h^T ([vd, kvl] rows of kv_b) */
     PDB_TRY(as_dt(c, c->olat, n * nh * kvl, &A));
     PDB_TRY(mm(c, c->dt, n, vd, kvl, A, nh * kvl, kvl, (char *)L->kv_b + c->esz * (size_t)(nope * kvl), kvl, hs, 0.0f,
                c->attn, nh * vd, vd, nh));
-    return linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h); /* h += o_proj(attn) */
+    PDB_TRY(linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h)); /* h += o_proj(attn) */
+    return mark(c, ST_OPROJ);
 }
 
 /* out [n, H] = down(silu(x gate^T) * (x up^T)), beta: 1 accumulates into out. */
@@ -462,46 +524,58 @@ static pdb_status mlp(cu_prefill *c, const float *x, int64_t n, const void *gate
     return linear(c, c->g, n, I, down, c->H, beta, out);
 }
 
-static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
+/* The routed experts on the grouped tensor-core GEMM: the host lays every expert's rows out from
+ * a multiple of PDB_CUDA_MOE_TILE (padding rows gathered as zeros), in slot order inside an
+ * expert as the cuBLAS path does, and lists each row tile's expert; gate, up and down are then one
+ * launch each. cnt[e] = the first slot-ordered row of expert e (cnt[E] = n * K). */
+static pdb_status moe_grouped(cu_prefill *c, const cu_layer *L, int64_t n, const int64_t *cnt) {
+    int64_t H = c->H, E = c->E, K = c->K, Im = c->Im, T = PDB_CUDA_MOE_TILE, R = 0, nt = 0;
+    int32_t *row_src = c->h_rows, *slot_row = c->h_rows + c->Rmax;
+    int64_t *fill = (int64_t *)malloc(sizeof(int64_t) * (size_t)E);
+    if (!fill) return pdb_err_set(PDB_NOMEM, "moe fill");
+    for (int64_t e = 0; e < E; e++) {
+        int64_t m = cnt[e + 1] - cnt[e], tiles = (m + T - 1) / T;
+        fill[e] = R;
+        for (int64_t i = 0; i < tiles; i++) c->h_tile_e[nt++] = (int32_t)e;
+        for (int64_t r = R + m; r < R + tiles * T; r++) row_src[r] = -1;
+        R += tiles * T;
+    }
+    for (int64_t sl = 0; sl < n * K; sl++) { /* rows of an expert in slot order: fixed */
+        int64_t r = fill[c->h_topk[sl]]++;
+        row_src[r] = (int32_t)(sl / K);
+        slot_row[sl] = (int32_t)r;
+    }
+    free(fill);
+    PDB_CU(cudaMemcpyAsync(c->row_src, row_src, sizeof(int32_t) * (size_t)R, cudaMemcpyHostToDevice, c->s));
+    PDB_CU(cudaMemcpyAsync(c->slot_row, slot_row, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyHostToDevice, c->s));
+    PDB_CU(cudaMemcpyAsync(c->tile_e, c->h_tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyHostToDevice, c->s));
+    PDB_TRY(pdb_cuda_moe_gather_bf16(c->s, c->xn, c->row_src, R, H, c->xe));
+    PDB_TRY(mark(c, ST_ROUTE_HOST));
+    PDB_TRY(pdb_cuda_moe_gemm(c->s, c->xe, L->eg, c->g, c->tile_e, nt, Im, H));
+    PDB_TRY(pdb_cuda_moe_gemm(c->s, c->xe, L->eu, c->u, c->tile_e, nt, Im, H));
+    PDB_TRY(pdb_cuda_silu_mul_bf16(c->s, c->g, c->u, c->xe, R * Im)); /* xe's rows are consumed: reused */
+    PDB_TRY(pdb_cuda_moe_gemm(c->s, c->xe, L->ed, c->ye, c->tile_e, nt, H, Im));
+    PDB_TRY(mark(c, ST_EXPERTS));
+    return PDB_OK;
+}
+
+/* The routed experts as cuBLAS calls per expert (f32, exact and the comparison path). */
+static pdb_status moe_per_expert(cu_prefill *c, const cu_layer *L, int64_t n, const int64_t *cnt) {
     int64_t H = c->H, E = c->E, K = c->K, Im = c->Im;
-    /* router in f32 */
-    PDB_TRY(mm(c, PDB_CUDA_DT_F32, n, E, H, c->xn, H, 0, L->router, H, 0, 0.0f, c->probs, E, 0, 1));
-    pdb_cuda_route_cfg rc;
-    rc.E = (int)E;
-    rc.K = (int)K;
-    rc.n_group = (int)(c->cfg.n_group > 0 ? c->cfg.n_group : 1);
-    rc.topk_group = (int)c->cfg.topk_group;
-    rc.group_limited = c->cfg.topk_method == PDB_TOPK_GROUP_LIMITED;
-    rc.norm_topk_prob = c->cfg.norm_topk_prob;
-    rc.routed_scaling_factor = (float)c->cfg.routed_scaling_factor;
-    PDB_TRY(pdb_cuda_route(c->s, c->probs, c->rsc, c->topk_idx, c->topk_w, n, &rc));
-    PDB_CU(cudaMemcpyAsync(c->h_topk, c->topk_idx, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyDeviceToHost, c->s));
-    /* shared experts meanwhile (device), then the host orders the slots by expert */
-    if (c->cfg.n_shared_experts > 0) PDB_TRY(mlp(c, c->xn, n, L->sg, L->su, L->sd, c->Is, 0.0f, c->sh));
-    PDB_CU(cudaStreamSynchronize(c->s));
-    int64_t *cnt = c->h_cnt;
-    memset(cnt, 0, sizeof(int64_t) * (size_t)(E + 1));
-    for (int64_t sl = 0; sl < n * K; sl++) {
-        int32_t e = c->h_topk[sl];
-        if (e < 0 || e >= E) return pdb_err_set(PDB_CUDA, "moe: routed expert %d out of range (device fault?)", e);
-        cnt[e + 1]++;
+    int32_t *row_src = c->h_rows, *slot_row = c->h_rows + c->Rmax;
+    int64_t *fill = (int64_t *)malloc(sizeof(int64_t) * (size_t)E);
+    if (!fill) return pdb_err_set(PDB_NOMEM, "moe fill");
+    memcpy(fill, cnt, sizeof(int64_t) * (size_t)E);
+    for (int64_t sl = 0; sl < n * K; sl++) { /* rows of an expert in slot order: fixed */
+        int64_t r = fill[c->h_topk[sl]]++;
+        row_src[r] = (int32_t)(sl / K);
+        slot_row[sl] = (int32_t)r;
     }
-    for (int64_t e = 0; e < E; e++) cnt[e + 1] += cnt[e]; /* cnt[e] = first gathered row of expert e */
-    int32_t *row_src = c->h_rows, *slot_row = c->h_rows + n * K;
-    {
-        int64_t *fill = (int64_t *)malloc(sizeof(int64_t) * (size_t)E);
-        if (!fill) return pdb_err_set(PDB_NOMEM, "moe fill");
-        memcpy(fill, cnt, sizeof(int64_t) * (size_t)E);
-        for (int64_t sl = 0; sl < n * K; sl++) { /* rows of an expert in slot order: fixed */
-            int64_t r = fill[c->h_topk[sl]]++;
-            row_src[r] = (int32_t)(sl / K);
-            slot_row[sl] = (int32_t)r;
-        }
-        free(fill);
-    }
+    free(fill);
     PDB_CU(cudaMemcpyAsync(c->row_src, row_src, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyHostToDevice, c->s));
     PDB_CU(cudaMemcpyAsync(c->slot_row, slot_row, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyHostToDevice, c->s));
     PDB_TRY(pdb_cuda_gather(c->s, c->xn, c->row_src, n * K, H, c->xe));
+    PDB_TRY(mark(c, ST_ROUTE_HOST));
     const void *A;
     PDB_TRY(as_dt(c, c->xe, n * K * H, &A));
     int64_t per = Im * H;
@@ -522,8 +596,40 @@ static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
         PDB_TRY(mm(c, c->dt, m, H, Im, (const char *)A + c->esz * (size_t)(r0 * Im), Im, 0,
                    (char *)L->ed + c->esz * (size_t)(e * per), Im, 0, 0.0f, c->ye + r0 * H, H, 0, 1));
     }
-    return pdb_cuda_moe_combine(c->s, c->ye, c->slot_row, c->topk_w, c->cfg.n_shared_experts > 0 ? c->sh : NULL, n, K,
-                                H, c->h);
+    return mark(c, ST_EXPERTS);
+}
+
+static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
+    int64_t H = c->H, E = c->E, K = c->K;
+    /* router in f32 */
+    PDB_TRY(mm(c, PDB_CUDA_DT_F32, n, E, H, c->xn, H, 0, L->router, H, 0, 0.0f, c->probs, E, 0, 1));
+    pdb_cuda_route_cfg rc;
+    rc.E = (int)E;
+    rc.K = (int)K;
+    rc.n_group = (int)(c->cfg.n_group > 0 ? c->cfg.n_group : 1);
+    rc.topk_group = (int)c->cfg.topk_group;
+    rc.group_limited = c->cfg.topk_method == PDB_TOPK_GROUP_LIMITED;
+    rc.norm_topk_prob = c->cfg.norm_topk_prob;
+    rc.routed_scaling_factor = (float)c->cfg.routed_scaling_factor;
+    PDB_TRY(pdb_cuda_route(c->s, c->probs, c->rsc, c->topk_idx, c->topk_w, n, &rc));
+    PDB_CU(cudaMemcpyAsync(c->h_topk, c->topk_idx, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyDeviceToHost, c->s));
+    PDB_TRY(mark(c, ST_ROUTER));
+    /* shared experts meanwhile (device), then the host orders the slots by expert */
+    if (c->cfg.n_shared_experts > 0) PDB_TRY(mlp(c, c->xn, n, L->sg, L->su, L->sd, c->Is, 0.0f, c->sh));
+    PDB_TRY(mark(c, ST_SHARED));
+    PDB_CU(cudaStreamSynchronize(c->s));
+    int64_t *cnt = c->h_cnt;
+    memset(cnt, 0, sizeof(int64_t) * (size_t)(E + 1));
+    for (int64_t sl = 0; sl < n * K; sl++) {
+        int32_t e = c->h_topk[sl];
+        if (e < 0 || e >= E) return pdb_err_set(PDB_CUDA, "moe: routed expert %d out of range (device fault?)", e);
+        cnt[e + 1]++;
+    }
+    for (int64_t e = 0; e < E; e++) cnt[e + 1] += cnt[e]; /* cnt[e] = first slot-ordered row of expert e */
+    PDB_TRY(c->moe_tc ? moe_grouped(c, L, n, cnt) : moe_per_expert(c, L, n, cnt));
+    PDB_TRY(pdb_cuda_moe_combine(c->s, c->ye, c->slot_row, c->topk_w, c->cfg.n_shared_experts > 0 ? c->sh : NULL, n, K,
+                                 H, c->h));
+    return mark(c, ST_COMBINE);
 }
 
 /* The decoder's rope for positions p0..p0+n-1 (pdb_rope_angles: the cos/sin pdb_rope_apply uses),
@@ -550,21 +656,30 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
     PDB_CU(cudaMemcpyAsync(c->ids, c->h_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, c->s));
     PDB_CU(cudaMemcpyAsync(c->cs, c->h_cs, sizeof(float) * (size_t)(n * c->rope_d), cudaMemcpyHostToDevice, c->s));
     if (capture) PDB_TRY(upload_dec_rope(c, p0, n));
+    c->ev_n = 0;
+    PDB_TRY(mark(c, ST_EMBED));
     PDB_TRY(pdb_cuda_embed(c->s, c->ids, c->embed, c->dt, n, H, c->h));
+    PDB_TRY(mark(c, ST_EMBED));
     for (int64_t l = 0; l < c->nl; l++) {
         const cu_layer *L = &c->L[l];
         PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h, H, L->attn_norm, c->xn, H, n, H, c->cfg.rms_norm_eps));
+        PDB_TRY(mark(c, ST_NORM));
         if (capture) { /* the decoder's finished rows, straight into the pinned capture block */
             PDB_TRY(pdb_cuda_hook_dot(c->s, c->xn, L->dec_kva, n, c->row, H, c->hook));
             PDB_TRY(pdb_cuda_hook_finish(c->s, c->hook, n, c->row, c->kvl, c->rope_d, L->dec_norm, c->dcs,
                                          c->cfg.rms_norm_eps));
             PDB_CU(cudaMemcpyAsync(capture + (l * ncap + coff) * c->row, c->hook, sizeof(float) * (size_t)(n * c->row),
                                    cudaMemcpyDeviceToHost, c->s));
+            PDB_TRY(mark(c, ST_HOOK));
         }
         PDB_TRY(attention(c, L, l, p0, n));
         PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h, H, L->ffn_norm, c->xn, H, n, H, c->cfg.rms_norm_eps));
+        PDB_TRY(mark(c, ST_NORM));
         if (L->is_moe) PDB_TRY(moe(c, L, n));
-        else PDB_TRY(mlp(c, c->xn, n, L->gate, L->up, L->down, c->I, 1.0f, c->h));
+        else {
+            PDB_TRY(mlp(c, c->xn, n, L->gate, L->up, L->down, c->I, 1.0f, c->h));
+            PDB_TRY(mark(c, ST_DENSE));
+        }
     }
     if (logits) {
         PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h + (n - 1) * H, H, c->final_norm, c->xn, H, 1, H, c->cfg.rms_norm_eps));
@@ -574,9 +689,10 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
         else PDB_TRY(pdb_cuda_gemm_whole(&c->blas, c->dt, 1, 1, c->V, H, 1.0f, A, H, 0, c->lm_head, H, 0, 0.0f, c->logits,
                                          c->V, 0, 1));
         PDB_CU(cudaMemcpyAsync(logits, c->logits, sizeof(float) * (size_t)c->V, cudaMemcpyDeviceToHost, c->s));
+        PDB_TRY(mark(c, ST_HEAD));
     }
     PDB_CU(cudaStreamSynchronize(c->s));
-    return PDB_OK;
+    return prof_collect(c);
 }
 
 /* A captured span: inside one block, right after the rows captured so far or at a block's start. */
@@ -656,6 +772,9 @@ extern "C" void pdb_cuda_prefill_free(cu_prefill *c) {
         if (c->have_blas) pdb_cuda_blas_close(&c->blas);
         if (c->have_stream) cudaStreamDestroy(c->s);
         if (c->have_dec) pdb_v2_qweights_free(&c->dec);
+        for (int i = 0; i < c->ev_cap; i++) cudaEventDestroy(c->ev[i]);
+        free(c->ev);
+        free(c->ev_st);
         pdb_rope_free(&c->rope);
         free(c->L);
         free(c);
@@ -688,6 +807,13 @@ static pdb_status create_inner(cu_prefill *c, const pdb_config *cf, const pdb_st
     PDB_TRY(load_hook(c));
     PDB_TRY(dalloc(&c->wts, &c->cr_x, sizeof(float) * (size_t)(CR_ROWS * c->H)));
     PDB_TRY(dalloc(&c->wts, &c->cr_kva, sizeof(float) * (size_t)(CR_ROWS * c->row)));
+    if (c->prof) { /* at most 16 marks per layer and a few around */
+        int cap = 16 * (int)c->nl + 8;
+        c->ev = (cudaEvent_t *)calloc((size_t)cap, sizeof(cudaEvent_t));
+        c->ev_st = (int *)calloc((size_t)cap, sizeof(int));
+        if (!c->ev || !c->ev_st) return pdb_err_set(PDB_NOMEM, "profile events");
+        for (; c->ev_cap < cap; c->ev_cap++) PDB_CU(cudaEventCreate(&c->ev[c->ev_cap]));
+    }
     return PDB_OK;
 }
 
@@ -711,6 +837,9 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_config *cf, const pdb_st
     c->esz = c->dt == PDB_CUDA_DT_F32 ? 4 : 2;
     c->sub_cfg = co && co->sub_chunk > 0 ? co->sub_chunk : 8192;
     c->page = co && co->page_tokens > 0 ? co->page_tokens : 64;
+    c->prof = co && co->profile;
+    c->moe_tc = prec == PDB_CUDA_PREC_BF16 && !(co && co->moe_cublas) && pdb_cuda_moe_tc_fits(cf->hidden_size,
+                                                                                             cf->moe_intermediate_size);
     c->gemm_rows = !co || co->gemm_rows == 0 ? PDB_CUDA_GEMM_ROWS_DEFAULT : co->gemm_rows < 0 ? 0 : co->gemm_rows;
     c->H = cf->hidden_size; c->nh = cf->num_heads; c->nope = cf->qk_nope_head_dim; c->rope_d = cf->qk_rope_head_dim;
     c->qk = c->nope + c->rope_d; c->vd = cf->v_head_dim; c->kvl = cf->kv_lora_rank; c->row = row;

@@ -14,6 +14,7 @@
 extern "C" {
 #endif
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "pdb_config.h"
@@ -51,6 +52,10 @@ typedef struct pdb_cuda_prefill_opts {
                             not depend on the chunking (chunked = one-shot); 0 = the default
                             (PDB_CUDA_GEMM_ROWS_DEFAULT), -1 = off (one call per product, fastest) */
     pdb_cuda_attn attn;  /* bf16 engine's attention kernel (the other precisions have their own) */
+    int moe_cublas;      /* bf16 engine: routed experts as per-expert cuBLAS calls instead of the grouped
+                            tensor-core GEMM (pdb_cuda_moe_tc.cu), for comparison */
+    int profile;         /* time every stage of each forward pass with CUDA events
+                            (pdb_cuda_prefill_profile_take) */
 } pdb_cuda_prefill_opts;
 
 typedef struct pdb_cuda_prefill pdb_cuda_prefill;
@@ -69,6 +74,9 @@ pdb_status pdb_cuda_prefill_forward(pdb_cuda_prefill *c, const int32_t *ids, int
 pdb_status pdb_cuda_prefill_hook_chunk(pdb_cuda_prefill *c, const float *xn, int64_t pos0, int64_t n);
 pdb_status pdb_cuda_prefill_get_block(pdb_cuda_prefill *c, int64_t b, void *buf);
 int pdb_cuda_prefill_exact(const pdb_cuda_prefill *c);
+/* With opts.profile: the device time of each stage summed over the forward passes since the
+ * last take, as "stage=ms ..." into buf (then reset); "" without profiling. */
+void pdb_cuda_prefill_profile_take(pdb_cuda_prefill *c, char *buf, size_t n);
 void pdb_cuda_prefill_end(pdb_cuda_prefill *c);
 void pdb_cuda_prefill_free(pdb_cuda_prefill *c);
 

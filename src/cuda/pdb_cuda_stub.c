@@ -38,6 +38,10 @@ pdb_status pdb_cuda_prefill_get_block(pdb_cuda_prefill *c, int64_t b, void *buf)
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
 }
 int pdb_cuda_prefill_exact(const pdb_cuda_prefill *c) { (void)c; return 0; }
+void pdb_cuda_prefill_profile_take(pdb_cuda_prefill *c, char *buf, size_t n) {
+    (void)c;
+    if (buf && n) buf[0] = 0;
+}
 void pdb_cuda_prefill_end(pdb_cuda_prefill *c) { (void)c; }
 void pdb_cuda_prefill_free(pdb_cuda_prefill *c) { (void)c; }
 #endif

@@ -57,6 +57,10 @@ pdb_status pdb_prefill_cuda_create(const pdb_prefill_backend_opts *o, const pdb_
     return PDB_OK;
 }
 
+void pdb_prefill_cuda_profile_take(pdb_prefill_backend *be, char *buf, size_t n) {
+    pdb_cuda_prefill_profile_take(engine_of(be), buf, n);
+}
+
 pdb_status pdb_prefill_backend_cuda_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
     return pdb_prefill_cuda_create(o, NULL, out);
 }

@@ -13,4 +13,8 @@
 pdb_status pdb_prefill_cuda_create(const pdb_prefill_backend_opts *o, const pdb_cuda_prefill_opts *co,
                                    pdb_prefill_backend **out);
 
+/* The engine's stage profile (pdb_cuda_prefill_profile_take) of a backend made by
+ * pdb_prefill_cuda_create. */
+void pdb_prefill_cuda_profile_take(pdb_prefill_backend *be, char *buf, size_t n);
+
 #endif

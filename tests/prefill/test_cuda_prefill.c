@@ -242,16 +242,18 @@ static void run_prefill(fixture *f, const char *preset) {
     float *full = malloc(sizeof(float) * (size_t)(L * T * row)), *one = malloc(sizeof(float) * (size_t)(L * T * row));
     float *logits = malloc(sizeof(float) * (size_t)V);
     float *one_logits = malloc(sizeof(float) * (size_t)V);
-    /* bf16 three times: the MHA form and the absorbed form on the tensor cores, and the CUDA-core kernel */
-    pdb_cuda_prec precs[5] = {PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_F32,
-                              PDB_CUDA_PREC_EXACT};
-    pdb_cuda_attn attns[5] = {PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_ABSORBED_TC, PDB_CUDA_ATTN_CUDA_CORES,
-                              PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_AUTO};
-    const char *pname[5] = {"bf16", "bf16-absorbed", "bf16-cudacores", "f32", "exact"};
+    /* bf16 four times: the MHA form and the absorbed form on the tensor cores, the CUDA-core kernel,
+     * and the routed experts as per-expert cuBLAS calls instead of the grouped GEMM */
+    pdb_cuda_prec precs[6] = {PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16,
+                              PDB_CUDA_PREC_F32, PDB_CUDA_PREC_EXACT};
+    pdb_cuda_attn attns[6] = {PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_ABSORBED_TC, PDB_CUDA_ATTN_CUDA_CORES,
+                              PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_AUTO};
+    const char *pname[6] = {"bf16", "bf16-absorbed", "bf16-cudacores", "bf16-moe-cublas", "f32", "exact"};
     float *tc_logits = malloc(sizeof(float) * (size_t)V);
-    for (int pi = 0; pi < 5; pi++) {
+    for (int pi = 0; pi < 6; pi++) {
         pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = f->st, .exec = {.threads = 1, .device = 0}};
-        pdb_cuda_prefill_opts co = {.prec = precs[pi], .sub_chunk = 0, .page_tokens = 64, .attn = attns[pi]};
+        pdb_cuda_prefill_opts co = {.prec = precs[pi], .sub_chunk = 0, .page_tokens = 64, .attn = attns[pi],
+                                    .moe_cublas = pi == 3, .profile = pi == 0};
         pdb_prefill_backend *be = NULL;
         PDB_TEST_OK(pdb_prefill_cuda_create(&o, &co, &be));
         int64_t chunks[] = {1000, 1, 7, 64}; /* 1000 >= T: one-shot (in passes of sub_chunk) first */
@@ -279,7 +281,7 @@ static void run_prefill(fixture *f, const char *preset) {
                 memcpy(one, full, sizeof(float) * (size_t)(L * T * row));
                 memcpy(one_logits, logits, sizeof(float) * (size_t)V);
                 if (pi == 0) memcpy(tc_logits, logits, sizeof(float) * (size_t)V);
-                if (pi == 1 || pi == 2) { /* the bf16 attentions agree to bf16 rounding of Q, K, V and P */
+                if (pi >= 1 && pi <= 3) { /* the bf16 variants agree to bf16 rounding of Q, K, V, P and activations */
                     float d = 0;
                     for (int64_t v = 0; v < V; v++) d = fmaxf(d, fabsf(logits[v] - tc_logits[v]));
                     printf("cuda-metric %s bf16 MHA-form vs %s attention max_dlogit=%.3e\n", preset, pname[pi], d);
@@ -296,6 +298,14 @@ static void run_prefill(fixture *f, const char *preset) {
                 assert_true(ro.same == ro.n);
                 assert_true(lsame);
             }
+        }
+        if (pi == 0) { /* the stage profile names the stages that ran */
+            char prof[1024];
+            pdb_prefill_cuda_profile_take(be, prof, sizeof prof);
+            printf("cuda-metric %s bf16 profile_ms %s\n", preset, prof);
+            assert_non_null(strstr(prof, "attention="));
+            assert_non_null(strstr(prof, "experts="));
+            assert_non_null(strstr(prof, "total_ms="));
         }
         be->destroy(be);
     }

@@ -1,0 +1,45 @@
+/* pdb_cuda_mma: the tensor-core building blocks the bf16 kernels share (mma.sync m16n8k16 with
+ * bf16 operands and f32 accumulation, ldmatrix fragment loads, cp.async 16-byte copies).
+ * Internal header for .cu files. Invariant: each helper is one PTX instruction (or a fixed
+ * sequence); none reorders or fuses arithmetic, so a kernel's order is the order it issues them. */
+#ifndef PDB_CUDA_MMA_H
+#define PDB_CUDA_MMA_H
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+static __device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) { return *(const uint32_t *)p; }
+
+/* c += A (16x16, row) . B (16x8, col): a0..a3 and b0, b1 in the PTX fragment layout. */
+static __device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two 8x8 bf16 matrices loaded transposed (lanes 0..15 give the row addresses). */
+static __device__ __forceinline__ void ldm_x2_trans(const __nv_bfloat16 *row_addr, uint32_t &b0, uint32_t &b1) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(row_addr);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(a));
+}
+
+/* Four 8x8 bf16 matrices (lanes 8i..8i+7 give matrix i's row addresses). */
+static __device__ __forceinline__ void ldm_x4(const __nv_bfloat16 *row_addr, uint32_t r[4]) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(row_addr);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* Asynchronous 16-byte global -> shared copy (zero-filled when !valid: no bytes are read). */
+static __device__ __forceinline__ void cp16(void *dst, const void *src, bool valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+#endif

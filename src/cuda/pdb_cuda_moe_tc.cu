@@ -1,0 +1,136 @@
+/* pdb_cuda_moe_tc: the bf16 engine's routed experts as one grouped GEMM per product on the tensor
+ * cores (mma.sync m16n8k16, bf16 operands, f32 accumulation), over a gathered row layout in which
+ * every expert's rows start at a multiple of PDB_CUDA_MOE_TILE (padding rows are zero on input and
+ * never read on output), plus the gather and the SiLU-mul that feed it.
+ * Layout: tile i = rows i*TILE .. i*TILE+TILE-1 of A and C, all of one expert, tile_e[i].
+ * Invariants: an output element is one thread's sum over k in a fixed order (k tiles of 32 in
+ * increasing k, two mma k-steps each), whatever the row count, the tile's neighbours or how many
+ * tiles a launch holds, so a token's expert output does not depend on the chunking (the property
+ * the cuBLAS path gets from its fixed-size row tiles); K is read in 16-byte pieces, so K % 8 == 0
+ * (checked); a k or n past the matrix is zero-filled in shared memory and never stored. */
+#include <cuda_bf16.h>
+
+#include "pdb_cuda_kernels.h"
+#include "pdb_cuda_mma.h"
+
+/* Block tile 128 x 128 (rows x outputs), k tiles of 32, 3 stages of cp.async; 8 warps as 2 x 4,
+ * each warp 64 rows x 32 outputs (4 x 4 mma tiles). Rows of a stage are padded to 40 elements (80
+ * bytes), so ldmatrix's 8 row reads of a matrix hit distinct banks. */
+enum { MG_BM = PDB_CUDA_MOE_TILE, MG_BN = 128, MG_BK = 32, MG_ST = 3, MG_LD = MG_BK + 8, MG_THREADS = 256 };
+
+__global__ void __launch_bounds__(MG_THREADS)
+    k_moe_gemm(const __nv_bfloat16 *A, const __nv_bfloat16 *W, float *C, const int32_t *tile_e, int64_t N, int64_t K) {
+    extern __shared__ uint4 smem_mg[];
+    __nv_bfloat16 *As = (__nv_bfloat16 *)smem_mg, *Bs = As + MG_ST * MG_BM * MG_LD;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+    const int64_t r0 = (int64_t)blockIdx.y * MG_BM, n0 = (int64_t)blockIdx.x * MG_BN;
+    const __nv_bfloat16 *Ab = A + r0 * K, *Wb = W + (int64_t)tile_e[blockIdx.y] * N * K;
+    auto load = [&](int st, int64_t k0) {
+        __nv_bfloat16 *as = As + st * MG_BM * MG_LD, *bs = Bs + st * MG_BN * MG_LD;
+        for (int i = tid; i < MG_BM * (MG_BK / 8); i += MG_THREADS) {
+            int r = i / (MG_BK / 8), c = (i % (MG_BK / 8)) * 8;
+            bool okk = k0 + c < K;
+            cp16(as + r * MG_LD + c, okk ? Ab + r * K + k0 + c : Ab, okk);
+            bool okb = okk && n0 + r < N;
+            cp16(bs + r * MG_LD + c, okb ? Wb + (n0 + r) * K + k0 + c : Wb, okb);
+        }
+    };
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+    const int nk = (int)((K + MG_BK - 1) / MG_BK);
+#pragma unroll
+    for (int st = 0; st < MG_ST - 1; st++) {
+        if (st < nk) load(st, (int64_t)st * MG_BK);
+        cp_commit();
+    }
+    for (int kt = 0; kt < nk; kt++) {
+        cp_wait<MG_ST - 2>();
+        __syncthreads(); /* tile kt landed for every thread; everyone is done with tile kt - 1's buffer */
+        if (kt + MG_ST - 1 < nk) load((kt + MG_ST - 1) % MG_ST, (int64_t)(kt + MG_ST - 1) * MG_BK);
+        cp_commit();
+        const __nv_bfloat16 *as = As + (kt % MG_ST) * MG_BM * MG_LD, *bs = Bs + (kt % MG_ST) * MG_BN * MG_LD;
+#pragma unroll
+        for (int kk = 0; kk < MG_BK; kk += 16) {
+            uint32_t a[4][4], b[4][2];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+                ldm_x4(as + (wm * 64 + mi * 16 + (lane & 15)) * MG_LD + kk + (lane >> 4) * 8, a[mi]);
+#pragma unroll
+            for (int nj = 0; nj < 2; nj++) { /* matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15) */
+                uint32_t r[4];
+                ldm_x4(bs + (wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)) * MG_LD + kk + ((lane >> 3) & 1) * 8, r);
+                b[2 * nj][0] = r[0];
+                b[2 * nj][1] = r[1];
+                b[2 * nj + 1][0] = r[2];
+                b[2 * nj + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                for (int ni = 0; ni < 4; ni++)
+                    mma16816(acc[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[ni][0], b[ni][1]);
+        }
+    }
+    cp_wait<0>();
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            int64_t n = n0 + wn * 32 + ni * 8 + 2 * t, r = r0 + wm * 64 + mi * 16 + g;
+            float *c0 = C + r * N + n, *c1 = c0 + 8 * N;
+            if (n < N) { c0[0] = acc[mi][ni][0]; c1[0] = acc[mi][ni][2]; }
+            if (n + 1 < N) { c0[1] = acc[mi][ni][1]; c1[1] = acc[mi][ni][3]; }
+        }
+}
+
+/* dst [R, H] bf16: row r = src row src_row[r] rounded to bf16, or zeros where src_row[r] < 0. */
+__global__ void k_moe_gather_bf16(const float *src, const int32_t *src_row, int64_t R, int64_t H, __nv_bfloat16 *dst) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= R * H) return;
+    int64_t r = i / H, c = i % H;
+    int32_t s = src_row[r];
+    dst[i] = __float2bfloat16_rn(s >= 0 ? src[(int64_t)s * H + c] : 0.0f);
+}
+
+/* out [count] bf16 = silu(g) * u with pdb_cuda_silu_mul's formula, then rounded once to bf16. */
+__global__ void k_silu_mul_bf16(const float *g, const float *u, __nv_bfloat16 *out, int64_t count) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float x = g[i];
+    out[i] = __float2bfloat16_rn(__fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, (float)exp(-(double)x))), u[i]));
+}
+
+int pdb_cuda_moe_tc_fits(int64_t H, int64_t Im) { return H > 0 && Im > 0 && H % 8 == 0 && Im % 8 == 0; }
+
+pdb_status pdb_cuda_moe_gemm(cudaStream_t s, const void *A, const void *W, float *C, const int32_t *tile_e,
+                             int64_t ntiles, int64_t N, int64_t K) {
+    if (ntiles <= 0) return PDB_OK;
+    if (K % 8 || N <= 0 || ntiles > 65535)
+        return pdb_err_set(PDB_UNSUPPORTED, "moe gemm: K %lld not a multiple of 8, N %lld or %lld row tiles (max 65535)",
+                           (long long)K, (long long)N, (long long)ntiles);
+    size_t smem = sizeof(__nv_bfloat16) * (size_t)(MG_ST * (MG_BM + MG_BN) * MG_LD);
+    PDB_CU(cudaFuncSetAttribute(k_moe_gemm, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)((N + MG_BN - 1) / MG_BN), (unsigned)ntiles);
+    k_moe_gemm<<<grid, MG_THREADS, smem, s>>>((const __nv_bfloat16 *)A, (const __nv_bfloat16 *)W, C, tile_e, N, K);
+    PDB_CU_LAUNCH("moe grouped gemm");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_moe_gather_bf16(cudaStream_t s, const float *src, const int32_t *src_row, int64_t R, int64_t H,
+                                    void *dst) {
+    if (R <= 0) return PDB_OK;
+    k_moe_gather_bf16<<<(unsigned)((R * H + 255) / 256), 256, 0, s>>>(src, src_row, R, H, (__nv_bfloat16 *)dst);
+    PDB_CU_LAUNCH("moe gather (bf16)");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_silu_mul_bf16(cudaStream_t s, const float *g, const float *u, void *out, int64_t count) {
+    if (count <= 0) return PDB_OK;
+    k_silu_mul_bf16<<<(unsigned)((count + 255) / 256), 256, 0, s>>>(g, u, (__nv_bfloat16 *)out, count);
+    PDB_CU_LAUNCH("silu mul (bf16)");
+    return PDB_OK;
+}
