@@ -389,10 +389,10 @@ pdb_status pdb_cuda_moe_combine(cudaStream_t s, const float *ye, const int32_t *
 
 /* ======================================= exact products ===================================== */
 
-/* A warp computes a 4 x 4 tile (rows x outputs); each of its 16 elements is one pdb_qmat_dot
+/* A warp computes an 8 x 8 tile (rows x outputs); each of its 64 elements is one pdb_qmat_dot
  * (warp_dot32's order, unrolled over the tile). The tile only shares loads; it never mixes
  * elements. blockIdx.y is the batch (strides sa, sw, sc). acc: C = C + dot, else C = dot. */
-enum { HK_T = 4, HK_O = 4, HK_WARPS = 8 };
+enum { HK_T = 8, HK_O = 8, HK_WARPS = 8 };
 
 __global__ void __launch_bounds__(HK_WARPS * 32)
     k_dot32(const float *A, int64_t lda, int64_t sa, const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc,

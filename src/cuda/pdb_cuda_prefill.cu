@@ -58,6 +58,9 @@ typedef struct pdb_cuda_prefill {
     int device;
     cudaStream_t s;
     int have_stream;
+    cudaStream_t s_cap;         /* the capture rows' device -> host copies, overlapping the next layers */
+    cudaEvent_t *ev_rows;       /* [nl]: layer l's rows finished on s */
+    int n_ev_rows;
     pdb_cuda_blas blas;
     int have_blas;
     pdb_v2_qweights dec;        /* host: decoder kv_a_norm and rope (the capture row math) */
@@ -74,7 +77,8 @@ typedef struct pdb_cuda_prefill {
     int64_t max_tokens, len, n_pages, rowpad;
     void *cache;                /* dt [L, n_pages, page, rowpad] */
     int32_t *ptab;              /* device [n_pages] */
-    float *h, *xn, *q, *qa, *kva, *qlat, *olat, *attn, *probs, *rsc, *topk_w, *g, *u, *xe, *ye, *sh, *hook, *cs, *logits;
+    float *h, *xn, *q, *qa, *kva, *qlat, *olat, *attn, *probs, *rsc, *topk_w, *g, *u, *xe, *ye, *sh, *cs, *logits;
+    float *hook;                /* [nl, S, row]: each layer's finished capture rows until s_cap copied them */
     float *kvx;                 /* MHA form: [MHA_SPAN, nh*(nope+vd)] expanded keys/values of a span of positions */
     void *qb, *kb, *vb;         /* MHA form: bf16 Q [nh, S, dqp], K [nh, max_tokens, dqp], V [nh, max_tokens, vd] */
     int32_t *ids, *topk_idx, *row_src, *slot_row, *tile_e;
@@ -386,7 +390,7 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     PDB_TRY(dalloc(&c->seq, &c->xe, xe_f32 > xe_bf ? xe_f32 : xe_bf));
     PDB_TRY(dalloc(&c->seq, &c->ye, sz * (size_t)(Rm * c->H)));
     PDB_TRY(dalloc(&c->seq, &c->sh, sz * (size_t)(S * c->H)));
-    PDB_TRY(dalloc(&c->seq, &c->hook, sz * (size_t)(S * c->row)));
+    PDB_TRY(dalloc(&c->seq, &c->hook, sz * (size_t)(c->nl * S * c->row)));
     PDB_TRY(dalloc(&c->seq, &c->cs, sz * (size_t)(S * c->rope_d)));
     PDB_TRY(dalloc(&c->seq, &c->logits, sz * (size_t)c->V));
     PDB_TRY(dalloc(&c->seq, &c->ids, sizeof(int32_t) * (size_t)S));
@@ -419,6 +423,7 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
 
 extern "C" void pdb_cuda_prefill_end(cu_prefill *c) {
     cudaStreamSynchronize(c->s);
+    cudaStreamSynchronize(c->s_cap);
     cudaGetLastError();
     seq_free(c);
 }
@@ -665,11 +670,15 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
         PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h, H, L->attn_norm, c->xn, H, n, H, c->cfg.rms_norm_eps));
         PDB_TRY(mark(c, ST_NORM));
         if (capture) { /* the decoder's finished rows, straight into the pinned capture block */
-            PDB_TRY(pdb_cuda_hook_dot(c->s, c->xn, L->dec_kva, n, c->row, H, c->hook));
-            PDB_TRY(pdb_cuda_hook_finish(c->s, c->hook, n, c->row, c->kvl, c->rope_d, L->dec_norm, c->dcs,
+            float *rows = c->hook + l * c->sub_max * c->row;
+            PDB_TRY(pdb_cuda_hook_dot(c->s, c->xn, L->dec_kva, n, c->row, H, rows));
+            PDB_TRY(pdb_cuda_hook_finish(c->s, rows, n, c->row, c->kvl, c->rope_d, L->dec_norm, c->dcs,
                                          c->cfg.rms_norm_eps));
-            PDB_CU(cudaMemcpyAsync(capture + (l * ncap + coff) * c->row, c->hook, sizeof(float) * (size_t)(n * c->row),
-                                   cudaMemcpyDeviceToHost, c->s));
+            /* the copy runs on s_cap once the rows are done, while the next layers compute */
+            PDB_CU(cudaEventRecord(c->ev_rows[l], c->s));
+            PDB_CU(cudaStreamWaitEvent(c->s_cap, c->ev_rows[l], 0));
+            PDB_CU(cudaMemcpyAsync(capture + (l * ncap + coff) * c->row, rows, sizeof(float) * (size_t)(n * c->row),
+                                   cudaMemcpyDeviceToHost, c->s_cap));
             PDB_TRY(mark(c, ST_HOOK));
         }
         PDB_TRY(attention(c, L, l, p0, n));
@@ -692,6 +701,7 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
         PDB_TRY(mark(c, ST_HEAD));
     }
     PDB_CU(cudaStreamSynchronize(c->s));
+    if (capture) PDB_CU(cudaStreamSynchronize(c->s_cap)); /* the block's rows are on the host */
     return prof_collect(c);
 }
 
@@ -766,11 +776,15 @@ extern "C" pdb_status pdb_cuda_prefill_get_block(cu_prefill *c, int64_t b, void 
 extern "C" void pdb_cuda_prefill_free(cu_prefill *c) {
     if (c) {
         if (c->have_stream) cudaStreamSynchronize(c->s);
+        if (c->have_stream) cudaStreamSynchronize(c->s_cap);
         cudaGetLastError();
         seq_free(c);
+        for (int i = 0; i < c->n_ev_rows; i++) cudaEventDestroy(c->ev_rows[i]);
+        free(c->ev_rows);
         list_free(&c->wts);
         if (c->have_blas) pdb_cuda_blas_close(&c->blas);
         if (c->have_stream) cudaStreamDestroy(c->s);
+        if (c->have_stream) cudaStreamDestroy(c->s_cap);
         if (c->have_dec) pdb_v2_qweights_free(&c->dec);
         for (int i = 0; i < c->ev_cap; i++) cudaEventDestroy(c->ev[i]);
         free(c->ev);
@@ -786,7 +800,16 @@ static pdb_status create_inner(cu_prefill *c, const pdb_config *cf, const pdb_st
     PDB_TRY(pdb_cuda_use_device(device, "cuda backend"));
     c->device = device;
     PDB_CU(cudaStreamCreateWithFlags(&c->s, cudaStreamNonBlocking));
+    if (cudaStreamCreateWithFlags(&c->s_cap, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaGetLastError();
+        cudaStreamDestroy(c->s);
+        return pdb_err_set(PDB_CUDA, "cuda backend: capture stream");
+    }
     c->have_stream = 1;
+    c->ev_rows = (cudaEvent_t *)calloc((size_t)c->nl, sizeof(cudaEvent_t));
+    if (!c->ev_rows) return pdb_err_set(PDB_NOMEM, "capture events");
+    for (; c->n_ev_rows < c->nl; c->n_ev_rows++)
+        PDB_CU(cudaEventCreateWithFlags(&c->ev_rows[c->n_ev_rows], cudaEventDisableTiming));
     PDB_TRY(pdb_cuda_blas_open(&c->blas, c->s));
     c->have_blas = 1;
     c->blas.tile_rows = c->gemm_rows;
