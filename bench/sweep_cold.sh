@@ -182,8 +182,7 @@ main() {
     rm -f "$OUT/bench_cold.csv"
     echo "tokens_target,prompt_tokens,native_ttft_s,bridged_ttft_s,ratio,verdict,prefill_peak_rss_mb,warm_ttft_s,warm_verdict,warm_cached_tokens,blocks_written,blocks_requested,engine_ms,bridged_total_s,native_total_s,answer_equal,overhead" >"$OUT/sweep.csv"
     for n in $SIZES; do run_size "$n"; done
-    [ "$NOPLOT" = 1 ] || plot
-    say "CSV and plots in $OUT"
+    if [ "$NOPLOT" = 1 ]; then say "CSVs in $OUT (no plots: --no-plot)"; else plot; say "CSV and plots in $OUT"; fi
     table
 }
 
