@@ -266,15 +266,20 @@ __global__ void __launch_bounds__(MH_THREADS)
         bool ok = t0 + r < n;
         cp16(Qs + r * ldq + c8, ok ? Qb + (h * qstride + t0 + r) * dqp + c8 : Qb, ok);
     }
-    /* tile at kb into buffer b: K rows then V rows, keys past kmax zero-filled */
+    /* tile at kb into buffer b: K rows then V rows, keys past kmax zero-filled. A thread's pieces
+     * (row r, 16-byte column c of the q8 + v8 per key) are the same in every tile: the first from
+     * its index, the next ones by a fixed step of MH_THREADS pieces (no division in the loop). */
+    const int w8 = q8 + v8, r_first = tid / w8, c_first = tid % w8, r_step = MH_THREADS / w8, c_step = MH_THREADS % w8;
     auto load_tile = [&](int64_t kb, int b) {
         __nv_bfloat16 *Ks = KV0 + b * kvsz, *Vs = Ks + MH_K * ldq;
-        for (int i = tid; i < MH_K * (q8 + v8); i += MH_THREADS) {
-            int r = i / (q8 + v8), c = i % (q8 + v8);
+        for (int r = r_first, c = c_first; r < MH_K;) {
             int64_t p = kb + r;
             bool ok = p <= kmax;
             if (c < q8) cp16(Ks + r * ldq + c * 8, ok ? Kh + p * dqp + c * 8 : Kh, ok);
             else cp16(Vs + r * ldv + (c - q8) * 8, ok ? Vh + p * dv + (c - q8) * 8 : Vh, ok);
+            r += r_step;
+            c += c_step;
+            if (c >= w8) { c -= w8; r++; }
         }
     };
     load_tile(0, 0);
@@ -313,13 +318,15 @@ __global__ void __launch_bounds__(MH_THREADS)
             }
         }
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
+        /* the rows' last visible key relative to the tile, in 32 bits (-1: none, 64: all) */
+        const int rl_lo = qp_lo - kb < -1 ? -1 : qp_lo - kb > MH_K ? MH_K : (int)(qp_lo - kb);
+        const int rl_hi = qp_hi - kb < -1 ? -1 : qp_hi - kb > MH_K ? MH_K : (int)(qp_hi - kb);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int64_t p = kb + 8 * j + 2 * t + (e & 1);
-                int64_t lim = e < 2 ? qp_lo : qp_hi;
-                s[j][e] = p <= lim ? s[j][e] * scale2 : -INFINITY;
+                int p = 8 * j + 2 * t + (e & 1);
+                s[j][e] = p <= (e < 2 ? rl_lo : rl_hi) ? s[j][e] * scale2 : -INFINITY;
             }
             mx_lo = fmaxf(mx_lo, fmaxf(s[j][0], s[j][1]));
             mx_hi = fmaxf(mx_hi, fmaxf(s[j][2], s[j][3]));
