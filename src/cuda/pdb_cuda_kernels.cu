@@ -94,20 +94,36 @@ __device__ double block_sumsq(const float *x, int64_t C, double *red) {
     return red[0];
 }
 
-__global__ void k_rmsnorm(const float *x, int64_t ldx, const float *w, float *y, int64_t ldy, int64_t C, double eps) {
-    __shared__ double red[32];
-    int64_t t = blockIdx.x;
-    const float *xr = x + t * ldx;
-    double ss = block_sumsq(xr, C, red);
-    float r = (float)(1.0 / sqrt(ss / (double)C + eps));
-    __syncthreads(); /* in place: every thread has read its x before anyone writes y */
-    for (int64_t j = threadIdx.x; j < C; j += blockDim.x) y[t * ldy + j] = __fmul_rn(w[j], __fmul_rn(xr[j], r));
+/* A block normalizes RN_ROWS rows: thread i of the first RN_ROWS sums row i's squares alone, in
+ * index order (block_sumsq's order and its double arithmetic; rows in parallel instead of a block
+ * per row with one adding thread), then the whole block scales the rows, coalesced. In place is
+ * safe: every sum of the block is done before the first write. */
+enum { RN_ROWS = 64, RN_THREADS = 256 };
+
+__global__ void __launch_bounds__(RN_THREADS)
+    k_rmsnorm(const float *x, int64_t ldx, const float *w, float *y, int64_t ldy, int64_t n, int64_t C, double eps) {
+    __shared__ float rs[RN_ROWS];
+    const int64_t r0 = (int64_t)blockIdx.x * RN_ROWS;
+    const int rows = n - r0 < RN_ROWS ? (int)(n - r0) : RN_ROWS;
+    if ((int)threadIdx.x < rows) {
+        const float *xr = x + (r0 + threadIdx.x) * ldx;
+        double ss = 0;
+#pragma unroll 8
+        for (int64_t j = 0; j < C; j++) ss += (double)xr[j] * (double)xr[j];
+        rs[threadIdx.x] = (float)(1.0 / sqrt(ss / (double)C + eps));
+    }
+    __syncthreads();
+    for (int i = 0; i < rows; i++) {
+        const float *xr = x + (r0 + i) * ldx;
+        float *yr = y + (r0 + i) * ldy, r = rs[i];
+        for (int64_t j = threadIdx.x; j < C; j += RN_THREADS) yr[j] = __fmul_rn(w[j], __fmul_rn(xr[j], r));
+    }
 }
 
 pdb_status pdb_cuda_rmsnorm(cudaStream_t s, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,
                             int64_t n, int64_t C, double eps) {
     if (n <= 0) return PDB_OK;
-    k_rmsnorm<<<(unsigned)n, 256, 0, s>>>(x, ldx, w, y, ldy, C, eps);
+    k_rmsnorm<<<grid1(n, RN_ROWS), RN_THREADS, 0, s>>>(x, ldx, w, y, ldy, n, C, eps);
     PDB_CU_LAUNCH("rmsnorm");
     return PDB_OK;
 }

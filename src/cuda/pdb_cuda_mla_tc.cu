@@ -211,33 +211,29 @@ pdb_status pdb_cuda_attention_tc(cudaStream_t s, const float *qlat, const pdb_cu
 
 enum { MH_Q = 64, MH_K = 64, MH_THREADS = 128 };
 
-/* Qb [nh, qstride, dqp] bf16: q_nope of c->q [n, nh, qk] then the roped q_rope of qlat [n, nh, row] (at kvl), zero pad. */
-__global__ void k_mha_pack_q(const float *q, const float *qlat, int64_t n, int64_t nh, int nope, int rope, int qk,
-                             int kvl, int row, int dqp, int64_t qstride, __nv_bfloat16 *Qb) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= n * nh * dqp) return;
-    int d = (int)(i % dqp);
-    int64_t th = i / dqp, t = th / nh, h = th % nh;
-    float v = d < nope ? q[th * qk + d] : d < nope + rope ? qlat[th * row + kvl + (d - nope)] : 0.0f;
-    Qb[(h * qstride + t) * dqp + d] = __float2bfloat16_rn(v);
+/* Qb [nh, qstride, dqp] bf16: q_nope of c->q [n, nh, qk] then the roped q_rope of qlat [n, nh, row] (at kvl), zero pad.
+ * A block per token, blockIdx.y the head, threads over d (no 64-bit division per element). */
+__global__ void k_mha_pack_q(const float *q, const float *qlat, int64_t nh, int nope, int rope, int qk, int kvl, int row,
+                             int dqp, int64_t qstride, __nv_bfloat16 *Qb) {
+    const int64_t t = blockIdx.x, h = blockIdx.y, th = t * nh + h;
+    const float *qn = q + th * qk, *qr = qlat + th * row + kvl;
+    __nv_bfloat16 *dst = Qb + (h * qstride + t) * dqp;
+    for (int d = threadIdx.x; d < dqp; d += blockDim.x)
+        dst[d] = __float2bfloat16_rn(d < nope ? qn[d] : d < nope + rope ? qr[d - nope] : 0.0f);
 }
 
-/* Kb [nh, kstride, dqp], Vb [nh, kstride, dv] for keys s0..s0+m-1 from kvx [m, nh*(nope+dv)] f32 and the cache rows' rope part. */
-__global__ void k_mha_pack_kv(const float *kvx, const __nv_bfloat16 *base, int64_t rowpad, int64_t s0, int64_t m,
-                              int64_t nh, int nope, int dv, int kvl, int rope, int dqp, int64_t kstride,
-                              __nv_bfloat16 *Kb, __nv_bfloat16 *Vb) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x, w = dqp + dv;
-    if (i >= m * nh * w) return;
-    int d = (int)(i % w);
-    int64_t ph = i / w, r = ph / nh, h = ph % nh, p = s0 + r;
+/* Kb [nh, kstride, dqp], Vb [nh, kstride, dv] for keys s0..s0+m-1 from kvx [m, nh*(nope+dv)] f32 and the cache rows'
+ * rope part. A block per key, blockIdx.y the head. */
+__global__ void k_mha_pack_kv(const float *kvx, const __nv_bfloat16 *base, int64_t rowpad, int64_t s0, int64_t nh,
+                              int nope, int dv, int kvl, int rope, int dqp, int64_t kstride, __nv_bfloat16 *Kb,
+                              __nv_bfloat16 *Vb) {
+    const int64_t r = blockIdx.x, h = blockIdx.y, p = s0 + r;
     const float *src = kvx + r * nh * (nope + dv) + h * (nope + dv);
-    if (d < dqp) {
-        __nv_bfloat16 v = d < nope ? __float2bfloat16_rn(src[d])
-                          : d < nope + rope ? base[p * rowpad + kvl + (d - nope)] : __float2bfloat16_rn(0.0f);
-        Kb[(h * kstride + p) * dqp + d] = v;
-    } else {
-        Vb[(h * kstride + p) * dv + (d - dqp)] = __float2bfloat16_rn(src[nope + (d - dqp)]);
-    }
+    const __nv_bfloat16 *kr = base + p * rowpad + kvl;
+    __nv_bfloat16 *kd = Kb + (h * kstride + p) * dqp, *vd = Vb + (h * kstride + p) * dv;
+    for (int d = threadIdx.x; d < dqp; d += blockDim.x)
+        kd[d] = d < nope ? __float2bfloat16_rn(src[d]) : d < nope + rope ? kr[d - nope] : __float2bfloat16_rn(0.0f);
+    for (int d = threadIdx.x; d < dv; d += blockDim.x) vd[d] = __float2bfloat16_rn(src[nope + d]);
 }
 
 static __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bfloat16 hi) {
@@ -246,8 +242,10 @@ static __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bflo
 }
 
 /* Key/value tiles are double-buffered: the copies of tile i + 1 are in flight while tile i is
- * multiplied (cp.async groups). */
-template <int NTV>
+ * multiplied (cp.async groups). DQPM is dqp rounded up to a multiple of 64 (a compile-time bound:
+ * the query fragments live in registers for the whole pass, the k loop is unrolled and steps past
+ * dqp are skipped, so the products are the same as a loop to dqp). */
+template <int DQPM, int NTV>
 __global__ void __launch_bounds__(MH_THREADS)
     k_mha_tc(const __nv_bfloat16 *Qb, const __nv_bfloat16 *Kb, const __nv_bfloat16 *Vb, int64_t qstride,
              int64_t kstride, int64_t pos0, int64_t n, int dqp, int dv, float scale, float *out, int64_t nh) {
@@ -282,15 +280,33 @@ __global__ void __launch_bounds__(MH_THREADS)
             if (c >= w8) { c -= w8; r++; }
         }
     };
+    cp_commit(); /* the query tile is its own group: waited for alone, before the first key tile */
     load_tile(0, 0);
     cp_commit();
+    cp_wait<1>();
+    __syncthreads();
     const int rlo = 16 * warp + g;
+    /* the warp's query fragments (rows rlo, rlo + 8; k pairs 2t, 2t + 8 of each 16), kept in registers */
+    uint32_t qf[DQPM / 16][4];
+    {
+        const __nv_bfloat16 *qa = Qs + rlo * ldq + 2 * t, *qb = qa + 8 * ldq;
+#pragma unroll
+        for (int ks = 0; ks < DQPM / 16; ks++) {
+            if (16 * ks < dqp) {
+                qf[ks][0] = ld32(qa + 16 * ks); qf[ks][1] = ld32(qb + 16 * ks);
+                qf[ks][2] = ld32(qa + 16 * ks + 8); qf[ks][3] = ld32(qb + 16 * ks + 8);
+            } else {
+                qf[ks][0] = qf[ks][1] = qf[ks][2] = qf[ks][3] = 0u;
+            }
+        }
+    }
     const int64_t qp_lo = t0 + rlo < n ? pos0 + t0 + rlo : -1, qp_hi = t0 + rlo + 8 < n ? pos0 + t0 + rlo + 8 : -1;
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f, o[NTV][4];
 #pragma unroll
     for (int j = 0; j < NTV; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     int buf = 0;
     for (int64_t kb = 0; kb <= kmax; kb += MH_K, buf ^= 1) {
+        if (kb > 0) __syncthreads(); /* every thread is done with the buffer the next copies refill */
         if (kb + MH_K <= kmax) {
             load_tile(kb + MH_K, buf ^ 1);
             cp_commit();
@@ -303,18 +319,19 @@ __global__ void __launch_bounds__(MH_THREADS)
         float s[8][4];
 #pragma unroll
         for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        const __nv_bfloat16 *qa = Qs + rlo * ldq + 2 * t, *qb = qa + 8 * ldq;
         /* K fragments by ldmatrix, two key tiles of 8 per load: matrices (keys 0-7, d 0-7), (keys 0-7,
          * d 8-15), (keys 8-15, d 0-7), (keys 8-15, d 8-15) */
         const __nv_bfloat16 *kl = Ks + ((lane & 7) + ((lane >> 4) << 3)) * ldq + ((lane >> 3) & 1) * 8;
-        for (int k0 = 0; k0 < dqp; k0 += 16) {
-            uint32_t a0 = ld32(qa + k0), a1 = ld32(qb + k0), a2 = ld32(qa + k0 + 8), a3 = ld32(qb + k0 + 8);
 #pragma unroll
-            for (int jj = 0; jj < 4; jj++) {
-                uint32_t r[4];
-                ldm_x4(kl + 16 * jj * ldq + k0, r);
-                mma16816(s[2 * jj], a0, a1, a2, a3, r[0], r[1]);
-                mma16816(s[2 * jj + 1], a0, a1, a2, a3, r[2], r[3]);
+        for (int ks = 0; ks < DQPM / 16; ks++) {
+            if (16 * ks < dqp) {
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    uint32_t r[4];
+                    ldm_x4(kl + 16 * jj * ldq + 16 * ks, r);
+                    mma16816(s[2 * jj], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], r[0], r[1]);
+                    mma16816(s[2 * jj + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], r[2], r[3]);
+                }
             }
         }
         float mx_lo = -INFINITY, mx_hi = -INFINITY;
@@ -376,7 +393,6 @@ __global__ void __launch_bounds__(MH_THREADS)
                 }
             }
         }
-        __syncthreads(); /* every thread is done with this buffer before the next iteration refills it */
     }
     const float i_lo = 1.0f / l_lo, i_hi = 1.0f / l_hi;
 #pragma unroll
@@ -402,10 +418,10 @@ int pdb_cuda_mha_tc_fits(int64_t nope, int64_t rope, int64_t dv) {
 pdb_status pdb_cuda_mha_pack_q(cudaStream_t s, const float *q, const float *qlat, int64_t n, int64_t nh, int64_t nope,
                                int64_t rope, int64_t kvl, int64_t row, int64_t qstride, void *Qb) {
     if (n <= 0) return PDB_OK;
+    if (n > INT32_MAX || nh > 65535) return pdb_err_set(PDB_UNSUPPORTED, "mha pack q: %lld tokens x %lld heads", (long long)n, (long long)nh);
     int dqp = (int)((nope + rope + 15) / 16 * 16);
-    int64_t total = n * nh * dqp;
-    k_mha_pack_q<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(q, qlat, n, nh, (int)nope, (int)rope, (int)(nope + rope),
-                                                                 (int)kvl, (int)row, dqp, qstride, (__nv_bfloat16 *)Qb);
+    k_mha_pack_q<<<dim3((unsigned)n, (unsigned)nh), 64, 0, s>>>(q, qlat, nh, (int)nope, (int)rope, (int)(nope + rope),
+                                                                (int)kvl, (int)row, dqp, qstride, (__nv_bfloat16 *)Qb);
     PDB_CU_LAUNCH("mha pack q");
     return PDB_OK;
 }
@@ -415,27 +431,40 @@ pdb_status pdb_cuda_mha_pack_kv(cudaStream_t s, const float *kvx, const pdb_cuda
                                 void *Kb, void *Vb) {
     if (m <= 0) return PDB_OK;
     if (pg->dt != PDB_CUDA_DT_BF16) return pdb_err_set(PDB_UNSUPPORTED, "mha pack: bf16 cache required");
+    if (m > INT32_MAX || nh > 65535) return pdb_err_set(PDB_UNSUPPORTED, "mha pack kv: %lld keys x %lld heads", (long long)m, (long long)nh);
     int dqp = (int)((nope + rope + 15) / 16 * 16);
-    int64_t total = m * nh * (dqp + dv);
     /* one sequence: the page table is the identity, so position p's row is base + p * rowpad */
-    k_mha_pack_kv<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(kvx, (const __nv_bfloat16 *)pg->base, pg->rowpad, s0, m,
-                                                                  nh, (int)nope, (int)dv, (int)kvl, (int)rope, dqp, kstride,
-                                                                  (__nv_bfloat16 *)Kb, (__nv_bfloat16 *)Vb);
+    k_mha_pack_kv<<<dim3((unsigned)m, (unsigned)nh), 64, 0, s>>>(kvx, (const __nv_bfloat16 *)pg->base, pg->rowpad, s0, nh,
+                                                                 (int)nope, (int)dv, (int)kvl, (int)rope, dqp, kstride,
+                                                                 (__nv_bfloat16 *)Kb, (__nv_bfloat16 *)Vb);
     PDB_CU_LAUNCH("mha pack kv");
     return PDB_OK;
 }
 
-template <int NTV>
+template <int DQPM, int NTV>
 static pdb_status launch_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                              int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int dqp, int dv, float scale,
                              float *out) {
     size_t smem = sizeof(__nv_bfloat16) * (size_t)(MH_Q * (dqp + 8) + 2 * MH_K * (dqp + 8 + dv + 8));
-    PDB_CU(cudaFuncSetAttribute(k_mha_tc<NTV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    PDB_CU(cudaFuncSetAttribute(k_mha_tc<DQPM, NTV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)((n + MH_Q - 1) / MH_Q), (unsigned)nh);
-    k_mha_tc<NTV><<<grid, MH_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb,
-                                                 (const __nv_bfloat16 *)Vb, qstride, kstride, pos0, n, dqp, dv, scale, out, nh);
+    k_mha_tc<DQPM, NTV><<<grid, MH_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb,
+                                                       (const __nv_bfloat16 *)Vb, qstride, kstride, pos0, n, dqp, dv,
+                                                       scale, out, nh);
     PDB_CU_LAUNCH("attention (MHA form, tensor cores)");
     return PDB_OK;
+}
+
+/* dqp up to the next multiple of 64, v_head_dim / 8 up to the next power of two from 4 */
+template <int DQPM>
+static pdb_status launch_mha_dv(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
+                                int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int dqp, int dv, float scale,
+                                float *out) {
+    int nt = dv / 8;
+    if (nt <= 4) return launch_mha<DQPM, 4>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+    if (nt <= 8) return launch_mha<DQPM, 8>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+    if (nt <= 16) return launch_mha<DQPM, 16>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+    return launch_mha<DQPM, 32>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
 }
 
 pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
@@ -445,10 +474,9 @@ pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb
     if (!pdb_cuda_mha_tc_fits(nope, rope, dv))
         return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form): v_head_dim %lld must be a multiple of 16 <= 256",
                            (long long)dv);
-    int dqp = (int)((nope + rope + 15) / 16 * 16), nt = (int)(dv / 8);
-    if (nt <= 2) return launch_mha<2>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
-    if (nt <= 4) return launch_mha<4>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
-    if (nt <= 8) return launch_mha<8>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
-    if (nt <= 16) return launch_mha<16>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
-    return launch_mha<32>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
+    int dqp = (int)((nope + rope + 15) / 16 * 16);
+    if (dqp <= 64) return launch_mha_dv<64>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
+    if (dqp <= 128) return launch_mha_dv<128>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
+    if (dqp <= 192) return launch_mha_dv<192>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
+    return launch_mha_dv<256>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
 }

@@ -80,15 +80,20 @@ static void write_mx_decoder(fixture *f) {
     PDB_TEST_OK(pdb_st_open(f->dec_path, &f->dec));
 }
 
-static void fixture_open(fixture *f, const char *preset) {
+/* A preset, optionally shrunk (layers, experts, hidden, vocab: 0 keeps the preset's). */
+static void fixture_open_shaped(fixture *f, const char *preset, int64_t layers, int64_t experts, int64_t hidden,
+                                int64_t vocab) {
     memset(f, 0, sizeof *f);
     f->dir = pdb_test_tmpdir("cuda");
-    pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = preset, .seed = 11, .out_dir = f->dir};
+    pdb_make_model_opts o = {.arch = "deepseek_v2", .preset = preset, .seed = 11, .out_dir = f->dir,
+                             .layers = layers, .experts = experts, .hidden = hidden, .vocab = vocab};
     PDB_TEST_OK(pdb_make_model_write(&o));
     PDB_TEST_OK(pdb_config_load(f->dir, &f->cfg));
     PDB_TEST_OK(pdb_st_open(f->dir, &f->st));
     write_mx_decoder(f);
 }
+
+static void fixture_open(fixture *f, const char *preset) { fixture_open_shaped(f, preset, 0, 0, 0, 0); }
 
 static void fixture_close(fixture *f) {
     pdb_st_close(f->dec);
@@ -315,24 +320,28 @@ static void run_prefill(fixture *f, const char *preset) {
     pdb_v2_free(m);
 }
 
-static void test_gpu_preset(const char *preset) {
+static void test_gpu_shaped(const char *preset, int64_t layers, int64_t experts, int64_t hidden, int64_t vocab) {
     if (!have_gpu()) { printf("skipped: no GPU (%s prefill and capture checks)\n", preset); return; }
     fixture f;
-    fixture_open(&f, preset);
+    fixture_open_shaped(&f, preset, layers, experts, hidden, vocab);
     check_hook_rows(&f, f.st, "bf16");
     check_hook_rows(&f, f.dec, "mxfp4+mxfp8");
     run_prefill(&f, preset);
     fixture_close(&f);
 }
 
-static void test_gpu_tiny(void **state) { (void)state; test_gpu_preset("tiny"); }
-static void test_gpu_small(void **state) { (void)state; test_gpu_preset("small"); }
+static void test_gpu_tiny(void **state) { (void)state; test_gpu_shaped("tiny", 0, 0, 0, 0); }
+static void test_gpu_small(void **state) { (void)state; test_gpu_shaped("small", 0, 0, 0, 0); }
+/* DeepSeek-V2-Lite's attention shapes (16 heads, q/k 128 + 64, v 128, latent 512: the kernels'
+ * production instantiation) on 2 layers, 8 experts, hidden 256 */
+static void test_gpu_v2lite_heads(void **state) { (void)state; test_gpu_shaped("v2-lite", 2, 8, 256, 2000); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_without_gpu),
         cmocka_unit_test(test_gpu_tiny),
         cmocka_unit_test(test_gpu_small),
+        cmocka_unit_test(test_gpu_v2lite_heads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
