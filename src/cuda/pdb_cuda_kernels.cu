@@ -87,6 +87,7 @@ pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, flo
 __device__ double block_sumsq(const float *x, int64_t C, double *red) {
     if (threadIdx.x == 0) {
         double ss = 0;
+#pragma unroll 8
         for (int64_t j = 0; j < C; j++) ss += (double)x[j] * (double)x[j];
         red[0] = ss;
     }
@@ -534,6 +535,7 @@ __global__ void k_hook_finish(float *rows, int64_t n, int row, int kvl, int rope
     if (i >= n) return;
     float *x = rows + i * row;
     double ss = 0.0;
+#pragma unroll 8
     for (int k = 0; k < kvl; k++) {
         double v = (double)x[k];
         ss = __dadd_rn(ss, __dmul_rn(v, v));
