@@ -219,8 +219,8 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     pdb_st *est = NULL, *dst = NULL;
     pdb_prefill_backend *be = NULL, *ref = NULL;
     int sem = 0;
-    if (pdb_config_load(dec, &cfg) || pdb_arch_layout_of(&cfg, &lay) || pdb_arch_check_block_size(&cfg, block) ||
-        pdb_dec_model_semantics_of(dec, &cfg, &sem) || pdb_st_open(engine, &est) || pdb_st_open(dec, &dst))
+    if (pdb_config_load(dec, &cfg) || pdb_dec_model_semantics_of(dec, &cfg, &sem) || pdb_arch_layout_of(&cfg, sem, &lay) ||
+        pdb_arch_check_block_size(&cfg, block) || pdb_st_open(engine, &est) || pdb_st_open(dec, &dst))
         goto fail;
     pdb_prefill_backend_opts bo = {.cfg = &cfg, .engine = est, .decoder = dst, .semantics = sem,
                                    .precision = !strcmp(precision, "exact") ? PDB_CUDA_PREC_EXACT

@@ -156,7 +156,7 @@ pdb_status pdb_dec_model_open_flags(const char *dir, pdb_pool *pool, int st_flag
     if (!s) s = pdb_st_open_flags(dir, st_flags, &m->st);
     if (!s) s = m->arch->open(&m->cfg, m->st, pool, sem, &m->impl);
     if (!s) s = pdb_dec_model_identity(dir, &m->cfg, m->st, m->scheme, m->fingerprint);
-    if (!s) s = m->def->layout(&m->cfg, &m->layout);
+    if (!s) s = m->def->layout(&m->cfg, sem, &m->layout);
     if (s) {
         pdb_dec_model_close(m);
         return pdb_err_wrap(s, "decoder model %s", dir);

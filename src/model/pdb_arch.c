@@ -31,10 +31,10 @@ pdb_status pdb_arch_of(const pdb_config *cfg, const pdb_arch_def **out) {
                        pdb_arch_names(names, sizeof names));
 }
 
-pdb_status pdb_arch_layout_of(const pdb_config *cfg, pdb_arch_layout *out) {
+pdb_status pdb_arch_layout_of(const pdb_config *cfg, int sem, pdb_arch_layout *out) {
     const pdb_arch_def *a;
     PDB_TRY(pdb_arch_of(cfg, &a));
-    return a->layout(cfg, out);
+    return a->layout(cfg, sem, out);
 }
 
 pdb_status pdb_arch_check_block_size(const pdb_config *cfg, int64_t bs) {

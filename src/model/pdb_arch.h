@@ -8,7 +8,7 @@
  * pdb_dec_arch, the prefill engine's backends).
  * Invariants: (1) a semantics value is an index into def->semantics, 0 is the default; its
  * fingerprint string changes whenever the cache's math or layout changes, so blocks of another
- * version can never hit; (2) layout() is a pure function of the config; a block buffer holds the
+ * version can never hit; (2) layout() is a pure function of the config and the semantics; a block buffer holds the
  * layout's pools back to back in table order (pdb_arch_block_pools). */
 #ifndef PDB_ARCH_H
 #define PDB_ARCH_H
@@ -63,7 +63,9 @@ typedef struct pdb_arch_def {
      * field), and cfg back to the JSON transformers' save_pretrained writes (malloc'd). */
     pdb_status (*config_parse)(struct json_t *root, const char *origin, pdb_config *cfg);
     pdb_status (*config_to_json)(const pdb_config *cfg, char **out);
-    pdb_status (*layout)(const pdb_config *cfg, pdb_arch_layout *out);
+    /* The decoder's cache as store pools under semantics sem (V4: official keeps its K=V rows and
+     * indexer keys as FP8 / FP4 rows, exact as f32; pdb_v4_rows.h). */
+    pdb_status (*layout)(const pdb_config *cfg, int sem, pdb_arch_layout *out);
     /* PDB_INVALID naming the reason unless block_size suits the cache (always a positive multiple
      * of 128; V4 also of every compression rate, so a block ends with empty buffers). */
     pdb_status (*check_block_size)(const pdb_config *cfg, int64_t block_size);
@@ -98,7 +100,7 @@ const pdb_arch_def *pdb_arch_find(const char *model_type);
 /* The definition of cfg's architecture; PDB_UNSUPPORTED naming the model_type and the supported ones. */
 pdb_status pdb_arch_of(const pdb_config *cfg, const pdb_arch_def **out);
 /* cfg's decoder cache layout / block-size check through its definition (errors as pdb_arch_of). */
-pdb_status pdb_arch_layout_of(const pdb_config *cfg, pdb_arch_layout *out);
+pdb_status pdb_arch_layout_of(const pdb_config *cfg, int sem, pdb_arch_layout *out);
 pdb_status pdb_arch_check_block_size(const pdb_config *cfg, int64_t block_size);
 /* A semantics name -> index (PDB_INVALID listing the valid names); NULL name: the default. */
 pdb_status pdb_arch_semantics_parse(const pdb_arch_def *a, const char *name, int *sem);

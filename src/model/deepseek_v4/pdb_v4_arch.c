@@ -80,9 +80,11 @@ static pdb_status v4_ref_forward(void *r, const int32_t *ids, int64_t n, float *
 }
 
 /* Indices are pdb_v4_semantics values. v2: the products in pdb_qmat's order (D24; v1 summed 8 partial sums), so a
- * store or prefill server of the v1 math never matches a v2 decoder. */
+ * store or prefill server of the v1 math never matches a v2 decoder. official v3: the K=V rows and indexer keys
+ * stored as FP8 / FP4 rows (D36; the same numbers, other bytes), so an f32-pool block never hits a compact decoder;
+ * exact's pools did not change. */
 static const pdb_arch_semantics V4_SEMANTICS[] = {
-    [PDB_V4_SEM_OFFICIAL] = {"official", "deepseek_v4/official/pools-f32/v2"},
+    [PDB_V4_SEM_OFFICIAL] = {"official", "deepseek_v4/official/pools-fp8-fp4/v3"},
     [PDB_V4_SEM_EXACT] = {"exact", "deepseek_v4/exact/pools-f32/v2"},
 };
 
