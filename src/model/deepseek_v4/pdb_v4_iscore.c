@@ -96,8 +96,16 @@ static int key_spread(const pdb_v4_row *kr, const uint8_t *row, int64_t nb) {
     return emax - emin;
 }
 
+static int64_t n_int, n_f32; /* pdb_v4_iscore_counts */
+
+void pdb_v4_iscore_counts(int64_t *int_keys, int64_t *f32_keys) {
+    *int_keys = __atomic_load_n(&n_int, __ATOMIC_RELAXED);
+    *f32_keys = __atomic_load_n(&n_f32, __ATOMIC_RELAXED);
+}
+
 /* The f32 path for keys [w0, w1): decoded exactly, scored by the reference kernel. */
 static void score_f32(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64_t w1, float *out) {
+    if (h->kr.fmt != PDB_V4_ROW_F32) __atomic_fetch_add(&n_f32, w1 - w0, __ATOMIC_RELAXED);
     float buf[8192];
     int64_t step = 8192 / h->dim; /* >= 4: official's dim <= 2048 (pdb_v4_check_semantics) */
     for (int64_t w = w0; w < w1; w += step) {
@@ -105,6 +113,12 @@ static void score_f32(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64_t 
         pdb_v4_row_decode_rows(&h->kr, keys + w * h->kr.bytes, NULL, n, buf);
         pdb_v4_index_scores(h->q, h->hw, h->nih, h->dim, buf, 0, n, h->sscale, out + (w - w0));
     }
+}
+
+/* A tile of the integer kernels that takes the f32 path. */
+static void tile_f32(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64_t w1, float *out) {
+    __atomic_fetch_sub(&n_int, w1 - w0, __ATOMIC_RELAXED);
+    score_f32(h, keys, w0, w1, out);
 }
 
 /* What follows each head's dot, per key: the reference's f32 relu, scale and weight, the double sum
@@ -122,7 +136,7 @@ static void score_scalar(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64
     for (int64_t w = w0; w < w1; w++) {
         const uint8_t *row = keys + w * h->kr.bytes;
         if (h->qspread + key_spread(&h->kr, row, nb) > SPREAD_MAX) {
-            score_f32(h, keys, w, w + 1, out + (w - w0));
+            tile_f32(h, keys, w, w + 1, out + (w - w0));
             continue;
         }
         int8_t kv[2048];
@@ -233,7 +247,7 @@ ISC_VNNI static void score_vnni(const iq_hdr *h, const uint8_t *keys, int64_t w0
             spread = sp > spread ? sp : spread;
         }
         if (h->qspread + spread > SPREAD_MAX) {
-            score_f32(h, keys, w, w + n, out + (w - w0));
+            tile_f32(h, keys, w, w + n, out + (w - w0));
             continue;
         }
         tile_build(h, r, kt, ks);
@@ -296,6 +310,7 @@ void pdb_v4_iscore(const void *buf, const uint8_t *keys, int64_t w0, int64_t w1,
         return;
     }
     if (!h->ok) { score_f32(h, keys, w0, w1, out); return; }
+    __atomic_fetch_add(&n_int, w1 - w0, __ATOMIC_RELAXED); /* a tile the kernels hand to score_f32 moves back (tile_f32) */
 #if ISC_X86
     if (isc_vnni()) { score_vnni(h, keys, w0, w1, out); return; }
 #endif

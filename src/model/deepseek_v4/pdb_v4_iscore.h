@@ -30,5 +30,8 @@ void pdb_v4_iscore(const void *iq, const uint8_t *keys, int64_t w0, int64_t w1, 
 /* Which integer kernel runs (0: the portable scalar loop, 1: AVX-512 VNNI where the CPU has it, the
  * default); returns the previous setting (tests and the benchmark compare them). */
 int pdb_v4_iscore_use_vnni(int on);
+/* Keys scored so far by the integer kernels and by the f32 path (FP4 keys outside the exponent
+ * bound, or a query that is not FP4); process-wide counters (tests and the benchmark). */
+void pdb_v4_iscore_counts(int64_t *int_keys, int64_t *f32_keys);
 
 #endif
