@@ -5,7 +5,7 @@
  * sizes are the documented ones (V4-Flash: 712 and 68 bytes); a row the rounding did not produce
  * is reported (the check can fail).
  * (2) pdb_v4_iscore on FP4 rows equals pdb_v4_index_scores on the same keys as f32, bit for bit,
- * with the VNNI kernel and the scalar one, for index_head_dim 32..256, head counts around the
+ * with the VNNI kernel, the scalar one and the f32 tiles, for index_head_dim 32..256, head counts around the
  * kernels' groups of 4, key ranges around the 16-key tiles and offsets, keys whose block exponents
  * span more than the exact bound (those take the f32 path: counted) and f32 (exact) rows. */
 #include <math.h>
@@ -154,16 +154,18 @@ static void test_iscore(void **st) {
             for (int ri = 0; ri < 8; ri++) {
                 int64_t w0 = ranges[ri][0], w1 = ranges[ri][1];
                 pdb_v4_index_scores(q, hw, nih, d, kf, w0, w1, sscale, ref);
-                for (int vn = 0; vn < 2; vn++) {
-                    int old = pdb_v4_iscore_use_vnni(vn);
+                for (int vn = 0; vn < 3; vn++) {
+                    if (vn == PDB_V4_ISCORE_VNNI && !pdb_v4_iscore_has_vnni()) continue;
+                    int old = pdb_v4_iscore_kernel(vn);
                     pdb_v4_iscore_prepare(&r, q, hw, nih, sscale, iq);
                     memset(got, 0xff, sizeof(float) * (size_t)nv);
                     pdb_v4_iscore(iq, keys, w0, w1, got);
-                    pdb_v4_iscore_use_vnni(old);
+                    pdb_v4_iscore_kernel(old);
                     for (int64_t w = 0; w < w1 - w0; w++)
                         if (memcmp(&got[w], &ref[w], 4))
                             fail_msg("dim %lld heads %lld keys [%lld,%lld) %s: key %lld: %.9g vs %.9g", (long long)d,
-                                     (long long)nih, (long long)w0, (long long)w1, vn ? "vnni" : "scalar", (long long)(w0 + w),
+                                     (long long)nih, (long long)w0, (long long)w1, vn == 2 ? "vnni" : vn ? "scalar" : "f32 tiles",
+                                     (long long)(w0 + w),
                                      got[w], ref[w]);
                 }
                 /* the exact semantics' f32 rows: the same function */
@@ -174,8 +176,8 @@ static void test_iscore(void **st) {
             free(q), free(hw), free(kf), free(ref), free(got), free(keys), free(iq);
         }
     pdb_v4_iscore_counts(&int1, &f321);
-    printf("  FP4 key scores = f32 reference bit for bit: %lld keys by the integer kernels, %lld (wide exponent spread) by "
-           "the f32 path\n", (long long)(int1 - int0), (long long)(f321 - f320));
+    printf("  FP4 key scores = f32 reference bit for bit (VNNI kernel %s): %lld keys by the integer kernels, %lld (wide exponent spread) by "
+           "the f32 path\n", pdb_v4_iscore_has_vnni() ? "run" : "absent: not run", (long long)(int1 - int0), (long long)(f321 - f320));
     assert_true(int1 - int0 > 4 * (f321 - f320)); /* the integer kernels did the work (a wide key sends its 16-key tile to f32) */
     assert_true(f321 > f320);                        /* and the bound was exercised */
 }

@@ -105,9 +105,8 @@ void pdb_v4_iscore_counts(int64_t *int_keys, int64_t *f32_keys) {
 
 /* The f32 path for keys [w0, w1): decoded exactly, scored by the reference kernel. */
 static void score_f32(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64_t w1, float *out) {
-    if (h->kr.fmt != PDB_V4_ROW_F32) __atomic_fetch_add(&n_f32, w1 - w0, __ATOMIC_RELAXED);
-    float buf[8192];
-    int64_t step = 8192 / h->dim; /* >= 4: official's dim <= 2048 (pdb_v4_check_semantics) */
+    static _Thread_local float buf[65536]; /* 512 keys of 128 (the reference kernel converts the query per call) */
+    int64_t step = 65536 / h->dim; /* >= 32: official's dim <= 2048 (pdb_v4_check_semantics) */
     for (int64_t w = w0; w < w1; w += step) {
         int64_t n = w1 - w < step ? w1 - w : step;
         pdb_v4_row_decode_rows(&h->kr, keys + w * h->kr.bytes, NULL, n, buf);
@@ -118,6 +117,7 @@ static void score_f32(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64_t 
 /* A tile of the integer kernels that takes the f32 path. */
 static void tile_f32(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64_t w1, float *out) {
     __atomic_fetch_sub(&n_int, w1 - w0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&n_f32, w1 - w0, __ATOMIC_RELAXED);
     score_f32(h, keys, w0, w1, out);
 }
 
@@ -166,7 +166,7 @@ static void score_scalar(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64
 
 #if ISC_X86
 #define ISC_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni")))
-static int isc_on = -1;
+static int isc_on = -1; /* the CPU has the kernel's instructions; -1: not checked yet */
 static int isc_cpu(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
@@ -291,15 +291,22 @@ ISC_VNNI static void score_vnni(const iq_hdr *h, const uint8_t *keys, int64_t w0
 }
 #endif
 
-int pdb_v4_iscore_use_vnni(int on) {
+int pdb_v4_iscore_has_vnni(void) {
 #if ISC_X86
-    int old = isc_vnni();
-    __atomic_store_n(&isc_on, on && isc_cpu() ? 1 : 0, __ATOMIC_RELAXED);
-    return old;
+    return isc_vnni();
 #else
-    (void)on;
     return 0;
 #endif
+}
+
+static int isc_kernel = -1; /* -1: the default, chosen at the first call */
+
+int pdb_v4_iscore_kernel(int k) {
+    int old = __atomic_load_n(&isc_kernel, __ATOMIC_RELAXED);
+    if (old < 0) old = pdb_v4_iscore_has_vnni() ? PDB_V4_ISCORE_VNNI : PDB_V4_ISCORE_F32;
+    if (k == PDB_V4_ISCORE_VNNI && !pdb_v4_iscore_has_vnni()) k = PDB_V4_ISCORE_F32;
+    __atomic_store_n(&isc_kernel, k, __ATOMIC_RELAXED);
+    return old;
 }
 
 void pdb_v4_iscore(const void *buf, const uint8_t *keys, int64_t w0, int64_t w1, float *out) {
@@ -309,10 +316,13 @@ void pdb_v4_iscore(const void *buf, const uint8_t *keys, int64_t w0, int64_t w1,
         pdb_v4_index_scores(h->q, h->hw, h->nih, h->dim, (const float *)keys, w0, w1, h->sscale, out);
         return;
     }
-    if (!h->ok) { score_f32(h, keys, w0, w1, out); return; }
+    int k = __atomic_load_n(&isc_kernel, __ATOMIC_RELAXED);
+    if (k < 0) k = pdb_v4_iscore_has_vnni() ? PDB_V4_ISCORE_VNNI : PDB_V4_ISCORE_F32; /* the default */
+    if (!h->ok) __atomic_fetch_add(&n_f32, w1 - w0, __ATOMIC_RELAXED);
+    if (!h->ok || k == PDB_V4_ISCORE_F32) { score_f32(h, keys, w0, w1, out); return; }
     __atomic_fetch_add(&n_int, w1 - w0, __ATOMIC_RELAXED); /* a tile the kernels hand to score_f32 moves back (tile_f32) */
 #if ISC_X86
-    if (isc_vnni()) { score_vnni(h, keys, w0, w1, out); return; }
+    if (k == PDB_V4_ISCORE_VNNI) { score_vnni(h, keys, w0, w1, out); return; }
 #endif
     score_scalar(h, keys, w0, w1, out);
 }

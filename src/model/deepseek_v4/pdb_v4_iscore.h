@@ -7,9 +7,10 @@
  * while the block exponents of a (head, key) pair span at most 38 (spread(q) + spread(k) <= 38),
  * every partial sum of the reference's double chain is a multiple of 2^(e_min - 2) below 2^53 of
  * them, so that chain is exact and equals sum_b N_b * 2^(e_b - 2) in any order. The integer sums
- * run on int8 dot-product instructions (AVX-512 VNNI, 16 keys per register), or a portable scalar
- * loop; a tile of keys outside that bound (or with a NaN scale byte) is decoded to f32 and scored
- * by pdb_v4_index_scores itself. What follows the dot (float rounding, relu times the scale, times
+ * run on int8 dot-product instructions (AVX-512 VNNI, 16 keys per register) or a portable scalar
+ * loop; without VNNI the default is the f32 path (keys decoded exactly, a tile at a time, scored by
+ * pdb_v4_index_scores itself: the speed of f32 keys, from a seventh of the bytes), which a tile of
+ * keys outside that bound (or with a NaN scale byte) takes in every kernel. What follows the dot (float rounding, relu times the scale, times
  * the head weight in f32, the double sum over heads in order) is the reference's, per key. */
 #ifndef PDB_V4_ISCORE_H
 #define PDB_V4_ISCORE_H
@@ -27,11 +28,16 @@ void pdb_v4_iscore_prepare(const pdb_v4_row *kr, const float *q, const float *hw
  * out[w - w0] = pdb_v4_index_scores(q, hw, nih, dim, keys as f32, w0, w1, sscale)[w - w0], bit for bit. */
 void pdb_v4_iscore(const void *iq, const uint8_t *keys, int64_t w0, int64_t w1, float *out);
 
-/* Which integer kernel runs (0: the portable scalar loop, 1: AVX-512 VNNI where the CPU has it, the
- * default); returns the previous setting (tests and the benchmark compare them). */
-int pdb_v4_iscore_use_vnni(int on);
-/* Keys scored so far by the integer kernels and by the f32 path (FP4 keys outside the exponent
- * bound, or a query that is not FP4); process-wide counters (tests and the benchmark). */
+/* Which kernel scores FP4 rows: PDB_V4_ISCORE_F32 (decoded tiles, pdb_v4_index_scores), _SCALAR (the
+ * portable integer loop), _VNNI (AVX-512 VNNI; where the CPU lacks it, F32). Default: VNNI where
+ * present, else F32. Returns the previous setting (tests and the benchmark compare them). */
+enum { PDB_V4_ISCORE_F32 = 0, PDB_V4_ISCORE_SCALAR = 1, PDB_V4_ISCORE_VNNI = 2 };
+int pdb_v4_iscore_kernel(int k);
+/* 1 when the CPU (and the build) has the VNNI kernel. */
+int pdb_v4_iscore_has_vnni(void);
+/* Keys scored so far by the integer kernels, and the FP4 keys the f32 path took instead of them
+ * (outside the exponent bound, or a query that is not FP4); process-wide counters (tests and the
+ * benchmark; the F32 kernel's own keys are in neither). */
 void pdb_v4_iscore_counts(int64_t *int_keys, int64_t *f32_keys);
 
 #endif

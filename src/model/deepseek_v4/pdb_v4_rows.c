@@ -120,6 +120,9 @@ static const float *e4m3_table(void) {
     return e4m3_lut;
 }
 
+/* pdb_e2m1_to_f32 of each nibble (signed zero included) */
+static const float E2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
 void pdb_v4_row_decode(const pdb_v4_row *r, const uint8_t *row, float *x) {
     switch (r->fmt) {
     case PDB_V4_ROW_F32:
@@ -141,7 +144,12 @@ void pdb_v4_row_decode(const pdb_v4_row *r, const uint8_t *row, float *x) {
         for (int64_t b = 0; b < r->dim / 32; b++) {
             uint8_t e = row[r->off_scales + b];
             float s = e == 0xFF ? NAN : pdb_v4_row_scale(e);
-            for (int64_t i = b * 32; i < b * 32 + 32; i++) x[i] = pdb_e2m1_to_f32((uint8_t)(row[i / 2] >> (4 * (i & 1)))) * s;
+            const uint8_t *p = row + b * 16;
+            float *xb = x + b * 32;
+            for (int m = 0; m < 16; m++) {
+                xb[2 * m] = E2M1[p[m] & 15] * s;
+                xb[2 * m + 1] = E2M1[p[m] >> 4] * s;
+            }
         }
         return;
     }
