@@ -164,7 +164,7 @@ static void score_scalar(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64
     }
 }
 
-#if ISC_X86
+#if (defined(__x86_64__) || defined(__i386__)) && ISC_X86
 #define ISC_VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vnni")))
 static int isc_on = -1; /* the CPU has the kernel's instructions; -1: not checked yet */
 static int isc_cpu(void) {
@@ -292,7 +292,7 @@ ISC_VNNI static void score_vnni(const iq_hdr *h, const uint8_t *keys, int64_t w0
 #endif
 
 int pdb_v4_iscore_has_vnni(void) {
-#if ISC_X86
+#if (defined(__x86_64__) || defined(__i386__)) && ISC_X86
     return isc_vnni();
 #else
     return 0;
@@ -321,7 +321,7 @@ void pdb_v4_iscore(const void *buf, const uint8_t *keys, int64_t w0, int64_t w1,
     if (!h->ok) __atomic_fetch_add(&n_f32, w1 - w0, __ATOMIC_RELAXED);
     if (!h->ok || k == PDB_V4_ISCORE_F32) { score_f32(h, keys, w0, w1, out); return; }
     __atomic_fetch_add(&n_int, w1 - w0, __ATOMIC_RELAXED); /* a tile the kernels hand to score_f32 moves back (tile_f32) */
-#if ISC_X86
+#if (defined(__x86_64__) || defined(__i386__)) && ISC_X86
     if (k == PDB_V4_ISCORE_VNNI) { score_vnni(h, keys, w0, w1, out); return; }
 #endif
     score_scalar(h, keys, w0, w1, out);
