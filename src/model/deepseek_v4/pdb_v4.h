@@ -254,6 +254,10 @@ pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *c, int64_t l, 
 /* ---- the pools as a store layout (pdb_v4_pools.c): shared by the decoder and the capture hook,
  * so that a bridged block and a native block are the same bytes by construction. */
 pdb_status pdb_v4_pools_layout(const pdb_config *cfg, int sem, pdb_arch_layout *out);
+/* n_rows rows of a compact pool (win, comp_*, ikeys under official) as f32 into out [n_rows, *dim]
+ * (the registry's pool_decode). */
+pdb_status pdb_v4_pools_decode(const pdb_config *cfg, int sem, const pdb_store_pool *pool, const void *rows, int64_t n_rows,
+                               float *out, int64_t *dim);
 /* Block b of cache c into buf (layout order): APPEND rows of the block's span, STATE as now
  * (c->len must be (b+1)*bs for a meaningful snapshot); put is the inverse. */
 void pdb_v4_pools_get_block(const pdb_config *cfg, const pdb_v4_cache *c, int64_t b, int64_t bs, void *buf);

@@ -95,7 +95,7 @@ const pdb_arch_def pdb_arch_deepseek_v4 = {
     .semantics = V4_SEMANTICS, .n_semantics = 2, .semantics_key = "v4_semantics",
     .block_size_rule = "a positive multiple of 128 and of every compression rate",
     .config_parse = pdb_v4_config_parse, .config_to_json = pdb_v4_config_to_json,
-    .layout = pdb_v4_pools_layout, .check_block_size = v4_check_block_size,
+    .layout = pdb_v4_pools_layout, .pool_decode = pdb_v4_pools_decode, .check_block_size = v4_check_block_size,
     .check_semantics = v4_check_semantics, .same_cache = v4_same_cache, .quant_kind = v4_quant_kind,
     .make_preset = pdb_v4_make_preset, .make_layers = pdb_v4_make_layers, .make_tensors = pdb_v4_make_tensors,
     .ref_open = v4_ref_open, .ref_forward = v4_ref_forward, .ref_close = v4_ref_close,

@@ -109,6 +109,21 @@ static void v4_copy_block(const pdb_config *c, pdb_v4_cache *cc, int64_t b, int6
     }
 }
 
+pdb_status pdb_v4_pools_decode(const pdb_config *cfg, int sem, const pdb_store_pool *pool, const void *rows, int64_t n_rows,
+                               float *out, int64_t *dim) {
+    for (int i = 0; i < N_V4_POOLS; i++) {
+        const v4_pool_def *d = &V4_POOLS[i];
+        if (strcmp(d->name, pool->name) || (d->row != ROW_KV && d->row != ROW_IKEY)) continue;
+        pdb_v4_row r = d->row == ROW_KV ? pdb_v4_row_kv(cfg, sem) : pdb_v4_row_ikey(cfg, sem);
+        if (pool->dtype != PDB_DT_U8 || pool->width != r.bytes) break;
+        *dim = r.dim;
+        if (out) pdb_v4_row_decode_rows(&r, rows, NULL, n_rows, out);
+        return PDB_OK;
+    }
+    return pdb_err_set(PDB_UNSUPPORTED, "deepseek_v4 pool %s (%s, width %lld) is not one of its compact row pools", pool->name,
+                       pdb_dtype_name(pool->dtype), (long long)pool->width);
+}
+
 void pdb_v4_pools_get_block(const pdb_config *cfg, const pdb_v4_cache *c, int64_t b, int64_t bs, void *buf) {
     v4_copy_block(cfg, (pdb_v4_cache *)c, b, bs, buf, 0);
 }
