@@ -209,17 +209,20 @@ ISC_VNNI static void tile_build(const iq_hdr *h, const uint8_t *const *r, uint8_
     }
 }
 
-/* Head i's term for the tile's 16 keys from its block sums acc[b] (already with the +12 offset
- * removed), added to the two double accumulators s0 (keys 0..7), s1 (8..15). */
-ISC_VNNI static inline void tile_head(const iq_hdr *h, int64_t i, const __m512i *acc, const double *ks, const double *qs,
-                                      __m512d *s0, __m512d *s1) {
+/* Head i's term for the tile's 16 keys from its nb block sums acc[b] (already with the +12 offset
+ * removed), added to the two double accumulators s0 (keys 0..7), s1 (8..15). N_b * (qs * ks) is
+ * exact (an integer below 2^14 times a power of two), so the fused multiply-add rounds the same sum
+ * as a multiply and an add. */
+ISC_VNNI static inline __attribute__((always_inline)) void tile_head(const iq_hdr *h, int64_t i, const __m512i *acc, int64_t nb,
+                                                                     const double *ks, const double *qs, __m512d *s0,
+                                                                     __m512d *s1) {
     __m512d d0 = _mm512_setzero_pd(), d1 = d0;
-    for (int64_t b = 0; b < h->nb; b++) {
+    for (int64_t b = 0; b < nb; b++) {
         __m512d q = _mm512_set1_pd(qs[b]);
         __m512d n0 = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc[b]));
         __m512d n1 = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc[b], 1));
-        d0 = _mm512_add_pd(d0, _mm512_mul_pd(n0, _mm512_mul_pd(q, _mm512_load_pd(ks + b * TILE))));
-        d1 = _mm512_add_pd(d1, _mm512_mul_pd(n1, _mm512_mul_pd(q, _mm512_load_pd(ks + b * TILE + 8))));
+        d0 = _mm512_fmadd_pd(n0, _mm512_mul_pd(q, _mm512_load_pd(ks + b * TILE)), d0);
+        d1 = _mm512_fmadd_pd(n1, _mm512_mul_pd(q, _mm512_load_pd(ks + b * TILE + 8)), d1);
     }
     /* (float)dot; relu_s: dot > 0 ? dot * sscale : 0 (max(x, +0) is +0 for -0 and NaN, as the
      * reference's comparison); times the head weight in f32; into the double sum */
@@ -228,6 +231,36 @@ ISC_VNNI static inline void tile_head(const iq_hdr *h, int64_t i, const __m512i 
     __m512 t = _mm512_mul_ps(rl, _mm512_set1_ps(h->hw[i]));
     *s0 = _mm512_add_pd(*s0, _mm512_cvtps_pd(_mm512_castps512_ps256(t)));
     *s1 = _mm512_add_pd(*s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(t, 1)));
+}
+
+/* Heads i .. i+3 over one tile, nb blocks (a constant where it is inlined: the accumulators stay in
+ * registers): four heads share each key register. */
+ISC_VNNI static inline __attribute__((always_inline)) void tile_heads4(const iq_hdr *h, int64_t i, const uint8_t *kt,
+                                                                       const double *ks, const int nb, __m512d *s0, __m512d *s1) {
+    const int8_t *qv = (const int8_t *)h + h->off_qv;
+    const int32_t *corr = (const int32_t *)((const char *)h + h->off_corr);
+    const double *qs = (const double *)((const char *)h + h->off_qs);
+    int64_t dim = h->dim;
+    __m512i acc[4][4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) acc[k][b] = _mm512_set1_epi32(-corr[(i + k) * nb + b]);
+#pragma GCC unroll 4
+    for (int b = 0; b < nb; b++)
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            __m512i kk = _mm512_load_si512((const __m512i *)(kt + (b * 8 + g) * 64));
+            const int8_t *qb = qv + i * dim + b * 32 + 4 * g;
+            int32_t q0, q1, q2, q3;
+            memcpy(&q0, qb, 4), memcpy(&q1, qb + dim, 4), memcpy(&q2, qb + 2 * dim, 4), memcpy(&q3, qb + 3 * dim, 4);
+            acc[0][b] = _mm512_dpbusd_epi32(acc[0][b], kk, _mm512_set1_epi32(q0));
+            acc[1][b] = _mm512_dpbusd_epi32(acc[1][b], kk, _mm512_set1_epi32(q1));
+            acc[2][b] = _mm512_dpbusd_epi32(acc[2][b], kk, _mm512_set1_epi32(q2));
+            acc[3][b] = _mm512_dpbusd_epi32(acc[3][b], kk, _mm512_set1_epi32(q3));
+        }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) tile_head(h, i + k, acc[k], nb, ks, qs + (i + k) * nb, s0, s1);
 }
 
 ISC_VNNI static void score_vnni(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64_t w1, float *out) {
@@ -253,24 +286,12 @@ ISC_VNNI static void score_vnni(const iq_hdr *h, const uint8_t *keys, int64_t w0
         tile_build(h, r, kt, ks);
         __m512d s0 = _mm512_setzero_pd(), s1 = s0;
         int64_t i = 0;
-        if (nb <= 4)
-            for (; i + 4 <= nih; i += 4) { /* four heads share each key register */
-                __m512i acc[4][4];
-                for (int64_t k = 0; k < 4; k++)
-                    for (int64_t b = 0; b < nb; b++) acc[k][b] = _mm512_set1_epi32(-corr[(i + k) * nb + b]);
-                for (int64_t b = 0; b < nb; b++)
-                    for (int g = 0; g < 8; g++) {
-                        __m512i kk = _mm512_load_si512((const __m512i *)(kt + (b * 8 + g) * 64));
-                        const int8_t *qb = qv + i * dim + b * 32 + 4 * g;
-                        int32_t q0, q1, q2, q3;
-                        memcpy(&q0, qb, 4), memcpy(&q1, qb + dim, 4), memcpy(&q2, qb + 2 * dim, 4), memcpy(&q3, qb + 3 * dim, 4);
-                        acc[0][b] = _mm512_dpbusd_epi32(acc[0][b], kk, _mm512_set1_epi32(q0));
-                        acc[1][b] = _mm512_dpbusd_epi32(acc[1][b], kk, _mm512_set1_epi32(q1));
-                        acc[2][b] = _mm512_dpbusd_epi32(acc[2][b], kk, _mm512_set1_epi32(q2));
-                        acc[3][b] = _mm512_dpbusd_epi32(acc[3][b], kk, _mm512_set1_epi32(q3));
-                    }
-                for (int64_t k = 0; k < 4; k++) tile_head(h, i + k, acc[k], ks, qs + (i + k) * nb, &s0, &s1);
-            }
+        switch (nb) { /* four heads at a time, the blocks unrolled (index_head_dim 32, 64, 128) */
+        case 1: for (; i + 4 <= nih; i += 4) tile_heads4(h, i, kt, ks, 1, &s0, &s1); break;
+        case 2: for (; i + 4 <= nih; i += 4) tile_heads4(h, i, kt, ks, 2, &s0, &s1); break;
+        case 4: for (; i + 4 <= nih; i += 4) tile_heads4(h, i, kt, ks, 4, &s0, &s1); break;
+        default: break;
+        }
         for (; i < nih; i++) { /* one head at a time (the last heads; any nb) */
             __m512i acc[NB_MAX];
             for (int64_t b = 0; b < nb; b++) {
@@ -282,7 +303,7 @@ ISC_VNNI static void score_vnni(const iq_hdr *h, const uint8_t *keys, int64_t w0
                                                  _mm512_set1_epi32(q0));
                 }
             }
-            tile_head(h, i, acc, ks, qs + i * nb, &s0, &s1);
+            tile_head(h, i, acc, nb, ks, qs + i * nb, &s0, &s1);
         }
         _mm512_store_pd(so, s0);
         _mm512_store_pd(so + 8, s1);
