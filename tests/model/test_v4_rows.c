@@ -182,11 +182,56 @@ static void test_iscore(void **st) {
     assert_true(f321 > f320);                        /* and the bound was exercised */
 }
 
+/* At the exponent bound: queries whose blocks share one exponent, keys whose blocks span exactly the
+ * bound (38 for dim 128: one block 2^38 above the others) and one more (39): the first take the
+ * integer kernels, the second the f32 path, and both equal the reference bit for bit, with the
+ * largest products (every value +-6) where a rounding would show. */
+static void test_iscore_bound(void **st) {
+    enum { D = 128, NIH = 8, NV = 64 };
+    pdb_config c = cfg_of(512, 64, D);
+    pdb_v4_row r = pdb_v4_row_ikey(&c, 0);
+    float q[NIH * D], hw[NIH], kf[NV * D], ref[NV], got[NV];
+    uint8_t keys[NV * 68];
+    void *iq = malloc((size_t)pdb_v4_iscore_query_bytes(NIH, D));
+    for (int i = 0; i < NIH * D; i++) q[i] = (next_u32() & 1) ? 6.0f : -6.0f;
+    for (int i = 0; i < NIH; i++) hw[i] = rnd();
+    for (int w = 0; w < NV; w++) {
+        int spread = w < NV / 2 ? 38 : 39;
+        for (int i = 0; i < D; i++) {
+            float v = (next_u32() % 3) ? ((next_u32() & 1) ? 6.0f : -6.0f) : (float)((int)(next_u32() % 25) - 12) * 0.5f;
+            if (i % 32 == 0) v = 6.0f; /* every block's max is 6: its exponent is exactly the scale's */
+            kf[w * D + i] = i < 32 ? ldexpf(v, spread) : v;
+        }
+        pdb_v4_qsim_fp4(kf + w * D, D);
+        assert_int_equal(pdb_v4_row_encode(&r, kf + w * D, keys + w * r.bytes), 0);
+    }
+    float sscale = (float)(1.0 / sqrt((double)D));
+    pdb_v4_index_scores(q, hw, NIH, D, kf, 0, NV, sscale, ref);
+    for (int k = 1; k < 3; k++) {
+        if (k == PDB_V4_ISCORE_VNNI && !pdb_v4_iscore_has_vnni()) continue;
+        int old = pdb_v4_iscore_kernel(k);
+        int64_t i0, f0, i1, f1;
+        pdb_v4_iscore_counts(&i0, &f0);
+        pdb_v4_iscore_prepare(&r, q, hw, NIH, sscale, iq);
+        pdb_v4_iscore(iq, keys, 0, NV / 2, got);
+        pdb_v4_iscore_counts(&i1, &f1);
+        assert_int_equal(i1 - i0, NV / 2); /* spread 38: the integer kernel */
+        assert_int_equal(f1 - f0, 0);
+        pdb_v4_iscore(iq, keys, NV / 2, NV, got + NV / 2);
+        pdb_v4_iscore_counts(&i0, &f0);
+        assert_int_equal(f0 - f1, NV / 2); /* spread 39: the f32 path */
+        pdb_v4_iscore_kernel(old);
+        assert_true(bits_equal(got, ref, NV));
+    }
+    free(iq);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_rows),
         cmocka_unit_test(test_ikey_rows),
         cmocka_unit_test(test_iscore),
+        cmocka_unit_test(test_iscore_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

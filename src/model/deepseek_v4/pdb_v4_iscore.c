@@ -24,7 +24,7 @@
 #define ISC_X86 0
 #endif
 
-enum { SPREAD_MAX = 38, TILE = 16, NB_MAX = 64 /* dim <= 2048 */ };
+enum { TILE = 16, NB_MAX = 64 /* dim <= 2048 */ };
 
 typedef struct iq_hdr {
     pdb_v4_row kr;
@@ -33,6 +33,8 @@ typedef struct iq_hdr {
     int64_t nih, dim, nb;
     int ok;        /* every query head is e2m1 x 2^k per 32 (re-encoded without loss), no NaN scale, nb <= NB_MAX */
     int qspread;   /* max over heads of (max_b Eq_b - min_b Eq_b) */
+    int spread_max; /* the largest s with 144 * dim * 2^s <= 2^53: a (head, key) pair whose block exponents span
+                       at most s has an exact double chain (dim 128: 38; 2048: 34) */
     int64_t off_qv, off_corr, off_qs;
 } iq_hdr;
 
@@ -52,6 +54,7 @@ void pdb_v4_iscore_prepare(const pdb_v4_row *kr, const float *q, const float *hw
     iq_hdr *h = aligned(buf);
     int64_t dim = kr->dim, nb = dim / 32;
     *h = (iq_hdr){.kr = *kr, .q = q, .hw = hw, .sscale = sscale, .nih = nih, .dim = dim, .nb = nb, .ok = 1};
+    while (((uint64_t)144 * (uint64_t)dim << (h->spread_max + 1)) <= ((uint64_t)1 << 53)) h->spread_max++;
     h->off_qv = al64((int64_t)sizeof(iq_hdr));
     h->off_corr = h->off_qv + al64(nih * dim);
     h->off_qs = h->off_corr + al64(4 * nih * nb);
@@ -135,7 +138,7 @@ static void score_scalar(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64
     int64_t nb = h->nb, dim = h->dim;
     for (int64_t w = w0; w < w1; w++) {
         const uint8_t *row = keys + w * h->kr.bytes;
-        if (h->qspread + key_spread(&h->kr, row, nb) > SPREAD_MAX) {
+        if (h->qspread + key_spread(&h->kr, row, nb) > h->spread_max) {
             tile_f32(h, keys, w, w + 1, out + (w - w0));
             continue;
         }
@@ -279,7 +282,7 @@ ISC_VNNI static void score_vnni(const iq_hdr *h, const uint8_t *keys, int64_t w0
             int sp = key_spread(&h->kr, r[j], nb);
             spread = sp > spread ? sp : spread;
         }
-        if (h->qspread + spread > SPREAD_MAX) {
+        if (h->qspread + spread > h->spread_max) {
             tile_f32(h, keys, w, w + n, out + (w - w0));
             continue;
         }

@@ -4,9 +4,10 @@
  * Why FP4 x FP4 can be exact and fast: under official a query head and a key are both e2m1 x 2^k
  * per block of 32, so 2q and 2k are integers in [-12, 12] and each product of the sequential double
  * dot is an integer times 2^(Eq_b + Ek_b - 2). A block's sum is an exact integer (|N_b| <= 4608);
- * while the block exponents of a (head, key) pair span at most 38 (spread(q) + spread(k) <= 38),
- * every partial sum of the reference's double chain is a multiple of 2^(e_min - 2) below 2^53 of
- * them, so that chain is exact and equals sum_b N_b * 2^(e_b - 2) in any order. The integer sums
+ * while the block exponents of a (head, key) pair span at most s, with 144 * dim * 2^s <= 2^53
+ * (dim 128: s = 38; checked as spread(q) + spread(k) <= s), every partial sum of the reference's
+ * double chain is a multiple of 2^(e_min - 2) of at most 2^53 of them, so that chain is exact and
+ * equals sum_b N_b * 2^(e_b - 2) in any order. The integer sums
  * run on int8 dot-product instructions (AVX-512 VNNI, 16 keys per register) or a portable scalar
  * loop; without VNNI the default is the f32 path (keys decoded exactly, a tile at a time, scored by
  * pdb_v4_index_scores itself: the speed of f32 keys, from a seventh of the bytes), which a tile of
