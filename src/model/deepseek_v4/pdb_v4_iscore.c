@@ -108,8 +108,8 @@ void pdb_v4_iscore_counts(int64_t *int_keys, int64_t *f32_keys) {
 
 /* The f32 path for keys [w0, w1): decoded exactly, scored by the reference kernel. */
 static void score_f32(const iq_hdr *h, const uint8_t *keys, int64_t w0, int64_t w1, float *out) {
-    static _Thread_local float buf[65536]; /* 512 keys of 128 (the reference kernel converts the query per call) */
-    int64_t step = 65536 / h->dim; /* >= 32: official's dim <= 2048 (pdb_v4_check_semantics) */
+    float buf[8192]; /* 64 keys of 128 (32 KB of stack, as the reference kernel's own tile) */
+    int64_t step = 8192 / h->dim; /* >= 4: official's dim <= 2048 (pdb_v4_check_semantics) */
     for (int64_t w = w0; w < w1; w += step) {
         int64_t n = w1 - w < step ? w1 - w : step;
         pdb_v4_row_decode_rows(&h->kr, keys + w * h->kr.bytes, NULL, n, buf);

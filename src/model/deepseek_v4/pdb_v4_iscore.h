@@ -10,7 +10,7 @@
  * equals sum_b N_b * 2^(e_b - 2) in any order. The integer sums
  * run on int8 dot-product instructions (AVX-512 VNNI, 16 keys per register) or a portable scalar
  * loop; without VNNI the default is the f32 path (keys decoded exactly, a tile at a time, scored by
- * pdb_v4_index_scores itself: the speed of f32 keys, from a seventh of the bytes), which a tile of
+ * pdb_v4_index_scores itself: about the speed of f32 keys, from a seventh of the bytes), which a tile of
  * keys outside that bound (or with a NaN scale byte) takes in every kernel. What follows the dot (float rounding, relu times the scale, times
  * the head weight in f32, the double sum over heads in order) is the reference's, per key. */
 #ifndef PDB_V4_ISCORE_H

@@ -7,6 +7,7 @@
 #include "pdb_v4_rows.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "pdb_dtype.h"
@@ -110,13 +111,14 @@ int64_t pdb_v4_row_encode(const pdb_v4_row *r, const float *x, uint8_t *row) {
 
 /* e4m3 byte -> f32, every byte (filled once; the table is what pdb_e4m3_to_f32 returns) */
 static float e4m3_lut[256];
-static int e4m3_ready;
+static pthread_once_t e4m3_once = PTHREAD_ONCE_INIT;
+
+static void e4m3_fill(void) {
+    for (int i = 0; i < 256; i++) e4m3_lut[i] = pdb_e4m3_to_f32((uint8_t)i);
+}
 
 static const float *e4m3_table(void) {
-    if (!__atomic_load_n(&e4m3_ready, __ATOMIC_ACQUIRE)) {
-        for (int i = 0; i < 256; i++) e4m3_lut[i] = pdb_e4m3_to_f32((uint8_t)i);
-        __atomic_store_n(&e4m3_ready, 1, __ATOMIC_RELEASE);
-    }
+    pthread_once(&e4m3_once, e4m3_fill);
     return e4m3_lut;
 }
 
