@@ -43,6 +43,8 @@ static const int64_t C64[] = {64}, C7[] = {7}, CODD[] = {1, 3, 7, 13, 31, 129};
 
 typedef struct pv_run {
     const pdb_store_layout *lay;
+    const pdb_config *cfg;   /* with sem: the layout's values (pdb_arch_pool_values) */
+    int sem;
     int64_t bs, nb, L, H;
     uint64_t bytes;          /* one block */
     int cuda;
@@ -75,20 +77,30 @@ static pdb_status on_segment(void *u, int64_t b, const void *data, uint64_t byte
     return PDB_OK;
 }
 
-/* Compare got with ref pool by pool over every block; prints one line per pool and the mode's
- * overall line; returns whether the mode meets the bar (CPU: identical; CUDA: >= 99.95% and
- * <= 1 bf16 ulp). */
+/* Compare got with ref pool by pool over every block, as the values the decoder computes with (a
+ * compact pool decoded by its architecture: pdb_arch_pool_values); prints one line per pool and the
+ * mode's overall line; returns whether the mode meets the bar (CPU: identical; CUDA: >= 99.95% and
+ * <= 1 bf16 ulp), 0 also when a pool cannot be read as values. */
 static int compare_mode(const pv_run *r, const char *check, const char *mode, const char *ref, const char *got) {
     pdb_block_cmp_stats all = {0};
     for (int p = 0; p < r->lay->n_pools; p++) {
         const pdb_store_pool *pl = &r->lay->pools[p];
-        int64_t count = (int64_t)(pdb_store_pool_bytes(pl, r->bs) / pdb_dtype_size(pl->dtype));
         pdb_block_cmp_stats st = {0};
         for (int64_t b = 0; b < r->nb; b++) { /* accumulates into st */
             const void *rp[PDB_STORE_MAX_POOLS], *gp[PDB_STORE_MAX_POOLS];
             pdb_arch_block_pools(r->lay, r->bs, ref + (uint64_t)b * r->bytes, rp);
             pdb_arch_block_pools(r->lay, r->bs, got + (uint64_t)b * r->bytes, gp);
-            pdb_block_compare_values(pl->dtype, rp[p], gp[p], count, &st);
+            float *va = NULL, *vb = NULL;
+            int64_t na = 0, nb = 0;
+            pdb_status s = pdb_arch_pool_values(r->cfg, r->sem, pl, r->bs, rp[p], &va, &na);
+            if (!s) s = pdb_arch_pool_values(r->cfg, r->sem, pl, r->bs, gp[p], &vb, &nb);
+            if (!s) s = pdb_block_compare_values(PDB_DT_F32, va, vb, na, &st);
+            free(va);
+            free(vb);
+            if (s) {
+                pdb_cli_print_error("pool-validate", NULL);
+                return 0;
+            }
         }
         pdb_block_compare_merge_stats(&all, &st);
         printf("%-11s pool %-10s %lld/%lld identical (%.4f%%), worst %.4g bf16 ulps\n", mode, pl->name,
@@ -219,8 +231,8 @@ int pdb_cli_pool_validate(int argc, char **argv) {
     pdb_st *est = NULL, *dst = NULL;
     pdb_prefill_backend *be = NULL, *ref = NULL;
     int sem = 0;
-    if (pdb_config_load(dec, &cfg) || pdb_arch_layout_of(&cfg, &lay) || pdb_arch_check_block_size(&cfg, block) ||
-        pdb_dec_model_semantics_of(dec, &cfg, &sem) || pdb_st_open(engine, &est) || pdb_st_open(dec, &dst))
+    if (pdb_config_load(dec, &cfg) || pdb_dec_model_semantics_of(dec, &cfg, &sem) || pdb_arch_layout_of(&cfg, sem, &lay) ||
+        pdb_arch_check_block_size(&cfg, block) || pdb_st_open(engine, &est) || pdb_st_open(dec, &dst))
         goto fail;
     pdb_prefill_backend_opts bo = {.cfg = &cfg, .engine = est, .decoder = dst, .semantics = sem,
                                    .precision = !strcmp(precision, "exact") ? PDB_CUDA_PREC_EXACT
@@ -239,7 +251,7 @@ int pdb_cli_pool_validate(int argc, char **argv) {
         rc = EXIT_USAGE;
         goto out;
     }
-    pv_run r = {.lay = &lay.layout, .bs = block, .L = cfg.num_layers, .H = cfg.hidden_size, .cuda = !strcmp(backend, "cuda"),
+    pv_run r = {.lay = &lay.layout, .cfg = &cfg, .sem = sem, .bs = block, .L = cfg.num_layers, .H = cfg.hidden_size, .cuda = !strcmp(backend, "cuda"),
                 .bytes = pdb_store_layout_block_bytes(&lay.layout, block)};
     printf("pool-validate: backend %s, decoder %s (%s, %d pools), blocks of %lld, seed %lld, check %s\n", be->name, dec,
            cfg.model_type, lay.layout.n_pools, block, seed, check);

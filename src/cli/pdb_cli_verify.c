@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "pdb_arch.h"
 #include "pdb_block_compare.h"
 #include "pdb_cli.h"
 #include "pdb_dec_model.h"
@@ -323,7 +324,8 @@ static int ds_tokenize(ds_run *d) {
 }
 
 /* The decoder (d->m on d->pool); EXIT_DIFF when the prompt has no full block, EXIT_CANNOT when
- * a pool of its layout is not f32 (the comparison reads f32 elements). */
+ * a pool of its layout has no f32 values (the comparison is of the values the decoder computes
+ * with: an F32 pool as it is, a compact one decoded by its architecture, pdb_arch_pool_values). */
 static int ds_open_model(ds_run *d) {
     if (pdb_pool_create((int)d->threads, &d->pool) || pdb_dec_model_open(d->model, d->pool, &d->m)) return DS_FAIL;
     d->nb = d->n_ids / d->bs;
@@ -337,9 +339,14 @@ static int ds_open_model(ds_run *d) {
     d->lay = pdb_dec_model_layout(d->m);
     for (int p = 0; p < d->lay->n_pools; p++)
         if (d->lay->pools[p].dtype != PDB_DT_F32) {
-            fprintf(stderr, "pdbridge diff-state: %s: pool %s is %s; only f32 pools are supported\n", d->model, d->lay->pools[p].name,
-                    pdb_dtype_name(d->lay->pools[p].dtype));
-            return EXIT_CANNOT;
+            int64_t dim;
+            const pdb_arch_def *a;
+            if (pdb_arch_of(pdb_dec_model_config(d->m), &a) || !a->pool_decode ||
+                a->pool_decode(pdb_dec_model_config(d->m), pdb_dec_model_semantics_index(d->m), &d->lay->pools[p], NULL, 0, NULL, &dim)) {
+                fprintf(stderr, "pdbridge diff-state: %s: pool %s is %s and has no f32 values\n", d->model, d->lay->pools[p].name,
+                        pdb_dtype_name(d->lay->pools[p].dtype));
+                return EXIT_CANNOT;
+            }
         }
     return DS_GO;
 }
@@ -394,8 +401,16 @@ static pdb_status ds_compare_block(ds_run *d, int64_t b, int *gap) {
     int64_t n_el = 0, n_diff = 0;
     for (int p = 0; p < np; p++) {
         pdb_block_cmp_stats st = {0};
-        pdb_block_compare_values(PDB_DT_F32, d->natp[p], d->mntp[p],
-                                 (int64_t)(pdb_store_pool_bytes(&d->lay->pools[p], bs) / sizeof(float)), &st);
+        const pdb_config *cfg = pdb_dec_model_config(d->m);
+        int sem = pdb_dec_model_semantics_index(d->m);
+        float *va = NULL, *vb = NULL;
+        int64_t na = 0, nb = 0;
+        if (!(s = pdb_arch_pool_values(cfg, sem, &d->lay->pools[p], bs, d->natp[p], &va, &na)))
+            s = pdb_arch_pool_values(cfg, sem, &d->lay->pools[p], bs, d->mntp[p], &vb, &nb);
+        if (!s) s = pdb_block_compare_values(PDB_DT_F32, va, vb, na, &st);
+        free(va);
+        free(vb);
+        if (s) return s;
         pdb_block_compare_merge_stats(&d->ptot[p], &st);
         pdb_block_compare_merge_stats(&d->total, &st);
         n_el += st.n;

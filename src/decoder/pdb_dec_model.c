@@ -21,6 +21,7 @@ struct pdb_dec_model {
     pdb_pool *pool;
     char scheme[32];
     const char *semantics;
+    int sem; /* the semantics' index in the registry */
     uint8_t fingerprint[32];
     pdb_arch_layout layout;
 };
@@ -156,7 +157,8 @@ pdb_status pdb_dec_model_open_flags(const char *dir, pdb_pool *pool, int st_flag
     if (!s) s = pdb_st_open_flags(dir, st_flags, &m->st);
     if (!s) s = m->arch->open(&m->cfg, m->st, pool, sem, &m->impl);
     if (!s) s = pdb_dec_model_identity(dir, &m->cfg, m->st, m->scheme, m->fingerprint);
-    if (!s) s = m->def->layout(&m->cfg, &m->layout);
+    if (!s) s = m->def->layout(&m->cfg, sem, &m->layout);
+    m->sem = sem;
     if (s) {
         pdb_dec_model_close(m);
         return pdb_err_wrap(s, "decoder model %s", dir);
@@ -177,6 +179,7 @@ const pdb_config *pdb_dec_model_config(const pdb_dec_model *m) { return &m->cfg;
 const uint8_t *pdb_dec_model_fingerprint(const pdb_dec_model *m) { return m->fingerprint; }
 const char *pdb_dec_model_scheme(const pdb_dec_model *m) { return m->scheme; }
 const char *pdb_dec_model_semantics(const pdb_dec_model *m) { return m->semantics; }
+int pdb_dec_model_semantics_index(const pdb_dec_model *m) { return m->sem; }
 const void *pdb_dec_model_weights(const pdb_dec_model *m, const char *arch) {
     return m->arch->weights && !strcmp(m->arch->name, arch) ? m->arch->weights(m->impl) : NULL;
 }

@@ -59,6 +59,8 @@ const void *pdb_dec_model_weights(const pdb_dec_model *m, const char *arch);
 const pdb_store_layout *pdb_dec_model_layout(const pdb_dec_model *m);
 /* The cache semantics string of this model (the registry's fingerprint string of its semantics). */
 const char *pdb_dec_model_semantics(const pdb_dec_model *m);
+/* Its index in the architecture's semantics (pdb_arch.h; with the config it decides the layout). */
+int pdb_dec_model_semantics_index(const pdb_dec_model *m);
 
 pdb_status pdb_dec_seq_init(pdb_dec_seq *s, const pdb_dec_model *m, int64_t cap);
 void pdb_dec_seq_free(pdb_dec_seq *s);

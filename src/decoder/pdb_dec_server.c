@@ -23,6 +23,7 @@
 #include "pdb_buf.h"
 #include "pdb_clock.h"
 #include "pdb_dec_reply.h"
+#include "pdb_dec_model.h"
 #include "pdb_http.h"
 #include "pdb_limits.h"
 #include "pdb_proc.h"
@@ -996,7 +997,8 @@ pdb_status pdb_dec_server_start(const pdb_dec_server_opts *o, pdb_dec_server **o
     /* every limit from the window (refused: --max-context above the model's window, a --max-body or
      * --cache-max-bytes that cannot serve a full window; each message names both numbers) */
     pdb_arch_layout lay;
-    if ((st = pdb_arch_layout_of(c, &lay))) goto fail;
+    int sem = 0;
+    if ((st = pdb_dec_model_semantics_of(o->svc.model_dir, c, &sem)) || (st = pdb_arch_layout_of(c, sem, &lay))) goto fail;
     pdb_limits_in li = {.model_window = c->max_position_embeddings, .max_context = o->svc.max_context, .block_size = so.block_size,
                         .vocab_size = c->vocab_size, .block_bytes = pdb_store_layout_block_bytes(&lay.layout, so.block_size)};
     if ((st = pdb_limits_derive(&li, &s->lim)) || (o->max_body && (st = pdb_limits_check_body(&s->lim, "--max-body", o->max_body))) ||

@@ -82,26 +82,28 @@ static void v4_seq_copy(void *impl, pdb_dec_seq *d, const pdb_dec_seq *s) {
     const pdb_v4_model *m = ((v4_impl *)impl)->m;
     const pdb_v4_cache *a = s->state;
     pdb_v4_cache *b = d->state;
-    int64_t hd = m->cfg.head_dim, ihd = m->cfg.index_head_dim, W = a->window;
+    int64_t hd = m->cfg.head_dim, ihd = m->cfg.index_head_dim, W = a->window, kvb = a->kv_row.bytes, ikb = a->ik_row.bytes;
 #define V4_CP(f, n) memcpy(b->layers[l].f, a->layers[l].f, sizeof(float) * (size_t)(n))
+#define V4_CPB(f, n) memcpy(b->layers[l].f, a->layers[l].f, (size_t)(n))
     for (int64_t l = 0; l < a->n_layers; l++) {
         const pdb_v4_layer *L = &m->layers[l];
-        V4_CP(win, W * hd);
+        V4_CPB(win, W * kvb);
         if (!L->rate) continue;
         int64_t n = s->len / L->rate + 1, r = L->rate, coff = L->comp.coff;
-        V4_CP(comp, n * hd);
+        V4_CPB(comp, n * kvb);
         V4_CP(buf_kv, r * coff * hd);
         V4_CP(buf_gate, r * coff * hd);
         if (L->attn != PDB_V4_ATTN_CSA) continue;
         V4_CP(ov_kv, r * hd);
         V4_CP(ov_gate, r * hd);
-        V4_CP(ikeys, n * ihd);
+        V4_CPB(ikeys, n * ikb);
         V4_CP(ibuf_kv, r * 2 * ihd);
         V4_CP(ibuf_gate, r * 2 * ihd);
         V4_CP(iov_kv, r * ihd);
         V4_CP(iov_gate, r * ihd);
     }
 #undef V4_CP
+#undef V4_CPB
     b->len = a->len;
 }
 

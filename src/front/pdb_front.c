@@ -706,7 +706,9 @@ pdb_status pdb_front_start(const pdb_front_opts *o, pdb_front **out) {
         if ((s = pdb_tokenizer_load(tj, &f->tok))) goto fail;
         if (pdb_hash_file_sha256(tj, f->tokenizer_sha256)) f->tokenizer_sha256[0] = 0;
     }
-    if ((s = pdb_arch_layout_of(&f->cfg, &f->layout))) goto fail;
+    int sem = 0;
+    if ((s = pdb_dec_model_semantics_of(o->decoder_model, &f->cfg, &sem))) goto fail;
+    if ((s = pdb_arch_layout_of(&f->cfg, sem, &f->layout))) goto fail;
     if ((s = pdb_arch_check_block_size(&f->cfg, f->o.block_size))) goto fail;
     if ((s = front_limits(f))) goto fail;
     if ((s = pdb_store_open(o->cache_dir, &f->layout.layout, f->fp, f->o.block_size, 0, &f->store))) goto fail;

@@ -3,6 +3,7 @@
 #include "pdb_arch.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const pdb_arch_def *const REGISTRY[] = {&pdb_arch_deepseek_v2, &pdb_arch_deepseek_v4};
@@ -31,10 +32,34 @@ pdb_status pdb_arch_of(const pdb_config *cfg, const pdb_arch_def **out) {
                        pdb_arch_names(names, sizeof names));
 }
 
-pdb_status pdb_arch_layout_of(const pdb_config *cfg, pdb_arch_layout *out) {
+pdb_status pdb_arch_layout_of(const pdb_config *cfg, int sem, pdb_arch_layout *out) {
     const pdb_arch_def *a;
     PDB_TRY(pdb_arch_of(cfg, &a));
-    return a->layout(cfg, out);
+    return a->layout(cfg, sem, out);
+}
+
+pdb_status pdb_arch_pool_values(const pdb_config *cfg, int sem, const pdb_store_pool *pool, int64_t block_size, const void *data,
+                                float **out, int64_t *n) {
+    *out = NULL;
+    *n = 0;
+    const pdb_arch_def *a;
+    PDB_TRY(pdb_arch_of(cfg, &a));
+    int64_t rows = pool->n_layers * pdb_store_pool_rows(pool, block_size), dim = pool->width;
+    if (pool->dtype != PDB_DT_F32) {
+        if (!a->pool_decode)
+            return pdb_err_set(PDB_UNSUPPORTED, "pool %s is %s and %s defines no values for it", pool->name, pdb_dtype_name(pool->dtype),
+                               a->name);
+        PDB_TRY(a->pool_decode(cfg, sem, pool, data, rows, NULL, &dim));
+    }
+    float *v = malloc(sizeof(float) * (size_t)(rows * dim > 0 ? rows * dim : 1));
+    if (!v) return pdb_err_set(PDB_NOMEM, "pool %s: out of memory for %lld values", pool->name, (long long)(rows * dim));
+    pdb_status s = PDB_OK;
+    if (pool->dtype == PDB_DT_F32) memcpy(v, data, sizeof(float) * (size_t)(rows * dim));
+    else s = a->pool_decode(cfg, sem, pool, data, rows, v, &dim);
+    if (s) { free(v); return s; }
+    *out = v;
+    *n = rows * dim;
+    return PDB_OK;
 }
 
 pdb_status pdb_arch_check_block_size(const pdb_config *cfg, int64_t bs) {

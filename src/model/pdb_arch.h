@@ -8,7 +8,7 @@
  * pdb_dec_arch, the prefill engine's backends).
  * Invariants: (1) a semantics value is an index into def->semantics, 0 is the default; its
  * fingerprint string changes whenever the cache's math or layout changes, so blocks of another
- * version can never hit; (2) layout() is a pure function of the config; a block buffer holds the
+ * version can never hit; (2) layout() is a pure function of the config and the semantics; a block buffer holds the
  * layout's pools back to back in table order (pdb_arch_block_pools). */
 #ifndef PDB_ARCH_H
 #define PDB_ARCH_H
@@ -63,7 +63,15 @@ typedef struct pdb_arch_def {
      * field), and cfg back to the JSON transformers' save_pretrained writes (malloc'd). */
     pdb_status (*config_parse)(struct json_t *root, const char *origin, pdb_config *cfg);
     pdb_status (*config_to_json)(const pdb_config *cfg, char **out);
-    pdb_status (*layout)(const pdb_config *cfg, pdb_arch_layout *out);
+    /* The decoder's cache as store pools under semantics sem (V4: official keeps its K=V rows and
+     * indexer keys as FP8 / FP4 rows, exact as f32; pdb_v4_rows.h). */
+    pdb_status (*layout)(const pdb_config *cfg, int sem, pdb_arch_layout *out);
+    /* The f32 values of n_rows rows of a pool of layout(cfg, sem) that is not F32 (V4 official: its
+     * FP8 / FP4 rows, decoded exactly), *dim per row, into out [n_rows, *dim] (out NULL: only *dim).
+     * PDB_UNSUPPORTED for a pool it does not define. Optional (NULL: every pool is F32). The
+     * exactness tools compare values through it (pdb_arch_pool_values). */
+    pdb_status (*pool_decode)(const pdb_config *cfg, int sem, const pdb_store_pool *pool, const void *rows, int64_t n_rows,
+                              float *out, int64_t *dim);
     /* PDB_INVALID naming the reason unless block_size suits the cache (always a positive multiple
      * of 128; V4 also of every compression rate, so a block ends with empty buffers). */
     pdb_status (*check_block_size)(const pdb_config *cfg, int64_t block_size);
@@ -98,13 +106,18 @@ const pdb_arch_def *pdb_arch_find(const char *model_type);
 /* The definition of cfg's architecture; PDB_UNSUPPORTED naming the model_type and the supported ones. */
 pdb_status pdb_arch_of(const pdb_config *cfg, const pdb_arch_def **out);
 /* cfg's decoder cache layout / block-size check through its definition (errors as pdb_arch_of). */
-pdb_status pdb_arch_layout_of(const pdb_config *cfg, pdb_arch_layout *out);
+pdb_status pdb_arch_layout_of(const pdb_config *cfg, int sem, pdb_arch_layout *out);
 pdb_status pdb_arch_check_block_size(const pdb_config *cfg, int64_t block_size);
 /* A semantics name -> index (PDB_INVALID listing the valid names); NULL name: the default. */
 pdb_status pdb_arch_semantics_parse(const pdb_arch_def *a, const char *name, int *sem);
 /* Index -> name / fingerprint string (the default's for an index out of range). */
 const char *pdb_arch_semantics_name(const pdb_arch_def *a, int sem);
 const char *pdb_arch_semantics_fingerprint(const pdb_arch_def *a, int sem);
+/* One block's pool p data (pdb_store_pool_bytes bytes) as f32 values, malloc'd into *out (*n values,
+ * n_layers * rows * values per row): an F32 pool as it is, another through the architecture's
+ * pool_decode; PDB_UNSUPPORTED naming the pool when neither applies. */
+pdb_status pdb_arch_pool_values(const pdb_config *cfg, int sem, const pdb_store_pool *pool, int64_t block_size, const void *data,
+                                float **out, int64_t *n);
 /* Pool pointers of one block buffer whose pools lie back to back in layout order
  * (pdb_store_layout_block_bytes bytes in all): ptrs[p] = block + the earlier pools' bytes. */
 void pdb_arch_block_pools(const pdb_store_layout *layout, int64_t block_size, const void *block, const void **ptrs);

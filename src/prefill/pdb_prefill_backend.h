@@ -36,6 +36,8 @@ struct pdb_prefill_backend {
     int exact;                 /* 1: the engine's own math is the decoder's (its blocks equal the decoder's native
                                   blocks when it runs the decoder's weights): CPU, CUDA exact, CUDA V4 */
     void *impl;
+    int semantics;             /* the decoder's cache semantics its blocks are made for (opts.semantics): with the config,
+                                  it decides the blocks' layout (pdb_arch_layout_of) */
     /* Start a sequence of at most max_tokens positions cut into blocks of block_size (allocates
      * the engine's cache and the hook's block state). */
     pdb_status (*begin)(pdb_prefill_backend *be, int64_t max_tokens, int64_t block_size);

@@ -150,7 +150,7 @@ static void cpu_destroy(pdb_prefill_backend *be) {
 pdb_status pdb_prefill_backend_cpu_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
     cpu_impl *c = calloc(1, sizeof *c);
     if (!c) return pdb_err_set(PDB_NOMEM, "prefill cpu backend");
-    c->be = (pdb_prefill_backend){.name = "cpu", .exact = 1, .impl = c, .begin = cpu_begin, .forward_chunk = cpu_forward_chunk,
+    c->be = (pdb_prefill_backend){.name = "cpu", .exact = 1, .impl = c, .semantics = o->semantics, .begin = cpu_begin, .forward_chunk = cpu_forward_chunk,
                                   .hook_chunk = cpu_hook_chunk, .get_block = cpu_get_block, .end = cpu_end,
                                   .destroy = cpu_destroy};
     c->row = o->cfg->kv_lora_rank + o->cfg->qk_rope_head_dim;

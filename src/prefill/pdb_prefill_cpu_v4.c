@@ -114,6 +114,7 @@ static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provide
     }
     v->mm = mm;
     be->name = mm ? mm->name : "cpu";
+    be->semantics = o->semantics;
     be->exact = 1;
     be->impl = v;
     be->begin = v4_begin;

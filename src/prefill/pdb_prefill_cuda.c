@@ -50,7 +50,7 @@ pdb_status pdb_prefill_cuda_create(const pdb_prefill_backend_opts *o, const pdb_
         return pdb_err_set(PDB_NOMEM, "cuda backend");
     }
     b->c = c;
-    b->be = (pdb_prefill_backend){.name = "cuda", .exact = pdb_cuda_prefill_exact(c), .impl = b, .begin = cb_begin,
+    b->be = (pdb_prefill_backend){.name = "cuda", .exact = pdb_cuda_prefill_exact(c), .impl = b, .semantics = o->semantics, .begin = cb_begin,
                                   .forward_chunk = cb_forward, .hook_chunk = cb_hook_chunk, .get_block = cb_get_block,
                                   .end = cb_end, .destroy = cb_destroy};
     *out = &b->be;

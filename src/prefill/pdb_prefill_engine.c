@@ -20,7 +20,7 @@ pdb_status pdb_prefill_run(pdb_prefill_backend *be, const pdb_config *cfg, const
         return pdb_err_set(PDB_INVALID, "prefill: first_block %lld outside 0..%lld", (long long)first_block, (long long)nb);
     if (first_block == nb) return PDB_OK;
     pdb_arch_layout lay;
-    PDB_TRY(pdb_arch_layout_of(cfg, &lay));
+    PDB_TRY(pdb_arch_layout_of(cfg, be->semantics, &lay));
     uint64_t bytes = pdb_store_layout_block_bytes(&lay.layout, bs);
     void *seg = malloc(bytes);
     if (!seg) return pdb_err_set(PDB_NOMEM, "prefill: segment buffer of %llu bytes", (unsigned long long)bytes);

@@ -662,7 +662,7 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
     if (!st && (st = pdb_arch_of(&s->cfg, &s->arch))) st = pdb_err_wrap(st, "%s", o->model_dir);
     int sem = 0;
     if (!st) st = pdb_dec_model_semantics_of(o->decoder_dir, &dcfg, &sem);
-    if (!st) st = s->arch->layout(&s->cfg, &s->layout);
+    if (!st) st = s->arch->layout(&s->cfg, sem, &s->layout);
     if (!st && !s->arch->same_cache(&s->cfg, &dcfg))
         st = pdb_err_set(PDB_MISMATCH, "%s and %s are not the same model architecture (config.json differs)", o->model_dir,
                          o->decoder_dir);

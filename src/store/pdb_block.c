@@ -158,12 +158,14 @@ static pdb_status write_temp(const pdb_store_io *io, const char *dir_path, const
     return PDB_OK;
 }
 
-/* Block file format, byte by byte (version 1; also docs/formats/block.md):
+/* Block file format, byte by byte (version 2; also docs/formats/block.md; version 2 = version 1 whose
+ * pools may also be U8 rows an architecture defines, e.g. DeepSeek-V4's official FP8 / FP4 cache rows,
+ * laid out byte by byte in src/model/deepseek_v4/pdb_v4_rows.h and docs/formats/block.md):
  *
  *   offset   size  content
  *   0        8     N, u64 little-endian: length of the JSON header; 8 + N is a multiple of 8
  *   8        N     JSON header, UTF-8, compact, then spaces (0x20) up to the 8-byte boundary:
- *                  {"__metadata__":{"format":"pdbridge-block","version":"1",
+ *                  {"__metadata__":{"format":"pdbridge-block","version":"2",
  *                    "block_hash":H,"parent_hash":P,"block_index":I,"token_count":T,
  *                    "block_size":S,"fingerprint":F,"created_at":C,"checksum":K},
  *                   "tokens":{"dtype":"I32","shape":[S],"data_offsets":[0,4*S]},

@@ -15,7 +15,7 @@
 #include "pdb_store.h"
 
 #define PDB_BLOCK_FORMAT "pdbridge-block"
-#define PDB_BLOCK_VERSION "1"
+#define PDB_BLOCK_VERSION "2" /* 2: pools may be packed rows (U8) an architecture defines (D36); 1 held f32 only */
 #define PDB_BLOCK_EXT ".pdbblk"
 #define PDB_BLOCK_TMP_PREFIX ".tmp-" /* temp files: .tmp-<pid>-<seq>-<what> */
 #define PDB_BLOCK_MAX_BLOCK_SIZE (1LL << 24)  /* tokens per block */

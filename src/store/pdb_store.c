@@ -182,10 +182,18 @@ static pdb_status store_meta_check(pdb_store *s, const char *path) {
         return pdb_err_set(PDB_CORRUPT, "%s: line %d column %d: %s", path, jerr.line, jerr.column, jerr.text);
     pdb_status st = PDB_OK;
     json_t *fmt = json_object_get(root, "format"), *bs = json_object_get(root, "block_size");
-    json_t *lay = json_object_get(root, "layout");
+    json_t *lay = json_object_get(root, "layout"), *ver = json_object_get(root, "version");
     if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "pdbridge-store") != 0 || !json_is_integer(bs) ||
         !json_is_array(lay)) {
         st = pdb_err_set(PDB_CORRUPT, "%s: not a pdbridge store description (format/block_size/layout)", path);
+    } else if (!json_is_integer(ver) || json_integer_value(ver) != PDB_STORE_VERSION) {
+        char v[32];
+        if (json_is_integer(ver)) snprintf(v, sizeof v, "%lld", (long long)json_integer_value(ver));
+        else snprintf(v, sizeof v, "(absent)");
+        st = pdb_err_set(PDB_MISMATCH,
+                         "store %s: %s records store format version %s, this build reads version %d (block format %s; "
+                         "docs/formats/block.md): its blocks are not read; use another directory, or remove this one",
+                         s->dir, path, v, PDB_STORE_VERSION, PDB_BLOCK_VERSION);
     } else if (json_integer_value(bs) != s->block_size) {
         st = pdb_err_set(PDB_MISMATCH,
                          "store %s was created with block_size %lld (recorded in %s); opened with %" PRId64
@@ -217,7 +225,7 @@ static pdb_status store_meta_init(pdb_store *s) {
     if (access(path, F_OK) == 0) return store_meta_check(s, path);
     pdb_store_hash_hex(s->fingerprint, fhex);
     json_t *lay = layout_json(s);
-    json_t *root = lay ? json_pack("{s:s,s:i,s:I,s:s,s:o}", "format", "pdbridge-store", "version", 1, "block_size",
+    json_t *root = lay ? json_pack("{s:s,s:i,s:I,s:s,s:o}", "format", "pdbridge-store", "version", PDB_STORE_VERSION, "block_size",
                                    (json_int_t)s->block_size, "fingerprint", fhex, "layout", lay)
                        : NULL;
     char *js = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;

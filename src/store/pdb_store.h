@@ -17,6 +17,9 @@
 #include "pdb_status.h"
 
 #define PDB_STORE_HASH_BYTES 32
+/* store.json's "version": 2 since the block format's version 2 (D36: pools of packed rows, e.g.
+ * DeepSeek-V4's FP8 / FP4 cache rows); a store of another version is refused (PDB_MISMATCH). */
+#define PDB_STORE_VERSION 2
 #define PDB_STORE_MAX_POOLS 64
 #define PDB_STORE_MAX_NAME 64 /* pool name length limit, bytes, excluding NUL */
 
@@ -63,8 +66,9 @@ void pdb_store_hash_hex(const uint8_t hash[PDB_STORE_HASH_BYTES], char out[2 * P
 typedef struct pdb_store pdb_store;
 
 /* Open (creating dir if needed). block_size % 128 == 0 else PDB_INVALID. The first open
- * records block_size, the fingerprint and the layout in <dir>/store.json; a later open with a
- * different block_size or layout fails with PDB_MISMATCH (a different fingerprint is fine).
+ * records the store version, block_size, the fingerprint and the layout in <dir>/store.json; a
+ * later open of a store.json of another version (an old store: PDB_STORE_VERSION), block_size or
+ * layout fails with PDB_MISMATCH naming the file (and both versions); a different fingerprint is fine.
  * Scans the directory to rebuild the index (LRU order from file mtimes) and removes temp
  * files left by crashed writers. max_bytes: cap on block file bytes, 0 = unlimited; a cap above
  * what the disk can hold (blocks already there + free space) is warned about, not refused. Under

@@ -21,6 +21,7 @@
 
 #include "pdb_dec_model.h"
 #include "pdb_dec_service.h"
+#include "pdb_v4_rows.h"
 #include "pdb_make_model.h"
 #include "pdb_qmat.h"
 #include "pdb_quantize.h"
@@ -56,7 +57,7 @@ static void test_layout(void **st) {
     pdb_config c;
     PDB_TEST_OK(pdb_config_load(hf, &c));
     pdb_arch_layout lay;
-    PDB_TEST_OK(pdb_arch_layout_of(&c, &lay));
+    PDB_TEST_OK(pdb_arch_layout_of(&c, 0, &lay));
     const char *names[] = {"win", "comp_csa", "ikeys", "ov_kv", "ov_gate", "iov_kv", "iov_gate", "comp_hca"};
     int64_t layers[] = {4, 1, 1, 1, 1, 1, 1, 1};
     assert_int_equal(lay.layout.n_pools, 8);
@@ -64,7 +65,11 @@ static void test_layout(void **st) {
         const pdb_store_pool *q = &lay.layout.pools[p];
         assert_string_equal(q->name, names[p]);
         assert_int_equal(q->n_layers, layers[p]);
-        assert_int_equal(q->width, p == 2 || p == 5 || p == 6 ? c.index_head_dim : c.head_dim);
+        /* official: the K=V and key pools are compact rows (U8, width = the row's bytes), the overlap halves f32 */
+        pdb_v4_row kv = pdb_v4_row_kv(&c, 0), ik = pdb_v4_row_ikey(&c, 0);
+        int compact = p <= 2 || p == 7;
+        assert_int_equal(q->dtype, compact ? PDB_DT_U8 : PDB_DT_F32);
+        assert_int_equal(q->width, p == 2 ? ik.bytes : compact ? kv.bytes : p == 5 || p == 6 ? c.index_head_dim : c.head_dim);
     }
     assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[0], BS), c.sliding_window);
     assert_int_equal(pdb_store_pool_rows(&lay.layout.pools[1], BS), BS / 4);
@@ -102,7 +107,7 @@ static void test_forward_and_blocks(void **st) {
     PDB_TEST_OK(pdb_dec_model_open(dec, NULL, &m));
     const pdb_config *c = pdb_dec_model_config(m);
     int64_t V = c->vocab_size;
-    assert_string_equal(pdb_dec_model_semantics(m), "deepseek_v4/official/pools-f32/v2");
+    assert_string_equal(pdb_dec_model_semantics(m), "deepseek_v4/official/pools-fp8-fp4/v3");
     assert_null(pdb_dec_model_weights(m, "deepseek_v2"));
     int32_t ids[T + NDEC];
     pdb_test_ids(ids, T, 1000, 3);
@@ -185,7 +190,13 @@ static void test_forward_and_blocks(void **st) {
     pdb_dec_seq s3;
     PDB_TEST_OK(pdb_dec_seq_init(&s3, m, T));
     memcpy(blocks2, blocks + bb, bb);
-    ((float *)blocks2)[128 + 5] += 1.0f; /* pool "win" comes first: row 1 = position 249, seen by 256 */
+    /* pool "win" comes first: row 1 = position 249, seen by 256; under official its rows are FP8 rows whose
+     * f32 rotary dims come first (pdb_v4_rows.h): add 1 to its first rotary value */
+    pdb_v4_row kvr = pdb_v4_row_kv(pdb_dec_model_config(m), 0);
+    float fv;
+    memcpy(&fv, blocks2 + kvr.bytes, 4);
+    fv += 1.0f;
+    memcpy(blocks2 + kvr.bytes, &fv, 4);
     pdb_dec_seq_put_block(&s3, 0, BS, blocks);
     pdb_dec_seq_put_block(&s3, 1, BS, blocks2);
     s3.len = 2 * BS;

@@ -260,6 +260,19 @@ static float max_diff(const float *a, const float *b, int64_t n) {
     return w;
 }
 
+/* max |d| over n rows of format r (decoded exactly) */
+static float max_diff_rows(const pdb_v4_row *r, const uint8_t *a, const uint8_t *b, int64_t n) {
+    float *x = malloc(sizeof(float) * (size_t)(n * r->dim + 1)), *y = malloc(sizeof(float) * (size_t)(n * r->dim + 1));
+    assert_non_null(x);
+    assert_non_null(y);
+    pdb_v4_row_decode_rows(r, a, NULL, n, x);
+    pdb_v4_row_decode_rows(r, b, NULL, n, y);
+    float w = max_diff(x, y, n * r->dim);
+    free(x);
+    free(y);
+    return w;
+}
+
 /* max |d| over every pool of two caches at the same length */
 static float pool_diff(const pdb_v4_model *m, const pdb_v4_cache *a, const pdb_v4_cache *b) {
     const pdb_config *c = &m->cfg;
@@ -268,14 +281,14 @@ static float pool_diff(const pdb_v4_model *m, const pdb_v4_cache *a, const pdb_v
     for (int64_t l = 0; l < c->num_layers; l++) {
         const pdb_v4_layer *L = &m->layers[l];
         const pdb_v4_layer_cache *x = &a->layers[l], *y = &b->layers[l];
-        w = fmaxf(w, max_diff(x->win, y->win, W * hd));
+        w = fmaxf(w, max_diff_rows(&a->kv_row, x->win, y->win, W));
         if (!L->rate) continue;
         int64_t n = a->len / L->rate, r = L->rate, coff = L->comp.coff;
-        w = fmaxf(w, max_diff(x->comp, y->comp, n * hd));
+        w = fmaxf(w, max_diff_rows(&a->kv_row, x->comp, y->comp, n));
         w = fmaxf(w, max_diff(x->buf_kv, y->buf_kv, (a->len % r) * coff * hd));
         w = fmaxf(w, max_diff(x->buf_gate, y->buf_gate, (a->len % r) * coff * hd));
         if (L->attn == PDB_V4_ATTN_CSA) {
-            w = fmaxf(w, max_diff(x->ikeys, y->ikeys, n * ihd));
+            w = fmaxf(w, max_diff_rows(&a->ik_row, x->ikeys, y->ikeys, n));
             w = fmaxf(w, max_diff(x->ov_kv, y->ov_kv, r * hd));
             w = fmaxf(w, max_diff(x->ov_gate, y->ov_gate, r * hd));
             w = fmaxf(w, max_diff(x->iov_kv, y->iov_kv, r * ihd));
@@ -430,15 +443,17 @@ static int layer_pools_equal(const pdb_v4_model *m, const pdb_v4_cache *a, const
     for (int64_t l = 0; l < c->num_layers; l++) {
         const pdb_v4_layer *L = &m->layers[l];
         const pdb_v4_layer_cache *x = &a->layers[l], *y = &b->layers[l];
-        if (memcmp(x->win, y->win, sizeof(float) * (size_t)(W * hd))) return 0;
+        size_t kvb = (size_t)a->kv_row.bytes, ikb = (size_t)a->ik_row.bytes;
+        if (a->kv_row.bytes != b->kv_row.bytes || a->ik_row.bytes != b->ik_row.bytes || memcmp(x->win, y->win, kvb * (size_t)W))
+            return 0;
         if (!L->rate) continue;
         size_t n = (size_t)(a->cap / L->rate + 1), r = (size_t)L->rate, coff = (size_t)L->comp.coff;
-        if (memcmp(x->comp, y->comp, sizeof(float) * n * hd) || memcmp(x->buf_kv, y->buf_kv, sizeof(float) * r * coff * hd) ||
+        if (memcmp(x->comp, y->comp, kvb * n) || memcmp(x->buf_kv, y->buf_kv, sizeof(float) * r * coff * hd) ||
             memcmp(x->buf_gate, y->buf_gate, sizeof(float) * r * coff * hd))
             return 0;
         if (L->attn == PDB_V4_ATTN_CSA &&
             (memcmp(x->ov_kv, y->ov_kv, sizeof(float) * r * hd) || memcmp(x->ov_gate, y->ov_gate, sizeof(float) * r * hd) ||
-             memcmp(x->ikeys, y->ikeys, sizeof(float) * n * ihd) || memcmp(x->ibuf_kv, y->ibuf_kv, sizeof(float) * r * 2 * ihd) ||
+             memcmp(x->ikeys, y->ikeys, ikb * n) || memcmp(x->ibuf_kv, y->ibuf_kv, sizeof(float) * r * 2 * ihd) ||
              memcmp(x->ibuf_gate, y->ibuf_gate, sizeof(float) * r * 2 * ihd) ||
              memcmp(x->iov_kv, y->iov_kv, sizeof(float) * r * ihd) || memcmp(x->iov_gate, y->iov_gate, sizeof(float) * r * ihd)))
             return 0;

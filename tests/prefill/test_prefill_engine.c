@@ -24,6 +24,7 @@
 #include "pdb_segment.h"
 #include "pdb_test_blocks.h"
 #include "pdb_test_util.h"
+#include "pdb_v4_rows.h"
 
 enum { BS = 128, T = 2 * BS + 44, NB = T / BS, MAXC = 6 };
 
@@ -168,6 +169,18 @@ static void test_hook_uses_decoder_weights(void **st) {
     }
 }
 
+/* A V4 pool's values as f32 (its compact FP8 / FP4 rows decoded exactly: pdb_v4_rows.h); n: values. */
+static float *pool_values(const pdb_config *c, int sem, const pdb_store_pool *q, const void *data, int64_t *n) {
+    int64_t rows = (int64_t)pdb_store_pool_bytes(q, BS) / (q->width * (int64_t)pdb_dtype_size(q->dtype));
+    pdb_v4_row r = !strcmp(q->name, "ikeys") ? pdb_v4_row_ikey(c, sem) : pdb_v4_row_kv(c, sem);
+    if (q->dtype == PDB_DT_F32) r = (pdb_v4_row){.fmt = PDB_V4_ROW_F32, .dim = q->width, .bytes = 4 * q->width};
+    float *v = malloc(sizeof(float) * (size_t)(rows * r.dim));
+    assert_non_null(v);
+    pdb_v4_row_decode_rows(&r, data, NULL, rows, v);
+    *n = rows * r.dim;
+    return v;
+}
+
 /* (4) the engine on bf16 in front of an MX decoder: per-pool agreement with the MX decoder's own blocks. */
 static void test_mx_decoder_agreement(void **st) {
     for (int i = 0; i < NFIX; i++) {
@@ -176,17 +189,18 @@ static void test_mx_decoder_agreement(void **st) {
         rig r;
         char *ref = run_against(&r, f, f->mx, f->mx, &bytes);
         pdb_arch_layout lay;
-        PDB_TEST_OK(pdb_arch_layout_of(&r.cfg, &lay));
+        PDB_TEST_OK(pdb_arch_layout_of(&r.cfg, r.be->semantics, &lay));
         const void *pa[PDB_STORE_MAX_POOLS], *pb[PDB_STORE_MAX_POOLS];
         int64_t same_all = 0, n_all = 0;
         for (int p = 0; p < lay.layout.n_pools; p++) {
             const pdb_store_pool *q = &lay.layout.pools[p];
-            int64_t n = 0, same = 0, l0same = 1, k = (int64_t)(pdb_store_pool_bytes(q, BS) / sizeof(float)), k0 = k / q->n_layers;
+            int64_t n = 0, same = 0, l0same = 1, k = 0, k0;
             double worst = 0;
             for (int b = 0; b < NB; b++) {
                 pdb_arch_block_pools(&lay.layout, BS, r.s.blocks + b * bytes, pa);
                 pdb_arch_block_pools(&lay.layout, BS, ref + b * bytes, pb);
-                const float *x = pa[p], *y = pb[p];
+                float *x = pool_values(&r.cfg, r.be->semantics, q, pa[p], &k), *y = pool_values(&r.cfg, r.be->semantics, q, pb[p], &k);
+                k0 = k / q->n_layers;
                 for (int64_t j = 0; j < k; j++) {
                     assert_true(isfinite(x[j]));
                     same += x[j] == y[j];
@@ -194,6 +208,8 @@ static void test_mx_decoder_agreement(void **st) {
                     double dl = fabs((double)x[j] - y[j]);
                     worst = dl > worst ? dl : worst;
                 }
+                free(x);
+                free(y);
                 n += k;
             }
             if (p == 0) assert_true(l0same); /* layer 0: the same attention input, the decoder's MX weights */

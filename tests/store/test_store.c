@@ -305,7 +305,7 @@ static void test_write_reopen_lookup(void **state) {
     pdb_st *f = NULL;
     assert_int_equal(pdb_st_open(path, &f), PDB_OK);
     assert_string_equal(pdb_st_meta(f, "format"), "pdbridge-block");
-    assert_string_equal(pdb_st_meta(f, "version"), "1");
+    assert_string_equal(pdb_st_meta(f, "version"), "2");
     assert_string_equal(pdb_st_meta(f, "block_index"), "0");
     assert_string_equal(pdb_st_meta(f, "block_size"), "128");
     assert_string_equal(pdb_st_meta(f, "token_count"), "128");
@@ -538,6 +538,28 @@ static void test_reopen_mismatch(void **state) {
     s = open_store(dir, 0);
     assert_int_equal(prefix_of(s, tok, BS), 0);
     pdb_store_close(s);
+    /* an old store (store.json of version 1, the f32-only block format) is refused, naming the file
+     * and both versions, whatever its layout; its blocks are never read */
+    char sj[4096];
+    snprintf(sj, sizeof sj, "%s/store.json", dir);
+    FILE *jf = fopen(sj, "rb");
+    assert_non_null(jf);
+    char js[8192];
+    size_t jn = fread(js, 1, sizeof js - 1, jf);
+    fclose(jf);
+    js[jn] = 0;
+    char *vp = strstr(js, "\"version\": 2");
+    assert_non_null(vp);
+    vp[strlen("\"version\": ")] = '1';
+    jf = fopen(sj, "wb");
+    assert_non_null(jf);
+    fwrite(js, 1, jn, jf);
+    fclose(jf);
+    assert_int_equal(pdb_store_open(dir, &LAYOUT, FP, BS, 0, &s), PDB_MISMATCH);
+    assert_null(s);
+    assert_non_null(strstr(pdb_err_msg(), sj));
+    assert_non_null(strstr(pdb_err_msg(), "version 1"));
+    assert_non_null(strstr(pdb_err_msg(), "version 2"));
     /* invalid layouts */
     pdb_store_pool bad[2] = {POOLS[0], POOLS[0]};
     pdb_store_layout lb = {2, bad};

@@ -12,7 +12,8 @@
 #include "pdb_v2_names.h"
 #include "pdb_v2.h"
 
-static pdb_status v2_layout(const pdb_config *cfg, pdb_arch_layout *out) {
+static pdb_status v2_layout(const pdb_config *cfg, int sem, pdb_arch_layout *out) {
+    (void)sem; /* one semantics */
     memset(out, 0, sizeof *out);
     out->pools[0] = (pdb_store_pool){.name = "latent", .kind = PDB_STORE_POOL_APPEND, .n_layers = cfg->num_layers,
                                      .stride = 1, .width = cfg->kv_lora_rank + cfg->qk_rope_head_dim, .dtype = PDB_DT_F32};

@@ -16,6 +16,7 @@
 
 #include "pdb_math.h"
 #include "pdb_v4_dots.h"
+#include "pdb_v4_iscore.h"
 #include "pdb_v4_qsim.h"
 
 /* ======================================== products ======================================== */
@@ -77,20 +78,22 @@ pdb_status pdb_v4_check_semantics(const pdb_config *c, pdb_v4_semantics sem) {
                            "(FP8 blocks); use --v4-semantics exact", (long long)nope);
     int any_csa = 0;
     for (int64_t l = 0; l < c->num_layers; l++) any_csa |= c->v4_attn[l] == PDB_V4_ATTN_CSA;
-    if (any_csa && (ihd % 32 || (ihd & (ihd - 1))))
-        return pdb_err_set(PDB_UNSUPPORTED, "v4 official semantics: index_head_dim = %lld must be a power of two and a "
-                           "multiple of 32 (Hadamard + FP4 blocks); use --v4-semantics exact", (long long)ihd);
+    if (any_csa && (ihd % 32 || (ihd & (ihd - 1)) || ihd > 2048))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 official semantics: index_head_dim = %lld must be a power of two, a "
+                           "multiple of 32 (Hadamard + FP4 blocks) and at most 2048 (the FP4 key scores, pdb_v4_iscore); "
+                           "use --v4-semantics exact", (long long)ihd);
     return PDB_OK;
 }
 
 static float *falloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+static uint8_t *balloc(int64_t n) { return calloc((size_t)(n > 0 ? n : 1), 1); }
 
 void pdb_v4_cache_free(pdb_v4_cache *c) {
     if (c->layers)
         for (int64_t l = 0; l < c->n_layers; l++) {
             pdb_v4_layer_cache *lc = &c->layers[l];
-            float *f[] = {lc->win, lc->comp, lc->ikeys, lc->buf_kv, lc->buf_gate, lc->ov_kv, lc->ov_gate,
-                          lc->ibuf_kv, lc->ibuf_gate, lc->iov_kv, lc->iov_gate};
+            void *f[] = {lc->win, lc->comp, lc->ikeys, lc->buf_kv, lc->buf_gate, lc->ov_kv, lc->ov_gate,
+                         lc->ibuf_kv, lc->ibuf_gate, lc->iov_kv, lc->iov_gate};
             for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) free(f[i]);
         }
     free(c->layers);
@@ -105,6 +108,9 @@ pdb_status pdb_v4_cache_init(pdb_v4_cache *c, const pdb_v4_model *m, int64_t cap
     int64_t hd = cf->head_dim, ihd = cf->index_head_dim, W = cf->sliding_window;
     c->cap = cap;
     c->sem = sem;
+    c->kv_row = pdb_v4_row_kv(cf, (int)sem);
+    c->ik_row = pdb_v4_row_ikey(cf, (int)sem);
+    int64_t kvb = c->kv_row.bytes, ikb = c->ik_row.bytes;
     c->window = W;
     c->n_layers = cf->num_layers;
     c->layers = calloc((size_t)cf->num_layers, sizeof *c->layers);
@@ -112,13 +118,13 @@ pdb_status pdb_v4_cache_init(pdb_v4_cache *c, const pdb_v4_model *m, int64_t cap
     for (int64_t l = 0; l < cf->num_layers; l++) {
         const pdb_v4_layer *L = &m->layers[l];
         pdb_v4_layer_cache *lc = &c->layers[l];
-        int ok = (lc->win = falloc(W * hd)) != NULL;
+        int ok = (lc->win = balloc(W * kvb)) != NULL;
         if (L->rate) {
             int64_t n = cap / L->rate + 1, r = L->rate, coff = L->comp.coff;
-            ok = ok && (lc->comp = falloc(n * hd)) && (lc->buf_kv = falloc(r * coff * hd)) &&
+            ok = ok && (lc->comp = balloc(n * kvb)) && (lc->buf_kv = falloc(r * coff * hd)) &&
                  (lc->buf_gate = falloc(r * coff * hd));
             if (L->attn == PDB_V4_ATTN_CSA)
-                ok = ok && (lc->ov_kv = falloc(r * hd)) && (lc->ov_gate = falloc(r * hd)) && (lc->ikeys = falloc(n * ihd)) &&
+                ok = ok && (lc->ov_kv = falloc(r * hd)) && (lc->ov_gate = falloc(r * hd)) && (lc->ikeys = balloc(n * ikb)) &&
                      (lc->ibuf_kv = falloc(r * 2 * ihd)) && (lc->ibuf_gate = falloc(r * 2 * ihd)) &&
                      (lc->iov_kv = falloc(r * ihd)) && (lc->iov_gate = falloc(r * ihd));
         }
@@ -239,13 +245,15 @@ static void finish_row(float *row, int64_t dim, const pdb_rope *rope, int64_t po
 }
 
 /* Feed T tokens (projections kvp/gp [T, coff*dim]) at positions p0.. into one compressor's
- * buffer; each time a window of `rate` tokens is full, emit entry w = p / rate into entries:
- * softmax over the window's slots (CSA: the previous window's overlap half first, weight 0 for
- * w == 0, then the current window's second half) of gate + ape, per dim, weighting kv; then
- * RMSNorm, RoPE at position w * rate, and the semantics' rounding. */
-static void compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
-                            const float *kvp, const float *gp, int64_t T, int64_t p0, float *buf_kv, float *buf_gate,
-                            float *ov_kv, float *ov_gate, float *entries) {
+ * buffer; each time a window of `rate` tokens is full, emit entry w = p / rate into entries (rows
+ * of format row): softmax over the window's slots (CSA: the previous window's overlap half first,
+ * weight 0 for w == 0, then the current window's second half) of gate + ape, per dim, weighting
+ * kv; then RMSNorm, RoPE at position w * rate, and the semantics' rounding, computed in f32 in e
+ * [dim] and stored as the row. Returns the values a row could not hold (0: pdb_v4_rows). */
+static int64_t compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
+                               const float *kvp, const float *gp, int64_t T, int64_t p0, float *buf_kv, float *buf_gate,
+                               float *ov_kv, float *ov_gate, const pdb_v4_row *row, uint8_t *entries, float *e) {
+    int64_t bad = 0;
     int64_t r = cp->rate, dim = cp->dim, D = cp->coff * dim;
     int overlap = cp->coff == 2;
     for (int64_t t = 0; t < T; t++) {
@@ -254,7 +262,6 @@ static void compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, co
         for (int64_t i = 0; i < D; i++) buf_gate[s * D + i] = gp[t * D + i] + cp->ape[s * D + i];
         if (s != r - 1) continue;
         int64_t w = p / r;
-        float *e = entries + w * dim;
         for (int64_t d = 0; d < dim; d++) {
             float mx = -INFINITY;
             int prev = overlap && w > 0;
@@ -277,12 +284,14 @@ static void compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, co
         }
         pdb_math_rmsnorm(e, e, cp->norm, dim, c->rms_norm_eps);
         finish_row(e, dim, rope, w * r, q);
+        bad += pdb_v4_row_encode(row, e, entries + w * row->bytes);
         if (overlap)
             for (int64_t j = 0; j < r; j++) {
                 memcpy(ov_kv + j * dim, buf_kv + j * D, sizeof(float) * (size_t)dim);
                 memcpy(ov_gate + j * dim, buf_gate + j * D, sizeof(float) * (size_t)dim);
             }
     }
+    return bad;
 }
 
 /* ======================================== indexer ======================================== */
@@ -297,6 +306,9 @@ typedef struct v4_idx_job {
     int64_t *nsel;
     float *sc;            /* scores: [threads, sc_stride] (a token per task) or [nv] (one token's keys per task) */
     char *tk;             /* top-k scratch: [threads, tk_stride] bytes */
+    const pdb_v4_row *ikr; /* the keys' row format */
+    char *iqb;            /* prepared queries (pdb_v4_iscore): [threads or 1, iq_bytes] */
+    int64_t iq_bytes;
     int64_t sc_stride, tk_stride, p0, r, K, nih, ihd, t, nv, chunk;
     float sscale;
     qsim_kind q;
@@ -320,7 +332,9 @@ static void idx_task(void *ctx, int64_t t, int thread) { /* token t on one threa
     int64_t nv = idx_query(j, t);
     if (nv <= j->K) { idx_pick_all(j, t, nv); return; }
     float *sc = j->sc + (int64_t)thread * j->sc_stride;
-    pdb_v4_index_scores(j->iq + t * j->nih * j->ihd, j->hw + t * j->nih, j->nih, j->ihd, j->lc->ikeys, 0, nv, j->sscale, sc);
+    char *iq = j->iqb + (int64_t)thread * j->iq_bytes;
+    pdb_v4_iscore_prepare(j->ikr, j->iq + t * j->nih * j->ihd, j->hw + t * j->nih, j->nih, j->sscale, iq);
+    pdb_v4_iscore(iq, j->lc->ikeys, 0, nv, sc);
     pdb_v4_topk(sc, nv, j->K, j->sel + t * j->K, j->tk + (int64_t)thread * j->tk_stride);
     j->nsel[t] = j->K;
 }
@@ -329,8 +343,7 @@ static void idx_keys_task(void *ctx, int64_t c, int thread) { /* keys [c * chunk
     (void)thread;
     const v4_idx_job *j = ctx;
     int64_t w0 = c * j->chunk, w1 = w0 + j->chunk < j->nv ? w0 + j->chunk : j->nv;
-    pdb_v4_index_scores(j->iq + j->t * j->nih * j->ihd, j->hw + j->t * j->nih, j->nih, j->ihd, j->lc->ikeys, w0, w1,
-                        j->sscale, j->sc + w0);
+    pdb_v4_iscore(j->iqb, j->lc->ikeys, w0, w1, j->sc + w0);
 }
 
 /* For each of the T queries pick its compressed entries: all nv = (p+1)/rate when nv <= topk, else
@@ -339,7 +352,8 @@ static void idx_keys_task(void *ctx, int64_t c, int thread) { /* keys [c * chunk
  * rotated and rounded here in place), wt [T, nih] (the head weights' projection). Fewer queries
  * than threads (decode): each query's keys in chunks on the pool's threads; else the queries on
  * the threads. Every score is pdb_v4_index_scores' (a sequential double sum per head) either way. */
-static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, const pdb_v4_layer *L, const pdb_v4_layer_cache *lc, qsim_kind q,
+static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, const pdb_v4_layer *L, const pdb_v4_layer_cache *lc,
+                              const pdb_v4_row *ikr, qsim_kind q,
                               float *iq, const float *wt, int64_t T, int64_t p0, int32_t *sel, int64_t *nsel) {
     const pdb_config *c = &m->cfg;
     int64_t nih = c->index_n_heads, ihd = c->index_head_dim;
@@ -347,15 +361,17 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, cons
     int64_t nmax = (p0 + T) / r, nth = pdb_pool_threads(ex->pool), stride = nmax > 0 ? nmax : 1;
     int keys = T < nth; /* the keys of one query at a time on the pool */
     int64_t nsc = keys ? 1 : nth, tks = pdb_v4_topk_scratch_bytes(stride);
+    int64_t iqs = pdb_v4_iscore_query_bytes(nih, ihd);
     float *sc = malloc(sizeof(float) * (size_t)(stride * nsc)), *hw = falloc(T * nih);
-    char *tk = malloc((size_t)(tks * nsc));
-    if (!sc || !hw || !tk) {
-        free(sc), free(hw), free(tk);
+    char *tk = malloc((size_t)(tks * nsc)), *iqb = malloc((size_t)(iqs * nsc));
+    if (!sc || !hw || !tk || !iqb) {
+        free(sc), free(hw), free(tk), free(iqb);
         return pdb_err_set(PDB_NOMEM, "v4 indexer: out of memory");
     }
     float wscale = (float)(1.0 / sqrt((double)nih));
     for (int64_t i = 0; i < T * nih; i++) hw[i] = wt[i] * wscale;
-    v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .hw = hw, .sel = sel, .nsel = nsel, .sc = sc, .tk = tk, .sc_stride = stride,
+    v4_idx_job j = {.L = L, .lc = lc, .iq = iq, .hw = hw, .sel = sel, .nsel = nsel, .sc = sc, .tk = tk, .ikr = ikr, .iqb = iqb,
+                    .iq_bytes = iqs, .sc_stride = stride,
                     .tk_stride = tks, .p0 = p0, .r = r, .K = K, .nih = nih, .ihd = ihd, .q = q, .chunk = 256,
                     .sscale = (float)(1.0 / sqrt((double)ihd))};
     if (!keys) pdb_pool_run(ex->pool, T, idx_task, &j);
@@ -364,6 +380,7 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, cons
             j.t = t;
             j.nv = idx_query(&j, t);
             if (j.nv <= K) { idx_pick_all(&j, t, j.nv); continue; }
+            pdb_v4_iscore_prepare(ikr, iq + t * nih * ihd, hw + t * nih, nih, j.sscale, iqb);
             pdb_pool_run(ex->pool, (j.nv + j.chunk - 1) / j.chunk, idx_keys_task, &j);
             pdb_v4_topk(sc, j.nv, K, sel + t * K, tk);
             nsel[t] = K;
@@ -371,6 +388,7 @@ static pdb_status run_indexer(const pdb_v4_model *m, const pdb_v4_exec *ex, cons
     free(sc);
     free(hw);
     free(tk);
+    free(iqb);
     return PDB_OK;
 }
 
@@ -399,10 +417,11 @@ static pdb_status feed_products(const pdb_v4_exec *ex, const pdb_v4_layer *L, in
 }
 
 /* The feed's per-token steps for one sequence's T tokens at positions cc->len..: kv rows [T, hd]
- * normed, RoPE'd and rounded in place, then into the window; the compressors fed from kvp / gp and
- * ikvp / igp (feed_products' outputs for these tokens). */
-static void feed_steps(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, float *kv, const float *kvp, const float *gp,
-                       const float *ikvp, const float *igp, int64_t T) {
+ * normed, RoPE'd and rounded in place, then into the window (as the cache's kv rows); the
+ * compressors fed from kvp / gp and ikvp / igp (feed_products' outputs for these tokens). A row
+ * the cache's format cannot hold exactly (never, by pdb_v4_rows' invariant) fails the feed. */
+static pdb_status feed_steps(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, float *kv, const float *kvp, const float *gp,
+                             const float *ikvp, const float *igp, int64_t T) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     pdb_v4_layer_cache *lc = &cc->layers[l];
@@ -413,14 +432,22 @@ static void feed_steps(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, float
         finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
     }
     /* compressed entries (and the indexer's keys) of every window completed by this chunk */
+    int64_t bad = 0, ed = hd > c->index_head_dim ? hd : c->index_head_dim;
+    float *e = falloc(ed);
+    if (!e) return pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory");
     if (L->rate)
-        compress_tokens(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, kvp, gp, T, p0, lc->buf_kv, lc->buf_gate,
-                        lc->ov_kv, lc->ov_gate, lc->comp);
+        bad += compress_tokens(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, kvp, gp, T, p0, lc->buf_kv,
+                               lc->buf_gate, lc->ov_kv, lc->ov_gate, &cc->kv_row, lc->comp, e);
     if (L->attn == PDB_V4_ATTN_CSA)
-        compress_tokens(c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, ikvp, igp, T, p0, lc->ibuf_kv,
-                        lc->ibuf_gate, lc->iov_kv, lc->iov_gate, lc->ikeys);
+        bad += compress_tokens(c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, ikvp, igp, T, p0, lc->ibuf_kv,
+                               lc->ibuf_gate, lc->iov_kv, lc->iov_gate, &cc->ik_row, lc->ikeys, e);
+    free(e);
     for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
-        memcpy(lc->win + (p % W) * hd, kv + (p - p0) * hd, sizeof(float) * (size_t)hd);
+        bad += pdb_v4_row_encode(&cc->kv_row, kv + (p - p0) * hd, lc->win + (p % W) * cc->kv_row.bytes);
+    if (bad)
+        return pdb_err_set(PDB_CORRUPT, "v4 cache feed: layer %lld: %lld values are not exact in the cache's %s rows",
+                           (long long)l, (long long)bad, pdb_v4_semantics_name(cc->sem));
+    return PDB_OK;
 }
 
 /* Scratch of the feed's products for R rows (feed_alloc / feed_free). */
@@ -445,8 +472,8 @@ pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l,
     v4_feedbuf f;
     PDB_TRY(feed_alloc(L, hd, T, &f));
     pdb_status s = feed_products(&cc->exec, L, m->cfg.hidden_size, x, T, f.kv, f.kvp, f.gp, f.ikvp, f.igp, NULL, 0);
+    if (!s) s = feed_steps(m, cc, l, f.kv, f.kvp, f.gp, f.ikvp, f.igp, T);
     if (!s) {
-        feed_steps(m, cc, l, f.kv, f.kvp, f.gp, f.ikvp, f.igp, T);
         if (kv_out) memcpy(kv_out, f.kv, sizeof(float) * (size_t)(T * hd));
     }
     feed_free(&f);
@@ -529,6 +556,51 @@ pdb_status pdb_v4_attn_ref(const pdb_v4_attn_desc *d, pdb_pool *pool) {
     return PDB_OK;
 }
 
+/* The compressed entries of one sequence's attention as f32 rows for pdb_v4_attn_desc (whose
+ * contract is f32): f32 rows are used in place; compact rows (official) are decoded exactly, for
+ * HCA every visible entry (the attention reads them by index), for CSA only the union of the
+ * chunk's picks (at most T * K rows, so a decode step decodes K rows), the picks renumbered in
+ * place to rows of that set. *out_comp / *out_n: the rows and their count; *own: what to free. */
+static pdb_status comp_rows(const pdb_v4_cache *cc, const pdb_v4_layer_cache *lc, int csa, int64_t n_comp, int64_t T, int64_t K,
+                            int32_t *sel, const int64_t *nsel, const float **out_comp, int64_t *out_n, float **own) {
+    const pdb_v4_row *r = &cc->kv_row;
+    *out_comp = NULL;
+    *out_n = n_comp;
+    *own = NULL;
+    if (!n_comp) return PDB_OK;
+    if (r->fmt == PDB_V4_ROW_F32) {
+        *out_comp = (const float *)lc->comp;
+        return PDB_OK;
+    }
+    if (!csa) {
+        if (!(*own = falloc(n_comp * r->dim))) return pdb_err_set(PDB_NOMEM, "v4 attention: out of memory for %lld entries", (long long)n_comp);
+        pdb_v4_row_decode_rows(r, lc->comp, NULL, n_comp, *own);
+        *out_comp = *own;
+        return PDB_OK;
+    }
+    int32_t *map = malloc(sizeof(int32_t) * (size_t)n_comp), *ids = malloc(sizeof(int32_t) * (size_t)(T * K > n_comp ? n_comp : T * K));
+    if (!map || !ids) {
+        free(map), free(ids);
+        return pdb_err_set(PDB_NOMEM, "v4 attention: out of memory for %lld entries", (long long)n_comp);
+    }
+    memset(map, 0xFF, sizeof(int32_t) * (size_t)n_comp);
+    int64_t nu = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < nsel[t]; i++) {
+            int32_t *e = &sel[t * K + i];
+            if (map[*e] < 0) { ids[nu] = *e; map[*e] = (int32_t)nu++; }
+            *e = map[*e];
+        }
+    pdb_status s = PDB_OK;
+    if (!(*own = falloc(nu * r->dim))) s = pdb_err_set(PDB_NOMEM, "v4 attention: out of memory for %lld entries", (long long)nu);
+    else pdb_v4_row_decode_rows(r, lc->comp, ids, nu, *own);
+    free(map);
+    free(ids);
+    *out_comp = *own;
+    *out_n = nu;
+    return s;
+}
+
 /* Inverse rotation of each output head's rotary dims (V carried RoPE), per token on the pool. */
 typedef struct v4_unrope_job { const pdb_rope *rope; float *o; int64_t p0, nh, hd, rd; } v4_unrope_job;
 
@@ -560,6 +632,7 @@ static pdb_status attention(const pdb_v4_model *m, const v4_seg *sg, int n, int6
     int csa = L->attn == PDB_V4_ATTN_CSA;
     int64_t nih = csa ? c->index_n_heads : 0, ihd = c->index_head_dim;
     v4_feedbuf f = {0};
+    float *compf = NULL;
     float *qr = falloc(R * qlr), *q = falloc(R * nh * hd), *o = falloc(R * nh * hd), *keys = falloc((W + R) * hd);
     float *a = falloc(R * G * olr), *iq = falloc(R * nih * ihd), *iw = falloc(R * nih);
     int32_t *sel = csa ? malloc(sizeof(int32_t) * (size_t)(R * K)) : NULL;
@@ -602,18 +675,26 @@ static pdb_status attention(const pdb_v4_model *m, const v4_seg *sg, int n, int6
         int64_t r0 = sg[i].r0, T = sg[i].T, p0 = cc->len, lo = p0 - W + 1 > 0 ? p0 - W + 1 : 0, nold = p0 - lo;
         /* K=V rows: the cached window rows of positions lo..p0-1 (copied before the feed writes the
          * window), then this chunk's, fed into the cache token by token */
-        for (int64_t p = lo; p < p0; p++) memcpy(keys + (p - lo) * hd, lc->win + (p % W) * hd, sizeof(float) * (size_t)hd);
+        for (int64_t p = lo; p < p0; p++) pdb_v4_row_decode(&cc->kv_row, lc->win + (p % W) * cc->kv_row.bytes, keys + (p - lo) * hd);
         int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = csa ? L->icomp.coff * L->icomp.dim : 0;
-        feed_steps(m, cc, l, f.kv + r0 * hd, f.kvp + r0 * D, f.gp + r0 * D, f.ikvp + r0 * ID, f.igp + r0 * ID, T);
+        if ((s = feed_steps(m, cc, l, f.kv + r0 * hd, f.kvp + r0 * D, f.gp + r0 * D, f.ikvp + r0 * ID, f.igp + r0 * ID, T)))
+            break;
         memcpy(keys + nold * hd, f.kv + r0 * hd, sizeof(float) * (size_t)(T * hd));
-        if (csa && (s = run_indexer(m, sx, L, lc, cc->sem == PDB_V4_SEM_OFFICIAL ? QSIM_FP4_ROT : QSIM_NONE, iq + r0 * nih * ihd,
+        if (csa && (s = run_indexer(m, sx, L, lc, &cc->ik_row, cc->sem == PDB_V4_SEM_OFFICIAL ? QSIM_FP4_ROT : QSIM_NONE, iq + r0 * nih * ihd,
                                     iw + r0 * nih, T, p0, sel + r0 * K, nsel + r0)))
+            break;
+        /* the compressed entries the chunk reads, as f32 rows (compact rows decoded exactly) */
+        const float *comp = NULL;
+        int64_t n_comp = L->rate ? (p0 + T) / L->rate : 0;
+        free(compf);
+        compf = NULL;
+        if ((s = comp_rows(cc, lc, csa, n_comp, T, K, csa ? sel + r0 * K : NULL, csa ? nsel + r0 : NULL, &comp, &n_comp, &compf)))
             break;
         /* attention per token and head over [window rows | picked compressed entries], with a sink
          * (pdb_v4_attn_ref's contract: on the provider when it has one, else on the pool's
          * threads), then the inverse RoPE of every output head on the host */
         pdb_v4_attn_desc ad = {.T = T, .nh = nh, .hd = hd, .p0 = p0, .lo = lo, .W = W, .q = q + r0 * nh * hd, .keys = keys,
-                               .comp = lc->comp, .n_comp = L->rate ? (p0 + T) / L->rate : 0,
+                               .comp = comp, .n_comp = n_comp,
                                .rate = L->attn == PDB_V4_ATTN_HCA ? L->rate : 0, .sel = csa ? sel + r0 * K : NULL,
                                .nsel = csa ? nsel + r0 : NULL, .K = K, .sinks = L->sink,
                                .scale = (float)(1.0 / sqrt((double)hd)), .o = o + r0 * nh * hd};
@@ -631,6 +712,7 @@ static pdb_status attention(const pdb_v4_model *m, const v4_seg *sg, int n, int6
     if (!(s = v4_run(ex, jobs, (int)G, 1, NULL))) s = v4_mm(ex, &L->wo_b, a, G * olr, R, out, H);
 done:
     feed_free(&f);
+    free(compf);
     free(qr);
     free(q);
     free(keys);

@@ -32,6 +32,7 @@
 #include "pdb_qmat.h"
 #include "pdb_rope.h"
 #include "pdb_safetensors.h"
+#include "pdb_v4_rows.h"
 
 typedef enum pdb_v4_semantics {
     PDB_V4_SEM_OFFICIAL = 0, /* DeepSeek's inference math: FP8 on cached K=V nope dims, FP4+Hadamard in the indexer */
@@ -173,10 +174,12 @@ typedef struct pdb_v4_attn_desc {
 pdb_status pdb_v4_attn_ref(const pdb_v4_attn_desc *d, pdb_pool *pool);
 
 /* One layer's decoder cache state; NULL pools are absent for that layer type. */
+/* The K=V rows (win, comp) and the indexer keys (ikeys) are rows of the cache's pdb_v4_row formats
+ * (pdb_v4_rows.h: official FP8 / FP4 + e8m0, exact f32), back to back: row i at i * row.bytes. */
 typedef struct pdb_v4_layer_cache {
-    float *win;                      /* [W, hd] */
-    float *comp;                     /* [cap/rate, hd] */
-    float *ikeys;                    /* [cap/rate, ihd] */
+    uint8_t *win;                    /* [W] kv rows */
+    uint8_t *comp;                   /* [cap/rate + 1] kv rows */
+    uint8_t *ikeys;                  /* [cap/rate + 1] ikey rows */
     float *buf_kv, *buf_gate;        /* [rate, coff*hd] */
     float *ov_kv, *ov_gate;          /* [rate, hd] */
     float *ibuf_kv, *ibuf_gate;      /* [rate, 2*ihd] */
@@ -187,6 +190,7 @@ typedef struct pdb_v4_cache {
     int64_t cap, len;                /* positions allocated / filled; entries n_comp = len / rate */
     int64_t n_layers, window;        /* window = sliding_window rows per layer */
     pdb_v4_semantics sem;
+    pdb_v4_row kv_row, ik_row;       /* the row formats of win / comp and of ikeys (pdb_v4_row_kv / _ikey of sem) */
     pdb_v4_exec exec;                /* where this sequence's forward runs (set by the owner; zero: the calling thread) */
     pdb_v4_layer_cache *layers;      /* [L] */
 } pdb_v4_cache;
@@ -203,7 +207,7 @@ int64_t pdb_v4_model_bytes(const pdb_v4_model *m);
 void pdb_v4_free(pdb_v4_model *m);
 
 /* PDB_UNSUPPORTED (naming the field) when `official` cannot run on this config: the non-rotary
- * dims must be a multiple of 64, index_head_dim a power of two and a multiple of 32. */
+ * dims must be a multiple of 64, index_head_dim a power of two, a multiple of 32 and <= 2048. */
 pdb_status pdb_v4_check_semantics(const pdb_config *cfg, pdb_v4_semantics sem);
 pdb_status pdb_v4_cache_init(pdb_v4_cache *c, const pdb_v4_model *m, int64_t cap, pdb_v4_semantics sem);
 void pdb_v4_cache_free(pdb_v4_cache *c);
@@ -249,7 +253,11 @@ pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *c, int64_t l, 
 
 /* ---- the pools as a store layout (pdb_v4_pools.c): shared by the decoder and the capture hook,
  * so that a bridged block and a native block are the same bytes by construction. */
-pdb_status pdb_v4_pools_layout(const pdb_config *cfg, pdb_arch_layout *out);
+pdb_status pdb_v4_pools_layout(const pdb_config *cfg, int sem, pdb_arch_layout *out);
+/* n_rows rows of a compact pool (win, comp_*, ikeys under official) as f32 into out [n_rows, *dim]
+ * (the registry's pool_decode). */
+pdb_status pdb_v4_pools_decode(const pdb_config *cfg, int sem, const pdb_store_pool *pool, const void *rows, int64_t n_rows,
+                               float *out, int64_t *dim);
 /* Block b of cache c into buf (layout order): APPEND rows of the block's span, STATE as now
  * (c->len must be (b+1)*bs for a meaningful snapshot); put is the inverse. */
 void pdb_v4_pools_get_block(const pdb_config *cfg, const pdb_v4_cache *c, int64_t b, int64_t bs, void *buf);

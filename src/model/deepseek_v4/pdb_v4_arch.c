@@ -80,9 +80,11 @@ static pdb_status v4_ref_forward(void *r, const int32_t *ids, int64_t n, float *
 }
 
 /* Indices are pdb_v4_semantics values. v2: the products in pdb_qmat's order (D24; v1 summed 8 partial sums), so a
- * store or prefill server of the v1 math never matches a v2 decoder. */
+ * store or prefill server of the v1 math never matches a v2 decoder. official v3: the K=V rows and indexer keys
+ * stored as FP8 / FP4 rows (D36; the same numbers, other bytes), so an f32-pool block never hits a compact decoder;
+ * exact's pools did not change. */
 static const pdb_arch_semantics V4_SEMANTICS[] = {
-    [PDB_V4_SEM_OFFICIAL] = {"official", "deepseek_v4/official/pools-f32/v2"},
+    [PDB_V4_SEM_OFFICIAL] = {"official", "deepseek_v4/official/pools-fp8-fp4/v3"},
     [PDB_V4_SEM_EXACT] = {"exact", "deepseek_v4/exact/pools-f32/v2"},
 };
 
@@ -93,7 +95,7 @@ const pdb_arch_def pdb_arch_deepseek_v4 = {
     .semantics = V4_SEMANTICS, .n_semantics = 2, .semantics_key = "v4_semantics",
     .block_size_rule = "a positive multiple of 128 and of every compression rate",
     .config_parse = pdb_v4_config_parse, .config_to_json = pdb_v4_config_to_json,
-    .layout = pdb_v4_pools_layout, .check_block_size = v4_check_block_size,
+    .layout = pdb_v4_pools_layout, .pool_decode = pdb_v4_pools_decode, .check_block_size = v4_check_block_size,
     .check_semantics = v4_check_semantics, .same_cache = v4_same_cache, .quant_kind = v4_quant_kind,
     .make_preset = pdb_v4_make_preset, .make_layers = pdb_v4_make_layers, .make_tensors = pdb_v4_make_tensors,
     .ref_open = v4_ref_open, .ref_forward = v4_ref_forward, .ref_close = v4_ref_close,
