@@ -7,6 +7,7 @@
 # (ids past the vocabulary, a sign, a fraction, duplicates, escaped keys, syntax errors on later
 # lines, truncation, a body past the server's bound) gets the same status and the same error JSON
 # both ways, the errors at the body's own line and column; the server survives all of it.
+# PDB_BODY_PIECES_DUMP=FILE writes the answers (to compare two builds: PDB_BIN=other/pdbridge).
 set -euo pipefail
 source "$(dirname "$0")/../common/pdb_e2e.sh"
 pdb_e2e_init body_pieces
@@ -15,7 +16,7 @@ C="$(pwd)/tests/prefill/spool_client.py"
 pdb_e2e_model deepseek_v2 tiny 45
 pdb_e2e_start pre "$BIN" prefill-server --model "$T/hf" --decoder-model "$T/dec" --port 0 --backend cpu --threads 1 --chunk 64
 PRE=$URL; PRE_PID=$PID
-python3 - "$PRE" "$C" <<'PY'
+python3 - "$PRE" "$C" "${PDB_BODY_PIECES_DUMP:-}" <<'PY'
 import json, socket, sys, time, urllib.request
 sys.path.insert(0, sys.argv[2].rsplit("/", 1)[0])
 import spool_client as sc
@@ -72,10 +73,11 @@ def answer(data, pieces, chunked=False):
         return {"status": 200, "blocks": out["blocks"], "digests": out["digests"], "end": out["end"]["status"]}
     return {"status": r.status, "json": json.loads(r.rest())}
 
-fails = 0
+fails, record = 0, []
 def same(name, data, want_status, want=None):
     global fails
     a = answer(data, False)
+    record.append({"name": name, "answer": a})
     for chunked in (False, True):
         b = answer(data, True, chunked)
         how = "chunked pieces" if chunked else "pieces"
@@ -108,6 +110,8 @@ same("a bad block_size after a plain array", ('{"token_ids":[1,2],"block_size":1
 big = ('{"token_ids":[' + ",".join(["1"] * ((max_body // 2) + 10)) + ']' + tail).encode()
 same("a body past the server's bound (%d bytes)" % len(big), big, 413, "request_too_large")
 same("a good body again", good.encode(), 200)
+if len(sys.argv) > 3 and sys.argv[3]:  # PDB_BODY_PIECES_DUMP: the answers, to compare two builds
+    json.dump(record, open(sys.argv[3], "w"), indent=1)
 sys.exit(1 if fails else 0)
 PY
 kill -0 "$PRE_PID" || pdb_e2e_fail "the prefill server died"
