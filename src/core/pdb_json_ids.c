@@ -249,7 +249,10 @@ static int step(pdb_json_ids_reader *rd, const char *p) {
             rd->x = rd->x * 10 + (c - '0');
             return 0;
         }
-        if ((rd->nd > 1 && rd->dig[0] == '0') || (c && strchr(".eE-+", c)) || !c) {
+        /* taken only before whitespace, ',' or ']': anything else (a fraction, an exponent, a
+         * letter, a byte jansson cannot decode) may belong to the number in jansson's eyes (its
+         * error would be "near" the digits), so the digits stay verbatim */
+        if ((rd->nd > 1 && rd->dig[0] == '0') || !(is_ws(c) || c == ',' || c == ']')) {
             rd->dig[rd->nd] = (char)c;
             decline(rd, rd->dig, (size_t)rd->nd + 1);
             return 0;
