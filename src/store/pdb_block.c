@@ -2,7 +2,8 @@
  * docs/formats/block.md). Invariants: see pdb_block.h. All writes go through a pdb_store_io
  * table (the fault-injection seam); temp files are removed with plain unlink() so cleanup
  * itself cannot be failed by the seam. Reading goes through pdb_st_open (core), so a block
- * file is by construction a file standard safetensors readers accept. */
+ * file is by construction a file standard safetensors readers accept; a mount reads the pools'
+ * bytes from the same descriptor with pread into the caller's buffers (PDB_ST_KEEP_FD). */
 #include "pdb_block.h"
 
 #include <errno.h>
