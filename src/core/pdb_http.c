@@ -3,8 +3,8 @@
  * (excess is discarded, then answered 413; a declared Content-Length far past the limit is
  * answered at once); a streamed body (body_route) is counted against the same bound and handed to
  * its sink piece by piece, the sink released exactly once at the request's end; a stream is
- * shared by the producer and the connection and freed when both references are dropped; no wait in here is unbounded without re-checking for a gone client or
- * a stopping server. */
+ * shared by the producer and the connection and freed when both references are dropped; no wait
+ * in here is unbounded without re-checking for a gone client or a stopping server. */
 #include "pdb_http.h"
 
 #include <arpa/inet.h>
