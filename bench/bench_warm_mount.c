@@ -5,9 +5,8 @@
  *   seq      a plain sequential read (open, read() in 4 MiB pieces into one buffer, close);
  *   mount1   pdb_store_load_block one block after another (identity, SHA-256 of every tensor
  *            byte, the bytes read into the block buffer);
- *   mountK   the decoder's path: pdb_store_load_blocks, K blocks at once on a pool of K threads,
- *            the next K files read ahead by the kernel meanwhile (pdb_store_prefetch_blocks; what
- *            pdb_dec_service's admit does with SVC_MOUNT_BATCH and its pool; "noprefetch": without).
+ *   mountK   the decoder's path: pdb_store_load_blocks, K blocks at once on a pool of K threads
+ *            (what pdb_dec_service's admit does with SVC_MOUNT_BATCH and its pool).
  * Page cache, consistently for all three: "cold" passes drop every block file from the page
  * cache first (fsync was done at write; posix_fadvise(POSIX_FADV_DONTNEED) on each file, no
  * root needed), so each read comes from the disk; "hot" passes read every file once first so
@@ -15,7 +14,7 @@
  * interleaved (seq, mount1, mountK, seq, ...), with the CPU seconds the process spent in that
  * pass (user + system, all threads: less sensitive than wall time to other processes sharing the
  * cores). Output: one line per cell.
- * Usage: bench_warm_mount [dir (default /tmp)] [blocks (16)] [threads K (4)] [passes R (3)] [noprefetch] */
+ * Usage: bench_warm_mount [dir (default /tmp)] [blocks (16)] [threads K (4)] [passes R (3)] */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +88,6 @@ int main(int argc, char **argv) {
     const char *parent = argc > 1 ? argv[1] : "/tmp";
     int64_t nb = argc > 2 ? atoll(argv[2]) : 16;
     int k = argc > 3 ? atoi(argv[3]) : 4, passes = argc > 4 ? atoi(argv[4]) : 3;
-    int prefetch = !(argc > 5 && !strcmp(argv[5], "noprefetch"));
     if (nb < 1 || k < 1 || k > 64 || passes < 1) { fprintf(stderr, "usage: bench_warm_mount [dir] [blocks] [threads] [passes]\n"); return 2; }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/pdb-warm-mount-XXXXXX", parent);
@@ -140,10 +138,9 @@ int main(int argc, char **argv) {
     if (pdb_pool_create(k, &pool)) die("pool");
     size_t cap = 4u << 20;
     char *rbuf = malloc(cap);
-    printf("bench_warm_mount: %lld blocks of %llu pool bytes (%llu file bytes in all, %.1f MB), block size %d, K = %d%s, best of %d;"
+    printf("bench_warm_mount: %lld blocks of %llu pool bytes (%llu file bytes in all, %.1f MB), block size %d, K = %d, best of %d;"
            " written in %.2f s (%.0f MB/s)\n",
-           (long long)nb, (unsigned long long)bb, (unsigned long long)file_bytes, file_bytes / 1e6, BS, k,
-           prefetch ? " (next K prefetched)" : " (no prefetch)", passes, tw,
+           (long long)nb, (unsigned long long)bb, (unsigned long long)file_bytes, file_bytes / 1e6, BS, k, passes, tw,
            file_bytes / 1e6 / tw);
     const char *modes[2] = {"cold", "hot"}, *meth[3] = {"seq", "mount1", "mountK"};
     for (int m = 0; m < 2; m++) {
@@ -161,7 +158,6 @@ int main(int argc, char **argv) {
                 } else {
                     for (int64_t b = 0; b < nb; b += k) {
                         int64_t n = nb - b < k ? nb - b : k, ok = 0;
-                        if (prefetch) pdb_store_prefetch_blocks(s, (const uint8_t(*)[32])h + b + n, nb - b - n < k ? nb - b - n : k);
                         if (pdb_store_load_blocks(s, (const uint8_t(*)[32])h + b, b, n, outs, pool, &ok)) die("load_blocks");
                     }
                 }

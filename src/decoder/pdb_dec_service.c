@@ -158,8 +158,6 @@ static pdb_status admit(pdb_dec_service *s, svc_req *r) {
     }
     while (b < hit) { /* several blocks read and verified at once (pool tasks), then put in order */
         int64_t n = hit - b < s->mount_batch ? hit - b : s->mount_batch, ok = 0;
-        /* the next batch read ahead by the kernel while this one is hashed */
-        pdb_store_prefetch_blocks(s->store, (const uint8_t(*)[32])h + b + n, hit - b - n < s->mount_batch ? hit - b - n : s->mount_batch);
         pdb_status st = pdb_store_load_blocks(s->store, (const uint8_t(*)[32])h + b, b, n, outs, s->pool, &ok);
         for (int64_t i = 0; i < ok; i++) pdb_dec_seq_put_block(&r->seq, b + i, bs, s->mount_buf + (uint64_t)i * bb);
         b += ok;

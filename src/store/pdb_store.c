@@ -739,17 +739,6 @@ static void load_many_task(void *vc, int64_t i, int thread) {
     if (c->st[i] != PDB_OK) snprintf(c->msg[i], sizeof c->msg[i], "%s", pdb_err_msg()); /* the message is per thread */
 }
 
-void pdb_store_prefetch_blocks(pdb_store *s, const uint8_t (*hashes)[32], int64_t n) {
-    char sub[PATH_CAP], path[PATH_CAP];
-    for (int64_t i = 0; hashes && i < n; i++) {
-        block_paths(s, hashes[i], sub, path);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
-        close(fd);
-    }
-}
-
 pdb_status pdb_store_load_blocks(pdb_store *s, const uint8_t (*hashes)[32], int64_t first_index, int64_t n,
                                  void *const *const *pool_outs, pdb_pool *pool, int64_t *n_ok) {
     *n_ok = 0;

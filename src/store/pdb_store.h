@@ -100,10 +100,6 @@ pdb_status pdb_store_load_block(pdb_store *store, const uint8_t hash[PDB_STORE_H
  * number of leading blocks mounted; when it is < n the status and message are those of block
  * first_index + *n_ok (later blocks may have been read too: their buffers are not meaningful). */
 typedef struct pdb_pool pdb_pool;
-/* A hint, no check: the block files of hashes[0..n) are read ahead by the kernel (fadvise
- * WILLNEED), so a mount that hashes one batch finds the next one in memory (a file that is
- * missing is skipped; nothing is returned). */
-void pdb_store_prefetch_blocks(pdb_store *store, const uint8_t (*hashes)[PDB_STORE_HASH_BYTES], int64_t n);
 pdb_status pdb_store_load_blocks(pdb_store *store, const uint8_t (*hashes)[PDB_STORE_HASH_BYTES], int64_t first_index, int64_t n,
                                  void *const *const *pool_outs /* [n][n_pools] */, pdb_pool *pool, int64_t *n_ok);
 
