@@ -3,10 +3,10 @@
  * docs/limits.md section 0) gets N blocks of one chain; then, in the same run, each pass reads
  * the same N block files three ways and reports MB/s of file bytes:
  *   seq      a plain sequential read (open, read() in 4 MiB pieces into one buffer, close);
- *   mount1   the decoder's old path: pdb_store_load_block one block after another (identity,
- *            SHA-256 of every tensor byte, copy into the block buffer);
- *   mountK   the decoder's path now: pdb_store_load_blocks, K blocks at once on a pool of K
- *            threads (what pdb_dec_service's admit does with SVC_MOUNT_BATCH and its pool).
+ *   mount1   pdb_store_load_block one block after another (identity, SHA-256 of every tensor
+ *            byte, the bytes read into the block buffer);
+ *   mountK   the decoder's path: pdb_store_load_blocks, K blocks at once on a pool of K threads
+ *            (what pdb_dec_service's admit does with SVC_MOUNT_BATCH and its pool).
  * Page cache, consistently for all three: "cold" passes drop every block file from the page
  * cache first (fsync was done at write; posix_fadvise(POSIX_FADV_DONTNEED) on each file, no
  * root needed), so each read comes from the disk; "hot" passes read every file once first so

@@ -1,9 +1,10 @@
 /* pdb_http: libmicrohttpd wrapper (see pdb_http.h). Invariants: a request's context lives from
  * MHD's first access-handler call until its completion notice; bodies never grow past max_body
  * (excess is discarded, then answered 413; a declared Content-Length far past the limit is
- * answered at once); a stream is shared by the producer and the connection and freed when both
- * references are dropped; no wait in here is unbounded without re-checking for a gone client or
- * a stopping server. */
+ * answered at once); a streamed body (body_route) is counted against the same bound and handed to
+ * its sink piece by piece, the sink released exactly once at the request's end; a stream is
+ * shared by the producer and the connection and freed when both references are dropped; no wait
+ * in here is unbounded without re-checking for a gone client or a stopping server. */
 #include "pdb_http.h"
 
 #include <arpa/inet.h>
@@ -37,8 +38,10 @@ struct pdb_http_request {
     struct MHD_Connection *conn;
     const char *method, *url;
     char *body;         /* [cap] */
-    size_t len, cap, discarded;
+    size_t len, cap, discarded; /* len: bytes received (into body, or the sink's) */
     int too_large, answered, started, fd;
+    int streamed, sink_stopped; /* the body goes to sink (body_route) */
+    pdb_http_body_sink sink;
 };
 
 typedef struct pdb_http_chunk {
@@ -295,7 +298,9 @@ const char *pdb_http_request_header(const pdb_http_request *r, const char *name)
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
 }
 const char *pdb_http_request_body(const pdb_http_request *r) { return r->body ? r->body : ""; }
-size_t pdb_http_request_body_len(const pdb_http_request *r) { return r->len; }
+size_t pdb_http_request_body_len(const pdb_http_request *r) { return r->body ? r->len : 0; }
+void *pdb_http_request_sink(const pdb_http_request *r) { return r->streamed ? r->sink.user : NULL; }
+uint64_t pdb_http_request_body_bytes(const pdb_http_request *r) { return r->len; }
 void pdb_http_request_drop_body(pdb_http_request *r) {
     free(r->body);
     r->body = NULL;
@@ -363,6 +368,11 @@ static enum MHD_Result pdb_http_access(void *cls, struct MHD_Connection *conn, c
             uint64_t hard = (uint64_t)srv->o.max_body * 4 + ((uint64_t)1 << 20);
             if (errno || end == cl || v > hard) { pdb_http_respond_too_large(r); return MHD_YES; }
         }
+        if (srv->o.body_route) {
+            pdb_http_body_sink sk = {0};
+            if (srv->o.body_route(srv->o.user, r, &sk) && sk.feed) r->sink = sk, r->streamed = 1;
+            else if (sk.release) sk.release(sk.user);
+        }
         return MHD_YES;
     }
     if (r->answered) { /* answered early (401/413): swallow the rest of the body */
@@ -377,6 +387,11 @@ static enum MHD_Result pdb_http_access(void *cls, struct MHD_Connection *conn, c
             r->too_large = 1;
             r->discarded += n;
             return r->discarded > srv->o.max_body * 4 + ((size_t)1 << 20) ? MHD_NO : MHD_YES;
+        }
+        if (r->streamed) { /* the piece goes to the sink as delivered; nothing is kept here */
+            r->len += n;
+            if (!r->sink_stopped && r->sink.feed(r->sink.user, upload_data, n) != PDB_OK) r->sink_stopped = 1;
+            return MHD_YES;
         }
         if (!pdb_buf_grow(&r->body, &r->cap, r->len + n + 1, srv->o.max_body + 1)) return MHD_NO;
         memcpy(r->body + r->len, upload_data, n);
@@ -398,6 +413,7 @@ static void pdb_http_completed(void *cls, struct MHD_Connection *conn, void **co
     (void)cls; (void)conn; (void)toe;
     pdb_http_request *r = *con_cls;
     if (!r) return;
+    if (r->streamed && r->sink.release) r->sink.release(r->sink.user);
     free(r->body);
     free(r);
     *con_cls = NULL;

@@ -1,7 +1,8 @@
 /* pdb_http: a small HTTP/1.1 server over libmicrohttpd (one thread per connection, so many
  * streaming clients can wait at once). Invariants: the handler is called once per request with
  * the whole body (at most max_body bytes; larger bodies get a 413 OpenAI-style error without
- * reaching the handler); it must answer exactly once, either with pdb_http_respond() or by
+ * reaching the handler), or, on a route the body_route hook streams, after the body went piece by
+ * piece to the request's sink (the same max_body bound and 413; the server holds none of it); it must answer exactly once, either with pdb_http_respond() or by
  * opening a stream; a handler that answers nothing gets a 500. Every endpoint but /health
  * requires "Authorization: Bearer KEY" when an api_key is configured (401 otherwise,
  * constant-time compare). Streams are fed from any thread through a bounded queue; a client that
@@ -28,6 +29,21 @@ typedef struct pdb_http_header { const char *name, *value; } pdb_http_header;
 /* Called on the connection's thread; may block (e.g. waiting for a non-stream answer). */
 typedef void (*pdb_http_handler_fn)(void *user, pdb_http_request *req);
 
+/* A streamed request body. feed: each piece as libmicrohttpd delivers it, on the connection's
+ * thread, before the handler; a nonzero status stops the feeding (the rest of the body is read and
+ * dropped, the handler still runs and finds the failure in its sink). release: exactly once, when
+ * the request ends (after the handler, or without it: 401 / 413 / a client gone mid-body). */
+typedef struct pdb_http_body_sink {
+    pdb_status (*feed)(void *user, const char *data, size_t len);
+    void (*release)(void *user);
+    void *user;
+} pdb_http_body_sink;
+
+/* The per-route choice: called once a request's line and headers are in (after the header bound,
+ * authentication and the Content-Length bound); fill *sink and return 1 to stream the body into
+ * it, 0 to have it buffered whole. May read the method, path and headers. */
+typedef int (*pdb_http_body_route_fn)(void *user, pdb_http_request *req, pdb_http_body_sink *sink);
+
 typedef struct pdb_http_opts {
     const char *host;          /* NULL = "127.0.0.1" (an IPv4 literal or "0.0.0.0") */
     int port;                  /* 0 = ephemeral; see pdb_http_server_port() */
@@ -37,7 +53,8 @@ typedef struct pdb_http_opts {
     unsigned idle_timeout_s;   /* idle keep-alive connections are closed after this; 0 = 300 */
     const char *api_key;       /* NULL or "" = no authentication */
     pdb_http_handler_fn handler;
-    void *user;
+    pdb_http_body_route_fn body_route; /* NULL: every body buffered whole */
+    void *user;                /* of handler and body_route */
 } pdb_http_opts;
 
 pdb_status pdb_http_server_start(const pdb_http_opts *o, pdb_http_server **out);
@@ -52,8 +69,12 @@ void pdb_http_server_stop(pdb_http_server *s);
 const char *pdb_http_request_method(const pdb_http_request *r);
 const char *pdb_http_request_path(const pdb_http_request *r);      /* without the query string */
 const char *pdb_http_request_header(const pdb_http_request *r, const char *name); /* NULL if absent */
-const char *pdb_http_request_body(const pdb_http_request *r);      /* NUL-terminated copy */
-size_t pdb_http_request_body_len(const pdb_http_request *r);
+const char *pdb_http_request_body(const pdb_http_request *r);      /* NUL-terminated copy ("" when streamed) */
+size_t pdb_http_request_body_len(const pdb_http_request *r);        /* 0 when streamed */
+/* A streamed body's sink user (the route gave it), or NULL when the body was buffered. */
+void *pdb_http_request_sink(const pdb_http_request *r);
+/* Bytes of the body received (buffered or streamed). */
+uint64_t pdb_http_request_body_bytes(const pdb_http_request *r);
 /* Free the body once the handler has read what it needs (a long streamed answer then does not
  * hold a multi-megabyte request for its whole life); the body reads as "" (length 0) after. */
 void pdb_http_request_drop_body(pdb_http_request *r);

@@ -125,6 +125,7 @@ typedef struct st_file {
     const uint8_t *data; /* data area [data_len] = map + 8 + header length */
     uint64_t data_len;
     json_t *header;
+    int fd; /* the file, kept open with PDB_ST_KEEP_FD (else -1) */
 } st_file;
 
 struct pdb_st {
@@ -293,6 +294,7 @@ static pdb_status st_add_file(pdb_st *st, const char *path) {
     }
     st_file *f = &st->files[st->nfiles];
     memset(f, 0, sizeof *f);
+    f->fd = -1;
     f->path = str_dup(path);
     if (!f->path) return pdb_err_set(PDB_NOMEM, "%s: out of memory", path);
     st->nfiles++; /* from here pdb_st_close releases whatever f holds */
@@ -334,7 +336,8 @@ static pdb_status st_add_file(pdb_st *st, const char *path) {
     } else {
         void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
         int err = errno;
-        close(fd);
+        if (st->flags & PDB_ST_KEEP_FD) f->fd = fd; /* closed by pdb_st_close */
+        else close(fd);
         if (m == MAP_FAILED) return pdb_err_set(PDB_IO, "%s: mmap of %" PRIu64 " bytes: %s", path, size, strerror(err));
         f->map = m;
         f->map_len = (size_t)size;
@@ -587,6 +590,7 @@ void pdb_st_close(pdb_st *st) {
     for (int i = 0; i < st->nfiles; i++) {
         st_file *f = &st->files[i];
         if (f->map) munmap((void *)f->map, f->map_len);
+        if (f->fd >= 0) close(f->fd);
         json_decref(f->header);
         free(f->path);
     }
@@ -595,6 +599,19 @@ void pdb_st_close(pdb_st *st) {
     free(st->index.slots);
     free(st->root);
     free(st);
+}
+
+pdb_status pdb_st_locate(const pdb_st *st, const pdb_tensor_view *v, int *fd, uint64_t *offset) {
+    for (int i = 0; st && v && i < st->nfiles; i++) {
+        const st_file *f = &st->files[i];
+        const uint8_t *d = v->data;
+        if (f->map && d >= f->map && d + v->nbytes <= f->map + f->map_len) {
+            *fd = f->fd;
+            *offset = (uint64_t)(d - f->map);
+            return PDB_OK;
+        }
+    }
+    return pdb_err_set(PDB_INVALID, "safetensors: tensor %s is in none of the open files", v && v->name ? v->name : "?");
 }
 
 int64_t pdb_st_count(const pdb_st *st) { return st ? st->ntensors : 0; }

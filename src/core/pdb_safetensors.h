@@ -40,8 +40,13 @@ pdb_status pdb_st_open(const char *path, pdb_st **out);
 /* flags: PDB_ST_RESIDENT reads every file into anonymous memory advised for transparent huge
  * pages instead of mapping it (the decoder's weights: no page-cache faults, and a 2 MB page
  * spans 512 of a streamed matrix's 4 KB TLB entries); the views' bytes are the same. */
-enum { PDB_ST_RESIDENT = 1 };
+enum { PDB_ST_RESIDENT = 1, PDB_ST_KEEP_FD = 2 };
+/* PDB_ST_KEEP_FD: a mapped file's descriptor stays open until pdb_st_close, so its bytes can also
+ * be read with pread (into a caller's buffer, no page faults) from the very inode that was mapped. */
 pdb_status pdb_st_open_flags(const char *path, int flags, pdb_st **out);
+/* Where a view's bytes are: the descriptor of its file (-1 unless opened with PDB_ST_KEEP_FD, or
+ * read resident) and their byte offset in it. PDB_INVALID when v is no view of st's files. */
+pdb_status pdb_st_locate(const pdb_st *st, const pdb_tensor_view *v, int *fd, uint64_t *offset);
 /* Whether a file of file_bytes is read resident when available_bytes of memory are free
  * (MemAvailable): it must leave an eighth of them and 1 GiB besides; a file that does not fit is
  * mapped instead, with a warning naming it (a resident copy would be killed for memory, where a

@@ -506,18 +506,45 @@ static void pf_start(pdb_prefill_server *s, pdb_http_request *r, pf_req *q, cons
     pthread_attr_destroy(&at);
 }
 
+/* The body of POST /v1/prefill streams into a pdb_json_ids reader (the route's sink): the server
+ * never holds the body, only the ids (4 B each) and the other members as text. */
+static pdb_status prefill_sink_feed(void *user, const char *data, size_t len) { return pdb_json_ids_reader_feed(user, data, len); }
+static void prefill_sink_release(void *user) { pdb_json_ids_reader_free(user); }
+
+static int body_route(void *user, pdb_http_request *r, pdb_http_body_sink *sink) {
+    pdb_prefill_server *s = user;
+    pdb_json_ids_reader *rd;
+    if (strcmp(pdb_http_request_path(r), "/v1/prefill") || strcmp(pdb_http_request_method(r), "POST")) return 0;
+    if (pdb_json_ids_reader_new("token_ids", s->cfg.vocab_size, &rd)) return 0; /* no memory: buffered whole, as before */
+    *sink = (pdb_http_body_sink){.feed = prefill_sink_feed, .release = prefill_sink_release, .user = rd};
+    return 1;
+}
+
 /* POST /v1/prefill: parse -> find a resumed transfer -> start the streamed job. The token_ids
  * array is read without a JSON tree when it is plain (pdb_json_ids; ~48 bytes per id otherwise),
- * the rest of the body by jansson; any other body is parsed whole, as before. */
+ * the rest of the body by jansson; any other body is parsed whole, as before (from the reader's
+ * stand-in when the body was streamed: the same values, errors at the same line and column). */
 static void handle_prefill(pdb_prefill_server *s, pdb_http_request *r) {
     json_error_t e;
     pdb_json_ids fast;
-    if (pdb_json_ids_scan(pdb_http_request_body(r), pdb_http_request_body_len(r), "token_ids", s->cfg.vocab_size, &fast)) {
+    pdb_json_ids_reader *rd = pdb_http_request_sink(r);
+    pdb_status rs = rd ? pdb_json_ids_reader_finish(rd, &fast)
+                       : pdb_json_ids_scan(pdb_http_request_body(r), pdb_http_request_body_len(r), "token_ids", s->cfg.vocab_size, &fast);
+    if (rs) {
         pdb_http_respond_error(r, 503, "server_error", NULL, NULL, pdb_err_msg());
         return;
     }
-    json_t *j = fast.found ? json_loadb(fast.rest, fast.rest_len, 0, &e)
-                           : json_loadb(pdb_http_request_body(r), pdb_http_request_body_len(r), 0, &e);
+    json_t *j = fast.rest ? json_loadb(fast.rest, fast.rest_len, 0, &e)
+                          : json_loadb(pdb_http_request_body(r), pdb_http_request_body_len(r), 0, &e);
+    if (!j && fast.found) { /* the error at the body's own line and column (the rest lacks the array's lines) */
+        char *t;
+        size_t tl;
+        if (!pdb_json_ids_stand_in(&fast, s->cfg.vocab_size, &t, &tl)) {
+            json_t *k = json_loadb(t, tl, 0, &e);
+            json_decref(k); /* NULL: jansson parses the stand-in iff it parses the rest */
+            free(t);
+        }
+    }
     pdb_http_request_drop_body(r); /* read whole: a 1M-token prefill streams for minutes without it */
     pf_req q = {0};
     pdb_spool_xfer *x = NULL;
@@ -708,7 +735,7 @@ pdb_status pdb_prefill_server_start(const pdb_prefill_server_opts *o, pdb_prefil
                  (long long)s->lim.window_blocks, (unsigned long long)s->lim.window_spill_bytes, (long long)s->lim.block_size);
     pdb_http_opts ho = {.host = o->host, .port = o->port, .api_key = o->api_key, .max_body = (size_t)s->lim.max_body_bytes,
                         .idle_timeout_s = (unsigned)s->lim.http_idle_timeout_s,
-                        .handler = handler, .user = s};
+                        .handler = handler, .body_route = body_route, .user = s};
     if ((st = pdb_http_server_start(&ho, &s->http))) goto fail;
     PDB_INFO("prefill-server: %s on port %d, backend %s x%d, decoder %s (fingerprint %.16s..., scheme %s), spill %s (at most %llu MB)",
              o->model_dir, pdb_http_server_port(s->http), s->backend, s->n_engines, o->decoder_dir, s->fp_hex, s->scheme,

@@ -47,8 +47,9 @@ pdb_status pdb_block_write(const pdb_store_io *io, const char *dir_path, const p
                            const void *const *pool_data, int *published, uint64_t *file_bytes);
 
 /* Verify the file at path against id and layout. full != 0 also checks the checksum; with
- * pool_out != NULL (requires full) the pools are copied out while being hashed (the copies are
- * only meaningful when PDB_OK is returned).
+ * pool_out != NULL (requires full) the pools are read into pool_out while being hashed: read()
+ * from the same open file in large pieces, each hashed while in cache, the file read ahead by the
+ * kernel meanwhile (the copies are only meaningful when PDB_OK is returned).
  * Returns PDB_OK, PDB_NOT_FOUND (no file), PDB_CORRUPT (bad content; the message says why),
  * or another status for transient failures (PDB_IO, PDB_NOMEM).
  * *file_bytes, *dev, *ino (each may be NULL) describe the file that was examined. */
