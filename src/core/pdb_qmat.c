@@ -391,8 +391,8 @@ __attribute__((target("avx512f"))) static void rows_tokens_avx512(const float *c
  * The kernels run over a range of blocks [b0, b1) and carry their accumulators in acc
  * ([token][row][low, high]), so long rows go in chunks with the same additions in the same order.
  *
- * The fast kernels take each block's scale from a small table built per chunk, sct[(b - b0) * 4
- * + i] for row i, and read it with a broadcast load.
+ * The fast kernels take each block's scale from a small table built per chunk, sct[i *
+ * QM_CHUNK_BLOCKS + (b - b0)] for row i, and read it with a broadcast load.
  *
  * MXFP8: the scale is a power of two 2^(e-127) (e8m0 exponent e), and e4m3x16_raw gives each value
  * times 2^-120. raw * 2^(e-7) is one IEEE rounding of the real number value * 2^(e-127), which is
@@ -468,14 +468,14 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     __m512 lo[2][4], hi[2][4];
     acc_get(acc, nt, lo, hi);
-    for (int64_t b = b0; b < b1; b++, sct += 4) {
+    for (int64_t b = b0; b < b1; b++, sct++) {
         __m512 x0[2], x1[2];
         PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
-            __m512 sc = _mm512_set1_ps(sct[i]);
+            __m512 sc = _mm512_set1_ps(sct[i * QM_CHUNK_BLOCKS]);
             __m512 w0 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32), sc), w1 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32 + 16), sc);
             PDB_QM_UNROLL
             for (int t = 0; t < nt; t++) {
@@ -524,14 +524,14 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void fu
     const __m512i m = _mm512_set1_epi32((int)0x87F00000u);
     __m512 ev[2][4], od[2][4];
     acc_get(acc, nt, ev, od);
-    for (int64_t b = b0; b < b1; b++, sct += 4) {
+    for (int64_t b = b0; b < b1; b++, sct++) {
         __m512 xe[2], xo[2];
         PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
-            __m512 sc = _mm512_set1_ps(sct[i]);
+            __m512 sc = _mm512_set1_ps(sct[i * QM_CHUNK_BLOCKS]);
             __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q[i] + b * 32)));
             __m512 we = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), m)), sc);
             __m512 wo = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 4), m)), sc);
@@ -622,41 +622,34 @@ __attribute__((target("avx512f"))) static void rearrange_x(const float *x, int64
     }
 }
 
-/* The MXFP8 scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i] = 2^(e-7) (the
- * rebias fold); it returns 0 when some e exceeds QM_FAST_MAX_E (the table is then unusable). 16
- * blocks of a row at a time, then a 4 x 16 transpose into the kernels' order; a scalar loop only
- * for chunks under 16 blocks (rows under 512 wide). (MXFP4 needs no table: its kernel indexes
+/* The MXFP8 scale table of blocks [b0, b1) of four rows, row by row: sct[i * QM_CHUNK_BLOCKS + (b -
+ * b0)] = 2^(e-7) (the rebias fold), so a kernel reads row i's scale at a constant offset from one
+ * pointer; it returns 0 when some e exceeds QM_FAST_MAX_E (the table is then unusable). 16 blocks
+ * at a time (a last partial 16 overlaps the one before: the same values), a scalar loop only for
+ * chunks under 16 blocks (rows under 512 wide). (MXFP4 needs no table: its kernel indexes
  * lut_e2m1_scaled with the scale bytes.) */
 __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, float *sct) {
-    const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E);
-    const __m512i t01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i t23 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E), bias = _mm512_set1_epi32(120);
+    int64_t n = b1 - b0;
     __mmask16 over = 0;
-    int64_t b = b0;
-    for (; b1 - b0 >= 16 && b < b1; b += 16) { /* a last partial 16 overlaps the one before (same values) */
-        if (b + 16 > b1) b = b1 - 16;
-        __m512i u[4];
-        for (int i = 0; i < 4; i++) {
-            __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s[i] + b)));
-            over |= _mm512_cmpgt_epi32_mask(e, big);
-            u[i] = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23);
-        }
-        /* rows (0,1) and (2,3) interleaved per block, then the two pairs per block */
-        __m512i a01l = _mm512_permutex2var_epi32(u[0], t01, u[1]), a01h = _mm512_permutex2var_epi32(u[0], t23, u[1]);
-        __m512i a23l = _mm512_permutex2var_epi32(u[2], t01, u[3]), a23h = _mm512_permutex2var_epi32(u[2], t23, u[3]);
-        float *o = sct + (b - b0) * 4;
-        _mm512_storeu_si512(o, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01l), _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), _mm512_castsi512_pd(a23l))));
-        _mm512_storeu_si512(o + 16, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01l), _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), _mm512_castsi512_pd(a23l))));
-        _mm512_storeu_si512(o + 32, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01h), _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), _mm512_castsi512_pd(a23h))));
-        _mm512_storeu_si512(o + 48, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01h), _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), _mm512_castsi512_pd(a23h))));
-    }
     int tail_over = 0;
-    for (; b < b1; b++)
-        for (int i = 0; i < 4; i++) {
-            uint32_t e = s[i][b], u = (e + 120u) << 23;
-            tail_over |= e > QM_FAST_MAX_E;
-            memcpy(&sct[(b - b0) * 4 + i], &u, 4);
-        }
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *si = s[i] + b0;
+        float *o = sct + i * QM_CHUNK_BLOCKS;
+        if (n >= 16)
+            for (int64_t k = 0; k < n; k += 16) {
+                if (k + 16 > n) k = n - 16;
+                __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(si + k)));
+                over |= _mm512_cmpgt_epi32_mask(e, big);
+                _mm512_storeu_si512(o + k, _mm512_slli_epi32(_mm512_add_epi32(e, bias), 23));
+            }
+        else
+            for (int64_t k = 0; k < n; k++) {
+                uint32_t e = si[k], u = (e + 120u) << 23;
+                tail_over |= e > QM_FAST_MAX_E;
+                memcpy(&o[k], &u, 4);
+            }
+    }
     return !over && !tail_over;
 }
 
