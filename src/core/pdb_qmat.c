@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "pdb_dtype.h"
+#include "pdb_qmat_avx2.h"
 #include "pdb_qmat_neon.h"
 
 /* ---- dequantization ------------------------------------------------------------------------ */
@@ -150,6 +151,9 @@ void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out) {
 #endif
 #if PDB_QMAT_HAVE_NEON
     if (w->fmt != PDB_QF_F32 && isa_get() == PDB_ISA_NEON && pdb_qmat_neon_row(w, r, out)) return;
+#endif
+#if PDB_QMAT_HAVE_AVX2
+    if (w->fmt != PDB_QF_F32 && isa_get() == PDB_ISA_AVX2 && pdb_qmat_avx2_row(w, r, out)) return;
 #endif
     switch (w->fmt) {
     case PDB_QF_F32:
@@ -1017,10 +1021,10 @@ enum { QM_BLOCK_ROWS = 16 }; /* rows dequantized together for T >= 3 tokens (16 
 
 static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
 
-static int job_fused(const pdb_qmat_job *j) { /* the decode kernels (AVX-512: four rows at a time; NEON: one) */
+static int job_fused(const pdb_qmat_job *j) { /* the decode kernels (AVX-512: four rows at a time; AVX2: two; NEON: one) */
     pdb_qfmt f = j->w->fmt;
     pdb_qmat_isa i = isa_get();
-    return (i == PDB_ISA_AVX512 || i == PDB_ISA_NEON) && f != PDB_QF_F32 && j->n <= 2 && j->w->cols % 32 == 0;
+    return (i == PDB_ISA_AVX512 || i == PDB_ISA_AVX2 || i == PDB_ISA_NEON) && f != PDB_QF_F32 && j->n <= 2 && j->w->cols % 32 == 0;
 }
 
 static int has_bw(void);
@@ -1047,8 +1051,14 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
         return;
     }
 #endif
+#if PDB_QMAT_HAVE_AVX2
+    if (job_fused(j) && isa_get() == PDB_ISA_AVX2) {
+        pdb_qmat_avx2_rows(w, r0, r1, x, ldx, T, y, ldy);
+        return;
+    }
+#endif
 #if PDB_QMAT_X86
-    if (job_fused(j)) {
+    if (job_fused(j)) { /* AVX-512 */
         const float *xd = NULL; /* the tokens rearranged per 32-block (MXFP4, and MXFP8 with AVX512BW) */
         int layout = w->fmt == PDB_QF_MXFP4 ? QM_X_NIB : QM_X_EVOD;
         if (w->fmt == PDB_QF_MXFP4 || (w->fmt == PDB_QF_MXFP8 && has_bw())) {
