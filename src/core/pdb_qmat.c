@@ -409,7 +409,7 @@ __attribute__((target("avx512f"))) static void rows_tokens_avx512(const float *c
  * 8d + c, in bits 3..0 (the permute ignores the bits above), and 16 bits further right nibble
  * c + 4, element 8d + c + 4: two shifts and two permutes per 32 weights, no widening. x is
  * rearranged the same way once per block (nib_x); each lane still takes one fixed k mod 32 in k
- * order, and the lanes are put back in dot_avx512's positions (fold4_nib) before the fold.
+ * order, and fold4_nib folds the lanes where they lie, in fold32's pairs.
  *
  * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead) into L1: a
  * group reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
@@ -556,27 +556,39 @@ __attribute__((target("avx512f,avx512bw"))) static void k_mx8_evod_t2(const uint
     fused4_mxfp8_evod(q, sc, b0, b1, xd, ldx, 2, pf, acc);
 }
 
-/* Accumulator pairs (a, b) of a lane layout back in dot_avx512's positions (low, high), then the
- * fold: low lane p = lane il0[p] of a:b (>= 16: of b), high lane p = il1[p]. */
-__attribute__((target("avx512f"))) static void fold4_perm(const __m512 *ab, __m512i il0, __m512i il1, float *out) {
-    __m512 lo[4], hi[4];
-    for (int i = 0; i < 4; i++) {
-        lo[i] = _mm512_permutex2var_ps(ab[2 * i], il0, ab[2 * i + 1]);
-        hi[i] = _mm512_permutex2var_ps(ab[2 * i], il1, ab[2 * i + 1]);
-    }
-    fold4_avx512(lo, hi, out);
+/* The two layouts' folds in place (D37): the lanes need not be put back in dot_avx512's positions
+ * first, because fold32's pairs (lane i with lane i + half, the lower the first operand) can be
+ * added where they lie: the same additions of the same values, so the same bits as fold32.
+ * Even/odd (MXFP8 with BW; element 2p in lane p of a, 2p + 1 in lane p of b): fold32's first four
+ * steps pair element 2p with 2p + 16, 2p + 8, 2p + 4, 2p + 2, i.e. lane p of a with lane p + 8,
+ * + 4, + 2, + 1 of a (and the same for b), and the last step adds a's result and b's. */
+__attribute__((target("avx512f"), always_inline)) static inline __m128 fold16_avx512(__m512 v) { /* lane p + lane p + 8, + 4, + 2, + 1 */
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
 }
 
-/* the even/odd accumulators (MXFP8 with BW): element 2p in lane p of a, 2p + 1 in lane p of b */
 __attribute__((target("avx512f"))) static void fold4_evod(const __m512 *ev_od, float *out) {
-    fold4_perm(ev_od, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
-               _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), out);
+    for (int i = 0; i < 4; i++) out[i] = _mm_cvtss_f32(_mm_add_ss(fold16_avx512(ev_od[2 * i]), fold16_avx512(ev_od[2 * i + 1])));
 }
 
-/* the nibble-layout accumulators (MXFP4): element 8(j % 4) + j / 4 in lane j of a, that + 4 in b */
+/* Nibble layout (MXFP4; element 8d + c in lane 4c + d of a, 8d + c + 4 in that lane of b): fold32's
+ * first step pairs element 8d + c with 8(d + 2) + c (lane 4c + d with 4c + d + 2, d < 2), the
+ * second 8 * 0 + c with 8 + c (lane 4c with 4c + 1): within each 128-bit lane; the third element
+ * c with c + 4 (lane 4c of a with lane 4c of b), the fourth 0 with 2 and 1 with 3 (lane 0 with 8,
+ * 4 with 12), the last 0 with 1 (lane 0 with 4). */
 __attribute__((target("avx512f"))) static void fold4_nib(const __m512 *ab, float *out) {
-    fold4_perm(ab, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29),
-               _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31), out);
+    for (int i = 0; i < 4; i++) {
+        __m512 a = ab[2 * i], b = ab[2 * i + 1];
+        a = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(3, 2, 3, 2))); /* lane 4c + d += lane 4c + d + 2 */
+        b = _mm512_add_ps(b, _mm512_permute_ps(b, _MM_SHUFFLE(3, 2, 3, 2)));
+        a = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(1, 1, 1, 1))); /* lane 4c += lane 4c + 1 */
+        b = _mm512_add_ps(b, _mm512_permute_ps(b, _MM_SHUFFLE(1, 1, 1, 1)));
+        __m512 d = _mm512_add_ps(a, b);                                      /* element c + element c + 4 */
+        __m256 h = _mm256_add_ps(_mm512_castps512_ps256(d), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+        out[i] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
 }
 
 /* the same lanes moved, in the accumulators (a chunk of a long MXFP8 row that needs the general form) */
