@@ -1,7 +1,8 @@
 /* pdb_qmat: row dequantization (exact) and the fixed-order dot product in scalar, AVX2+FMA and
- * AVX-512 forms (NEON: pdb_qmat_neon.c), plus the threaded matmul that splits work over output
- * rows (one pool run for one matrix or, in pdb_qmat_matmul_multi, for several), with the decode
- * kernels for T <= 2 tokens and the multi-row form for T >= 3 (AVX-512). The x86 kernels
+ * AVX-512 forms (NEON: pdb_qmat_neon.c; the AVX2 decode kernels and row dequantization:
+ * pdb_qmat_avx2.c), plus the threaded matmul that splits work over output rows (one pool run for
+ * one matrix or, in pdb_qmat_matmul_multi, for several), with the decode kernels for T <= 2
+ * tokens and the multi-row form for T >= 3 (AVX-512). The x86 kernels
  * are compiled only for x86-64 (PDB_QMAT_X86); on other CPUs the dispatch below never names them. */
 #include "pdb_qmat.h"
 
