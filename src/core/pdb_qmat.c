@@ -1,7 +1,8 @@
 /* pdb_qmat: row dequantization (exact) and the fixed-order dot product in scalar, AVX2+FMA and
- * AVX-512 forms (NEON: pdb_qmat_neon.c), plus the threaded matmul that splits work over output
- * rows (one pool run for one matrix or, in pdb_qmat_matmul_multi, for several), with the decode
- * kernels for T <= 2 tokens and the multi-row form for T >= 3 (AVX-512). The x86 kernels
+ * AVX-512 forms (NEON: pdb_qmat_neon.c; the AVX2 decode kernels and row dequantization:
+ * pdb_qmat_avx2.c), plus the threaded matmul that splits work over output rows (one pool run for
+ * one matrix or, in pdb_qmat_matmul_multi, for several), with the decode kernels for T <= 2
+ * tokens and the multi-row form for T >= 3 (AVX-512). The x86 kernels
  * are compiled only for x86-64 (PDB_QMAT_X86); on other CPUs the dispatch below never names them. */
 #include "pdb_qmat.h"
 
@@ -15,16 +16,13 @@
 #include <string.h>
 
 #include "pdb_dtype.h"
+#include "pdb_qmat_avx2.h"
 #include "pdb_qmat_neon.h"
 
 /* ---- dequantization ------------------------------------------------------------------------ */
 
 static float lut_e4m3[256];
 static float lut_e2m1[16];
-/* lut_e2m1_scaled[e] = the 16 e2m1 values times the e8m0 scale e, each one IEEE multiply (what
- * a vector multiply of the table by the broadcast scale gives): the MXFP4 decode kernel loads its
- * block's scaled table from here instead of multiplying (16 KB; trained weights use a few rows) */
-static _Alignas(64) float lut_e2m1_scaled[256][16];
 static int lut_ready;
 
 static inline float e8m0_f32(uint8_t e) { /* == pdb_e8m0_to_f32, inlined for the kernels */
@@ -38,8 +36,6 @@ static void lut_init(void) {
     if (__atomic_load_n(&lut_ready, __ATOMIC_ACQUIRE)) return;
     for (int i = 0; i < 256; i++) lut_e4m3[i] = pdb_e4m3_to_f32((uint8_t)i);
     for (int i = 0; i < 16; i++) lut_e2m1[i] = pdb_e2m1_to_f32((uint8_t)i);
-    for (int e = 0; e < 256; e++)
-        for (int i = 0; i < 16; i++) lut_e2m1_scaled[e][i] = lut_e2m1[i] * e8m0_f32((uint8_t)e);
     __atomic_store_n(&lut_ready, 1, __ATOMIC_RELEASE);
 }
 
@@ -156,6 +152,9 @@ void pdb_qmat_row_f32(const pdb_qmat *w, int64_t r, float *out) {
 #endif
 #if PDB_QMAT_HAVE_NEON
     if (w->fmt != PDB_QF_F32 && isa_get() == PDB_ISA_NEON && pdb_qmat_neon_row(w, r, out)) return;
+#endif
+#if PDB_QMAT_HAVE_AVX2
+    if (w->fmt != PDB_QF_F32 && isa_get() == PDB_ISA_AVX2 && pdb_qmat_avx2_row(w, r, out)) return;
 #endif
     switch (w->fmt) {
     case PDB_QF_F32:
@@ -391,8 +390,8 @@ __attribute__((target("avx512f"))) static void rows_tokens_avx512(const float *c
  * The kernels run over a range of blocks [b0, b1) and carry their accumulators in acc
  * ([token][row][low, high]), so long rows go in chunks with the same additions in the same order.
  *
- * The fast kernels take each block's scale from a small table built per chunk, sct[(b - b0) * 4
- * + i] for row i, and read it with a broadcast load.
+ * The fast kernels take each block's scale from a small table built per chunk, sct[i *
+ * QM_CHUNK_BLOCKS + (b - b0)] for row i, and read it with a broadcast load.
  *
  * MXFP8: the scale is a power of two 2^(e-127) (e8m0 exponent e), and e4m3x16_raw gives each value
  * times 2^-120. raw * 2^(e-7) is one IEEE rounding of the real number value * 2^(e-127), which is
@@ -403,14 +402,15 @@ __attribute__((target("avx512f"))) static void rows_tokens_avx512(const float *c
  * form.
  *
  * MXFP4: the 16 e2m1 values times the block scale are looked up directly (a permute of the scaled
- * table, lut_e2m1_scaled[scale]): an elementwise product commutes with a permutation, so each
- * weight is the same rounding of the same product as dequantize-then-scale, for every scale. The
+ * table, one multiply of the 16 values by the block's scale per row and block, the scale read from
+ * a per-chunk f32 table, scale_table_e8m0): an elementwise product commutes with a permutation, so
+ * each weight is the same rounding of the same product as dequantize-then-scale, for every scale. The
  * index vectors come from the block's 16 bytes broadcast to the four 128-bit lanes: lane j (dword
  * d = j % 4 of the block, copy c = j / 4) shifted right by 4c holds nibble c of dword d, element
  * 8d + c, in bits 3..0 (the permute ignores the bits above), and 16 bits further right nibble
  * c + 4, element 8d + c + 4: two shifts and two permutes per 32 weights, no widening. x is
  * rearranged the same way once per block (nib_x); each lane still takes one fixed k mod 32 in k
- * order, and the lanes are put back in dot_avx512's positions (fold4_nib) before the fold.
+ * order, and fold4_nib folds the lanes where they lie, in fold32's pairs.
  *
  * The fast kernels also prefetch the same bytes of the next four rows (pf bytes ahead) into L1: a
  * group reads four short streams (one row each, 2 KB for a 2048-wide MXFP8 row) that the hardware
@@ -468,14 +468,14 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
         int64_t b0, int64_t b1, const float *x, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     __m512 lo[2][4], hi[2][4];
     acc_get(acc, nt, lo, hi);
-    for (int64_t b = b0; b < b1; b++, sct += 4) {
+    for (int64_t b = b0; b < b1; b++, sct++) {
         __m512 x0[2], x1[2];
         PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) x0[t] = _mm512_loadu_ps(x + t * ldx + b * 32), x1[t] = _mm512_loadu_ps(x + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
-            __m512 sc = _mm512_set1_ps(sct[i]);
+            __m512 sc = _mm512_set1_ps(sct[i * QM_CHUNK_BLOCKS]);
             __m512 w0 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32), sc), w1 = _mm512_mul_ps(e4m3x16_raw(q[i] + b * 32 + 16), sc);
             PDB_QM_UNROLL
             for (int t = 0; t < nt; t++) {
@@ -487,21 +487,24 @@ __attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp
     acc_put(acc, nt, lo, hi);
 }
 
-/* s: the four rows' e8m0 scales; each block's scaled table is lut_e2m1_scaled[s[i][b]] (the
- * index arithmetic runs on the scalar ports, which the vector loop leaves idle) */
-__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp4_fast(const uint8_t *const *q, const uint8_t *const *s,
+/* sct: the four rows' block scales as f32 (scale_table_e8m0); each block's scaled table is the 16
+ * e2m1 values times the broadcast scale, one vector multiply (until D37 the kernel loaded a
+ * precomputed 256 x 16 table indexed by the scale byte instead: a load that waited on the byte's
+ * load, 6-13% slower on this Zen 5 VM; the products are the same IEEE multiplies) */
+__attribute__((target("avx512f"), always_inline)) static inline void fused4_mxfp4_fast(const uint8_t *const *q, const float *sct,
         int64_t b0, int64_t b1, const float *xd, int64_t ldx, int nt, int64_t pf, qm_acc *acc) {
     const __m512i sh = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12);
+    const __m512 lut = _mm512_loadu_ps(lut_e2m1);
     __m512 ev[2][4], od[2][4];
     acc_get(acc, nt, ev, od);
-    for (int64_t b = b0; b < b1; b++) {
+    for (int64_t b = b0; b < b1; b++, sct++) {
         __m512 xe[2], xo[2];
         PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf && !(b & 1)) _mm_prefetch((const char *)q[i] + b * 16 + pf, _MM_HINT_T0);
-            __m512 ls = _mm512_load_ps(lut_e2m1_scaled[s[i][b]]);
+            __m512 ls = _mm512_mul_ps(lut, _mm512_set1_ps(sct[i * QM_CHUNK_BLOCKS]));
             __m512i v = _mm512_srlv_epi32(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(q[i] + b * 16))), sh);
             __m512 we = _mm512_permutexvar_ps(v, ls), wo = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), ls); /* index bits 3..0 */
             PDB_QM_UNROLL
@@ -524,14 +527,14 @@ __attribute__((target("avx512f,avx512bw"), always_inline)) static inline void fu
     const __m512i m = _mm512_set1_epi32((int)0x87F00000u);
     __m512 ev[2][4], od[2][4];
     acc_get(acc, nt, ev, od);
-    for (int64_t b = b0; b < b1; b++, sct += 4) {
+    for (int64_t b = b0; b < b1; b++, sct++) {
         __m512 xe[2], xo[2];
         PDB_QM_UNROLL
         for (int t = 0; t < nt; t++) xe[t] = _mm512_loadu_ps(xd + t * ldx + b * 32), xo[t] = _mm512_loadu_ps(xd + t * ldx + b * 32 + 16);
         PDB_QM_UNROLL
         for (int i = 0; i < 4; i++) {
             if (pf) _mm_prefetch((const char *)q[i] + b * 32 + pf, _MM_HINT_T0);
-            __m512 sc = _mm512_set1_ps(sct[i]);
+            __m512 sc = _mm512_set1_ps(sct[i * QM_CHUNK_BLOCKS]);
             __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(q[i] + b * 32)));
             __m512 we = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), m)), sc);
             __m512 wo = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 4), m)), sc);
@@ -554,27 +557,39 @@ __attribute__((target("avx512f,avx512bw"))) static void k_mx8_evod_t2(const uint
     fused4_mxfp8_evod(q, sc, b0, b1, xd, ldx, 2, pf, acc);
 }
 
-/* Accumulator pairs (a, b) of a lane layout back in dot_avx512's positions (low, high), then the
- * fold: low lane p = lane il0[p] of a:b (>= 16: of b), high lane p = il1[p]. */
-__attribute__((target("avx512f"))) static void fold4_perm(const __m512 *ab, __m512i il0, __m512i il1, float *out) {
-    __m512 lo[4], hi[4];
-    for (int i = 0; i < 4; i++) {
-        lo[i] = _mm512_permutex2var_ps(ab[2 * i], il0, ab[2 * i + 1]);
-        hi[i] = _mm512_permutex2var_ps(ab[2 * i], il1, ab[2 * i + 1]);
-    }
-    fold4_avx512(lo, hi, out);
+/* The two layouts' folds in place (D37): the lanes need not be put back in dot_avx512's positions
+ * first, because fold32's pairs (lane i with lane i + half, the lower the first operand) can be
+ * added where they lie: the same additions of the same values, so the same bits as fold32.
+ * Even/odd (MXFP8 with BW; element 2p in lane p of a, 2p + 1 in lane p of b): fold32's first four
+ * steps pair element 2p with 2p + 16, 2p + 8, 2p + 4, 2p + 2, i.e. lane p of a with lane p + 8,
+ * + 4, + 2, + 1 of a (and the same for b), and the last step adds a's result and b's. */
+__attribute__((target("avx512f"), always_inline)) static inline __m128 fold16_avx512(__m512 v) { /* lane p + lane p + 8, + 4, + 2, + 1 */
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    return _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
 }
 
-/* the even/odd accumulators (MXFP8 with BW): element 2p in lane p of a, 2p + 1 in lane p of b */
 __attribute__((target("avx512f"))) static void fold4_evod(const __m512 *ev_od, float *out) {
-    fold4_perm(ev_od, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23),
-               _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), out);
+    for (int i = 0; i < 4; i++) out[i] = _mm_cvtss_f32(_mm_add_ss(fold16_avx512(ev_od[2 * i]), fold16_avx512(ev_od[2 * i + 1])));
 }
 
-/* the nibble-layout accumulators (MXFP4): element 8(j % 4) + j / 4 in lane j of a, that + 4 in b */
+/* Nibble layout (MXFP4; element 8d + c in lane 4c + d of a, 8d + c + 4 in that lane of b): fold32's
+ * first step pairs element 8d + c with 8(d + 2) + c (lane 4c + d with 4c + d + 2, d < 2), the
+ * second 8 * 0 + c with 8 + c (lane 4c with 4c + 1): within each 128-bit lane; the third element
+ * c with c + 4 (lane 4c of a with lane 4c of b), the fourth 0 with 2 and 1 with 3 (lane 0 with 8,
+ * 4 with 12), the last 0 with 1 (lane 0 with 4). */
 __attribute__((target("avx512f"))) static void fold4_nib(const __m512 *ab, float *out) {
-    fold4_perm(ab, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29),
-               _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31), out);
+    for (int i = 0; i < 4; i++) {
+        __m512 a = ab[2 * i], b = ab[2 * i + 1];
+        a = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(3, 2, 3, 2))); /* lane 4c + d += lane 4c + d + 2 */
+        b = _mm512_add_ps(b, _mm512_permute_ps(b, _MM_SHUFFLE(3, 2, 3, 2)));
+        a = _mm512_add_ps(a, _mm512_permute_ps(a, _MM_SHUFFLE(1, 1, 1, 1))); /* lane 4c += lane 4c + 1 */
+        b = _mm512_add_ps(b, _mm512_permute_ps(b, _MM_SHUFFLE(1, 1, 1, 1)));
+        __m512 d = _mm512_add_ps(a, b);                                      /* element c + element c + 4 */
+        __m256 h = _mm256_add_ps(_mm512_castps512_ps256(d), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+        out[i] = _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    }
 }
 
 /* the same lanes moved, in the accumulators (a chunk of a long MXFP8 row that needs the general form) */
@@ -597,8 +612,8 @@ __attribute__((target("avx512f"))) static void evod_to_lohi(qm_acc *acc) {
     }
 PDB_QM_KERNEL(k_mx8_fast_t1, float, fused4_mxfp8_fast(q, sc, b0, b1, x, ldx, 1, pf, acc))
 PDB_QM_KERNEL(k_mx8_fast_t2, float, fused4_mxfp8_fast(q, sc, b0, b1, x, ldx, 2, pf, acc))
-PDB_QM_KERNEL(k_mx4_fast_t1, uint8_t *const, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 1, pf, acc))
-PDB_QM_KERNEL(k_mx4_fast_t2, uint8_t *const, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 2, pf, acc))
+PDB_QM_KERNEL(k_mx4_fast_t1, float, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 1, pf, acc))
+PDB_QM_KERNEL(k_mx4_fast_t2, float, fused4_mxfp4_fast(q, sc, b0, b1, x, ldx, 2, pf, acc))
 PDB_QM_KERNEL(k_mx8_gen_t1, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 1, 0, acc))
 PDB_QM_KERNEL(k_mx8_gen_t2, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 2, 0, acc))
 PDB_QM_KERNEL(k_mx8_gen_nan_t1, uint8_t *const, fused4_mxfp8_general(q, sc, b0, b1, x, ldx, 1, 1, acc))
@@ -622,42 +637,55 @@ __attribute__((target("avx512f"))) static void rearrange_x(const float *x, int64
     }
 }
 
-/* The MXFP8 scale table of blocks [b0, b1) of four rows, sct[(b - b0) * 4 + i] = 2^(e-7) (the
- * rebias fold); it returns 0 when some e exceeds QM_FAST_MAX_E (the table is then unusable). 16
- * blocks of a row at a time, then a 4 x 16 transpose into the kernels' order; a scalar loop only
- * for chunks under 16 blocks (rows under 512 wide). (MXFP4 needs no table: its kernel indexes
- * lut_e2m1_scaled with the scale bytes.) */
+/* The MXFP8 scale table of blocks [b0, b1) of four rows, row by row: sct[i * QM_CHUNK_BLOCKS + (b -
+ * b0)] = 2^(e-7) (the rebias fold), so a kernel reads row i's scale at a constant offset from one
+ * pointer; it returns 0 when some e exceeds QM_FAST_MAX_E (the table is then unusable). 16 blocks
+ * at a time (a last partial 16 overlaps the one before: the same values), a scalar loop only for
+ * chunks under 16 blocks (rows under 512 wide). (MXFP4: scale_table_e8m0 below.) */
 __attribute__((target("avx512f"))) static int scale_table(const uint8_t *const *s, int64_t b0, int64_t b1, float *sct) {
-    const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E);
-    const __m512i t01 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i t23 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512i big = _mm512_set1_epi32(QM_FAST_MAX_E), bias = _mm512_set1_epi32(120);
+    int64_t n = b1 - b0;
     __mmask16 over = 0;
-    int64_t b = b0;
-    for (; b1 - b0 >= 16 && b < b1; b += 16) { /* a last partial 16 overlaps the one before (same values) */
-        if (b + 16 > b1) b = b1 - 16;
-        __m512i u[4];
-        for (int i = 0; i < 4; i++) {
-            __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s[i] + b)));
-            over |= _mm512_cmpgt_epi32_mask(e, big);
-            u[i] = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(120)), 23);
-        }
-        /* rows (0,1) and (2,3) interleaved per block, then the two pairs per block */
-        __m512i a01l = _mm512_permutex2var_epi32(u[0], t01, u[1]), a01h = _mm512_permutex2var_epi32(u[0], t23, u[1]);
-        __m512i a23l = _mm512_permutex2var_epi32(u[2], t01, u[3]), a23h = _mm512_permutex2var_epi32(u[2], t23, u[3]);
-        float *o = sct + (b - b0) * 4;
-        _mm512_storeu_si512(o, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01l), _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), _mm512_castsi512_pd(a23l))));
-        _mm512_storeu_si512(o + 16, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01l), _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), _mm512_castsi512_pd(a23l))));
-        _mm512_storeu_si512(o + 32, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01h), _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), _mm512_castsi512_pd(a23h))));
-        _mm512_storeu_si512(o + 48, _mm512_castpd_si512(_mm512_permutex2var_pd(_mm512_castsi512_pd(a01h), _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15), _mm512_castsi512_pd(a23h))));
-    }
     int tail_over = 0;
-    for (; b < b1; b++)
-        for (int i = 0; i < 4; i++) {
-            uint32_t e = s[i][b], u = (e + 120u) << 23;
-            tail_over |= e > QM_FAST_MAX_E;
-            memcpy(&sct[(b - b0) * 4 + i], &u, 4);
-        }
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *si = s[i] + b0;
+        float *o = sct + i * QM_CHUNK_BLOCKS;
+        if (n >= 16)
+            for (int64_t k = 0; k < n; k += 16) {
+                if (k + 16 > n) k = n - 16;
+                __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(si + k)));
+                over |= _mm512_cmpgt_epi32_mask(e, big);
+                _mm512_storeu_si512(o + k, _mm512_slli_epi32(_mm512_add_epi32(e, bias), 23));
+            }
+        else
+            for (int64_t k = 0; k < n; k++) {
+                uint32_t e = si[k], u = (e + 120u) << 23;
+                tail_over |= e > QM_FAST_MAX_E;
+                memcpy(&o[k], &u, 4);
+            }
+    }
     return !over && !tail_over;
+}
+
+/* The MXFP4 kernels' scale table, laid out as scale_table's: sct[i * QM_CHUNK_BLOCKS + (b - b0)] =
+ * the e8m0 scale of row i, block b, as an f32 (e8m0_f32: 2^-127 for 0, NaN for 0xFF), exact. */
+__attribute__((target("avx512f"))) static void scale_table_e8m0(const uint8_t *const *s, int64_t b0, int64_t b1, float *sct) {
+    const __m512i zero = _mm512_setzero_si512(), ff = _mm512_set1_epi32(0xFF);
+    int64_t n = b1 - b0;
+    for (int i = 0; i < 4; i++) {
+        const uint8_t *si = s[i] + b0;
+        float *o = sct + i * QM_CHUNK_BLOCKS;
+        if (n >= 16)
+            for (int64_t k = 0; k < n; k += 16) {
+                if (k + 16 > n) k = n - 16;
+                __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(si + k))), u = _mm512_slli_epi32(e, 23);
+                u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, zero), _mm512_set1_epi32(0x00400000));
+                u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, ff), _mm512_set1_epi32(0x7FC00000));
+                _mm512_storeu_si512(o + k, u);
+            }
+        else
+            for (int64_t k = 0; k < n; k++) o[k] = e8m0_f32(si[k]);
+    }
 }
 
 /* Four MXFP8 / MXFP4 rows r0.. against T <= 2 tokens: y[t * ldy + r0 + i]. x is the matmul's x
@@ -731,7 +759,8 @@ __attribute__((target("avx512f"))) static void fused4_rows(const pdb_qmat *w, in
     for (int64_t b0 = 0; b0 < nb; b0 += QM_CHUNK_BLOCKS) {
         int64_t b1 = b0 + QM_CHUNK_BLOCKS < nb ? b0 + QM_CHUNK_BLOCKS : nb;
         if (!mx8) {
-            (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, s, b0, b1, xd, C, pf, &acc);
+            scale_table_e8m0(s, b0, b1, sct);
+            (T == 2 ? k_mx4_fast_t2 : k_mx4_fast_t1)(q, sct, b0, b1, xd, C, pf, &acc);
         } else if (w->nan_free && scale_table(s, b0, b1, sct)) {
             if (mx8_evod) (T == 2 ? k_mx8_evod_t2 : k_mx8_evod_t1)(q, sct, b0, b1, xd, C, pf, &acc), evod = 1;
             else (T == 2 ? k_mx8_fast_t2 : k_mx8_fast_t1)(q, sct, b0, b1, x, ldx, pf, &acc);
@@ -1005,10 +1034,10 @@ enum { QM_BLOCK_ROWS = 16 }; /* rows dequantized together for T >= 3 tokens (16 
 
 static int64_t job_rows(const pdb_qmat_job *j) { return j->n > 0 && j->w->rows > 0 ? j->w->rows : 0; }
 
-static int job_fused(const pdb_qmat_job *j) { /* the decode kernels (AVX-512: four rows at a time; NEON: one) */
+static int job_fused(const pdb_qmat_job *j) { /* the decode kernels (AVX-512: four rows at a time; AVX2: two; NEON: one) */
     pdb_qfmt f = j->w->fmt;
     pdb_qmat_isa i = isa_get();
-    return (i == PDB_ISA_AVX512 || i == PDB_ISA_NEON) && f != PDB_QF_F32 && j->n <= 2 && j->w->cols % 32 == 0;
+    return (i == PDB_ISA_AVX512 || i == PDB_ISA_AVX2 || i == PDB_ISA_NEON) && f != PDB_QF_F32 && j->n <= 2 && j->w->cols % 32 == 0;
 }
 
 static int has_bw(void);
@@ -1035,8 +1064,14 @@ static void qm_rows(const qm_ctx *c, const pdb_qmat_job *j, int64_t r0, int64_t 
         return;
     }
 #endif
+#if PDB_QMAT_HAVE_AVX2
+    if (job_fused(j) && isa_get() == PDB_ISA_AVX2) {
+        pdb_qmat_avx2_rows(w, r0, r1, x, ldx, T, y, ldy);
+        return;
+    }
+#endif
 #if PDB_QMAT_X86
-    if (job_fused(j)) {
+    if (job_fused(j)) { /* AVX-512 */
         const float *xd = NULL; /* the tokens rearranged per 32-block (MXFP4, and MXFP8 with AVX512BW) */
         int layout = w->fmt == PDB_QF_MXFP4 ? QM_X_NIB : QM_X_EVOD;
         if (w->fmt == PDB_QF_MXFP4 || (w->fmt == PDB_QF_MXFP8 && has_bw())) {

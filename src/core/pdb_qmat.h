@@ -6,7 +6,10 @@
  * 32->16->8->4->2->1 (lane i with lane i + half). The scalar, AVX2, AVX-512 and aarch64 NEON
  * paths implement this same order, so results are bit-identical across ISAs (x86-64 and aarch64
  * included), thread counts, batch sizes and chunkings; the scalar path is the reference on any
- * other CPU. For T >= 3 tokens the AVX-512 path applies blocks of dequantized rows to tiles of
+ * other CPU. For T <= 2 tokens (decode) the AVX-512, AVX2 (pdb_qmat_avx2.c) and NEON paths
+ * dequantize each 32-block in registers and dot it at once (the decode kernels; pdb_qmat_isa_set
+ * forces each ISA, so tests compare every path with the scalar one). For T >= 3 tokens the AVX-512
+ * path applies blocks of dequantized rows to tiles of
  * tokens (the multi-row form: each element still this one dot in this order, so the same bits as
  * row by row). pdb_qmat_matmul_multi runs several matrices in one pool dispatch under the same
  * contract (each element as a lone pdb_qmat_matmul computes it), pdb_qmat_matmul_gangs also a

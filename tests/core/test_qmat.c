@@ -126,7 +126,7 @@ static void test_matmul_identical(void **st) {
  * the kernels' scale table. */
 static void fused_edges(pdb_qfmt fmt, int64_t cols, int nan_codes) {
     enum { FR = 13 };
-    int64_t nq = fmt == PDB_QF_MXFP8 ? FR * cols : FR * cols / 2, ns = FR * cols / 32;
+    int64_t nq = fmt == PDB_QF_MXFP8 ? FR * cols : fmt == PDB_QF_BF16 ? 2 * FR * cols : FR * cols / 2, ns = FR * cols / 32;
     uint8_t *q = malloc((size_t)nq), *sc = malloc((size_t)ns);
     float *x = malloc(sizeof(float) * 2 * (size_t)cols), *y0 = malloc(sizeof(float) * 2 * FR), *y1 = malloc(sizeof(float) * 2 * FR);
     float *buf = malloc(sizeof(float) * (size_t)PDB_QMAT_ROWBUF_FLOATS(2, cols));
@@ -157,16 +157,20 @@ static void fused_edges(pdb_qfmt fmt, int64_t cols, int nan_codes) {
         pdb_qmat w = {fmt, FR, cols, q, sc, 0};
         pdb_qmat_scan_nan(&w);
         for (int64_t T = 1; T <= 2; T++)
-            for (int bw = 1; bw >= 0; bw--) { /* the AVX512BW kernel where the CPU has it, then without */
-                pdb_qmat_isa_set(PDB_ISA_SCALAR);
-                pdb_qmat_matmul(NULL, &w, x, cols, T, y0, FR, buf);
-                pdb_qmat_isa_set(best);
-                int old_bw = pdb_qmat_use_bw(bw);
-                pdb_qmat_matmul(pool, &w, x, cols, T, y1, FR, buf);
-                pdb_qmat_use_bw(old_bw);
-                if (!same_floats(y0, y1, (int)T * FR))
-                    fail_msg("format %d, cols %lld, nan codes %d, pass %d, T=%lld, bw %d: %s differs from scalar", fmt, (long long)cols,
-                             nan_codes, pass, (long long)T, bw, pdb_qmat_isa_name(best));
+            for (int isa = PDB_ISA_AVX2; isa <= (int)best; isa++) { /* every vector ISA this CPU has (AVX2 on an AVX-512 CPU too) */
+                if (!pdb_qmat_isa_supported((pdb_qmat_isa)isa)) continue;
+                for (int bw = 1; bw >= 0; bw--) { /* the AVX512BW kernel where the CPU has it, then without */
+                    if (!bw && isa != PDB_ISA_AVX512) continue;
+                    pdb_qmat_isa_set(PDB_ISA_SCALAR);
+                    pdb_qmat_matmul(NULL, &w, x, cols, T, y0, FR, buf);
+                    pdb_qmat_isa_set((pdb_qmat_isa)isa);
+                    int old_bw = pdb_qmat_use_bw(bw);
+                    pdb_qmat_matmul(pool, &w, x, cols, T, y1, FR, buf);
+                    pdb_qmat_use_bw(old_bw);
+                    if (!same_floats(y0, y1, (int)T * FR))
+                        fail_msg("format %d, cols %lld, nan codes %d, pass %d, T=%lld, bw %d: %s differs from scalar", fmt, (long long)cols,
+                                 nan_codes, pass, (long long)T, bw, pdb_qmat_isa_name((pdb_qmat_isa)isa));
+                }
             }
     }
     pdb_pool_destroy(pool);
@@ -179,6 +183,7 @@ static void test_fused_edges(void **st) {
         fused_edges(PDB_QF_MXFP8, widths[i], 0);
         fused_edges(PDB_QF_MXFP8, widths[i], 1);
         fused_edges(PDB_QF_MXFP4, widths[i], 0);
+        fused_edges(PDB_QF_BF16, widths[i], 0);
     }
 }
 
