@@ -574,21 +574,6 @@ static void v4_cache_bytes(const pdb_store_layout *lay, const pdb_config *c, int
     }
 }
 
-/* The last-level cache: sysfs's index3 (what lscpu prints) when readable, else sysconf (which in
- * some VMs reports the host's); 0 when neither knows. */
-static long v4_l3_bytes(void) {
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    long kb = 0;
-    char unit = 0;
-    if (f && fscanf(f, "%ld%c", &kb, &unit) >= 1 && kb > 0) {
-        fclose(f);
-        return unit == 'M' ? kb << 20 : kb << 10;
-    }
-    if (f) fclose(f);
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    return l3 > 0 ? l3 : 0;
-}
-
 typedef struct v4_bench {
     pdb_dec_model *m;
     const pdb_config *c;
@@ -840,7 +825,7 @@ static int v4_main(const char *dir, pdb_dec_model *m, pdb_pool *pool, const v4_o
                     o->ctx[i], (long long)bs);
             return 2;
         }
-    long l3 = v4_l3_bytes();
+    long l3 = pdb_sys_l3_bytes_sysfs();
     size_t probe_bytes = l3 > 0 && (size_t)l3 * 8 > ((size_t)1 << 30) ? (size_t)l3 * 8 : (size_t)1 << 30;
     if (o->probe_mb) {
         probe_bytes = (size_t)o->probe_mb << 20 < (size_t)1 << 19 ? (size_t)1 << 19 : (size_t)o->probe_mb << 20;

@@ -68,18 +68,6 @@ static double probe(pdb_pool *pool, const uint8_t *buf, size_t bytes) {
     return best;
 }
 
-static long l3_bytes(void) { /* sysfs first (sysconf reports the host's on some VMs: bench_decode's v4_l3_bytes) */
-    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
-    long kb = 0;
-    char unit = 0;
-    if (f && fscanf(f, "%ld%c", &kb, &unit) >= 1 && kb > 0) {
-        fclose(f);
-        return unit == 'M' ? kb << 20 : kb << 10;
-    }
-    if (f) fclose(f);
-    return pdb_sys_l3_bytes();
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -118,7 +106,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_qmat_stream: --rounds 1..%d, --threads 1..256, --cols a multiple of 32\n", MAX_ROUNDS);
         return 2;
     }
-    long l3 = l3_bytes();
+    long l3 = pdb_sys_l3_bytes_sysfs();
     if (!mb) mb = l3 > 0 ? 8 * l3 / (1 << 20) : 256;
     if (mb < 256) mb = 256;
     if (mb > 4096) mb = 4096;

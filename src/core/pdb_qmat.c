@@ -85,10 +85,7 @@ __attribute__((target("avx512f"))) static int row_avx512(const pdb_qmat *w, int6
             __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * c)));
             _mm512_storeu_ps(out + c, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
         }
-        for (; c < C; c++) {
-            uint32_t u = (uint32_t)(p[2 * c] | (p[2 * c + 1] << 8)) << 16;
-            memcpy(&out[c], &u, 4);
-        }
+        for (; c < C; c++) out[c] = pdb_bf16_to_f32((uint16_t)(p[2 * c] | (p[2 * c + 1] << 8)));
         return 1;
     }
     if (w->fmt == PDB_QF_MXFP8) {

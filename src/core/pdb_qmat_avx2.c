@@ -125,10 +125,7 @@ __attribute__((target("avx2,fma"))) int pdb_qmat_avx2_row(const pdb_qmat *w, int
             blk_bf16(p + 2 * c, v);
             for (int k = 0; k < 4; k++) _mm256_storeu_ps(out + c + 8 * k, v[k]);
         }
-        for (; c < C; c++) {
-            uint32_t u = (uint32_t)(p[2 * c] | (p[2 * c + 1] << 8)) << 16;
-            memcpy(&out[c], &u, 4);
-        }
+        for (; c < C; c++) out[c] = pdb_bf16_to_f32((uint16_t)(p[2 * c] | (p[2 * c + 1] << 8)));
         return 1;
     }
     if (w->fmt == PDB_QF_MXFP8) {

@@ -110,10 +110,7 @@ int pdb_qmat_neon_row(const pdb_qmat *w, int64_t r, float *out) {
             vst1q_f32(out + c, a0);
             vst1q_f32(out + c + 4, a1);
         }
-        for (; c < C; c++) {
-            uint32_t u = (uint32_t)(p[2 * c] | (p[2 * c + 1] << 8)) << 16;
-            memcpy(&out[c], &u, 4);
-        }
+        for (; c < C; c++) out[c] = pdb_bf16_to_f32((uint16_t)(p[2 * c] | (p[2 * c + 1] << 8)));
         return 1;
     }
     if (w->fmt == PDB_QF_MXFP8) {

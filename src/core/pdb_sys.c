@@ -3,6 +3,7 @@
 #include "pdb_sys.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -73,4 +74,16 @@ long pdb_sys_l3_bytes(void) {
 #else
     return 0;
 #endif
+}
+
+long pdb_sys_l3_bytes_sysfs(void) {
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+    long kb = 0;
+    char unit = 0;
+    if (f && fscanf(f, "%ld%c", &kb, &unit) >= 1 && kb > 0) {
+        fclose(f);
+        return unit == 'M' ? kb << 20 : kb << 10;
+    }
+    if (f) fclose(f);
+    return pdb_sys_l3_bytes();
 }

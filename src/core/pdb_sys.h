@@ -46,6 +46,11 @@ int pdb_sys_self_exe(char *buf, size_t cap);
  * hw.l3cachesize on macOS); 0 when unknown (glibc on aarch64 often says 0). */
 long pdb_sys_l3_bytes(void);
 
+/* The L3 size as lscpu prints it: sysfs's cpu0 index3 on Linux when readable (some VMs' sysconf
+ * reports the host's cache), else pdb_sys_l3_bytes. What the benchmarks size "several times the
+ * L3" from. */
+long pdb_sys_l3_bytes_sysfs(void);
+
 /* (Memory figures, /proc on Linux and the Mach calls on macOS, live in pdb_proc.) */
 
 #ifdef __cplusplus
