@@ -6,6 +6,9 @@
   gpu_prefill.py peer MODEL_DIR T [T ...]     transformers (AutoModelForCausalLM, bf16, sdpa)
                                               prefill tok/s of one prompt of T random tokens
                                               (logits of the last position only)
+  gpu_prefill.py attn T [T ...]               torch SDPA causal attention alone on V2-Lite's head
+                                              shapes (16 heads, q/k 192, v 128, bf16; the backend
+                                              torch picks), TFLOP/s counted as cuda_attn_bench does
   gpu_prefill.py flops MODEL_DIR T            model GFLOP per token at prompt length T
   gpu_prefill.py csv ARGS...                  one CSV row (see row())
 
@@ -89,6 +92,31 @@ def peer(model_dir, Ts):
                 torch.cuda.empty_cache()
 
 
+def attn(Ts, heads=16, dqk=192, dv=128):
+    import torch
+    import torch.nn.functional as F
+    for T in Ts:
+        q = torch.randn(1, heads, T, dqk, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, heads, T, dqk, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(1, heads, T, dv, device="cuda", dtype=torch.bfloat16)
+        flop = heads * 2.0 * (dqk + dv) * T * (T + 1) / 2
+        for _ in range(2):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        times = []
+        for _ in range(5):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e) / 1e3)
+        t = min(times)
+        print(f"gpu-attn-peer torch={torch.__version__} T={T} heads={heads} dqk={dqk} dv={dv} best_s={t:.5f} "
+              f"tflops={flop / t / 1e12:.1f}", flush=True)
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
 def main():
     if len(sys.argv) < 2:
         print(__doc__)
@@ -98,6 +126,8 @@ def main():
         ceiling()
     elif cmd == "peer":
         peer(sys.argv[2], [int(x) for x in sys.argv[3:]])
+    elif cmd == "attn":
+        attn([int(x) for x in sys.argv[2:]])
     elif cmd == "flops":
         with open(os.path.join(sys.argv[2], "config.json")) as f:
             print(f"{flops_per_token(json.load(f), int(sys.argv[3])):.3f}")

@@ -17,8 +17,8 @@ MODE=${1:-all}
 
 build() {
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 bench_prefill_memory cuda_prefill_bench pdbridge
-  pdb_carry_pack "$CARRY" "$BUILD/test_cuda_prefill" "$BUILD/test_prefill_cuda_v4" "$BUILD/cuda_prefill_bench" \
+  cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 bench_prefill_memory cuda_prefill_bench cuda_attn_bench pdbridge
+  pdb_carry_pack "$CARRY" "$BUILD/test_cuda_prefill" "$BUILD/test_prefill_cuda_v4" "$BUILD/cuda_prefill_bench" "$BUILD/cuda_attn_bench" \
     "$BUILD/bench_prefill_memory" "$BUILD/pdbridge"
 }
 

@@ -63,6 +63,14 @@ pdb_status pdb_cuda_mha_pack_kv(cudaStream_t s, const float *kvx, const pdb_cuda
 pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                   int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                   int64_t dv, float scale, float *out);
+/* The same kernel with a chosen tile: `warps` warps of 16 query tokens per block, key/value tiles
+ * `stages` deep (4 x 2, 8 x 2, 8 x 3; built for dqp 192, dv 128 only, else PDB_UNSUPPORTED). Every
+ * tile gives the same output bits; pdb_cuda_attention_mha runs the default below. */
+enum { PDB_CUDA_MHA_WARPS = 8, PDB_CUDA_MHA_STAGES = 3 };
+pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb,
+                                        int64_t qstride, int64_t kstride, int64_t pos0, int64_t n, int64_t nh,
+                                        int64_t nope, int64_t rope, int64_t dv, float scale, float *out, int warps,
+                                        int stages);
 /* out [n] = silu(g) * u elementwise (pdb_math_silu_mul's formula). */
 pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, float *out, int64_t count);
 /* Routing of n tokens (pdb_v2_route semantics): probs [n, E] router logits, softmaxed in place;

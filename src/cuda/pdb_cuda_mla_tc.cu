@@ -209,7 +209,7 @@ pdb_status pdb_cuda_attention_tc(cudaStream_t s, const float *qlat, const pdb_cu
  * score registers straight into the P V product's A fragments. Same invariants as above: a
  * token's result depends on its own row and keys 0..its position only. */
 
-enum { MH_Q = 64, MH_K = 64, MH_THREADS = 128 };
+enum { MH_K = 64 };
 
 /* Qb [nh, qstride, dqp] bf16: q_nope of c->q [n, nh, qk] then the roped q_rope of qlat [n, nh, row] (at kvl), zero pad.
  * A block per token, blockIdx.y the head, threads over d (no 64-bit division per element). */
@@ -241,14 +241,19 @@ static __device__ __forceinline__ uint32_t pack_bf16(__nv_bfloat16 lo, __nv_bflo
     return *(uint32_t *)&v;
 }
 
-/* Key/value tiles are double-buffered: the copies of tile i + 1 are in flight while tile i is
- * multiplied (cp.async groups). DQPM is dqp rounded up to a multiple of 64 (a compile-time bound:
- * the query fragments live in registers for the whole pass, the k loop is unrolled and steps past
- * dqp are skipped, so the products are the same as a loop to dqp). */
-template <int DQPM, int NTV>
-__global__ void __launch_bounds__(MH_THREADS)
+/* A block is WARPS warps of 16 query tokens (MH_Q = 16 WARPS) of one head. Key/value tiles are
+ * pipelined STAGES deep (cp.async groups): with 2, the copies of tile i + 1 are in flight while
+ * tile i is multiplied; with 3, tiles i + 1 and i + 2, the third buffer being the query tile's
+ * shared memory, free once every warp holds its query fragments in registers. DQPM is dqp rounded
+ * up to a multiple of 64 (a compile-time bound: the k loop is unrolled and steps past dqp are
+ * skipped, so the products are the same as a loop to dqp). A warp skips a key tile that lies
+ * wholly past its last query position: such a tile is fully masked and would leave the warp's
+ * state bit-identical, so neither WARPS, STAGES nor the skip changes any output bit. */
+template <int DQPM, int NTV, int WARPS, int STAGES>
+__global__ void __launch_bounds__(32 * WARPS)
     k_mha_tc(const __nv_bfloat16 *Qb, const __nv_bfloat16 *Kb, const __nv_bfloat16 *Vb, int64_t qstride,
              int64_t kstride, int64_t pos0, int64_t n, int dqp, int dv, float scale, float *out, int64_t nh) {
+    constexpr int MH_Q = 16 * WARPS, MH_THREADS = 32 * WARPS;
     extern __shared__ uint4 smem_mh[];
     const int ldq = dqp + 8, ldv = dv + 8, kvsz = MH_K * (ldq + ldv);
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_mh, *KV0 = Qs + MH_Q * ldq;
@@ -259,6 +264,8 @@ __global__ void __launch_bounds__(MH_THREADS)
     const int q8 = dqp / 8, v8 = dv / 8;
     const __nv_bfloat16 *Kh = Kb + h * kstride * dqp, *Vh = Vb + h * kstride * dv;
     const int64_t tlast = t0 + MH_Q - 1 < n ? t0 + MH_Q - 1 : n - 1, kmax = pos0 + tlast;
+    /* buffer b of the pipeline: 0 .. 1 after the query tile, 2 the query tile itself */
+    auto kv_buf = [&](int b) { return b < 2 ? KV0 + b * kvsz : Qs; };
     for (int i = tid; i < MH_Q * q8; i += MH_THREADS) {
         int r = i / q8, c8 = (i % q8) * 8;
         bool ok = t0 + r < n;
@@ -269,7 +276,7 @@ __global__ void __launch_bounds__(MH_THREADS)
      * its index, the next ones by a fixed step of MH_THREADS pieces (no division in the loop). */
     const int w8 = q8 + v8, r_first = tid / w8, c_first = tid % w8, r_step = MH_THREADS / w8, c_step = MH_THREADS % w8;
     auto load_tile = [&](int64_t kb, int b) {
-        __nv_bfloat16 *Ks = KV0 + b * kvsz, *Vs = Ks + MH_K * ldq;
+        __nv_bfloat16 *Ks = kv_buf(b), *Vs = Ks + MH_K * ldq;
         for (int r = r_first, c = c_first; r < MH_K;) {
             int64_t p = kb + r;
             bool ok = p <= kmax;
@@ -283,7 +290,13 @@ __global__ void __launch_bounds__(MH_THREADS)
     cp_commit(); /* the query tile is its own group: waited for alone, before the first key tile */
     load_tile(0, 0);
     cp_commit();
-    cp_wait<1>();
+    if (STAGES == 3) {
+        if (MH_K <= kmax) load_tile(MH_K, 1);
+        cp_commit(); /* possibly empty: the group count per step stays fixed */
+        cp_wait<2>();
+    } else {
+        cp_wait<1>();
+    }
     __syncthreads();
     const int rlo = 16 * warp + g;
     /* the warp's query fragments (rows rlo, rlo + 8; k pairs 2t, 2t + 8 of each 16), kept in registers */
@@ -301,13 +314,20 @@ __global__ void __launch_bounds__(MH_THREADS)
         }
     }
     const int64_t qp_lo = t0 + rlo < n ? pos0 + t0 + rlo : -1, qp_hi = t0 + rlo + 8 < n ? pos0 + t0 + rlo + 8 : -1;
+    /* the warp's last query position: key tiles past it are skipped */
+    const int64_t wlast = t0 + 16 * warp >= n ? -1 : pos0 + (t0 + 16 * warp + 15 < n ? t0 + 16 * warp + 15 : n - 1);
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f, o[NTV][4];
 #pragma unroll
     for (int j = 0; j < NTV; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    if (STAGES == 3) __syncthreads(); /* every warp holds its query fragments: the query tile is buffer 2 now */
     int buf = 0;
-    for (int64_t kb = 0; kb <= kmax; kb += MH_K, buf ^= 1) {
+    for (int64_t kb = 0; kb <= kmax; kb += MH_K) {
         if (kb > 0) __syncthreads(); /* every thread is done with the buffer the next copies refill */
-        if (kb + MH_K <= kmax) {
+        if (STAGES == 3) {
+            if (kb + 2 * MH_K <= kmax) load_tile(kb + 2 * MH_K, buf == 0 ? 2 : buf - 1);
+            cp_commit();
+            cp_wait<2>();
+        } else if (kb + MH_K <= kmax) {
             load_tile(kb + MH_K, buf ^ 1);
             cp_commit();
             cp_wait<1>();
@@ -315,7 +335,9 @@ __global__ void __launch_bounds__(MH_THREADS)
             cp_wait<0>();
         }
         __syncthreads();
-        const __nv_bfloat16 *Ks = KV0 + buf * kvsz, *Vs = Ks + MH_K * ldq;
+        const __nv_bfloat16 *Ks = kv_buf(buf), *Vs = Ks + MH_K * ldq;
+        buf = STAGES == 3 ? (buf == 2 ? 0 : buf + 1) : buf ^ 1;
+        if (kb > wlast) continue; /* wholly masked for this warp (warp-uniform) */
         float s[8][4];
 #pragma unroll
         for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
@@ -441,16 +463,19 @@ pdb_status pdb_cuda_mha_pack_kv(cudaStream_t s, const float *kvx, const pdb_cuda
     return PDB_OK;
 }
 
-template <int DQPM, int NTV>
+template <int DQPM, int NTV, int WARPS, int STAGES>
 static pdb_status launch_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                              int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int dqp, int dv, float scale,
                              float *out) {
-    size_t smem = sizeof(__nv_bfloat16) * (size_t)(MH_Q * (dqp + 8) + 2 * MH_K * (dqp + 8 + dv + 8));
-    PDB_CU(cudaFuncSetAttribute(k_mha_tc<DQPM, NTV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((unsigned)((n + MH_Q - 1) / MH_Q), (unsigned)nh);
-    k_mha_tc<DQPM, NTV><<<grid, MH_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb,
-                                                       (const __nv_bfloat16 *)Vb, qstride, kstride, pos0, n, dqp, dv,
-                                                       scale, out, nh);
+    const size_t qsz = (size_t)16 * WARPS * (dqp + 8), kvsz = (size_t)MH_K * (dqp + 8 + dv + 8);
+    if (STAGES == 3 && qsz < kvsz) /* the query tile cannot hold a key/value tile: two stages */
+        return launch_mha<DQPM, NTV, WARPS, 2>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+    size_t smem = sizeof(__nv_bfloat16) * (qsz + 2 * kvsz);
+    PDB_CU(cudaFuncSetAttribute(k_mha_tc<DQPM, NTV, WARPS, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)((n + 16 * WARPS - 1) / (16 * WARPS)), (unsigned)nh);
+    k_mha_tc<DQPM, NTV, WARPS, STAGES><<<grid, 32 * WARPS, smem, s>>>(
+        (const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb, (const __nv_bfloat16 *)Vb, qstride, kstride, pos0, n, dqp,
+        dv, scale, out, nh);
     PDB_CU_LAUNCH("attention (MHA form, tensor cores)");
     return PDB_OK;
 }
@@ -460,11 +485,30 @@ template <int DQPM>
 static pdb_status launch_mha_dv(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                 int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int dqp, int dv, float scale,
                                 float *out) {
+    enum { W = PDB_CUDA_MHA_WARPS, S = PDB_CUDA_MHA_STAGES };
     int nt = dv / 8;
-    if (nt <= 4) return launch_mha<DQPM, 4>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
-    if (nt <= 8) return launch_mha<DQPM, 8>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
-    if (nt <= 16) return launch_mha<DQPM, 16>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
-    return launch_mha<DQPM, 32>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+    if (nt <= 4) return launch_mha<DQPM, 4, W, S>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+    if (nt <= 8) return launch_mha<DQPM, 8, W, S>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+    if (nt <= 16) return launch_mha<DQPM, 16, W, S>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+    return launch_mha<DQPM, 32, W, S>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, dv, scale, out);
+}
+
+pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb,
+                                        int64_t qstride, int64_t kstride, int64_t pos0, int64_t n, int64_t nh,
+                                        int64_t nope, int64_t rope, int64_t dv, float scale, float *out, int warps,
+                                        int stages) {
+    int dqp = (int)((nope + rope + 15) / 16 * 16);
+    if (n <= 0) return PDB_OK;
+    if (dqp == 192 && dv == 128) {
+        if (warps == 4 && stages == 2)
+            return launch_mha<192, 16, 4, 2>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
+        if (warps == 8 && stages == 2)
+            return launch_mha<192, 16, 8, 2>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
+        if (warps == 8 && stages == 3)
+            return launch_mha<192, 16, 8, 3>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, dqp, (int)dv, scale, out);
+    }
+    return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form): tiles of %d warps x %d stages for dqp %d, dv %lld not built",
+                       warps, stages, dqp, (long long)dv);
 }
 
 pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,

@@ -55,3 +55,11 @@ pdb_status pdb_cuda_v4_mm_create(int device, pdb_v4_mm_provider **out) {
 }
 void pdb_cuda_v4_mm_free(pdb_v4_mm_provider *p) { (void)p; }
 #endif
+
+#ifndef PDB_HAVE_CUDA
+#include "pdb_cuda_attn_probe.h"
+pdb_status pdb_cuda_attn_probe_run(const pdb_cuda_attn_probe_opts *o, pdb_cuda_attn_probe_row *rows, int nrows) {
+    (void)o, (void)rows, (void)nrows;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
+#endif

@@ -18,6 +18,7 @@
 
 #include "pdb_config.h"
 #include "pdb_cuda.h"
+#include "pdb_cuda_attn_probe.h"
 #include "pdb_dtype.h"
 #include "pdb_make_model.h"
 #include "pdb_prefill_cuda.h"
@@ -336,12 +337,61 @@ static void test_gpu_small(void **state) { (void)state; test_gpu_shaped("small",
  * production instantiation) on 2 layers, 8 experts, hidden 256 */
 static void test_gpu_v2lite_heads(void **state) { (void)state; test_gpu_shaped("v2-lite", 2, 8, 256, 2000); }
 
+/* The MHA-form attention kernel's tiles (4 warps x 2 stages, 8 x 2, 8 x 3) on V2-Lite's head
+ * shapes, a prompt of 700 tokens in passes of 256: every tile's output bit-identical to the first
+ * (the tile and the skipped masked key tiles change no row's arithmetic), and the first against
+ * softmax attention in double from the same bf16 inputs on sampled rows. */
+static void test_gpu_attn_tiles(void **state) {
+    (void)state;
+    if (!have_gpu()) { printf("skipped: no GPU (attention tiles)\n"); return; }
+    enum { T = 700, H = 3, NOPE = 128, ROPE = 64, DQP = 192, DV = 128 };
+    static float out[T * H * DV];
+    pdb_cuda_attn_probe_opts o = {.tokens = T, .chunk = 256, .heads = H, .nope = NOPE, .rope = ROPE, .dv = DV,
+                                  .seed = 11, .reps = 1, .out_first = out};
+    pdb_cuda_attn_probe_row rows[3] = {{.warps = 4, .stages = 2}, {.warps = 8, .stages = 2}, {.warps = 8, .stages = 3}};
+    pdb_status st = pdb_cuda_attn_probe_run(&o, rows, 3);
+    if (st) fail_msg("attention probe: %s", pdb_err_msg());
+    for (int r = 1; r < 3; r++) {
+        printf("cuda-metric attn-tiles %dx%d differing=%lld of %d\n", rows[r].warps, rows[r].stages,
+               (long long)rows[r].differing, T * H * DV);
+        assert_int_equal(rows[r].differing, 0);
+    }
+    const int ts[] = {0, 1, 63, 64, 255, 256, 511, 699};
+    const double scale = 1.0 / sqrt((double)DQP);
+    double worst = 0;
+    static double w[T];
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
+        for (int h = 0; h < H; h++) {
+            int t = ts[k], qt = t % 256; /* Q holds the same values for every pass */
+            double mx = -1e300, sum = 0;
+            for (int p = 0; p <= t; p++) {
+                double d = 0;
+                for (int c = 0; c < NOPE + ROPE; c++)
+                    d += (double)pdb_bf16_to_f32(pdb_cuda_probe_value(11, 0, ((uint64_t)h * 256 + qt) * DQP + c)) *
+                         pdb_bf16_to_f32(pdb_cuda_probe_value(11, 1, ((uint64_t)h * T + p) * DQP + c));
+                w[p] = d * scale;
+                mx = w[p] > mx ? w[p] : mx;
+            }
+            for (int p = 0; p <= t; p++) sum += (w[p] = exp(w[p] - mx));
+            for (int c = 0; c < DV; c++) {
+                double y = 0;
+                for (int p = 0; p <= t; p++)
+                    y += w[p] * pdb_bf16_to_f32(pdb_cuda_probe_value(11, 2, ((uint64_t)h * T + p) * DV + c));
+                double e = fabs(y / sum - out[((size_t)t * H + h) * DV + c]);
+                worst = e > worst ? e : worst;
+            }
+        }
+    printf("cuda-metric attn-tiles max|out - double reference| = %.3g (sampled rows)\n", worst);
+    assert_true(worst < 2e-2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_without_gpu),
         cmocka_unit_test(test_gpu_tiny),
         cmocka_unit_test(test_gpu_small),
         cmocka_unit_test(test_gpu_v2lite_heads),
+        cmocka_unit_test(test_gpu_attn_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
