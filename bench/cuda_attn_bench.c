@@ -4,8 +4,8 @@
  * (prompt length, configuration): the best of REPS whole-prompt times, the causal FLOP rate, and
  * how many output elements differ in their bits from the first configuration's (0 expected).
  * Invariant: every number printed was measured in this process.
- * Usage: cuda_attn_bench [T,T,... [CHUNK [WxS,WxS,... [REPS [HEADS]]]]]
- * (defaults 8192,32768,131072; 8192; 4x2,8x2,8x3; 3; 16). */
+ * Usage: cuda_attn_bench [T,T,... [CHUNK [W,W,... [REPS [HEADS]]]]] (W: warps per block)
+ * (defaults 8192,32768,131072; 8192; 8,4; 3; 16). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +15,7 @@
 
 int main(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: cuda_attn_bench [T,T,... [CHUNK [WxS,WxS,... [REPS [HEADS]]]]]\n");
+        printf("usage: cuda_attn_bench [T,T,... [CHUNK [W,W,... [REPS [HEADS]]]]]  (W: warps per block, 4 or 8)\n");
         return 0;
     }
     int64_t Ts[8] = {8192, 32768, 131072}, nT = 3;
@@ -26,12 +26,11 @@ int main(int argc, char **argv) {
     int64_t chunk = argc > 2 ? atoll(argv[2]) : 8192;
     pdb_cuda_attn_probe_row rows[8];
     int nr = 0;
-    const char *cfgs = argc > 3 ? argv[3] : "4x2,8x2,8x3";
+    const char *cfgs = argc > 3 ? argv[3] : "8,4";
     for (const char *p = cfgs; *p && nr < 8;) {
         char *e;
         rows[nr].warps = (int)strtol(p, &e, 10);
-        if (*e != 'x') { fprintf(stderr, "cuda_attn_bench: bad configuration list '%s' (want WxS,...)\n", cfgs); return 2; }
-        rows[nr].stages = (int)strtol(e + 1, &e, 10);
+        if (e == p) { fprintf(stderr, "cuda_attn_bench: bad configuration list '%s' (want W,W,...)\n", cfgs); return 2; }
         nr++;
         p = e + strspn(e, ",");
     }
@@ -49,8 +48,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (int r = 0; r < nr; r++)
-            printf("cuda-attn tokens=%lld warps=%d stages=%d ms=%.3f tflops=%.1f differing=%lld speedup_vs_first=%.3f\n",
-                   (long long)Ts[k], rows[r].warps, rows[r].stages, rows[r].ms, rows[r].tflops,
+            printf("cuda-attn tokens=%lld warps=%d ms=%.3f tflops=%.1f differing=%lld speedup_vs_first=%.3f\n",
+                   (long long)Ts[k], rows[r].warps, rows[r].ms, rows[r].tflops,
                    (long long)rows[r].differing, rows[0].ms / rows[r].ms);
         fflush(stdout);
     }

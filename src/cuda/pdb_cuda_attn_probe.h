@@ -1,5 +1,5 @@
 /* pdb_cuda_attn_probe: runs the bf16 engine's MHA-form attention kernel alone on seeded
- * pseudo-random inputs, once per tile configuration (warps per block x pipeline stages), timing
+ * pseudo-random inputs, once per tile configuration (warps per block), timing
  * each with CUDA events and comparing each configuration's output with the first one's bit for
  * bit. For the attention benchmark (bench/cuda_attn_bench.c) and the kernel's test.
  * Invariants: the inputs are a pure function of (seed, tensor, index), pdb_cuda_probe_value,
@@ -27,7 +27,7 @@ typedef struct pdb_cuda_attn_probe_opts {
 } pdb_cuda_attn_probe_opts;
 
 typedef struct pdb_cuda_attn_probe_row {
-    int warps, stages; /* in: the tile configuration (pdb_cuda_attention_mha_tiles) */
+    int warps;         /* in: the tile configuration (pdb_cuda_attention_mha_tiles) */
     double ms;         /* out: best time of one whole prompt (every pass) */
     double tflops;     /* out: the causal scores' and values' FLOPs / ms */
     int64_t differing; /* out: output elements whose bits differ from the first configuration's */

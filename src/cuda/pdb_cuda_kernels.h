@@ -49,11 +49,12 @@ pdb_status pdb_cuda_attention(cudaStream_t s, const float *qlat, const pdb_cuda_
 pdb_status pdb_cuda_attention_tc(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0, int64_t n,
                                  int64_t nh, int64_t kvl, int64_t row, float scale, float *olat);
 int pdb_cuda_mla_tc_fits(int64_t kvl, int64_t row);
-/* The MHA form (pdb_cuda_mla_tc.cu): Qb [nh, qstride, dqp] from q [n, nh, nope+rope] (q_nope) and
+/* The MHA form (pdb_cuda_mha_tc.cu): Qb [nh, qstride, dqp] from q [n, nh, nope+rope] (q_nope) and
  * qlat's roped q_rope; Kb [nh, kstride, dqp] / Vb [nh, kstride, dv] for keys s0..s0+m-1 from kvx
  * [m, nh*(nope+dv)] (= cached latent rows . kv_b^T) and the cache rows' k_rope (one sequence:
  * identity page table); then out [n, nh, dv] = causal softmax(scale Q K^T) V per head. dqp =
- * nope + rope rounded up to 16; bf16 operands, f32 accumulation. */
+ * nope + rope rounded up to 16; bf16 operands, f32 accumulation. Fits: the shapes the kernel is
+ * built for (V2's 128 + 64 / 128 and make-model's test presets). */
 int pdb_cuda_mha_tc_fits(int64_t nope, int64_t rope, int64_t dv);
 pdb_status pdb_cuda_mha_pack_q(cudaStream_t s, const float *q, const float *qlat, int64_t n, int64_t nh, int64_t nope,
                                int64_t rope, int64_t kvl, int64_t row, int64_t qstride, void *Qb);
@@ -63,14 +64,12 @@ pdb_status pdb_cuda_mha_pack_kv(cudaStream_t s, const float *kvx, const pdb_cuda
 pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                   int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                   int64_t dv, float scale, float *out);
-/* The same kernel with a chosen tile: `warps` warps of 16 query tokens per block, key/value tiles
- * `stages` deep (4 x 2, 8 x 2, 8 x 3; built for dqp 192, dv 128 only, else PDB_UNSUPPORTED). Every
- * tile gives the same output bits; pdb_cuda_attention_mha runs the default below. */
-enum { PDB_CUDA_MHA_WARPS = 8, PDB_CUDA_MHA_STAGES = 3 };
+/* The same kernel with `warps` warps of 16 query tokens per block (4 or 8; every choice gives the
+ * same output bits); pdb_cuda_attention_mha runs PDB_CUDA_MHA_WARPS. */
+enum { PDB_CUDA_MHA_WARPS = 8 };
 pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb,
                                         int64_t qstride, int64_t kstride, int64_t pos0, int64_t n, int64_t nh,
-                                        int64_t nope, int64_t rope, int64_t dv, float scale, float *out, int warps,
-                                        int stages);
+                                        int64_t nope, int64_t rope, int64_t dv, float scale, float *out, int warps);
 /* out [n] = silu(g) * u elementwise (pdb_math_silu_mul's formula). */
 pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, float *out, int64_t count);
 /* Routing of n tokens (pdb_v2_route semantics): probs [n, E] router logits, softmaxed in place;

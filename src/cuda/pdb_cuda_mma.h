@@ -25,6 +25,21 @@ static __device__ __forceinline__ void ldm_x2_trans(const __nv_bfloat16 *row_add
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(b0), "=r"(b1) : "r"(a));
 }
 
+/* Four 8x8 bf16 matrices loaded transposed (lanes 8i..8i+7 give matrix i's row addresses). */
+static __device__ __forceinline__ void ldm_x4_trans(const __nv_bfloat16 *row_addr, uint32_t r[4]) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(row_addr);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* 2^x by the multi-function unit (ex2.approx.ftz: 2 ulp, subnormals flushed, 2^-inf = +0). */
+static __device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Four 8x8 bf16 matrices (lanes 8i..8i+7 give matrix i's row addresses). */
 static __device__ __forceinline__ void ldm_x4(const __nv_bfloat16 *row_addr, uint32_t r[4]) {
     unsigned a = (unsigned)__cvta_generic_to_shared(row_addr);
