@@ -19,7 +19,7 @@ export LD_LIBRARY_PATH="$CARRY/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 "$CARRY/bin/cuda_attn_bench" "$TS" 8192 "$CFGS" 3 2>&1 | tee "$OUT/cuda_attn_bench.log"
 if [ -n "${OLD_ARCHIVE:-}" ]; then
   mkdir -p /tmp/attn-old && tar xJf "$OLD_ARCHIVE" -C /tmp/attn-old &&
-    LD_LIBRARY_PATH="/tmp/attn-old/devcarry/lib:/usr/local/cuda/lib64" /tmp/attn-old/devcarry/bin/cuda_attn_bench \
+    d=$(ls -d /tmp/attn-old/*/ | head -1) && LD_LIBRARY_PATH="$d/lib:/usr/local/cuda/lib64" "$d/bin/cuda_attn_bench" \
       "$TS" 8192 "${OLD_CFGS:-4x2}" 3 2>&1 | tee "$OUT/cuda_attn_bench_old.log"
 fi
 python3 "$ROOT/bench/gpu_prefill.py" attn $(echo "$TS" | tr , ' ') 2>&1 | tee "$OUT/attn_peer.log"

@@ -129,6 +129,31 @@ pdb_status pdb_cuda_rmsnorm(cudaStream_t s, const float *x, int64_t ldx, const f
     return PDB_OK;
 }
 
+/* A warp per row, 8 rows per block. The butterfly leaves every lane the same total (each step adds
+ * two equal partial sums' partners commutatively), so every lane scales by the same factor. */
+__global__ void __launch_bounds__(256)
+    k_rmsnorm_warp(const float *x, int64_t ldx, const float *w, float *y, int64_t ldy, int64_t n, int64_t C, double eps) {
+    const int64_t r = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (r >= n) return;
+    const float *xr = x + r * ldx;
+    float *yr = y + r * ldy;
+    double ss = 0;
+    for (int64_t j = lane; j < C; j += 32) ss += (double)xr[j] * (double)xr[j];
+#pragma unroll
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float rs = (float)(1.0 / sqrt(ss / (double)C + eps));
+    for (int64_t j = lane; j < C; j += 32) yr[j] = __fmul_rn(w[j], __fmul_rn(xr[j], rs));
+}
+
+pdb_status pdb_cuda_rmsnorm_warp(cudaStream_t s, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,
+                                 int64_t n, int64_t C, double eps) {
+    if (n <= 0) return PDB_OK;
+    k_rmsnorm_warp<<<grid1(n, 8), 256, 0, s>>>(x, ldx, w, y, ldy, n, C, eps);
+    PDB_CU_LAUNCH("rmsnorm (warp per row)");
+    return PDB_OK;
+}
+
 /* ======================================= latent rows ======================================== */
 
 __device__ __forceinline__ void rope_pair(float a, float b, float c, float sn, float *o0, float *o1) {

@@ -29,6 +29,11 @@ pdb_status pdb_cuda_embed(cudaStream_t s, const int32_t *ids, const void *emb, p
 /* y [n, ldy] = RMSNorm(x [n, ldx]) * w over C columns (pdb_math_rmsnorm's formula, double sum). */
 pdb_status pdb_cuda_rmsnorm(cudaStream_t s, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,
                             int64_t n, int64_t C, double eps);
+/* The same formula with the sum in another fixed order, a warp per row (lane j adds columns j, j +
+ * 32, ... in double, then a shuffle butterfly): coalesced, for the engines that need not match the
+ * CPU's order bit for bit (bf16, f32); still a function of the row alone. In place is safe. */
+pdb_status pdb_cuda_rmsnorm_warp(cudaStream_t s, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy,
+                                 int64_t n, int64_t C, double eps);
 /* dst [count] of dt from src f32 (bf16: round to nearest even); returns dst (or src for f32). */
 pdb_status pdb_cuda_convert(cudaStream_t s, const float *src, int64_t count, pdb_cuda_dt dt, void *dst);
 /* Engine latent rows for n tokens at positions pos0..: cache row = [RMSNorm(kva[:kvl]) * norm |

@@ -52,6 +52,8 @@ typedef struct pdb_cuda_prefill {
     int moe_tc;                 /* bf16: routed experts as grouped tensor-core GEMMs (pdb_cuda_moe_tc.cu) */
     int64_t Rmax;               /* gathered expert rows a pass may need (padded per expert in moe_tc) */
     int64_t dqp, qstride;       /* MHA form: padded q/k width, Qb rows per head */
+    int kv_recompute;           /* MHA form: opts.mha_kv_recompute */
+    int64_t kv_layers;          /* MHA form: layers of K/V kept (nl: each pass expands its own positions; 1: all again) */
     size_t esz;                 /* bytes per dt element */
     int64_t sub_cfg, sub_max, page; /* configured / current pass bound (tokens), page size */
     int64_t gemm_rows;          /* M-invariant GEMM tile (0: whole M) */
@@ -80,7 +82,7 @@ typedef struct pdb_cuda_prefill {
     float *h, *xn, *q, *qa, *kva, *qlat, *olat, *attn, *probs, *rsc, *topk_w, *g, *u, *xe, *ye, *sh, *cs, *logits;
     float *hook;                /* [nl, S, row]: each layer's finished capture rows until s_cap copied them */
     float *kvx;                 /* MHA form: [MHA_SPAN, nh*(nope+vd)] expanded keys/values of a span of positions */
-    void *qb, *kb, *vb;         /* MHA form: bf16 Q [nh, S, dqp], K [nh, max_tokens, dqp], V [nh, max_tokens, vd] */
+    void *qb, *kb, *vb;         /* MHA form: bf16 Q [nh, S, dqp], K [kv_layers, nh, max_tokens, dqp], V [.., vd] */
     int32_t *ids, *topk_idx, *row_src, *slot_row, *tile_e;
     void *cvt;                  /* dt staging for GEMM A operands */
     /* pinned host */
@@ -142,8 +144,10 @@ extern "C" void pdb_cuda_prefill_profile_take(cu_prefill *c, char *buf, size_t n
     if (o < n) snprintf(buf + o, n - o, " total_ms=%.1f", tot);
     memset(c->prof_ms, 0, sizeof c->prof_ms);
 }
-/* MHA form: positions whose keys and values are expanded per cuBLAS call (f32 scratch of MHA_SPAN x nh x (nope + v)) */
+/* MHA form: positions whose keys and values are expanded per cuBLAS call (f32 scratch of MHA_SPAN x nh x (nope + v));
+ * every layer's expanded K and V are kept when that leaves MHA_KEEP_SPARE bytes of the GPU free */
 enum { MHA_SPAN = 8192 };
+static const size_t MHA_KEEP_SPARE = (size_t)4 << 30;
 
 static pdb_status list_add(cu_list *l, void *p) {
     if (l->n == l->cap) {
@@ -398,8 +402,12 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
         c->qstride = S;
         PDB_TRY(dalloc(&c->seq, &c->kvx, sz * (size_t)(MHA_SPAN * c->nh * (c->nope + c->vd))));
         PDB_TRY(dalloc(&c->seq, &c->qb, 2 * (size_t)(c->nh * S * c->dqp)));
-        PDB_TRY(dalloc(&c->seq, &c->kb, 2 * (size_t)(c->nh * max_tokens * c->dqp)));
-        PDB_TRY(dalloc(&c->seq, &c->vb, 2 * (size_t)(c->nh * max_tokens * c->vd)));
+        const size_t kv1 = 2 * (size_t)(c->nh * max_tokens * (c->dqp + c->vd));
+        size_t free_b = 0, total_b = 0;
+        PDB_CU(cudaMemGetInfo(&free_b, &total_b));
+        c->kv_layers = !c->kv_recompute && free_b > (size_t)c->nl * kv1 + MHA_KEEP_SPARE ? c->nl : 1;
+        PDB_TRY(dalloc(&c->seq, &c->kb, 2 * (size_t)(c->kv_layers * c->nh * max_tokens * c->dqp)));
+        PDB_TRY(dalloc(&c->seq, &c->vb, 2 * (size_t)(c->kv_layers * c->nh * max_tokens * c->vd)));
     }
     int64_t cmax = S * c->H; /* largest A operand staged in dt */
     int64_t cand[] = {S * c->nh * c->qk, S * c->nh * c->kvl, S * c->nh * c->vd, S * K * c->H, S * Imax, S * c->qlr};
@@ -467,31 +475,41 @@ static pdb_cuda_pages layer_pages(cu_prefill *c, int64_t l) {
     return pg;
 }
 
+/* RMSNorm of n rows: the exact engine in pdb_math_rmsnorm's order, the others a warp per row */
+static pdb_status norm(cu_prefill *c, const float *x, int64_t ldx, const float *w, float *y, int64_t ldy, int64_t n,
+                       int64_t C) {
+    if (c->exact) return pdb_cuda_rmsnorm(c->s, x, ldx, w, y, ldy, n, C, c->cfg.rms_norm_eps);
+    return pdb_cuda_rmsnorm_warp(c->s, x, ldx, w, y, ldy, n, C, c->cfg.rms_norm_eps);
+}
+
 static pdb_status attention(cu_prefill *c, const cu_layer *L, int64_t l, int64_t p0, int64_t n) {
     int64_t nh = c->nh, qk = c->qk, kvl = c->kvl, row = c->row, nope = c->nope, vd = c->vd;
     if (c->qlr == 0) {
         PDB_TRY(linear(c, c->xn, n, c->H, L->q_proj, nh * qk, 0.0f, c->q));
     } else {
         PDB_TRY(linear(c, c->xn, n, c->H, L->q_a, c->qlr, 0.0f, c->qa));
-        PDB_TRY(pdb_cuda_rmsnorm(c->s, c->qa, c->qlr, L->q_a_norm, c->qa, c->qlr, n, c->qlr, c->cfg.rms_norm_eps));
+        PDB_TRY(norm(c, c->qa, c->qlr, L->q_a_norm, c->qa, c->qlr, n, c->qlr));
         PDB_TRY(linear(c, c->qa, n, c->qlr, L->q_b, nh * qk, 0.0f, c->q));
     }
     PDB_TRY(linear(c, c->xn, n, c->H, L->kv_a, row, 0.0f, c->kva));
     pdb_cuda_pages pg = layer_pages(c, l);
     PDB_TRY(pdb_cuda_latent_write(c->s, c->kva, L->kv_a_norm, c->cs, &pg, p0, n, kvl, c->rope_d, c->q, nh, nope,
                                   c->qlat, c->cfg.rms_norm_eps));
-    if (c->attn_mha) { /* every key's K and V expanded again from the latent rows (spans of MHA_SPAN), then attention */
+    if (c->attn_mha) { /* K and V expanded from the latent rows (spans of MHA_SPAN), then attention: with every
+                          layer's kept, only this pass's positions; else every key's again */
+        const int64_t lk = c->kv_layers > 1 ? l : 0, mt = c->max_tokens;
+        void *Kl = (char *)c->kb + 2 * (size_t)(lk * nh * mt * c->dqp), *Vl = (char *)c->vb + 2 * (size_t)(lk * nh * mt * vd);
         PDB_TRY(pdb_cuda_mha_pack_q(c->s, c->q, c->qlat, n, nh, nope, c->rope_d, kvl, row, c->qstride, c->qb));
         PDB_TRY(mark(c, ST_QKV));
-        for (int64_t s0 = 0; s0 < p0 + n; s0 += MHA_SPAN) {
+        for (int64_t s0 = c->kv_layers > 1 ? p0 : 0; s0 < p0 + n; s0 += MHA_SPAN) {
             int64_t m = p0 + n - s0 < MHA_SPAN ? p0 + n - s0 : MHA_SPAN;
             PDB_TRY(pdb_cuda_gemm(&c->blas, c->dt, 1, m, nh * (nope + vd), kvl, 1.0f,
                                   (const char *)pg.base + c->esz * (size_t)(s0 * c->rowpad), c->rowpad, 0, L->kv_b, kvl, 0,
                                   0.0f, c->kvx, nh * (nope + vd), 0, 1));
-            PDB_TRY(pdb_cuda_mha_pack_kv(c->s, c->kvx, &pg, s0, m, nh, nope, vd, kvl, c->rope_d, c->max_tokens, c->kb, c->vb));
+            PDB_TRY(pdb_cuda_mha_pack_kv(c->s, c->kvx, &pg, s0, m, nh, nope, vd, kvl, c->rope_d, mt, Kl, Vl));
         }
         PDB_TRY(mark(c, ST_EXPAND));
-        PDB_TRY(pdb_cuda_attention_mha(c->s, c->qb, c->kb, c->vb, c->qstride, c->max_tokens, p0, n, nh, nope, c->rope_d, vd,
+        PDB_TRY(pdb_cuda_attention_mha(c->s, c->qb, Kl, Vl, c->qstride, mt, p0, n, nh, nope, c->rope_d, vd,
                                        c->scale, c->attn));
         PDB_TRY(mark(c, ST_ATTN));
         PDB_TRY(linear(c, c->attn, n, nh * vd, L->o_proj, c->H, 1.0f, c->h)); /* h += o_proj(attn) */
@@ -667,7 +685,7 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
     PDB_TRY(mark(c, ST_EMBED));
     for (int64_t l = 0; l < c->nl; l++) {
         const cu_layer *L = &c->L[l];
-        PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h, H, L->attn_norm, c->xn, H, n, H, c->cfg.rms_norm_eps));
+        PDB_TRY(norm(c, c->h, H, L->attn_norm, c->xn, H, n, H));
         PDB_TRY(mark(c, ST_NORM));
         if (capture) { /* the decoder's finished rows, straight into the pinned capture block */
             float *rows = c->hook + l * c->sub_max * c->row;
@@ -682,7 +700,7 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
             PDB_TRY(mark(c, ST_HOOK));
         }
         PDB_TRY(attention(c, L, l, p0, n));
-        PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h, H, L->ffn_norm, c->xn, H, n, H, c->cfg.rms_norm_eps));
+        PDB_TRY(norm(c, c->h, H, L->ffn_norm, c->xn, H, n, H));
         PDB_TRY(mark(c, ST_NORM));
         if (L->is_moe) PDB_TRY(moe(c, L, n));
         else {
@@ -691,7 +709,7 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
         }
     }
     if (logits) {
-        PDB_TRY(pdb_cuda_rmsnorm(c->s, c->h + (n - 1) * H, H, c->final_norm, c->xn, H, 1, H, c->cfg.rms_norm_eps));
+        PDB_TRY(norm(c, c->h + (n - 1) * H, H, c->final_norm, c->xn, H, 1, H));
         const void *A; /* one row in every pass, so one cuBLAS call: M never varies */
         PDB_TRY(as_dt(c, c->xn, H, &A));
         if (c->exact) PDB_TRY(mm(c, c->dt, 1, c->V, H, A, H, 0, c->lm_head, H, 0, 0.0f, c->logits, c->V, 0, 1));
@@ -861,6 +879,7 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_config *cf, const pdb_st
     c->sub_cfg = co && co->sub_chunk > 0 ? co->sub_chunk : 8192;
     c->page = co && co->page_tokens > 0 ? co->page_tokens : 64;
     c->prof = co && co->profile;
+    c->kv_recompute = co && co->mha_kv_recompute;
     c->moe_tc = prec == PDB_CUDA_PREC_BF16 && !(co && co->moe_cublas) && pdb_cuda_moe_tc_fits(cf->hidden_size,
                                                                                              cf->moe_intermediate_size);
     c->gemm_rows = !co || co->gemm_rows == 0 ? PDB_CUDA_GEMM_ROWS_DEFAULT : co->gemm_rows < 0 ? 0 : co->gemm_rows;

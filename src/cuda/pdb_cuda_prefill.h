@@ -54,6 +54,8 @@ typedef struct pdb_cuda_prefill_opts {
     pdb_cuda_attn attn;  /* bf16 engine's attention kernel (the other precisions have their own) */
     int moe_cublas;      /* bf16 engine: routed experts as per-expert cuBLAS calls instead of the grouped
                             tensor-core GEMM (pdb_cuda_moe_tc.cu), for comparison */
+    int mha_kv_recompute; /* bf16 MHA form: expand every key's K and V again at each pass (what runs when
+                             the GPU cannot keep every layer's), for comparison; same output bits */
     int profile;         /* time every stage of each forward pass with CUDA events
                             (pdb_cuda_prefill_profile_take) */
 } pdb_cuda_prefill_opts;
