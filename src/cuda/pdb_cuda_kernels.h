@@ -98,6 +98,13 @@ enum { PDB_CUDA_MOE_TILE = 128 };
 int pdb_cuda_moe_tc_fits(int64_t H, int64_t Im);
 pdb_status pdb_cuda_moe_gemm(cudaStream_t s, const void *A, const void *W, float *C, const int32_t *tile_e,
                              int64_t ntiles, int64_t N, int64_t K);
+/* The row layout of n tokens' top-K experts topk [n*K] on the device: row_src [max_tiles * TILE]
+ * (the token of each row, -1 for padding), slot_row [n*K], tile_e [max_tiles] (-1 past the last
+ * tile); experts in index order, an expert's slots in slot order. scratch: n*K + 2E int32.
+ * max_tiles = pdb_cuda_moe_max_tiles(n*K, E), the most tiles any routing can need. */
+int64_t pdb_cuda_moe_max_tiles(int64_t slots, int64_t E);
+pdb_status pdb_cuda_moe_layout(cudaStream_t s, const int32_t *topk, int64_t n, int64_t K, int64_t E, int32_t *scratch,
+                               int32_t *row_src, int32_t *slot_row, int32_t *tile_e);
 /* dst [R, H] bf16 = src rows src_row[R] (f32), zero rows where src_row < 0. */
 pdb_status pdb_cuda_moe_gather_bf16(cudaStream_t s, const float *src, const int32_t *src_row, int64_t R, int64_t H,
                                     void *dst);

@@ -2,7 +2,8 @@
  * cores (mma.sync m16n8k16, bf16 operands, f32 accumulation), over a gathered row layout in which
  * every expert's rows start at a multiple of PDB_CUDA_MOE_TILE (padding rows are zero on input and
  * never read on output), plus the gather and the SiLU-mul that feed it.
- * Layout: tile i = rows i*TILE .. i*TILE+TILE-1 of A and C, all of one expert, tile_e[i].
+ * Layout: tile i = rows i*TILE .. i*TILE+TILE-1 of A and C, all of one expert, tile_e[i] (-1: no
+ * tile; the GEMM's blocks for it return at once), laid out on the device (pdb_cuda_moe_layout).
  * Invariants: an output element is one thread's sum over k in a fixed order (k tiles of 32 in
  * increasing k, two mma k-steps each), whatever the row count, the tile's neighbours or how many
  * tiles a launch holds, so a token's expert output does not depend on the chunking (the property
@@ -24,7 +25,9 @@ __global__ void __launch_bounds__(MG_THREADS)
     __nv_bfloat16 *As = (__nv_bfloat16 *)smem_mg, *Bs = As + MG_ST * MG_BM * MG_LD;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
     const int64_t r0 = (int64_t)blockIdx.y * MG_BM, n0 = (int64_t)blockIdx.x * MG_BN;
-    const __nv_bfloat16 *Ab = A + r0 * K, *Wb = W + (int64_t)tile_e[blockIdx.y] * N * K;
+    const int32_t e = tile_e[blockIdx.y];
+    if (e < 0) return; /* past the layout's last tile (a launch sized for the most tiles a pass can have) */
+    const __nv_bfloat16 *Ab = A + r0 * K, *Wb = W + (int64_t)e * N * K;
     auto load = [&](int st, int64_t k0) {
         __nv_bfloat16 *as = As + st * MG_BM * MG_LD, *bs = Bs + st * MG_BN * MG_LD;
         for (int i = tid; i < MG_BM * (MG_BK / 8); i += MG_THREADS) {
@@ -87,6 +90,42 @@ __global__ void __launch_bounds__(MG_THREADS)
         }
 }
 
+/* ================= the layout of the gathered rows, on the device (no host round trip) =================
+ * The host version's layout exactly: expert e's rows start at T * (tiles of the experts before e),
+ * its slots in slot order (a slot's rank among the slots routed to e), padding rows -1. Three
+ * launches: ranks (a warp per expert scans the slots in order with ballots), the tile prefix (one
+ * thread, E steps), the placement (a thread per slot). */
+__global__ void k_moe_rank(const int32_t *topk, int64_t S, int32_t *rank, int32_t *cnt) {
+    const int e = blockIdx.x, lane = threadIdx.x;
+    int32_t run = 0;
+    for (int64_t b = 0; b < S; b += 32) {
+        const int64_t sl = b + lane;
+        const bool mine = sl < S && topk[sl] == e;
+        const unsigned m = __ballot_sync(0xffffffffu, mine);
+        if (mine) rank[sl] = run + __popc(m & ((1u << lane) - 1u));
+        run += __popc(m);
+    }
+    if (lane == 0) cnt[e] = run;
+}
+
+__global__ void k_moe_tiles(const int32_t *cnt, int E, int T, int64_t ntmax, int32_t *start, int32_t *tile_e) {
+    int64_t nt = 0;
+    for (int e = 0; e < E; e++) {
+        start[e] = (int32_t)(nt * T);
+        for (int64_t i = 0, tiles = (cnt[e] + T - 1) / T; i < tiles; i++) tile_e[nt++] = e;
+    }
+    for (; nt < ntmax; nt++) tile_e[nt] = -1;
+}
+
+__global__ void k_moe_place(const int32_t *topk, const int32_t *rank, const int32_t *start, int64_t S, int K,
+                            int32_t *row_src, int32_t *slot_row) {
+    const int64_t sl = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (sl >= S) return;
+    const int32_t r = start[topk[sl]] + rank[sl];
+    row_src[r] = (int32_t)(sl / K);
+    slot_row[sl] = r;
+}
+
 /* dst [R, H] bf16: row r = src row src_row[r] rounded to bf16, or zeros where src_row[r] < 0. */
 __global__ void k_moe_gather_bf16(const float *src, const int32_t *src_row, int64_t R, int64_t H, __nv_bfloat16 *dst) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -117,6 +156,26 @@ pdb_status pdb_cuda_moe_gemm(cudaStream_t s, const void *A, const void *W, float
     dim3 grid((unsigned)((N + MG_BN - 1) / MG_BN), (unsigned)ntiles);
     k_moe_gemm<<<grid, MG_THREADS, smem, s>>>((const __nv_bfloat16 *)A, (const __nv_bfloat16 *)W, C, tile_e, N, K);
     PDB_CU_LAUNCH("moe grouped gemm");
+    return PDB_OK;
+}
+
+int64_t pdb_cuda_moe_max_tiles(int64_t slots, int64_t E) {
+    return (slots + E * (PDB_CUDA_MOE_TILE - 1)) / PDB_CUDA_MOE_TILE;
+}
+
+pdb_status pdb_cuda_moe_layout(cudaStream_t s, const int32_t *topk, int64_t n, int64_t K, int64_t E, int32_t *scratch,
+                               int32_t *row_src, int32_t *slot_row, int32_t *tile_e) {
+    const int64_t S = n * K, ntmax = pdb_cuda_moe_max_tiles(S, E);
+    if (S <= 0) return PDB_OK;
+    if (S > INT32_MAX / 2 || E > 65535) return pdb_err_set(PDB_UNSUPPORTED, "moe layout: %lld slots, %lld experts", (long long)S, (long long)E);
+    int32_t *rank = scratch, *cnt = scratch + S, *start = cnt + E;
+    PDB_CU(cudaMemsetAsync(row_src, 0xff, sizeof(int32_t) * (size_t)(ntmax * PDB_CUDA_MOE_TILE), s)); /* -1: padding */
+    k_moe_rank<<<(unsigned)E, 32, 0, s>>>(topk, S, rank, cnt);
+    PDB_CU_LAUNCH("moe layout (ranks)");
+    k_moe_tiles<<<1, 1, 0, s>>>(cnt, (int)E, PDB_CUDA_MOE_TILE, ntmax, start, tile_e);
+    PDB_CU_LAUNCH("moe layout (tiles)");
+    k_moe_place<<<(unsigned)((S + 255) / 256), 256, 0, s>>>(topk, rank, start, S, (int)K, row_src, slot_row);
+    PDB_CU_LAUNCH("moe layout (rows)");
     return PDB_OK;
 }
 

@@ -84,12 +84,12 @@ typedef struct pdb_cuda_prefill {
     float *kvx;                 /* MHA form: [MHA_SPAN, nh*(nope+vd)] expanded keys/values of a span of positions */
     void *qb, *kb, *vb;         /* MHA form: bf16 Q [nh, S, dqp], K [kv_layers, nh, max_tokens, dqp], V [.., vd] */
     int32_t *ids, *topk_idx, *row_src, *slot_row, *tile_e;
+    int32_t *lay;               /* moe_tc: [S*K + 2E] the device layout's ranks, counts and starts */
     void *cvt;                  /* dt staging for GEMM A operands */
     /* pinned host */
     float *h_cs, *h_dcs;        /* [S, rope]: engine cos/sin (halves), the decoder's rope pairs (pdb_rope_angles) */
     float *dcs;                 /* device [S, rope]: h_dcs */
     int32_t *h_ids, *h_topk, *h_rows; /* [S], [S*K], [Rmax + S*K] */
-    int32_t *h_tile_e;          /* moe_tc: [Rmax / PDB_CUDA_MOE_TILE] expert of each row tile */
     int64_t *h_cnt;             /* [E] */
     /* the capture: the block being assembled (host [L, bs, row], the decoder's "latent" pool of
      * one block) holds the rows of positions (hooked / bs) * bs .. hooked - 1 */
@@ -108,10 +108,10 @@ typedef pdb_cuda_prefill cu_prefill;
 enum { CR_ROWS = 256 };
 
 /* Profile stages (opts.profile): a mark records an event that ends the named stage. */
-enum { ST_EMBED, ST_NORM, ST_HOOK, ST_QKV, ST_EXPAND, ST_ATTN, ST_OPROJ, ST_ROUTER, ST_SHARED, ST_ROUTE_HOST,
+enum { ST_EMBED, ST_NORM, ST_HOOK, ST_QKV, ST_EXPAND, ST_ATTN, ST_OPROJ, ST_ROUTER, ST_SHARED, ST_LAYOUT,
        ST_EXPERTS, ST_COMBINE, ST_DENSE, ST_HEAD, ST_N };
 static const char *const stage_name[ST_N] = {"embed",  "norm",    "hook",   "qkv",        "kv_expand",
-                                             "attention", "o_proj", "router", "shared",   "route_host",
+                                             "attention", "o_proj", "router", "shared",   "layout"    ,
                                              "experts", "combine", "dense_mlp", "lm_head"};
 
 static pdb_status mark(cu_prefill *c, int st) {
@@ -316,8 +316,6 @@ static void seq_free(cu_prefill *c) {
     cudaFreeHost(c->h_ids);
     cudaFreeHost(c->h_topk);
     cudaFreeHost(c->h_rows);
-    cudaFreeHost(c->h_tile_e);
-    c->h_tile_e = NULL;
     free(c->h_cnt);
     cudaFreeHost(c->blk);
     c->blk = NULL;
@@ -385,6 +383,7 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     int64_t Rm = c->Rmax, wide = c->H > c->Im ? c->H : c->Im;
     PDB_TRY(dalloc(&c->seq, &c->row_src, sizeof(int32_t) * (size_t)Rm));
     PDB_TRY(dalloc(&c->seq, &c->tile_e, sizeof(int32_t) * (size_t)(Rm / PDB_CUDA_MOE_TILE + 1)));
+    if (c->moe_tc) PDB_TRY(dalloc(&c->seq, &c->lay, sizeof(int32_t) * (size_t)(S * K + 2 * E)));
     PDB_TRY(dalloc(&c->seq, &c->slot_row, sizeof(int32_t) * (size_t)(S * K)));
     if (Rm * c->Im > S * Imax) Imax = (Rm * c->Im + S - 1) / S;
     PDB_TRY(dalloc(&c->seq, &c->g, sz * (size_t)(S * Imax)));
@@ -420,7 +419,6 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     PDB_TRY(hpin(&c->h_ids, sizeof(int32_t) * (size_t)S));
     PDB_TRY(hpin(&c->h_topk, sizeof(int32_t) * (size_t)(S * K)));
     PDB_TRY(hpin(&c->h_rows, sizeof(int32_t) * (size_t)(Rm + S * K)));
-    PDB_TRY(hpin(&c->h_tile_e, sizeof(int32_t) * (size_t)(Rm / PDB_CUDA_MOE_TILE + 1)));
     c->h_cnt = (int64_t *)calloc((size_t)E + 1, sizeof(int64_t));
     if (!c->h_cnt) return pdb_err_set(PDB_NOMEM, "expert counts");
     c->max_tokens = max_tokens;
@@ -547,33 +545,16 @@ static pdb_status mlp(cu_prefill *c, const float *x, int64_t n, const void *gate
     return linear(c, c->g, n, I, down, c->H, beta, out);
 }
 
-/* The routed experts on the grouped tensor-core GEMM: the host lays every expert's rows out from
- * a multiple of PDB_CUDA_MOE_TILE (padding rows gathered as zeros), in slot order inside an
- * expert as the cuBLAS path does, and lists each row tile's expert; gate, up and down are then one
- * launch each. cnt[e] = the first slot-ordered row of expert e (cnt[E] = n * K). */
-static pdb_status moe_grouped(cu_prefill *c, const cu_layer *L, int64_t n, const int64_t *cnt) {
-    int64_t H = c->H, E = c->E, K = c->K, Im = c->Im, T = PDB_CUDA_MOE_TILE, R = 0, nt = 0;
-    int32_t *row_src = c->h_rows, *slot_row = c->h_rows + c->Rmax;
-    int64_t *fill = (int64_t *)malloc(sizeof(int64_t) * (size_t)E);
-    if (!fill) return pdb_err_set(PDB_NOMEM, "moe fill");
-    for (int64_t e = 0; e < E; e++) {
-        int64_t m = cnt[e + 1] - cnt[e], tiles = (m + T - 1) / T;
-        fill[e] = R;
-        for (int64_t i = 0; i < tiles; i++) c->h_tile_e[nt++] = (int32_t)e;
-        for (int64_t r = R + m; r < R + tiles * T; r++) row_src[r] = -1;
-        R += tiles * T;
-    }
-    for (int64_t sl = 0; sl < n * K; sl++) { /* rows of an expert in slot order: fixed */
-        int64_t r = fill[c->h_topk[sl]]++;
-        row_src[r] = (int32_t)(sl / K);
-        slot_row[sl] = (int32_t)r;
-    }
-    free(fill);
-    PDB_CU(cudaMemcpyAsync(c->row_src, row_src, sizeof(int32_t) * (size_t)R, cudaMemcpyHostToDevice, c->s));
-    PDB_CU(cudaMemcpyAsync(c->slot_row, slot_row, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyHostToDevice, c->s));
-    PDB_CU(cudaMemcpyAsync(c->tile_e, c->h_tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyHostToDevice, c->s));
+/* The routed experts on the grouped tensor-core GEMM: the device lays every expert's rows out
+ * from a multiple of PDB_CUDA_MOE_TILE (padding rows gathered as zeros), in slot order inside an
+ * expert as the cuBLAS path does, and lists each row tile's expert (pdb_cuda_moe_layout); gate,
+ * up and down are then one launch each, sized for the most tiles any routing of n tokens needs
+ * (the blocks of tiles past the layout's last return at once), so nothing waits for the host. */
+static pdb_status moe_grouped(cu_prefill *c, const cu_layer *L, int64_t n) {
+    const int64_t H = c->H, Im = c->Im, nt = pdb_cuda_moe_max_tiles(n * c->K, c->E), R = nt * PDB_CUDA_MOE_TILE;
+    PDB_TRY(pdb_cuda_moe_layout(c->s, c->topk_idx, n, c->K, c->E, c->lay, c->row_src, c->slot_row, c->tile_e));
     PDB_TRY(pdb_cuda_moe_gather_bf16(c->s, c->xn, c->row_src, R, H, c->xe));
-    PDB_TRY(mark(c, ST_ROUTE_HOST));
+    PDB_TRY(mark(c, ST_LAYOUT));
     PDB_TRY(pdb_cuda_moe_gemm(c->s, c->xe, L->eg, c->g, c->tile_e, nt, Im, H));
     PDB_TRY(pdb_cuda_moe_gemm(c->s, c->xe, L->eu, c->u, c->tile_e, nt, Im, H));
     PDB_TRY(pdb_cuda_silu_mul_bf16(c->s, c->g, c->u, c->xe, R * Im)); /* xe's rows are consumed: reused */
@@ -598,7 +579,7 @@ static pdb_status moe_per_expert(cu_prefill *c, const cu_layer *L, int64_t n, co
     PDB_CU(cudaMemcpyAsync(c->row_src, row_src, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyHostToDevice, c->s));
     PDB_CU(cudaMemcpyAsync(c->slot_row, slot_row, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyHostToDevice, c->s));
     PDB_TRY(pdb_cuda_gather(c->s, c->xn, c->row_src, n * K, H, c->xe));
-    PDB_TRY(mark(c, ST_ROUTE_HOST));
+    PDB_TRY(mark(c, ST_LAYOUT));
     const void *A;
     PDB_TRY(as_dt(c, c->xe, n * K * H, &A));
     int64_t per = Im * H;
@@ -635,21 +616,25 @@ static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
     rc.norm_topk_prob = c->cfg.norm_topk_prob;
     rc.routed_scaling_factor = (float)c->cfg.routed_scaling_factor;
     PDB_TRY(pdb_cuda_route(c->s, c->probs, c->rsc, c->topk_idx, c->topk_w, n, &rc));
-    PDB_CU(cudaMemcpyAsync(c->h_topk, c->topk_idx, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyDeviceToHost, c->s));
+    if (!c->moe_tc) PDB_CU(cudaMemcpyAsync(c->h_topk, c->topk_idx, sizeof(int32_t) * (size_t)(n * K), cudaMemcpyDeviceToHost, c->s));
     PDB_TRY(mark(c, ST_ROUTER));
-    /* shared experts meanwhile (device), then the host orders the slots by expert */
+    /* shared experts (device); the per-expert path's host orders the slots by expert meanwhile */
     if (c->cfg.n_shared_experts > 0) PDB_TRY(mlp(c, c->xn, n, L->sg, L->su, L->sd, c->Is, 0.0f, c->sh));
     PDB_TRY(mark(c, ST_SHARED));
-    PDB_CU(cudaStreamSynchronize(c->s));
-    int64_t *cnt = c->h_cnt;
-    memset(cnt, 0, sizeof(int64_t) * (size_t)(E + 1));
-    for (int64_t sl = 0; sl < n * K; sl++) {
-        int32_t e = c->h_topk[sl];
-        if (e < 0 || e >= E) return pdb_err_set(PDB_CUDA, "moe: routed expert %d out of range (device fault?)", e);
-        cnt[e + 1]++;
+    if (c->moe_tc) {
+        PDB_TRY(moe_grouped(c, L, n));
+    } else {
+        PDB_CU(cudaStreamSynchronize(c->s));
+        int64_t *cnt = c->h_cnt;
+        memset(cnt, 0, sizeof(int64_t) * (size_t)(E + 1));
+        for (int64_t sl = 0; sl < n * K; sl++) {
+            int32_t e = c->h_topk[sl];
+            if (e < 0 || e >= E) return pdb_err_set(PDB_CUDA, "moe: routed expert %d out of range (device fault?)", e);
+            cnt[e + 1]++;
+        }
+        for (int64_t e = 0; e < E; e++) cnt[e + 1] += cnt[e]; /* cnt[e] = first slot-ordered row of expert e */
+        PDB_TRY(moe_per_expert(c, L, n, cnt));
     }
-    for (int64_t e = 0; e < E; e++) cnt[e + 1] += cnt[e]; /* cnt[e] = first slot-ordered row of expert e */
-    PDB_TRY(c->moe_tc ? moe_grouped(c, L, n, cnt) : moe_per_expert(c, L, n, cnt));
     PDB_TRY(pdb_cuda_moe_combine(c->s, c->ye, c->slot_row, c->topk_w, c->cfg.n_shared_experts > 0 ? c->sh : NULL, n, K,
                                  H, c->h));
     return mark(c, ST_COMBINE);
