@@ -93,42 +93,19 @@ __global__ void __launch_bounds__(MG_THREADS)
 /* ================= the layout of the gathered rows, on the device (no host round trip) =================
  * The host version's layout exactly: expert e's rows start at T * (tiles of the experts before e),
  * its slots in slot order (a slot's rank among the slots routed to e), padding rows -1. Three
- * launches: ranks (a block per expert scans the slots in order with ballots), the tile prefix (one
+ * launches: ranks (a warp per expert scans the slots in order with ballots), the tile prefix (one
  * thread, E steps), the placement (a thread per slot). */
-/* A block of RK_WARPS warps per expert: warp w takes a contiguous run of the slots, counts its
- * slots routed to the expert (pass 1), starts from the counts of the runs before its own (pass 2)
- * and ranks its slots in order; RK_U loads in flight per step (a dependent load per 32 slots
- * would leave the scan latency-bound). */
-enum { RK_WARPS = 8, RK_U = 4 };
-
-__global__ void __launch_bounds__(32 * RK_WARPS) k_moe_rank(const int32_t *topk, int64_t S, int32_t *rank, int32_t *cnt) {
-    __shared__ int32_t part[RK_WARPS];
-    const int e = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const int64_t per = (S + 32 * RK_WARPS - 1) / (32 * RK_WARPS) * 32, lo = w * per, hi = lo + per < S ? lo + per : S;
-    int32_t c = 0;
-    for (int64_t b = lo; b < hi; b += 32 * RK_U) {
-        int32_t v[RK_U];
-#pragma unroll
-        for (int u = 0; u < RK_U; u++) v[u] = b + 32 * u + lane < hi ? topk[b + 32 * u + lane] : -1;
-#pragma unroll
-        for (int u = 0; u < RK_U; u++) c += __popc(__ballot_sync(0xffffffffu, v[u] == e));
-    }
-    if (lane == 0) part[w] = c;
-    __syncthreads();
+__global__ void k_moe_rank(const int32_t *topk, int64_t S, int32_t *rank, int32_t *cnt) {
+    const int e = blockIdx.x, lane = threadIdx.x;
     int32_t run = 0;
-    for (int i = 0; i < w; i++) run += part[i];
-    for (int64_t b = lo; b < hi; b += 32 * RK_U) {
-        int32_t v[RK_U];
-#pragma unroll
-        for (int u = 0; u < RK_U; u++) v[u] = b + 32 * u + lane < hi ? topk[b + 32 * u + lane] : -1;
-#pragma unroll
-        for (int u = 0; u < RK_U; u++) {
-            const unsigned m = __ballot_sync(0xffffffffu, v[u] == e);
-            if (v[u] == e) rank[b + 32 * u + lane] = run + __popc(m & ((1u << lane) - 1u));
-            run += __popc(m);
-        }
+    for (int64_t b = 0; b < S; b += 32) {
+        const int64_t sl = b + lane;
+        const bool mine = sl < S && topk[sl] == e;
+        const unsigned m = __ballot_sync(0xffffffffu, mine);
+        if (mine) rank[sl] = run + __popc(m & ((1u << lane) - 1u));
+        run += __popc(m);
     }
-    if (w == RK_WARPS - 1 && lane == 0) cnt[e] = run; /* the last run's end: every slot routed to e */
+    if (lane == 0) cnt[e] = run;
 }
 
 __global__ void k_moe_tiles(const int32_t *cnt, int E, int T, int64_t ntmax, int32_t *start, int32_t *tile_e) {
@@ -193,7 +170,7 @@ pdb_status pdb_cuda_moe_layout(cudaStream_t s, const int32_t *topk, int64_t n, i
     if (S > INT32_MAX / 2 || E > 65535) return pdb_err_set(PDB_UNSUPPORTED, "moe layout: %lld slots, %lld experts", (long long)S, (long long)E);
     int32_t *rank = scratch, *cnt = scratch + S, *start = cnt + E;
     PDB_CU(cudaMemsetAsync(row_src, 0xff, sizeof(int32_t) * (size_t)(ntmax * PDB_CUDA_MOE_TILE), s)); /* -1: padding */
-    k_moe_rank<<<(unsigned)E, 32 * RK_WARPS, 0, s>>>(topk, S, rank, cnt);
+    k_moe_rank<<<(unsigned)E, 32, 0, s>>>(topk, S, rank, cnt);
     PDB_CU_LAUNCH("moe layout (ranks)");
     k_moe_tiles<<<1, 1, 0, s>>>(cnt, (int)E, PDB_CUDA_MOE_TILE, ntmax, start, tile_e);
     PDB_CU_LAUNCH("moe layout (tiles)");
