@@ -1,0 +1,114 @@
+/* pdb_cuda_v4_kernels: the device-resident DeepSeek-V4 engine's own kernels (pdb_cuda_v4_engine.cu):
+ * the hyper-connection sites, the per-head norms and RoPE, the compressors, the lightning
+ * indexer, the window + compressed attention with its sink, routing and the clipped SwiGLU.
+ * Internal header for .cu files; every pointer is device memory unless said otherwise.
+ * Invariants: (1) each launcher checks its launch and returns PDB_CUDA naming it; (2) every
+ * kernel computes a row's (token's, entry's) result from that row's inputs (and for attention /
+ * the indexer the cache rows it reads) in a fixed order that does not depend on how many rows
+ * the launch holds, so a position's values do not depend on the chunking (chunked = one shot);
+ * (3) the math is pdb_v4.c's (the CPU forward, src/model/deepseek_v4): its formulas, its
+ * semantics "exact" (transformers 5.17: no FP8/FP4 simulation on cached rows), f32 values with
+ * sums in f32 or double as noted; an engine built on these kernels is close to the CPU's
+ * forward (f32 weights: to f32 rounding), not bit-identical to it.
+ * RoPE tables: cs [P, rd] f32, row p = pdb_rope_angles(rope, p) (interleaved pairs (x[2i],
+ * x[2i+1]) rotated by (cos, sin) = (cs[2i], cs[2i+1]), attention factor included), made once on
+ * the host for positions 0..P-1; sign -1 rotates by the inverse (cos, -sin), which is
+ * pdb_rope_apply at position -p. */
+#ifndef PDB_CUDA_V4_KERNELS_H
+#define PDB_CUDA_V4_KERNELS_H
+
+#include "pdb_cuda_util.h"
+
+/* hs [n, hc, H] = embedding row ids[t] of emb [V, H] (dt) in each of the hc streams. */
+pdb_status pdb_cuda_v4_embed_hc(cudaStream_t s, const int32_t *ids, const void *emb, pdb_cuda_dt dt, int64_t n,
+                                int64_t hc, int64_t H, float *hs);
+
+/* One hyper-connection site's constants (pdb_v4.c hc_norm / hc_mixes / hc_finish / hc_head). */
+typedef struct pdb_cuda_v4_hc {
+    int64_t hc, H;     /* streams, hidden size; hc <= 8 */
+    int iters;         /* Sinkhorn iterations (cfg.hc_sinkhorn_iters) */
+    float hc_eps;      /* cfg.hc_eps */
+    double eps;        /* cfg.rms_norm_eps */
+} pdb_cuda_v4_hc;
+
+/* The pre-site of a sub-block, per token t (a block per token):
+ *   tmp = hs_t / sqrt(mean(hs_t^2) + eps) over all hc*H values (unweighted; double sum);
+ *   mixes[j] = fn[j, :] . tmp for j < (2+hc)*hc (fn f32 [(2+hc)*hc, hc*H]; double sums);
+ *   pre[k] = sigmoid(mixes[k]*scale[0] + base[k]) + hc_eps; post[t,k] = 2*sigmoid(mixes[hc+k]*scale[1] + base[hc+k]);
+ *   comb[t,i,j] = softmax_j(mixes[2hc + i*hc + j]*scale[2] + base[2hc + i*hc + j]) + hc_eps, then
+ *   Sinkhorn: iteration 0 normalises columns (sum over i, + hc_eps in the denominator), iterations
+ *   1..iters-1 rows then columns (each divides by (float)sum + hc_eps);
+ *   x[t, d] = sum_k pre[k] * hs_t[k, d] (double), then x_t = RMSNorm(x_t) * norm (norm [H], eps).
+ * comb[t, j, k] is the weight of old stream j in new stream k (pdb_v4.c's layout). */
+pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *fn,
+                              const float *base, const float *scale, const float *norm, float *x, float *post,
+                              float *comb);
+/* The post-site: hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * hs_old[t, j, d] (double, j in
+ * order), in place (each column reads only its own old values). */
+pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const float *out, const float *post,
+                               const float *comb, int64_t n);
+/* The final collapse of tokens rows[i] (device int64 [n]) of hs: y[i] = RMSNorm(sum_k pre[k] * hs_t[k]) * norm with
+ * pre[k] = sigmoid(mix[k] * scale[0] + base[k]) + hc_eps, mix = fn [hc, hc*H] . tmp (tmp as in hc_pre). */
+pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, const int64_t *rows, int64_t n,
+                               const float *fn, const float *base, const float *scale, const float *norm, float *y);
+
+/* Rows of heads, in place or into dst: for token t (position pos0 + t) and head h, the vector v =
+ * src[t * ld + h * hd .. + hd) is
+ *   mode 0: left as is; mode 1: v / sqrt(mean(v^2) + eps) (unweighted, double sum);
+ *   mode 2: RMSNorm(v) * w (w [hd]);
+ * then its trailing rd dims are rotated by cs row pos0 + t (sign +1) or its inverse (sign -1), and
+ * written to dst[t * ldd + h * hd ..]. dst == src is allowed (ldd == ld). */
+pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n,
+                                       int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
+                                       int64_t pos0, int sign, double eps);
+
+/* A compressor's entries w = w0 .. w1-1 (pdb_v4.c compress_tokens): the rows of position p are kv
+ * [(p - e0) * ld ..] and gate [(p - e0) * ld ..] (the raw projections, D = coff * dim values;
+ * ape [r, D] is added to the gate here: g(p, i) = gate(p, i) + ape[(p % r) * D + i]); window w is
+ * positions w*r .. w*r + r - 1, every one >= e0. Per dim d < dim: the slots are, for coff 2
+ * (CSA, overlapping) and w > 0, window w-1's first halves (kv/gate dims d) then window w's second
+ * halves (dims dim + d), for w == 0 or coff 1 window w's dims (coff - 1) * dim + d alone; entry
+ * e[d] = sum softmax(g) * kv over the slots (max-subtracted exp in double, double sums); then
+ * e = RMSNorm(e) * norm (norm [dim], eps), its trailing rd dims rotated by cs row w * r, written to
+ * out [w * dim ..]. */
+pdb_status pdb_cuda_v4_compress(cudaStream_t s, const float *kv, const float *gate, int64_t ld, int64_t e0,
+                                const float *ape, const float *norm, int64_t r, int64_t dim, int coff, int64_t w0,
+                                int64_t w1, const float *cs, int64_t rd, double eps, float *out);
+
+/* The lightning indexer's selection for n queries at positions pos0 .. (pdb_v4.c run_indexer,
+ * semantics exact): token t sees nv = (pos0 + t + 1) / r compressed keys keys [nv, ihd]; nv <= K:
+ * sel[t, i] = i (i < nv), nsel[t] = nv; else score_w = sum_h wt[t, h] * relu(q[t, h, :] . keys[w, :])
+ * * sscale (q [n, nih, ihd] already rotated; wt [n, nih] already times 1/sqrt(nih)) and sel[t, 0..K)
+ * = the K highest scores (equal scores: lower w first), best first, nsel[t] = K. scratch: at least
+ * pdb_cuda_v4_indexer_scratch(n, n_keys) bytes; n_keys = the most keys any query sees. */
+size_t pdb_cuda_v4_indexer_scratch(int64_t n, int64_t n_keys);
+pdb_status pdb_cuda_v4_indexer(cudaStream_t s, const float *q, const float *wt, const float *keys, int64_t n, int64_t nih,
+                               int64_t ihd, int64_t pos0, int64_t r, int64_t K, float sscale, void *scratch,
+                               int32_t *sel, int32_t *nsel);
+
+/* One layer's attention for n tokens at positions pos0 .. (pdb_v4_attn_desc's contract with
+ * device pointers; per (t, h): window keys then compressed entries, scores q.k * scale, a softmax
+ * whose denominator also holds exp(sink[h] - max) (the sink takes part in the max), o = sum P k):
+ * keys [(pos0 - lo) + n, hd] holds the K=V rows of positions lo ..; window of position p = rows
+ * max(p - W + 1, lo) .. p; compressed: CSA (sel != NULL) entries sel[t, 0..nsel[t]) of comp
+ * [., hd]; HCA (rate > 0) entries 0 .. (p + 1) / rate - 1; else none. q [n, nh, hd], o [n, nh, hd]
+ * (before the inverse RoPE). */
+pdb_status pdb_cuda_v4_attention(cudaStream_t s, const float *q, const float *keys, int64_t lo, const float *comp,
+                                 const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate, int64_t n, int64_t nh,
+                                 int64_t hd, int64_t pos0, int64_t W, const float *sinks, float scale, float *o);
+
+/* Routing of n tokens (pdb_v4_route): logits [n, E] (the router product) -> scores in place
+ * (scoring: pdb_v4_score: sqrt(softplus) (softplus(l) = l for l > 20, else log1p(exp(l))),
+ * softmax, sigmoid); tid2eid != NULL (hash layer): idx[t, k] = tid2eid[ids[t] * K + k], else the
+ * top-K of scores + bias (bias NULL: 0; equal values: lower expert first); wt[t, k] = score[idx] /
+ * ((float)sum of the K picked scores (double) + 1e-20) * rsf. E <= 1024, K <= 16. */
+pdb_status pdb_cuda_v4_route(cudaStream_t s, float *logits, const int32_t *ids, const int32_t *tid2eid,
+                             const float *bias, int64_t n, int E, int K, int scoring, float rsf, int32_t *idx,
+                             float *wt);
+
+/* out [count] (dt) = silu(g') * u' with g' = min(g, limit), u' = clamp(u, -limit, limit) when
+ * limit > 0 (else g, u), silu(a) = a / (1 + exp(-a)) (f32); bf16 rounds to nearest even. */
+pdb_status pdb_cuda_v4_swiglu(cudaStream_t s, const float *g, const float *u, int64_t count, float limit,
+                              pdb_cuda_dt dt, void *out);
+
+#endif
