@@ -75,16 +75,20 @@ pdb_status pdb_cuda_v4_compress(cudaStream_t s, const float *kv, const float *ga
                                 const float *ape, const float *norm, int64_t r, int64_t dim, int coff, int64_t w0,
                                 int64_t w1, const float *cs, int64_t rd, double eps, float *out);
 
-/* The lightning indexer's selection for n queries at positions pos0 .. (pdb_v4.c run_indexer,
- * semantics exact): token t sees nv = (pos0 + t + 1) / r compressed keys keys [nv, ihd]; nv <= K:
- * sel[t, i] = i (i < nv), nsel[t] = nv; else score_w = sum_h wt[t, h] * relu(q[t, h, :] . keys[w, :])
- * * sscale (q [n, nih, ihd] already rotated; wt [n, nih] already times 1/sqrt(nih)) and sel[t, 0..K)
- * = the K highest scores (equal scores: lower w first), best first, nsel[t] = K. scratch: at least
- * pdb_cuda_v4_indexer_scratch(n, n_keys) bytes; n_keys = the most keys any query sees. */
-size_t pdb_cuda_v4_indexer_scratch(int64_t n, int64_t n_keys);
-pdb_status pdb_cuda_v4_indexer(cudaStream_t s, const float *q, const float *wt, const float *keys, int64_t n, int64_t nih,
-                               int64_t ihd, int64_t pos0, int64_t r, int64_t K, float sscale, void *scratch,
-                               int32_t *sel, int32_t *nsel);
+/* The lightning indexer, in two steps after the engine's GEMM dots [n, nih, ld] = q . keys^T (q
+ * [n, nih, ihd] rotated, keys [nv, ihd] the compressed index keys; pdb_v4.c run_indexer, semantics
+ * exact). Token t (position pos0 + t) sees nv_t = (pos0 + t + 1) / r keys.
+ * index_reduce: score [t * lds + w] = sscale * sum_h wt[t * nih + h] * relu(dots[(t * nih + h) * ld
+ * + w]) (f32 sum in h order) for w < nv_t, for tokens with nv_t > K only (others untouched); wt
+ * already times 1/sqrt(nih).
+ * topk: nv_t <= K: sel[t, i] = i (i < nv_t), nsel[t] = nv_t; else sel[t, 0..K) = the K highest
+ * scores of row t (equal scores: the lower w wins), in ascending w order, nsel[t] = K. A block per
+ * token, any nv (radix select). */
+pdb_status pdb_cuda_v4_index_reduce(cudaStream_t s, const float *dots, int64_t ld, const float *wt, int64_t n,
+                                    int64_t nih, int64_t pos0, int64_t r, int64_t K, float sscale, float *score,
+                                    int64_t lds);
+pdb_status pdb_cuda_v4_topk(cudaStream_t s, const float *score, int64_t lds, int64_t n, int64_t pos0, int64_t r,
+                            int64_t K, int32_t *sel, int32_t *nsel);
 
 /* One layer's attention for n tokens at positions pos0 .. (pdb_v4_attn_desc's contract with
  * device pointers; per (t, h): window keys then compressed entries, scores q.k * scale, a softmax
@@ -92,10 +96,20 @@ pdb_status pdb_cuda_v4_indexer(cudaStream_t s, const float *q, const float *wt, 
  * keys [(pos0 - lo) + n, hd] holds the K=V rows of positions lo ..; window of position p = rows
  * max(p - W + 1, lo) .. p; compressed: CSA (sel != NULL) entries sel[t, 0..nsel[t]) of comp
  * [., hd]; HCA (rate > 0) entries 0 .. (p + 1) / rate - 1; else none. q [n, nh, hd], o [n, nh, hd]
- * (before the inverse RoPE). */
+ * (before the inverse RoPE). All f32 in memory.
+ * attention: f32 on CUDA cores (scores and sums in f32, fixed order): the validation engine's.
+ * attention_tc: the bf16 engine's, on the tensor cores (pdb_cuda_v4_attn.cu: one token's heads per
+ * block of 64 query rows, Q, K, V and P rounded to bf16, f32 accumulation, online softmax over
+ * key tiles of 64 in the order window then compressed); PDB_UNSUPPORTED unless
+ * pdb_cuda_v4_attention_tc_fits(hd). */
 pdb_status pdb_cuda_v4_attention(cudaStream_t s, const float *q, const float *keys, int64_t lo, const float *comp,
                                  const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate, int64_t n, int64_t nh,
                                  int64_t hd, int64_t pos0, int64_t W, const float *sinks, float scale, float *o);
+int pdb_cuda_v4_attention_tc_fits(int64_t hd);
+pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float *keys, int64_t lo, const float *comp,
+                                    const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate, int64_t n,
+                                    int64_t nh, int64_t hd, int64_t pos0, int64_t W, const float *sinks, float scale,
+                                    float *o);
 
 /* Routing of n tokens (pdb_v4_route): logits [n, E] (the router product) -> scores in place
  * (scoring: pdb_v4_score: sqrt(softplus) (softplus(l) = l for l > 20, else log1p(exp(l))),

@@ -1,0 +1,60 @@
+/* pdb_cuda_v4_engine: the device-resident DeepSeek-V4 prefill engine (issue 21): every weight
+ * uploaded once, and within a pass no activation leaves the device except each layer's
+ * attention input, copied to pinned host memory for the capture hook. One sequence at a time:
+ * create -> begin -> forward ... -> end -> free.
+ * Invariants: the math is the CPU forward's (pdb_v4.c, semantics exact) in bf16 (weights and GEMM
+ * operands bf16, f32 accumulation, activations and the engine's cache f32) or f32 (validation:
+ * f32 everywhere, no TF32); a position's values do not depend on how the prompt is cut into
+ * passes (every kernel is row-local and the GEMMs run in M-invariant tiles); the engine is not
+ * the decoder's math (its blocks come from the hook, which is: pdb_prefill_cpu_v4.c). */
+#ifndef PDB_CUDA_V4_ENGINE_H
+#define PDB_CUDA_V4_ENGINE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pdb_cuda_prefill.h"
+#include "pdb_v4.h"
+
+typedef struct pdb_cuda_v4_engine_opts {
+    pdb_cuda_prec prec;  /* BF16 (default) or F32; EXACT is refused (the exact path is pdb_cuda_v4's provider) */
+    int64_t sub_chunk;   /* largest pass in tokens (scratch bound); 0 = 8192 */
+    int64_t gemm_rows;   /* M-invariant GEMM tile rows; 0 = PDB_CUDA_GEMM_ROWS_DEFAULT, -1 = one call per product */
+    int profile;         /* CUDA events around every stage (pdb_cuda_v4_engine_profile_take) */
+} pdb_cuda_v4_engine_opts;
+
+typedef struct pdb_cuda_v4_engine pdb_cuda_v4_engine;
+
+/* Upload model m's weights (any pdb_qmat format; MXFP8 / MXFP4 are dequantized exactly and held
+ * as bf16 for now) to device `device`. m may be freed afterwards. o NULL = the defaults.
+ * PDB_CUDA (no GPU, out of device memory: naming the tensor), PDB_UNSUPPORTED (no CUDA build, a
+ * shape the kernels do not take), PDB_INVALID (a hook-only model). */
+pdb_status pdb_cuda_v4_engine_create(const pdb_v4_model *m, int device, const pdb_cuda_v4_engine_opts *o,
+                                     pdb_cuda_v4_engine **out);
+/* A new sequence of at most max_tokens positions (the previous one, if any, is dropped). */
+pdb_status pdb_cuda_v4_engine_begin(pdb_cuda_v4_engine *e, int64_t max_tokens);
+/* n tokens at the sequence's next positions (passes of at most sub_chunk tokens). hook (NULL: none)
+ * receives, for every pass and layer in order, that layer's attention input [T, H] (host memory,
+ * valid during the call) while the device runs the later layers; a hook error stops the forward.
+ * logits_last [V] (NULL: skipped): the last token's logits. On an error the sequence is unusable
+ * (begin again). */
+pdb_status pdb_cuda_v4_engine_forward(pdb_cuda_v4_engine *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook,
+                                      float *logits_last);
+/* Positions filled so far. */
+int64_t pdb_cuda_v4_engine_len(const pdb_cuda_v4_engine *e);
+/* Device bytes of the uploaded weights. */
+int64_t pdb_cuda_v4_engine_weight_bytes(const pdb_cuda_v4_engine *e);
+/* With opts.profile: "stage=ms ... total_ms=X" summed over the passes since the last take ("" otherwise). */
+void pdb_cuda_v4_engine_profile_take(pdb_cuda_v4_engine *e, char *buf, size_t n);
+void pdb_cuda_v4_engine_end(pdb_cuda_v4_engine *e);
+void pdb_cuda_v4_engine_free(pdb_cuda_v4_engine *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
