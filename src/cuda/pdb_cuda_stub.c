@@ -63,3 +63,37 @@ pdb_status pdb_cuda_attn_probe_run(const pdb_cuda_attn_probe_opts *o, pdb_cuda_a
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
 }
 #endif
+
+#ifndef PDB_HAVE_CUDA
+#include "pdb_cuda_v4_engine.h"
+/* The device-resident V4 engine: create fails, so nothing else is reached with an engine. */
+pdb_status pdb_cuda_v4_engine_create(const pdb_v4_model *m, int device, const pdb_cuda_v4_engine_opts *o,
+                                     pdb_cuda_v4_engine **out) {
+    (void)m, (void)device, (void)o;
+    *out = NULL;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (nvcc was not found at configure time)");
+}
+pdb_status pdb_cuda_v4_engine_create_seeded(const pdb_config *cfg, uint64_t seed, int device,
+                                            const pdb_cuda_v4_engine_opts *o, pdb_cuda_v4_engine **out) {
+    (void)cfg, (void)seed, (void)device, (void)o;
+    *out = NULL;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (nvcc was not found at configure time)");
+}
+pdb_status pdb_cuda_v4_engine_begin(pdb_cuda_v4_engine *e, int64_t max_tokens) {
+    (void)e, (void)max_tokens;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
+pdb_status pdb_cuda_v4_engine_forward(pdb_cuda_v4_engine *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook,
+                                      float *logits_last) {
+    (void)e, (void)ids, (void)n, (void)hook, (void)logits_last;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
+int64_t pdb_cuda_v4_engine_len(const pdb_cuda_v4_engine *e) { (void)e; return 0; }
+int64_t pdb_cuda_v4_engine_weight_bytes(const pdb_cuda_v4_engine *e) { (void)e; return 0; }
+void pdb_cuda_v4_engine_profile_take(pdb_cuda_v4_engine *e, char *buf, size_t n) {
+    (void)e;
+    if (buf && n) buf[0] = 0;
+}
+void pdb_cuda_v4_engine_end(pdb_cuda_v4_engine *e) { (void)e; }
+void pdb_cuda_v4_engine_free(pdb_cuda_v4_engine *e) { (void)e; }
+#endif

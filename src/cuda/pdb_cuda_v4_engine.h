@@ -35,6 +35,13 @@ typedef struct pdb_cuda_v4_engine pdb_cuda_v4_engine;
  * shape the kernels do not take), PDB_INVALID (a hook-only model). */
 pdb_status pdb_cuda_v4_engine_create(const pdb_v4_model *m, int device, const pdb_cuda_v4_engine_opts *o,
                                      pdb_cuda_v4_engine **out);
+/* The same engine for config cfg with the weights make-model writes for `seed` (format bf16),
+ * generated on the device from each tensor's stream (pdb_make_model_stream) instead of read from
+ * a file: V4-Flash-shaped models with all 256 experts without a checkpoint on disk. The values are
+ * the file's up to the device's double log / cos / sin (within an ulp of glibc's: a bf16 value
+ * differs only where that ulp crosses a rounding boundary; docs/cuda.md). */
+pdb_status pdb_cuda_v4_engine_create_seeded(const pdb_config *cfg, uint64_t seed, int device,
+                                            const pdb_cuda_v4_engine_opts *o, pdb_cuda_v4_engine **out);
 /* A new sequence of at most max_tokens positions (the previous one, if any, is dropped). */
 pdb_status pdb_cuda_v4_engine_begin(pdb_cuda_v4_engine *e, int64_t max_tokens);
 /* n tokens at the sequence's next positions (passes of at most sub_chunk tokens). hook (NULL: none)

@@ -201,27 +201,38 @@ pdb_status pdb_make_model_linear(pdb_make_ctx *x, const char *name, int64_t out,
 }
 pdb_status pdb_make_model_norm(pdb_make_ctx *x, const char *name, int64_t n) { return pdb_make_model_normal(x, name, n, 0, 1.0, 0.05); }
 
-/* I64 tid2eid [V, K]: K distinct experts per token (partial Fisher-Yates from the tensor's stream). */
-pdb_status pdb_make_model_picks(pdb_make_ctx *x, const char *name, int64_t V, int64_t K, int64_t E) {
-    int64_t *b = malloc(sizeof(int64_t) * (size_t)(V * K));
-    int64_t *perm = malloc(sizeof(int64_t) * (size_t)E);
-    if (pdb_ptrs_push(&x->bufs, b) || !perm || K > E) { /* b is the list's either way */
-        free(perm);
-        return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name);
-    }
-    mm_rng r = {mm_hash(name, x->seed)};
+/* tid2eid [V, K] from stream s0: K distinct experts per token (partial Fisher-Yates). */
+static int picks_fill(uint64_t s0, int64_t V, int64_t K, int64_t E, int64_t *b64, int32_t *b32) {
+    int64_t *perm = malloc(sizeof(int64_t) * (size_t)(E > 0 ? E : 1));
+    if (!perm || K > E) { free(perm); return -1; }
+    mm_rng r = {s0};
     for (int64_t v = 0; v < V; v++) {
         for (int64_t e = 0; e < E; e++) perm[e] = e;
         for (int64_t k = 0; k < K; k++) {
             int64_t j = k + (int64_t)(mm_next(&r) % (uint64_t)(E - k)), t = perm[k];
             perm[k] = perm[j];
             perm[j] = t;
-            b[v * K + k] = perm[k];
+            if (b64) b64[v * K + k] = perm[k];
+            else b32[v * K + k] = (int32_t)perm[k];
         }
     }
     free(perm);
+    return 0;
+}
+
+pdb_status pdb_make_model_picks(pdb_make_ctx *x, const char *name, int64_t V, int64_t K, int64_t E) {
+    int64_t *b = malloc(sizeof(int64_t) * (size_t)(V * K));
+    if (pdb_ptrs_push(&x->bufs, b) || picks_fill(mm_hash(name, x->seed), V, K, E, b, NULL)) /* b is the list's either way */
+        return pdb_err_set(PDB_NOMEM, "make-model: tensor %s", name);
     int64_t shape[2] = {V, K};
     return pdb_st_writer_add(x->w, name, PDB_DT_I64, 2, shape, b);
+}
+
+uint64_t pdb_make_model_stream(const char *name, uint64_t seed) { return mm_hash(name, seed); }
+
+pdb_status pdb_make_model_picks_fill(uint64_t s0, int64_t V, int64_t K, int64_t E, int32_t *out) {
+    if (picks_fill(s0, V, K, E, NULL, out)) return pdb_err_set(PDB_NOMEM, "make-model: picks of %lld tokens", (long long)V);
+    return PDB_OK;
 }
 
 pdb_status pdb_make_model_write(const pdb_make_model_opts *o) {

@@ -40,6 +40,12 @@ pdb_status pdb_make_model_normal(pdb_make_ctx *x, const char *name, int64_t d0, 
 pdb_status pdb_make_model_linear(pdb_make_ctx *x, const char *name, int64_t out, int64_t in);
 pdb_status pdb_make_model_norm(pdb_make_ctx *x, const char *name, int64_t n);
 pdb_status pdb_make_model_picks(pdb_make_ctx *x, const char *name, int64_t V, int64_t K, int64_t E);
+/* A tensor's stream (the splitmix64 seed of its values) for a checkpoint of `seed`: element pair i, i + 1
+ * (i even) of a normal tensor is Box-Muller of draws i + 1 and i + 2 (pdb_make_model.c); the device
+ * engine's seeded weights (pdb_cuda_v4_engine_create_seeded) regenerate them from this. */
+uint64_t pdb_make_model_stream(const char *name, uint64_t seed);
+/* The picks tensor of stream s0 ([V, K] distinct experts of E per token) as int32. */
+pdb_status pdb_make_model_picks_fill(uint64_t s0, int64_t V, int64_t K, int64_t E, int32_t *out);
 /* What every preset starts from: the architecture, rms_norm_eps 1e-6, a MoE layer every layer,
  * one expert group, bos 0, eos 1. */
 void pdb_make_model_defaults(pdb_config *c, pdb_arch arch, const char *model_type);

@@ -67,7 +67,7 @@ typedef struct pdb_prefill_backend_opts {
     const pdb_st *engine;        /* HF checkpoint tensors (the engine's own weights) */
     const pdb_st *decoder;       /* decoder checkpoint tensors (the hook's weights) */
     int semantics;               /* the decoder's cache semantics (an index into the registry's, pdb_arch.h) */
-    pdb_cuda_prec precision;     /* CUDA DeepSeek-V2 engine (the V4 engine always runs the reference order) */
+    pdb_cuda_prec precision;     /* CUDA engines: bf16 (default), f32, exact (the decoder's math, bit-identical blocks) */
     pdb_prefill_exec exec;
 } pdb_prefill_backend_opts;
 
@@ -80,11 +80,12 @@ pdb_status pdb_prefill_backend_create(const pdb_prefill_backend_opts *o, const c
 pdb_status pdb_prefill_backend_cpu_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 pdb_status pdb_prefill_backend_cuda_v2_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
-/* DeepSeek-V4 on a GPU: the V4 engine and hook of pdb_prefill_cpu_v4.c with every matrix product
- * and the window/compressed attention on device o->exec.device (pdb_cuda_v4, the reference
- * order: blocks bit-identical to the CPU backend's); hyper-connections, norms and the indexer's
- * top-k stay on the host's threads, so activations cross per product (issue 21 moves the whole
- * chunk onto the device). */
+/* DeepSeek-V4 on a GPU, device o->exec.device: precision bf16 / f32, the device-resident engine
+ * (pdb_cuda_v4_engine: the whole chunk on the device, each layer's attention input copied to the
+ * host for the hook); precision exact, the CPU engine of pdb_prefill_cpu_v4.c with every matrix
+ * product and the attention on the device in the reference order (pdb_cuda_v4: blocks
+ * bit-identical to the CPU backend's, activations crossing per product). The hook runs on the
+ * host with its products on the provider either way. */
 pdb_status pdb_prefill_backend_cuda_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out);
 
 #ifdef __cplusplus

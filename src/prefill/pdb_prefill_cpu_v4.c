@@ -13,11 +13,16 @@
  * Invariants: the hook cache's len equals the engine cache's len between chunks (the hook's
  * pools need every chunk from position 0, so it runs whatever `capture` says); with the same
  * weights on both sides (--scheme none) every block equals the decoder's own bit for bit, for
- * any chunking (chunks never cross a block boundary: the engine clips them). */
+ * any chunking (chunks never cross a block boundary: the engine clips them). On CUDA with
+ * precision bf16 or f32 (the default is bf16) the engine is the device-resident one
+ * (pdb_cuda_v4_engine: not the decoder's math, so the blocks are the decoder's pools of the
+ * device's attention inputs, be->exact = 0); precision exact keeps the CPU engine on the provider
+ * (bit-identical blocks). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pdb_cuda_v4.h"
+#include "pdb_cuda_v4_engine.h"
 #include "pdb_prefill_backend.h"
 #include "pdb_v4.h"
 
@@ -29,25 +34,30 @@ typedef struct v4_impl {
     int64_t bs;           /* block size of the sequence */
     pdb_pool *pool;       /* matmul threads of both models */
     pdb_v4_mm_provider *mm; /* cuda: where both models' products run (owned) */
+    pdb_cuda_v4_engine *dev; /* cuda, precision bf16 / f32: the device-resident engine in place of em and ec (owned);
+                                the hook still runs here, on the provider */
 } v4_impl;
 
 static pdb_status v4_hook(void *user, int64_t l, const float *x, int64_t T, int64_t p0) {
     v4_impl *v = user;
     if (v->dc.len != p0) return pdb_err_set(PDB_INVALID, "prefill v4 hook: at position %lld, the hook is at %lld", (long long)p0,
                                             (long long)v->dc.len);
-    return pdb_v4_cache_feed(v->dm, &v->dc, l, x, T, NULL);
+    PDB_TRY(pdb_v4_cache_feed(v->dm, &v->dc, l, x, T, NULL));
+    if (l == v->dm->cfg.num_layers - 1) v->dc.len += T; /* every layer of these positions is fed */
+    return PDB_OK;
 }
 
 static void v4_end(pdb_prefill_backend *be) {
     v4_impl *v = be->impl;
     pdb_v4_cache_free(&v->ec);
     pdb_v4_cache_free(&v->dc);
+    if (v->dev) pdb_cuda_v4_engine_end(v->dev);
 }
 
 static pdb_status v4_begin(pdb_prefill_backend *be, int64_t max_tokens, int64_t bs) {
     v4_impl *v = be->impl;
     v4_end(be);
-    pdb_status s = pdb_v4_cache_init(&v->ec, v->em, max_tokens, v->sem);
+    pdb_status s = v->dev ? pdb_cuda_v4_engine_begin(v->dev, max_tokens) : pdb_v4_cache_init(&v->ec, v->em, max_tokens, v->sem);
     if (!s) s = pdb_v4_cache_init(&v->dc, v->dm, max_tokens, v->sem);
     if (s) { v4_end(be); return s; }
     v->ec.exec = v->dc.exec = (pdb_v4_exec){.pool = v->pool, .mm = v->mm};
@@ -58,13 +68,14 @@ static pdb_status v4_begin(pdb_prefill_backend *be, int64_t max_tokens, int64_t 
 static pdb_status v4_forward_chunk(pdb_prefill_backend *be, const int32_t *ids, int64_t pos0, int64_t n, int capture,
                                    float *logits_last) {
     v4_impl *v = be->impl;
-    if (!v->ec.layers || pos0 != v->ec.len)
-        return pdb_err_set(PDB_INVALID, "prefill v4: chunk at %lld, the sequence is at %lld", (long long)pos0, (long long)v->ec.len);
+    (void)capture; /* the hook's pools need every chunk from position 0 */
+    int64_t len = v->dev ? pdb_cuda_v4_engine_len(v->dev) : v->ec.len;
+    if (!v->dc.layers || pos0 != len)
+        return pdb_err_set(PDB_INVALID, "prefill v4: chunk at %lld, the sequence is at %lld", (long long)pos0, (long long)len);
     if (v->dc.len != pos0) return pdb_err_set(PDB_INVALID, "prefill v4: the hook must run on every chunk from position 0");
     pdb_v4_hook hook = {v4_hook, v};
-    PDB_TRY(pdb_v4_forward_hooked(v->em, &v->ec, ids, n, 0, logits_last, &hook));
-    v->dc.len += n;
-    return PDB_OK;
+    if (v->dev) return pdb_cuda_v4_engine_forward(v->dev, ids, n, &hook, logits_last);
+    return pdb_v4_forward_hooked(v->em, &v->ec, ids, n, 0, logits_last, &hook);
 }
 
 /* The hook alone: each layer's given inputs fed into the decoder's pools (the engine's cache is
@@ -93,6 +104,7 @@ static void v4_destroy(pdb_prefill_backend *be) {
     v4_impl *v = be->impl;
     if (v) {
         v4_end(be);
+        pdb_cuda_v4_engine_free(v->dev);
         pdb_v4_free(v->em);
         pdb_v4_free(v->dm);
         pdb_pool_destroy(v->pool);
@@ -102,8 +114,11 @@ static void v4_destroy(pdb_prefill_backend *be) {
     free(be);
 }
 
-/* The CPU backend, with both models' products on `mm` when given (taken over, also on failure). */
-static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provider *mm, pdb_prefill_backend **out) {
+/* The CPU backend, with both models' products on `mm` when given (taken over, also on failure);
+ * with `device_engine` the engine's forward runs on the device-resident engine instead (its weights
+ * uploaded from the engine checkpoint, which is then closed here), the hook still on mm. */
+static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provider *mm, int device_engine,
+                            pdb_prefill_backend **out) {
     pdb_prefill_backend *be = calloc(1, sizeof *be);
     v4_impl *v = calloc(1, sizeof *v);
     if (!be || !v) {
@@ -115,7 +130,7 @@ static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provide
     v->mm = mm;
     be->name = mm ? mm->name : "cpu";
     be->semantics = o->semantics;
-    be->exact = 1;
+    be->exact = !device_engine;
     be->impl = v;
     be->begin = v4_begin;
     be->forward_chunk = v4_forward_chunk;
@@ -128,18 +143,24 @@ static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provide
     if (!s) s = pdb_v4_load_from(o->cfg, o->engine, &v->em);
     if (!s) s = pdb_v4_load_part(o->cfg, o->decoder, PDB_V4_PART_HOOK, &v->dm);
     if (!s) s = pdb_pool_create(o->exec.threads, &v->pool);
+    if (!s && device_engine) {
+        pdb_cuda_v4_engine_opts eo = {.prec = o->precision};
+        s = pdb_cuda_v4_engine_create(v->em, o->exec.device, &eo, &v->dev);
+        pdb_v4_free(v->em); /* on the device now */
+        v->em = NULL;
+    }
     if (s) { v4_destroy(be); return s; }
     *out = be;
     return PDB_OK;
 }
 
 pdb_status pdb_prefill_backend_cpu_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
-    return v4_create(o, NULL, out);
+    return v4_create(o, NULL, 0, out);
 }
 
 pdb_status pdb_prefill_backend_cuda_v4_create(const pdb_prefill_backend_opts *o, pdb_prefill_backend **out) {
     *out = NULL;
     pdb_v4_mm_provider *mm = NULL;
     PDB_TRY(pdb_cuda_v4_mm_create(o->exec.device, &mm));
-    return v4_create(o, mm, out);
+    return v4_create(o, mm, o->precision != PDB_CUDA_PREC_EXACT, out);
 }

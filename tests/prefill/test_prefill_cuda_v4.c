@@ -10,7 +10,9 @@
  * window/compressed attention on the GPU as well; (3) the provider's attention equals
  * pdb_v4_attn_ref bit for bit on random inputs of the three layer kinds (sliding, CSA with a
  * selection, HCA), and a V4-Flash-sized case (nh 64, hd 512, T 512, 128 window + 512 picked
- * compressed keys) prints the GPU and host times. */
+ * compressed keys) prints the GPU and host times; (4) with precision f32 and bf16 the same backend
+ * runs the device-resident engine (pdb_cuda_v4_engine) and its blocks are the decoder's to the
+ * engine's precision. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -241,10 +243,12 @@ static void check_blocks(const char *hf, const char *dec, const int32_t *ids) {
     PDB_TEST_OK(pdb_st_open(dec, &d));
     int sem = 0;
     PDB_TEST_OK(pdb_dec_model_semantics_of(dec, &cfg, &sem));
-    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .semantics = sem, .exec = {.threads = 2, .device = 0}};
+    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .semantics = sem, .precision = PDB_CUDA_PREC_EXACT,
+                                  .exec = {.threads = 2, .device = 0}};
     pdb_prefill_backend *be = NULL;
     PDB_TEST_OK(pdb_prefill_backend_cuda_v4_create(&o, &be));
     assert_string_equal(be->name, "cuda");
+    assert_true(be->exact);
     pdb_test_sink s = {.blocks = malloc(bytes * NB)};
     int64_t chunks[] = {7, 45, 130, 1000};
     for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
@@ -257,6 +261,50 @@ static void check_blocks(const char *hf, const char *dec, const int32_t *ids) {
         printf("cuda-metric v4 %s chunk=%lld: %d blocks, %lld/%llu bytes identical to the decoder's blocks\n", dec,
                (long long)chunks[k], NB, (long long)same, (unsigned long long)(bytes * NB));
         assert_int_equal(same, (int64_t)(bytes * NB));
+    }
+    be->destroy(be);
+    pdb_st_close(e);
+    pdb_st_close(d);
+    free(s.blocks);
+    free(ref);
+}
+
+/* The device-resident engine (precision bf16 / f32) behind the same backend: not the decoder's
+ * math, so its blocks (exact semantics: every value an f32) are the decoder's to the engine's
+ * precision, relative to the blocks' largest value. */
+static void check_device_blocks(const char *hf, const char *dec, const int32_t *ids, pdb_cuda_prec prec, double bound) {
+    uint64_t bytes;
+    char *ref = pdb_test_decoder_blocks(dec, ids, NB, BS, &bytes);
+    pdb_config cfg;
+    pdb_st *e, *d;
+    PDB_TEST_OK(pdb_config_load(hf, &cfg));
+    PDB_TEST_OK(pdb_st_open(hf, &e));
+    PDB_TEST_OK(pdb_st_open(dec, &d));
+    int sem = 0;
+    PDB_TEST_OK(pdb_dec_model_semantics_of(dec, &cfg, &sem));
+    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .semantics = sem, .precision = prec,
+                                  .exec = {.threads = 2, .device = 0}};
+    pdb_prefill_backend *be = NULL;
+    PDB_TEST_OK(pdb_prefill_backend_cuda_v4_create(&o, &be));
+    assert_false(be->exact);
+    pdb_test_sink s = {.blocks = malloc(bytes * NB)};
+    assert_int_equal(bytes % 4, 0);
+    int64_t chunks[] = {45, 1000};
+    for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+        memset(s.blocks, 0, bytes * NB);
+        s.n = 0;
+        PDB_TEST_OK(pdb_prefill_run(be, &cfg, ids, T, BS, 0, chunks[k], pdb_test_on_segment, &s, NULL));
+        assert_int_equal(s.n, NB);
+        const float *a = (const float *)s.blocks, *b = (const float *)ref;
+        double dmax = 0, bmax = 0;
+        for (uint64_t i = 0; i < bytes * NB / 4; i++) {
+            double dd = fabs((double)a[i] - b[i]);
+            dmax = dd > dmax ? dd : dmax;
+            bmax = fabs(b[i]) > bmax ? fabs(b[i]) : bmax;
+        }
+        printf("cuda-metric v4 device engine %s chunk=%lld: %d blocks, worst difference %.3g of the largest value %.3g "
+               "(bound %.3g)\n", prec == PDB_CUDA_PREC_F32 ? "f32" : "bf16", (long long)chunks[k], NB, dmax / bmax, bmax, bound);
+        assert_true(dmax / bmax < bound);
     }
     be->destroy(be);
     pdb_st_close(e);
@@ -280,6 +328,8 @@ static void test_blocks_match_decoder(void **st) {
     pdb_test_ids(ids, T, 1000, 23);
     check_blocks(hf, dn, ids);
     check_blocks(hf, dx, ids);
+    check_device_blocks(hf, dx, ids, PDB_CUDA_PREC_F32, 1e-4);
+    check_device_blocks(hf, dx, ids, PDB_CUDA_PREC_BF16, 0.1);
     pdb_test_rmrf(root);
     free(root);
 }

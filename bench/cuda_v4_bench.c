@@ -1,0 +1,148 @@
+/* cuda_v4_bench: prefill throughput of the device-resident DeepSeek-V4 engine (pdb_cuda_v4_engine)
+ * at several prompt lengths, on weights seeded on the device (make-model's bf16 stream of a preset:
+ * V4-Flash-shaped models with all 256 experts, no checkpoint on disk) or loaded from a checkpoint
+ * (the same file a peer runs). Prints one "cuda-v4-bench ..." line per run with tok/s and the
+ * model's GFLOP per token at that length (counted from the config: every matrix product, the
+ * attention's scores and values over the keys each position reads, the indexer's scores), and
+ * with "profile" the device time per stage.
+ * Invariant: every number printed was measured (or counted) in this process; a run whose
+ * predecessor took longer than the time budget is printed as skipped.
+ * Usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR
+ *                      [T,T,...] [PRECISION bf16|f32] [BUDGET_S] [FLAGS: profile,hook] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_clock.h"
+#include "pdb_config.h"
+#include "pdb_cuda.h"
+#include "pdb_cuda_v4_engine.h"
+#include "pdb_make_model.h"
+#include "pdb_v4.h"
+
+static int die(const char *what) {
+    fprintf(stderr, "cuda_v4_bench: %s: %s\n", what, pdb_err_msg());
+    return 1;
+}
+
+/* The model's FLOPs per token averaged over a prompt of T positions (the model's own formulation;
+ * the LM head is left out: a prefill computes the last position's logits only). */
+static double gflop_per_token(const pdb_config *c, int64_t T) {
+    double H = (double)c->hidden_size, nh = (double)c->num_heads, hd = (double)c->head_dim, qlr = (double)c->q_lora_rank;
+    double olr = (double)c->o_lora_rank, G = (double)c->o_groups, nih = (double)c->index_n_heads, ihd = (double)c->index_head_dim;
+    double hc = (double)c->hc_mult, E = (double)c->n_routed_experts, I = (double)c->moe_intermediate_size;
+    double Kx = (double)c->num_experts_per_tok + (double)c->n_shared_experts;
+    double total = 0;
+    for (int64_t l = 0; l < c->num_layers; l++) {
+        int kind = (int)c->v4_attn[l];
+        double r = kind == PDB_V4_ATTN_SLIDING ? 0 : (double)pdb_config_v4_rate(c, l), coff = kind == PDB_V4_ATTN_CSA ? 2 : 1;
+        double f = 2 * 2 * (2 + hc) * hc * hc * H;                     /* two hyper-connection sites' mixes */
+        f += 2 * H * qlr + 2 * qlr * nh * hd + 2 * H * hd + 2 * nh * hd * olr + 2 * G * olr * H;
+        if (r > 0) f += 2 * 2 * H * coff * hd;                          /* compressor */
+        if (kind == PDB_V4_ATTN_CSA) f += 2 * 2 * H * 2 * ihd + 2 * qlr * nih * ihd + 2 * H * nih;
+        double keys = 0, iscore = 0;                                    /* averaged over positions */
+        for (int64_t p = 0; p < T; p++) {
+            double win = (double)(p + 1 < c->sliding_window ? p + 1 : c->sliding_window), comp = 0;
+            if (r > 0) {
+                double nv = (double)((p + 1) / (int64_t)r);
+                if (kind == PDB_V4_ATTN_CSA) {
+                    comp = nv < (double)c->index_topk ? nv : (double)c->index_topk;
+                    if (nv > (double)c->index_topk) iscore += 2 * nih * ihd * nv;
+                } else
+                    comp = nv;
+            }
+            keys += win + comp;
+        }
+        f += (4 * nh * hd * keys + iscore) / (double)T;                 /* scores + values; the indexer */
+        f += 2 * H * E + Kx * 3 * 2 * H * I;                            /* router, routed + shared experts */
+        total += f;
+    }
+    return total / 1e9;
+}
+
+static pdb_status null_hook(void *user, int64_t layer, const float *x, int64_t n, int64_t p0) {
+    (void)layer, (void)p0;
+    volatile float *sink = user; /* touch the copy as a consumer would */
+    *sink = x[n - 1];
+    return PDB_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3 || (strcmp(argv[1], "seeded") && strcmp(argv[1], "model"))) {
+        fprintf(stderr, "usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR [T,T,...] [bf16|f32] [BUDGET_S] "
+                        "[profile,hook]\n");
+        return 2;
+    }
+    int seeded = !strcmp(argv[1], "seeded");
+    int a = seeded ? 6 : 3;
+    if (seeded && argc < 6) return die("seeded needs PRESET LAYERS EXPERTS SEED");
+    int64_t Ts[8] = {8192, 32768}, nT = 2;
+    if (argc > a) {
+        nT = 0;
+        for (char *p = argv[a]; *p && nT < 8; p += strspn(p, ",")) Ts[nT++] = strtoll(p, &p, 10);
+    }
+    const char *prec = argc > a + 1 ? argv[a + 1] : "bf16";
+    double budget = argc > a + 2 ? atof(argv[a + 2]) : 200.0;
+    const char *flags = argc > a + 3 ? argv[a + 3] : "";
+    int profile = strstr(flags, "profile") != NULL, hook = strstr(flags, "hook") != NULL;
+    char name[256];
+    if (!pdb_cuda_device_count(name, sizeof name)) { printf("cuda-v4-bench skipped: no GPU\n"); return 0; }
+    int64_t Tmax = 0;
+    for (int64_t k = 0; k < nT; k++) Tmax = Ts[k] > Tmax ? Ts[k] : Tmax;
+    pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile};
+    pdb_cuda_v4_engine *e = NULL;
+    pdb_config cfg;
+    double t0 = pdb_clock_now();
+    if (seeded) {
+        if (pdb_make_model_preset("deepseek_v4", argv[2], &cfg)) return die("preset");
+        if (pdb_v4_make_layers(&cfg, atoll(argv[3]))) return die("layers");
+        cfg.n_routed_experts = atoll(argv[4]);
+        if (pdb_cuda_v4_engine_create_seeded(&cfg, (uint64_t)atoll(argv[5]), 0, &o, &e)) return die("create (seeded)");
+    } else {
+        pdb_v4_model *m = NULL;
+        if (pdb_v4_load(argv[2], &m)) return die("load");
+        cfg = m->cfg;
+        pdb_status s = pdb_cuda_v4_engine_create(m, 0, &o, &e);
+        pdb_v4_free(m);
+        if (s) return die("create");
+    }
+    printf("cuda-v4-bench device=\"%s\" weights=%s layers=%lld experts=%lld precision=%s hook=%s weight_gb=%.2f create_s=%.1f\n",
+           name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec, hook ? "copy" : "none",
+           pdb_cuda_v4_engine_weight_bytes(e) / 1e9, pdb_clock_now() - t0);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)Tmax);
+    if (!ids) return die("ids");
+    uint32_t x = 12345;
+    for (int64_t i = 0; i < Tmax; i++) {
+        x = x * 1664525u + 1013904223u;
+        ids[i] = (int32_t)((x >> 8) % (uint32_t)cfg.vocab_size);
+    }
+    float *logits = malloc(sizeof(float) * (size_t)cfg.vocab_size), sink = 0;
+    pdb_v4_hook h = {null_hook, &sink};
+    double last = 0;
+    for (int64_t k = 0; k < nT; k++) {
+        int64_t T = Ts[k];
+        double gf = gflop_per_token(&cfg, T);
+        if (last > budget) {
+            printf("cuda-v4-bench T=%lld skipped (the previous run took %.0f s, budget %.0f s) model_gflop_per_token=%.3f\n",
+                   (long long)T, last, budget, gf);
+            continue;
+        }
+        if (pdb_cuda_v4_engine_begin(e, T)) return die("begin");
+        char prof[1024] = "";
+        if (profile) pdb_cuda_v4_engine_profile_take(e, prof, sizeof prof); /* reset */
+        double s = pdb_clock_now();
+        if (pdb_cuda_v4_engine_forward(e, ids, T, hook ? &h : NULL, logits)) return die("forward");
+        last = pdb_clock_now() - s;
+        if (profile) pdb_cuda_v4_engine_profile_take(e, prof, sizeof prof);
+        pdb_cuda_v4_engine_end(e);
+        printf("cuda-v4-bench T=%lld time=%.3f tokens_per_s=%.0f model_gflop_per_token=%.3f tflops=%.1f logit0=%.6g\n",
+               (long long)T, last, T / last, gf, gf * T / last / 1e3, logits[0]);
+        if (profile) printf("cuda-v4-bench T=%lld profile_ms %s\n", (long long)T, prof);
+        fflush(stdout);
+    }
+    pdb_cuda_v4_engine_free(e);
+    free(ids);
+    free(logits);
+    return 0;
+}

@@ -1,0 +1,912 @@
+/* pdb_cuda_v4_engine: the device-resident DeepSeek-V4 prefill engine. Reading order: state ->
+ * weights (create: from a loaded model, or seeded on the device as make-model's bf16 stream) ->
+ * begin (the sequence's cache and scratch) -> one pass (per layer: hyper-connection pre-site ->
+ * hook copy -> fused input products -> queries, K=V rows, compressors, indexer -> attention ->
+ * grouped output products -> post-site; then the MoE sub-block the same way) -> forward (passes,
+ * the hook fed as each layer's copy lands) -> head.
+ * State and invariants:
+ *   - every weight is on the device in dt (bf16 or f32) for the engine's life; per layer the
+ *     products reading the attention input x are ONE matrix wa = [wq_a | wkv | comp.wkv |
+ *     comp.wgate | icomp.wkv | icomp.wgate | idx_wproj] (rows in that order) and those reading
+ *     the query latent ONE matrix wb = [wq_b | idx_wq_b];
+ *   - the sequence's cache per layer: tail [W-1, hd] (the last W-1 K=V rows before the pass),
+ *     hist [F, NA] (the fused products of the last F = 2 * max rate positions, what a compressor
+ *     window straddling two passes reads), comp [cap/rate + 1, hd] and ikeys [cap/rate + 1, ihd]
+ *     (entries in order); a pass puts hist in front of its own rows (xa row F + t is position
+ *     p0 + t) and the tail in front of its K=V rows, and saves both after the layer;
+ *   - within a pass nothing returns to the host but the hook's copies (pinned ring of HOOK_SLOTS
+ *     layers, each reused only after the host ran the hook on it) and the last logits; the f32
+ *     engine's MoE reads its tile list back (one synchronisation per layer: validation only);
+ *   - all math is row-local or over a row's own cache rows (pdb_cuda_v4_kernels.h), and the GEMMs
+ *     run in M-invariant tiles (gemm_rows), so chunked = one shot up to the tile rule. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_cuda_kernels.h"
+#include "pdb_cuda_util.h"
+#include "pdb_cuda_v4_kernels.h"
+
+extern "C" {
+#include "pdb_cuda_v4_engine.h"
+#include "pdb_dtype.h"
+#include "pdb_make_model.h"
+#include "pdb_rope.h"
+#include "pdb_v4_names.h"
+}
+
+/* ======================================== state ======================================== */
+
+enum { HOOK_SLOTS = 4 };
+/* the indexer's dot products per sub-block of tokens: at most this many bytes of f32 */
+static const size_t IDX_DOTS_BYTES = (size_t)1 << 30;
+
+typedef struct v4_dlayer {
+    int kind, hash, rope_c;      /* PDB_V4_ATTN_*, hash-routed MoE, uses the compress rope */
+    int64_t rate, coff, D, ID, nihl, NA, NB; /* compressor rate / overlap, its width, the indexer's, fused widths */
+    float *attn_norm, *ffn_norm, *q_norm, *kv_norm, *sink;
+    float *hca_fn, *hca_base, *hca_scale, *hcf_fn, *hcf_base, *hcf_scale;
+    float *c_ape, *c_norm, *ic_ape, *ic_norm;
+    void *wa, *wb, *wo_a, *wo_b;
+    float *gate, *gate_bias;
+    int32_t *tid2eid;
+    void *w1, *w3, *w2, *sw1, *sw3, *sw2;
+    float *tail, *hist, *comp, *ikeys; /* sequence */
+} v4_dlayer;
+
+typedef struct dlist { void **p; int n, cap; } dlist;
+
+struct pdb_cuda_v4_engine {
+    pdb_config cfg;
+    pdb_cuda_dt dt;
+    size_t esz;
+    int attn_tc, prof;
+    int device;
+    cudaStream_t s, s_cap;
+    int have_s, have_scap;
+    pdb_cuda_blas blas;
+    int have_blas;
+    pdb_rope rope_main, rope_comp;
+    int have_ropes;
+    /* dims */
+    int64_t H, hc, nh, hd, rd, qlr, G, olr, gin, W, nih, ihd, Ktop, E, Kx, I, V, L, F, NAmax, NBmax, rmax;
+    int64_t sub_cfg, S, cap, len;
+    int64_t weight_bytes;
+    void *embed, *head;
+    float *norm, *hch_fn, *hch_base, *hch_scale;
+    v4_dlayer *Ls;
+    dlist wts, seq;
+    /* sequence scratch (device) */
+    float *hs, *x, *post, *comb, *xa, *qn, *qb, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
+    float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits, *cs_main, *cs_comp, *xe32;
+    void *cvt, *xe, *ikb;
+    int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
+    int64_t *lrow;
+    int64_t Rmax, ntmax, tb_max, cvt_n;
+    /* host */
+    float *h_x[HOOK_SLOTS];
+    cudaEvent_t ev_x[HOOK_SLOTS], ev_ready[HOOK_SLOTS]; /* slot's host copy done / device copy done */
+    float *xh;                   /* device [HOOK_SLOTS, S, H]: the hooked inputs awaiting their copy */
+    int have_ev;
+    int32_t *h_ids, *h_tiles;
+    /* profile */
+    cudaEvent_t ev[512];
+    int ev_st[512], ev_n, ev_cap;
+    double prof_ms[16];
+};
+typedef pdb_cuda_v4_engine eng;
+
+enum { ST_EMBED, ST_HC, ST_HOOK, ST_QKV, ST_KVC, ST_INDEX, ST_ATTN, ST_OPROJ, ST_ROUTER, ST_EXPERTS, ST_SHARED,
+       ST_HEAD, ST_N };
+static const char *const stage_name[ST_N] = {"embed", "hc", "hook", "qkv", "kv_comp", "indexer", "attention",
+                                             "o_proj", "router", "experts", "shared", "head"};
+
+static pdb_status mark(eng *e, int st) {
+    if (!e->prof || e->ev_n >= e->ev_cap) return PDB_OK;
+    PDB_CU(cudaEventRecord(e->ev[e->ev_n], e->s));
+    e->ev_st[e->ev_n++] = st;
+    return PDB_OK;
+}
+
+static pdb_status prof_collect(eng *e) {
+    for (int i = 1; i < e->ev_n; i++) {
+        float ms = 0;
+        PDB_CU(cudaEventElapsedTime(&ms, e->ev[i - 1], e->ev[i]));
+        e->prof_ms[e->ev_st[i]] += ms;
+    }
+    e->ev_n = 0;
+    return PDB_OK;
+}
+
+extern "C" void pdb_cuda_v4_engine_profile_take(eng *e, char *buf, size_t n) {
+    if (!buf || !n) return;
+    buf[0] = 0;
+    if (!e || !e->prof) return;
+    size_t o = 0;
+    double tot = 0;
+    for (int i = 0; i < ST_N; i++) tot += e->prof_ms[i];
+    for (int i = 0; i < ST_N && o < n; i++)
+        if (e->prof_ms[i] > 0) o += (size_t)snprintf(buf + o, n - o, "%s%s=%.1f", o ? " " : "", stage_name[i], e->prof_ms[i]);
+    if (o < n) snprintf(buf + o, n - o, " total_ms=%.1f", tot);
+    memset(e->prof_ms, 0, sizeof e->prof_ms);
+}
+
+static pdb_status dl_add(dlist *l, void *p) {
+    if (l->n == l->cap) {
+        int nc = l->cap ? l->cap * 2 : 256;
+        void **np = (void **)realloc(l->p, sizeof(void *) * (size_t)nc);
+        if (!np) { cudaFree(p); return pdb_err_set(PDB_NOMEM, "device allocation list"); }
+        l->p = np;
+        l->cap = nc;
+    }
+    l->p[l->n++] = p;
+    return PDB_OK;
+}
+
+static void dl_free(dlist *l) {
+    for (int i = 0; i < l->n; i++) cudaFree(l->p[i]);
+    free(l->p);
+    memset(l, 0, sizeof *l);
+}
+
+template <typename T> static pdb_status dal(dlist *l, T **p, size_t bytes, const char *what) {
+    void *v = NULL;
+    cudaError_t ce = cudaMalloc(&v, bytes ? bytes : 16);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return pdb_err_set(PDB_CUDA, "v4 engine: cudaMalloc of %s (%.2f GB, %.2f GB free of %.2f): %s", what, bytes / 1e9,
+                           fr / 1e9, tot / 1e9, cudaGetErrorString(ce));
+    }
+    *p = (T *)v;
+    return dl_add(l, v);
+}
+
+/* ======================================== weights ======================================== */
+
+/* Where a weight's values come from: a loaded qmat (dequantized exactly on the host) or
+ * make-model's bf16 stream of (tensor name, seed) generated on the device. */
+typedef struct wsrc {
+    const pdb_qmat *q;       /* loaded */
+    uint64_t s0;             /* seeded: the tensor's stream */
+    double mean, std;
+} wsrc;
+
+/* make-model's normal stream (pdb_make_model.c): element pair i, i+1 (i even) from draws i + 1 and
+ * i + 2 of splitmix64 started at s0, Box-Muller in double, rounded to f32 then bf16. The device's
+ * log / cos / sin are within an ulp of glibc's, so an element differs from the file's only where
+ * that ulp crosses a bf16 rounding boundary (measured: bench/results). */
+__device__ static uint64_t mm_mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+__global__ void k_seed_fill(uint64_t s0, int64_t n, double mean, double std, int64_t off, int f32, void *dst) {
+    const uint64_t STEP = 0x9E3779B97F4A7C15ull;
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; 2 * p < n; p += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = 2 * p;
+        uint64_t st = s0 + (uint64_t)i * STEP;
+        double u1 = ((double)(mm_mix(st + STEP) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+        double u2 = ((double)(mm_mix(st + 2 * STEP) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+        double rad = sqrt(-2 * log(u1));
+        float v[2] = {(float)(mean + std * rad * cos(2 * M_PI * u2)), (float)(mean + std * rad * sin(2 * M_PI * u2))};
+        for (int k = 0; k < 2 && i + k < n; k++) {
+            __nv_bfloat16 b = __float2bfloat16_rn(v[k]);
+            if (f32) ((float *)dst)[off + i + k] = __bfloat162float(b);
+            else ((__nv_bfloat16 *)dst)[off + i + k] = b;
+        }
+    }
+}
+
+/* dst (device, dt or f32 when as_f32) elements [off, off + rows * cols) = the source's values. */
+static pdb_status put_w(eng *e, void *dst, int64_t off, const wsrc *w, int64_t rows, int64_t cols, int as_f32) {
+    int f32 = as_f32 || e->dt == PDB_CUDA_DT_F32;
+    size_t es = f32 ? 4 : 2;
+    if (!w->q) {
+        int64_t n = rows * cols, blocks = (n / 2 + 255) / 256;
+        k_seed_fill<<<(unsigned)(blocks < 65535 * 4 ? blocks : 65535 * 4), 256, 0, e->s>>>(w->s0, n, w->mean, w->std, off, f32, dst);
+        PDB_CU_LAUNCH("seeded weights");
+        return PDB_OK;
+    }
+    if (w->q->rows != rows || w->q->cols != cols)
+        return pdb_err_set(PDB_INVALID, "v4 engine: a weight is [%lld, %lld], the config says [%lld, %lld]",
+                           (long long)w->q->rows, (long long)w->q->cols, (long long)rows, (long long)cols);
+    int64_t band = (int64_t)((64 << 20) / (sizeof(float) * (size_t)cols)) + 1;
+    band = band > rows ? rows : band;
+    float *f = (float *)malloc(sizeof(float) * (size_t)(band * cols));
+    uint16_t *b = f32 ? NULL : (uint16_t *)malloc(2 * (size_t)(band * cols));
+    if (!f || (!f32 && !b)) { free(f); free(b); return pdb_err_set(PDB_NOMEM, "v4 engine: weight staging"); }
+    pdb_status s = PDB_OK;
+    for (int64_t r0 = 0; r0 < rows && !s; r0 += band) {
+        int64_t nr = rows - r0 < band ? rows - r0 : band;
+        for (int64_t r = 0; r < nr; r++) pdb_qmat_row_f32(w->q, r0 + r, f + r * cols);
+        if (!f32) s = pdb_dtype_from_f32(PDB_DT_BF16, f, nr * cols, b);
+        if (!s) s = pdb_cuda_to_device((char *)dst + es * (size_t)(off + r0 * cols), f32 ? (void *)f : (void *)b,
+                                       es * (size_t)(nr * cols), "v4 engine weights");
+    }
+    free(f);
+    free(b);
+    return s;
+}
+
+/* A small f32 vector from the host (loaded) or the seeded stream (widened bf16, as the loader gives). */
+static pdb_status put_v(eng *e, float **dst, const float *host, const wsrc *w, int64_t n, const char *what) {
+    PDB_TRY(dal(&e->wts, dst, sizeof(float) * (size_t)n, what));
+    e->weight_bytes += 4 * n;
+    if (host) return pdb_cuda_to_device(*dst, host, sizeof(float) * (size_t)n, what);
+    return put_w(e, *dst, 0, w, n, 1, 1);
+}
+
+static pdb_status alloc_w(eng *e, void **dst, int64_t count, const char *what) {
+    PDB_TRY(dal(&e->wts, dst, e->esz * (size_t)count, what));
+    e->weight_bytes += (int64_t)e->esz * count;
+    return PDB_OK;
+}
+
+/* A weight source for tensor `role` of layer l (expert ex): the model's qmat, or the seeded
+ * stream of its saved name with make-model's parameters. */
+typedef struct seedctx { uint64_t seed; } seedctx;
+
+static wsrc src_q(const pdb_qmat *q) { wsrc w = {q, 0, 0, 0}; return w; }
+
+static wsrc src_seed(const seedctx *sc, int role, int64_t l, int64_t ex, double mean, double std) {
+    char n[PDB_NAMES_MAX_LEN];
+    pdb_names_format_saved(&pdb_v4_names_table, role, l, ex, n);
+    wsrc w = {NULL, pdb_make_model_stream(n, sc->seed), mean, std};
+    return w;
+}
+
+#define LIN(cols) 0.0, 1.0 / sqrt((double)(cols))
+
+/* The per-layer tensors of both sources in one place: m (loaded) or sc (seeded). */
+static pdb_status load_layer(eng *e, const pdb_v4_model *m, const seedctx *sc, int64_t l) {
+    const pdb_config *c = &e->cfg;
+    v4_dlayer *D = &e->Ls[l];
+    const pdb_v4_layer *L = m ? &m->layers[l] : NULL;
+    int64_t H = e->H, hc = e->hc, mix = (2 + hc) * hc, hd = e->hd, qlr = e->qlr, ihd = e->ihd;
+    D->kind = (int)c->v4_attn[l];
+    D->hash = c->v4_hash_moe[l];
+    D->rate = D->kind == PDB_V4_ATTN_SLIDING ? 0 : pdb_config_v4_rate(c, l);
+    D->coff = D->kind == PDB_V4_ATTN_CSA ? 2 : 1;
+    D->rope_c = D->rate > 0;
+    if (L) D->rope_c = L->rope == &m->rope_compress;
+    D->D = D->rate ? D->coff * hd : 0;
+    D->ID = D->kind == PDB_V4_ATTN_CSA ? 2 * ihd : 0;
+    D->nihl = D->kind == PDB_V4_ATTN_CSA ? e->nih : 0;
+    D->NA = qlr + hd + 2 * D->D + 2 * D->ID + D->nihl;
+    D->NB = e->nh * hd + D->nihl * ihd;
+#define V(field, hostp, role, n, mean, std) \
+    { wsrc w_ = sc ? src_seed(sc, PDB_V4_T_##role, l, 0, mean, std) : src_q(NULL); \
+      PDB_TRY(put_v(e, &D->field, L ? (hostp) : NULL, &w_, n, #role)); }
+    V(attn_norm, L->attn_norm, ATTN_NORM, H, 1.0, 0.05);
+    V(ffn_norm, L->ffn_norm, FFN_NORM, H, 1.0, 0.05);
+    V(hca_fn, L->hc_attn_fn, HC_ATTN_FN, mix * hc * H, 0, 1.0 / sqrt((double)(hc * H)));
+    V(hca_base, L->hc_attn_base, HC_ATTN_BASE, mix, 0, 0.1);
+    V(hca_scale, L->hc_attn_scale, HC_ATTN_SCALE, 3, 1, 0.05);
+    V(hcf_fn, L->hc_ffn_fn, HC_FFN_FN, mix * hc * H, 0, 1.0 / sqrt((double)(hc * H)));
+    V(hcf_base, L->hc_ffn_base, HC_FFN_BASE, mix, 0, 0.1);
+    V(hcf_scale, L->hc_ffn_scale, HC_FFN_SCALE, 3, 1, 0.05);
+    V(q_norm, L->q_norm, Q_NORM, qlr, 1.0, 0.05);
+    V(kv_norm, L->kv_norm, KV_NORM, hd, 1.0, 0.05);
+    V(sink, L->sink, ATTN_SINK, e->nh, 0, 0.5);
+    if (D->rate) {
+        V(c_ape, L->comp.ape, COMP_APE, D->rate * D->D, 0, 0.1);
+        V(c_norm, L->comp.norm, COMP_NORM, hd, 1.0, 0.05);
+    }
+    if (D->ID) {
+        V(ic_ape, L->icomp.ape, IDX_COMP_APE, D->rate * D->ID, 0, 0.1);
+        V(ic_norm, L->icomp.norm, IDX_COMP_NORM, ihd, 1.0, 0.05);
+    }
+#define W(dst, off, qm, role, ex, rows, cols) \
+    { wsrc w_ = sc ? src_seed(sc, PDB_V4_T_##role, l, ex, LIN(cols)) : src_q(qm); \
+      PDB_TRY(put_w(e, dst, off, &w_, rows, cols, 0)); }
+    /* wa: the products of x */
+    PDB_TRY(alloc_w(e, &D->wa, D->NA * H, "wa"));
+    int64_t r = 0;
+    W(D->wa, r * H, L ? &L->wq_a : NULL, WQ_A, 0, qlr, H); r += qlr;
+    W(D->wa, r * H, L ? &L->wkv : NULL, WKV, 0, hd, H); r += hd;
+    if (D->D) {
+        W(D->wa, r * H, L ? &L->comp.wkv : NULL, COMP_WKV, 0, D->D, H); r += D->D;
+        W(D->wa, r * H, L ? &L->comp.wgate : NULL, COMP_WGATE, 0, D->D, H); r += D->D;
+    }
+    if (D->ID) {
+        W(D->wa, r * H, L ? &L->icomp.wkv : NULL, IDX_COMP_WKV, 0, D->ID, H); r += D->ID;
+        W(D->wa, r * H, L ? &L->icomp.wgate : NULL, IDX_COMP_WGATE, 0, D->ID, H); r += D->ID;
+        W(D->wa, r * H, L ? &L->idx_wproj : NULL, IDX_WPROJ, 0, e->nih, H); r += e->nih;
+    }
+    /* wb: the products of the query latent */
+    PDB_TRY(alloc_w(e, &D->wb, D->NB * qlr, "wb"));
+    W(D->wb, 0, L ? &L->wq_b : NULL, WQ_B, 0, e->nh * hd, qlr);
+    if (D->ID) W(D->wb, e->nh * hd * qlr, L ? &L->idx_wq_b : NULL, IDX_WQ_B, 0, e->nih * ihd, qlr);
+    PDB_TRY(alloc_w(e, &D->wo_a, e->G * e->olr * e->gin, "wo_a"));
+    W(D->wo_a, 0, L ? &L->wo_a : NULL, WO_A, 0, e->G * e->olr, e->gin);
+    PDB_TRY(alloc_w(e, &D->wo_b, H * e->G * e->olr, "wo_b"));
+    W(D->wo_b, 0, L ? &L->wo_b : NULL, WO_B, 0, H, e->G * e->olr);
+    /* MoE: the router in f32, experts stacked [E, I, H] / [E, H, I] */
+    {
+        wsrc w_ = sc ? src_seed(sc, PDB_V4_T_GATE, l, 0, LIN(H)) : src_q(L ? &L->gate : NULL);
+        PDB_TRY(dal(&e->wts, &D->gate, sizeof(float) * (size_t)(e->E * H), "router"));
+        e->weight_bytes += 4 * e->E * H;
+        PDB_TRY(put_w(e, D->gate, 0, &w_, e->E, H, 1));
+    }
+    if (D->hash) {
+        int32_t *t = (int32_t *)malloc(sizeof(int32_t) * (size_t)(e->V * e->Kx));
+        if (!t) return pdb_err_set(PDB_NOMEM, "v4 engine: tid2eid");
+        if (L) memcpy(t, L->tid2eid, sizeof(int32_t) * (size_t)(e->V * e->Kx));
+        else {
+            char n[PDB_NAMES_MAX_LEN];
+            pdb_names_format_saved(&pdb_v4_names_table, PDB_V4_T_GATE_TID2EID, l, 0, n);
+            pdb_make_model_picks_fill(pdb_make_model_stream(n, sc->seed), e->V, e->Kx, e->E, t);
+        }
+        pdb_status s = dal(&e->wts, &D->tid2eid, sizeof(int32_t) * (size_t)(e->V * e->Kx), "tid2eid");
+        if (!s) s = pdb_cuda_to_device(D->tid2eid, t, sizeof(int32_t) * (size_t)(e->V * e->Kx), "tid2eid");
+        free(t);
+        PDB_TRY(s);
+        e->weight_bytes += 4 * e->V * e->Kx;
+    } else
+        V(gate_bias, L->gate_bias, GATE_BIAS, e->E, 0, 0.01);
+    int64_t I = e->I;
+    PDB_TRY(alloc_w(e, &D->w1, e->E * I * H, "experts w1"));
+    PDB_TRY(alloc_w(e, &D->w3, e->E * I * H, "experts w3"));
+    PDB_TRY(alloc_w(e, &D->w2, e->E * H * I, "experts w2"));
+    for (int64_t x = 0; x < e->E; x++) {
+        W(D->w1, x * I * H, L ? &L->w1[x] : NULL, EXPERT_W1, x, I, H);
+        W(D->w3, x * I * H, L ? &L->w3[x] : NULL, EXPERT_W3, x, I, H);
+        W(D->w2, x * H * I, L ? &L->w2[x] : NULL, EXPERT_W2, x, H, I);
+    }
+    if (c->n_shared_experts) {
+        PDB_TRY(alloc_w(e, &D->sw1, I * H, "shared w1"));
+        PDB_TRY(alloc_w(e, &D->sw3, I * H, "shared w3"));
+        PDB_TRY(alloc_w(e, &D->sw2, H * I, "shared w2"));
+        W(D->sw1, 0, L ? &L->sh_w1 : NULL, SHARED_W1, 0, I, H);
+        W(D->sw3, 0, L ? &L->sh_w3 : NULL, SHARED_W3, 0, I, H);
+        W(D->sw2, 0, L ? &L->sh_w2 : NULL, SHARED_W2, 0, H, I);
+    }
+#undef W
+#undef V
+    return PDB_OK;
+}
+
+static pdb_status load_globals(eng *e, const pdb_v4_model *m, const seedctx *sc) {
+    int64_t H = e->H, hc = e->hc, V = e->V, l = -1;
+#define V_(field, hostp, role, n, mean, std) \
+    { wsrc w_ = sc ? src_seed(sc, PDB_V4_T_##role, l, 0, mean, std) : src_q(NULL); \
+      PDB_TRY(put_v(e, &e->field, m ? (hostp) : NULL, &w_, n, #role)); }
+    V_(norm, m->norm, NORM, H, 1.0, 0.05);
+    V_(hch_fn, m->hc_head_fn, HC_HEAD_FN, hc * hc * H, 0, 1.0 / sqrt((double)(hc * H)));
+    V_(hch_base, m->hc_head_base, HC_HEAD_BASE, hc, 0, 0.1);
+    V_(hch_scale, m->hc_head_scale, HC_HEAD_SCALE, 1, 1, 0.05);
+#undef V_
+    wsrc we = sc ? src_seed(sc, PDB_V4_T_EMBED, l, 0, 0, 1) : src_q(&m->embed);
+    PDB_TRY(alloc_w(e, &e->embed, V * H, "embedding"));
+    PDB_TRY(put_w(e, e->embed, 0, &we, V, H, 0));
+    if (m && m->head.data == m->embed.data) { e->head = e->embed; return PDB_OK; }
+    wsrc wh = sc ? src_seed(sc, PDB_V4_T_HEAD, l, 0, LIN(H)) : src_q(&m->head);
+    PDB_TRY(alloc_w(e, &e->head, V * H, "head"));
+    return put_w(e, e->head, 0, &wh, V, H, 0);
+}
+
+/* ======================================== create / free ======================================== */
+
+static void seq_free(eng *e) {
+    dl_free(&e->seq);
+    for (int i = 0; i < HOOK_SLOTS; i++) {
+        if (e->h_x[i]) cudaFreeHost(e->h_x[i]);
+        e->h_x[i] = NULL;
+    }
+    if (e->h_ids) cudaFreeHost(e->h_ids);
+    if (e->h_tiles) cudaFreeHost(e->h_tiles);
+    e->h_ids = NULL;
+    e->h_tiles = NULL;
+    if (e->Ls)
+        for (int64_t l = 0; l < e->L; l++) e->Ls[l].tail = e->Ls[l].hist = e->Ls[l].comp = e->Ls[l].ikeys = NULL;
+    e->cap = e->len = 0;
+}
+
+extern "C" void pdb_cuda_v4_engine_free(eng *e) {
+    if (!e) return;
+    if (e->have_s) cudaStreamSynchronize(e->s);
+    seq_free(e);
+    dl_free(&e->wts);
+    free(e->Ls);
+    if (e->have_blas) pdb_cuda_blas_close(&e->blas);
+    if (e->have_ev)
+        for (int i = 0; i < HOOK_SLOTS; i++) { cudaEventDestroy(e->ev_x[i]); cudaEventDestroy(e->ev_ready[i]); }
+    for (int i = 0; i < e->ev_cap; i++) cudaEventDestroy(e->ev[i]);
+    if (e->have_scap) cudaStreamDestroy(e->s_cap);
+    if (e->have_s) cudaStreamDestroy(e->s);
+    if (e->have_ropes) {
+        pdb_rope_free(&e->rope_main);
+        pdb_rope_free(&e->rope_comp);
+    }
+    cudaGetLastError();
+    free(e);
+}
+
+static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *m, const seedctx *sc, int device,
+                               const pdb_cuda_v4_engine_opts *o) {
+    pdb_cuda_v4_engine_opts def = {PDB_CUDA_PREC_BF16, 0, 0, 0};
+    if (!o) o = &def;
+    if (o->prec == PDB_CUDA_PREC_EXACT)
+        return pdb_err_set(PDB_INVALID, "v4 engine: precision exact is the provider path (pdb_cuda_v4), not this engine");
+    if (c->arch != PDB_ARCH_DEEPSEEK_V4) return pdb_err_set(PDB_INVALID, "v4 engine: the model is not DeepSeek-V4");
+    if (m && m->part != PDB_V4_PART_ALL)
+        return pdb_err_set(PDB_INVALID, "v4 engine: the model holds only the capture hook's weights (pdb_v4_load_part)");
+    e->cfg = *c;
+    e->dt = o->prec == PDB_CUDA_PREC_F32 ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
+    e->esz = e->dt == PDB_CUDA_DT_F32 ? 4 : 2;
+    e->prof = o->profile;
+    e->device = device;
+    e->sub_cfg = o->sub_chunk > 0 ? o->sub_chunk : 8192;
+    e->H = c->hidden_size; e->hc = c->hc_mult; e->nh = c->num_heads; e->hd = c->head_dim;
+    e->rd = c->qk_rope_head_dim; e->qlr = c->q_lora_rank; e->G = c->o_groups; e->olr = c->o_lora_rank;
+    e->gin = e->nh * e->hd / (e->G ? e->G : 1); e->W = c->sliding_window; e->nih = c->index_n_heads;
+    e->ihd = c->index_head_dim; e->Ktop = c->index_topk; e->E = c->n_routed_experts; e->Kx = c->num_experts_per_tok;
+    e->I = c->moe_intermediate_size; e->V = c->vocab_size; e->L = c->num_layers;
+    if (e->hc > 8 || e->G <= 0 || e->nh * e->hd % e->G || e->W < 1 || e->E > PDB_CUDA_MAX_EXPERTS || e->Kx > 16 ||
+        e->rd > e->hd || e->rd % 2 || (e->rd > e->ihd && e->nih))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 engine: hc_mult %lld (<= 8), o_groups %lld, experts %lld (<= %d), "
+                           "experts per token %lld (<= 16) or rotary dims %lld are outside what the kernels take",
+                           (long long)e->hc, (long long)e->G, (long long)e->E, PDB_CUDA_MAX_EXPERTS, (long long)e->Kx,
+                           (long long)e->rd);
+    if (c->n_shared_experts > 1)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 engine: n_shared_experts %lld (one is supported)", (long long)c->n_shared_experts);
+    e->attn_tc = e->dt == PDB_CUDA_DT_BF16 && pdb_cuda_v4_attention_tc_fits(e->hd);
+    PDB_TRY(pdb_cuda_use_device(device, "v4 engine"));
+    PDB_CU(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking));
+    e->have_s = 1;
+    PDB_CU(cudaStreamCreateWithFlags(&e->s_cap, cudaStreamNonBlocking));
+    e->have_scap = 1;
+    for (int i = 0; i < HOOK_SLOTS; i++) {
+        PDB_CU(cudaEventCreateWithFlags(&e->ev_x[i], cudaEventDisableTiming));
+        PDB_CU(cudaEventCreateWithFlags(&e->ev_ready[i], cudaEventDisableTiming));
+    }
+    e->have_ev = 1;
+    PDB_TRY(pdb_cuda_blas_open(&e->blas, e->s));
+    e->have_blas = 1;
+    e->blas.tile_rows = o->gemm_rows < 0 ? 0 : o->gemm_rows > 0 ? o->gemm_rows : PDB_CUDA_GEMM_ROWS_DEFAULT;
+    if (e->prof) {
+        for (e->ev_cap = 0; e->ev_cap < 512; e->ev_cap++) PDB_CU(cudaEventCreate(&e->ev[e->ev_cap]));
+    }
+    PDB_TRY(pdb_rope_init(&e->rope_main, &c->rope, e->rd));
+    pdb_status rs = pdb_rope_init(&e->rope_comp, &c->rope_compress, e->rd);
+    if (rs) { pdb_rope_free(&e->rope_main); return rs; }
+    e->have_ropes = 1;
+    e->Ls = (v4_dlayer *)calloc((size_t)e->L, sizeof *e->Ls);
+    if (!e->Ls) return pdb_err_set(PDB_NOMEM, "v4 engine: layers");
+    PDB_TRY(load_globals(e, m, sc));
+    for (int64_t l = 0; l < e->L; l++) {
+        pdb_status s = load_layer(e, m, sc, l);
+        if (s) return pdb_err_wrap(s, "v4 engine: layer %lld", (long long)l);
+        const v4_dlayer *D = &e->Ls[l];
+        if (D->rate > e->rmax) e->rmax = D->rate;
+        if (D->NA > e->NAmax) e->NAmax = D->NA;
+        if (D->NB > e->NBmax) e->NBmax = D->NB;
+    }
+    e->F = 2 * e->rmax;
+    PDB_CU(cudaStreamSynchronize(e->s));
+    return PDB_OK;
+}
+
+static pdb_status create_common(const pdb_config *c, const pdb_v4_model *m, const seedctx *sc, int device,
+                                const pdb_cuda_v4_engine_opts *o, eng **out) {
+    *out = NULL;
+    eng *e = (eng *)calloc(1, sizeof *e);
+    if (!e) return pdb_err_set(PDB_NOMEM, "v4 engine");
+    pdb_status s = create_inner(e, c, m, sc, device, o);
+    if (s) { pdb_cuda_v4_engine_free(e); return s; }
+    *out = e;
+    return PDB_OK;
+}
+
+extern "C" pdb_status pdb_cuda_v4_engine_create(const pdb_v4_model *m, int device, const pdb_cuda_v4_engine_opts *o,
+                                                eng **out) {
+    return create_common(&m->cfg, m, NULL, device, o, out);
+}
+
+extern "C" pdb_status pdb_cuda_v4_engine_create_seeded(const pdb_config *cfg, uint64_t seed, int device,
+                                                       const pdb_cuda_v4_engine_opts *o, eng **out) {
+    seedctx sc = {seed};
+    return create_common(cfg, NULL, &sc, device, o, out);
+}
+
+extern "C" int64_t pdb_cuda_v4_engine_len(const eng *e) { return e->len; }
+extern "C" int64_t pdb_cuda_v4_engine_weight_bytes(const eng *e) { return e->weight_bytes; }
+
+/* ======================================== begin ======================================== */
+
+template <typename T> static pdb_status hpin(T **p, size_t bytes) {
+    void *v = NULL;
+    PDB_CU(cudaMallocHost(&v, bytes ? bytes : 16));
+    *p = (T *)v;
+    return PDB_OK;
+}
+
+/* cos/sin tables of a rope for positions 0..cap-1 (pdb_rope_angles: pdb_rope_apply's factors). */
+static pdb_status rope_table(eng *e, const pdb_rope *r, float **dst) {
+    PDB_TRY(dal(&e->seq, dst, sizeof(float) * (size_t)(e->cap * e->rd), "rope table"));
+    float *h = (float *)malloc(sizeof(float) * (size_t)(e->cap * e->rd));
+    if (!h) return pdb_err_set(PDB_NOMEM, "v4 engine: rope table");
+    for (int64_t p = 0; p < e->cap; p++) pdb_rope_angles(r, p, h + p * e->rd);
+    pdb_status s = pdb_cuda_to_device(*dst, h, sizeof(float) * (size_t)(e->cap * e->rd), "rope table");
+    free(h);
+    return s;
+}
+
+static pdb_status begin_inner(eng *e, int64_t cap) {
+    PDB_CU(cudaSetDevice(e->device));
+    e->cap = cap;
+    int64_t S = cap < e->sub_cfg ? cap : e->sub_cfg, H = e->H, hd = e->hd, I = e->I, Kx = e->Kx, E = e->E;
+    e->S = S;
+    const size_t f = sizeof(float);
+    dlist *q = &e->seq;
+    PDB_TRY(rope_table(e, &e->rope_main, &e->cs_main));
+    PDB_TRY(rope_table(e, &e->rope_comp, &e->cs_comp));
+    for (int64_t l = 0; l < e->L; l++) {
+        v4_dlayer *D = &e->Ls[l];
+        PDB_TRY(dal(q, &D->tail, f * (size_t)((e->W - 1 > 0 ? e->W - 1 : 1) * hd), "window tail"));
+        if (D->rate) {
+            int64_t ne = cap / D->rate + 1;
+            PDB_TRY(dal(q, &D->hist, f * (size_t)(e->F * D->NA), "compressor history"));
+            PDB_TRY(dal(q, &D->comp, f * (size_t)(ne * hd), "compressed entries"));
+            PDB_CU(cudaMemsetAsync(D->hist, 0, f * (size_t)(e->F * D->NA), e->s));
+            PDB_CU(cudaMemsetAsync(D->comp, 0, f * (size_t)(ne * hd), e->s));
+            if (D->ID) {
+                PDB_TRY(dal(q, &D->ikeys, f * (size_t)(ne * e->ihd), "indexer keys"));
+                PDB_CU(cudaMemsetAsync(D->ikeys, 0, f * (size_t)(ne * e->ihd), e->s));
+            }
+        }
+    }
+    PDB_TRY(dal(q, &e->hs, f * (size_t)(S * e->hc * H), "streams"));
+    PDB_TRY(dal(q, &e->x, f * (size_t)(S * H), "x"));
+    PDB_TRY(dal(q, &e->post, f * (size_t)(S * e->hc), "post"));
+    PDB_TRY(dal(q, &e->comb, f * (size_t)(S * e->hc * e->hc), "comb"));
+    PDB_TRY(dal(q, &e->xa, f * (size_t)((e->F + S) * e->NAmax), "fused products"));
+    PDB_TRY(dal(q, &e->qn, f * (size_t)(S * e->qlr), "q latent"));
+    PDB_TRY(dal(q, &e->qb, f * (size_t)(S * e->NBmax), "q products"));
+    PDB_TRY(dal(q, &e->q, f * (size_t)(S * e->nh * hd), "q"));
+    PDB_TRY(dal(q, &e->keys, f * (size_t)((e->W - 1 + S) * hd), "keys"));
+    PDB_TRY(dal(q, &e->o, f * (size_t)(S * e->nh * hd), "attention out"));
+    PDB_TRY(dal(q, &e->a, f * (size_t)(S * e->G * e->olr), "o_a"));
+    PDB_TRY(dal(q, &e->out, f * (size_t)(S * H), "sub-block out"));
+    if (e->nih) {
+        int64_t nvmax = cap / 4 + 1;
+        for (int64_t l = 0; l < e->L; l++)
+            if (e->Ls[l].ID) nvmax = cap / e->Ls[l].rate + 1;
+        e->tb_max = (int64_t)(IDX_DOTS_BYTES / (f * (size_t)(e->nih * nvmax)));
+        e->tb_max = e->tb_max < 1 ? 1 : e->tb_max > S ? S : e->tb_max;
+        PDB_TRY(dal(q, &e->iq, f * (size_t)(S * e->nih * e->ihd), "index queries"));
+        PDB_TRY(dal(q, &e->iw, f * (size_t)(S * e->nih), "index weights"));
+        PDB_TRY(dal(q, &e->dots, f * (size_t)(e->tb_max * e->nih * nvmax), "index dots"));
+        PDB_TRY(dal(q, &e->score, f * (size_t)(e->tb_max * nvmax), "index scores"));
+        PDB_TRY(dal(q, &e->sel, sizeof(int32_t) * (size_t)(S * e->Ktop), "index picks"));
+        PDB_TRY(dal(q, &e->nsel, sizeof(int32_t) * (size_t)S, "index pick counts"));
+        if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(dal(q, &e->ikb, 2 * (size_t)(nvmax * e->ihd), "index keys bf16"));
+    }
+    PDB_TRY(dal(q, &e->lg, f * (size_t)(S * E), "router logits"));
+    PDB_TRY(dal(q, &e->wt, f * (size_t)(S * Kx), "routing weights"));
+    PDB_TRY(dal(q, &e->idx, sizeof(int32_t) * (size_t)(S * Kx), "routing picks"));
+    e->ntmax = pdb_cuda_moe_max_tiles(S * Kx, E);
+    e->Rmax = e->ntmax * PDB_CUDA_MOE_TILE;
+    PDB_TRY(dal(q, &e->lay, sizeof(int32_t) * (size_t)(S * Kx + 2 * E), "moe layout scratch"));
+    PDB_TRY(dal(q, &e->row_src, sizeof(int32_t) * (size_t)e->Rmax, "moe rows"));
+    PDB_TRY(dal(q, &e->slot_row, sizeof(int32_t) * (size_t)(S * Kx), "moe slots"));
+    PDB_TRY(dal(q, &e->tile_e, sizeof(int32_t) * (size_t)e->ntmax, "moe tiles"));
+    PDB_TRY(dal(q, &e->g, f * (size_t)(e->Rmax * I), "expert gate"));
+    PDB_TRY(dal(q, &e->u, f * (size_t)(e->Rmax * I), "expert up"));
+    PDB_TRY(dal(q, &e->ye, f * (size_t)(e->Rmax * H), "expert out"));
+    int64_t wide = H > I ? H : I;
+    PDB_TRY(dal(q, &e->xe, (e->dt == PDB_CUDA_DT_F32 ? f : 2) * (size_t)(e->Rmax * wide), "expert rows"));
+    PDB_TRY(dal(q, &e->sh, f * (size_t)(S * H), "shared out"));
+    PDB_TRY(dal(q, &e->gs, f * (size_t)(S * I), "shared gate"));
+    PDB_TRY(dal(q, &e->us, f * (size_t)(S * I), "shared up"));
+    PDB_TRY(dal(q, &e->ylast, f * (size_t)H, "head input"));
+    PDB_TRY(dal(q, &e->logits, f * (size_t)e->V, "logits"));
+    PDB_TRY(dal(q, &e->ids, sizeof(int32_t) * (size_t)S, "ids"));
+    PDB_TRY(dal(q, &e->lrow, sizeof(int64_t), "last row"));
+    int64_t cand[] = {S * H, S * e->qlr, S * e->nh * hd, S * e->G * e->olr, S * I, S * e->nih * e->ihd};
+    e->cvt_n = 0;
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) e->cvt_n = cand[i] > e->cvt_n ? cand[i] : e->cvt_n;
+    if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(dal(q, &e->cvt, 2 * (size_t)e->cvt_n, "bf16 staging"));
+    for (int i = 0; i < HOOK_SLOTS; i++) PDB_TRY(hpin(&e->h_x[i], f * (size_t)(S * H)));
+    PDB_TRY(dal(q, &e->xh, f * (size_t)(HOOK_SLOTS * S * H), "hook slots"));
+    PDB_TRY(hpin(&e->h_ids, sizeof(int32_t) * (size_t)S));
+    PDB_TRY(hpin(&e->h_tiles, sizeof(int32_t) * (size_t)e->ntmax));
+    PDB_CU(cudaStreamSynchronize(e->s));
+    e->len = 0;
+    return PDB_OK;
+}
+
+extern "C" pdb_status pdb_cuda_v4_engine_begin(eng *e, int64_t max_tokens) {
+    seq_free(e);
+    if (max_tokens <= 0 || max_tokens > ((int64_t)1 << 31))
+        return pdb_err_set(PDB_INVALID, "v4 engine: max_tokens %lld outside 1..2^31", (long long)max_tokens);
+    pdb_status s = begin_inner(e, max_tokens);
+    if (s) seq_free(e);
+    return s;
+}
+
+extern "C" void pdb_cuda_v4_engine_end(eng *e) {
+    cudaStreamSynchronize(e->s);
+    cudaStreamSynchronize(e->s_cap);
+    cudaGetLastError();
+    seq_free(e);
+}
+
+/* ======================================== one pass ======================================== */
+
+/* A operand of type dt: x itself (f32 engine) or its bf16 copy in the staging buffer. */
+static pdb_status as_dt(eng *e, const float *x, int64_t count, const void **out) {
+    if (e->dt == PDB_CUDA_DT_F32) { *out = x; return PDB_OK; }
+    if (count > e->cvt_n) return pdb_err_set(PDB_INVALID, "v4 engine: staging of %lld values", (long long)count);
+    PDB_TRY(pdb_cuda_convert(e->s, x, count, e->dt, e->cvt));
+    *out = e->cvt;
+    return PDB_OK;
+}
+
+/* y [n, N] (ldy) = x [n, K] (ldx, f32) . W [N, K]^T (dt). */
+static pdb_status linear(eng *e, const float *x, int64_t ldx, int64_t n, int64_t K, const void *W, int64_t N, float *y,
+                         int64_t ldy) {
+    const void *A = x;
+    if (e->dt != PDB_CUDA_DT_F32) {
+        if (ldx != K) return pdb_err_set(PDB_INVALID, "v4 engine: strided bf16 operand");
+        PDB_TRY(as_dt(e, x, n * K, &A));
+    }
+    return pdb_cuda_gemm(&e->blas, e->dt, 1, n, N, K, 1.0f, A, ldx, 0, W, K, 0, 0.0f, y, ldy, 0, 1);
+}
+
+static pdb_cuda_v4_hc hc_of(const eng *e) {
+    pdb_cuda_v4_hc h;
+    h.hc = e->hc;
+    h.H = e->H;
+    h.iters = (int)e->cfg.hc_sinkhorn_iters;
+    h.hc_eps = (float)e->cfg.hc_eps;
+    h.eps = e->cfg.rms_norm_eps;
+    return h;
+}
+
+/* The lightning indexer of a CSA layer over the pass: iq roped, dots by GEMM per sub-block of
+ * tokens, then reduce and top-k into sel / nsel. The GEMM always spans the sequence's whole key
+ * capacity (nvc = cap / rate + 1 columns; those past a token's visible keys are never read) so
+ * that its shape, and hence cuBLAS's kernel and every dot's bits, is the same whatever pass the
+ * token is in (chunked = one shot), at the price of the dots of keys not yet visible. */
+static pdb_status indexer(eng *e, const v4_dlayer *D, const float *cs, int64_t p0, int64_t n) {
+    int64_t nih = e->nih, ihd = e->ihd, r = D->rate, K = e->Ktop, nvc = e->cap / r + 1;
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb + e->nh * e->hd, D->NB, e->iq, nih * ihd, n, nih, ihd, e->rd, 0, NULL, cs,
+                                        p0, 1, e->cfg.rms_norm_eps));
+    PDB_CU(cudaMemcpy2DAsync(e->iw, sizeof(float) * (size_t)nih, e->xa + e->F * D->NA + (D->NA - nih), sizeof(float) * (size_t)D->NA,
+                             sizeof(float) * (size_t)nih, (size_t)n, cudaMemcpyDeviceToDevice, e->s));
+    const void *keys = D->ikeys;
+    if ((p0 + n) / r > K && e->dt == PDB_CUDA_DT_BF16) {
+        PDB_TRY(pdb_cuda_convert(e->s, D->ikeys, nvc * ihd, e->dt, e->ikb));
+        keys = e->ikb;
+    }
+    float sscale = (float)(1.0 / sqrt((double)ihd) / sqrt((double)nih));
+    for (int64_t t0 = 0; t0 < n; t0 += e->tb_max) {
+        int64_t tn = n - t0 < e->tb_max ? n - t0 : e->tb_max;
+        if ((p0 + t0 + tn) / r > K) {
+            const void *A;
+            PDB_TRY(as_dt(e, e->iq + t0 * nih * ihd, tn * nih * ihd, &A));
+            PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, tn * nih, nvc, ihd, 1.0f, A, ihd, 0, keys, ihd, 0, 0.0f, e->dots, nvc, 0, 1));
+            PDB_TRY(pdb_cuda_v4_index_reduce(e->s, e->dots, nvc, e->iw + t0 * nih, tn, nih, p0 + t0, r, K, sscale, e->score, nvc));
+        }
+        PDB_TRY(pdb_cuda_v4_topk(e->s, e->score, nvc, tn, p0 + t0, r, K, e->sel + t0 * K, e->nsel + t0));
+    }
+    return PDB_OK;
+}
+
+/* The attention sub-block of layer l on x [n, H] -> out [n, H]. */
+static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
+    const int64_t H = e->H, hd = e->hd, nh = e->nh, W = e->W, F = e->F, NA = D->NA, rd = e->rd;
+    const float *cs = D->rope_c ? e->cs_comp : e->cs_main;
+    const double eps = e->cfg.rms_norm_eps;
+    float *xa = e->xa + F * NA; /* row t: position p0 + t; rows -F.. hold the history */
+    if (D->rate) PDB_CU(cudaMemcpyAsync(e->xa, D->hist, sizeof(float) * (size_t)(F * NA), cudaMemcpyDeviceToDevice, e->s));
+    PDB_TRY(linear(e, e->x, H, n, H, D->wa, NA, xa, NA));
+    /* queries: q_norm, q_b (+ the indexer's), per-head unweighted norm, RoPE */
+    PDB_TRY(pdb_cuda_rmsnorm_warp(e->s, xa, NA, D->q_norm, e->qn, e->qlr, n, e->qlr, eps));
+    PDB_TRY(linear(e, e->qn, e->qlr, n, e->qlr, D->wb, D->NB, e->qb, D->NB));
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
+    PDB_TRY(mark(e, ST_QKV));
+    /* K=V rows behind the window's tail */
+    int64_t lo = p0 - (W - 1) > 0 ? p0 - (W - 1) : 0;
+    if (W > 1) PDB_CU(cudaMemcpyAsync(e->keys, D->tail, sizeof(float) * (size_t)((W - 1) * hd), cudaMemcpyDeviceToDevice, e->s));
+    float *krow = e->keys + (W - 1) * hd;
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, xa + e->qlr, NA, krow, hd, n, 1, hd, rd, 2, D->kv_norm, cs, p0, 1, eps));
+    /* compressed entries (and index keys) of the windows this pass completes */
+    if (D->rate) {
+        int64_t w0 = p0 / D->rate, w1 = (p0 + n) / D->rate, o = e->qlr + hd;
+        if (w1 > w0) {
+            PDB_TRY(pdb_cuda_v4_compress(e->s, xa + o, xa + o + D->D, NA, p0 - F, D->c_ape, D->c_norm, D->rate, hd,
+                                         (int)D->coff, w0, w1, cs, rd, eps, D->comp));
+            if (D->ID)
+                PDB_TRY(pdb_cuda_v4_compress(e->s, xa + o + 2 * D->D, xa + o + 2 * D->D + D->ID, NA, p0 - F, D->ic_ape,
+                                             D->ic_norm, D->rate, e->ihd, 2, w0, w1, cs, rd, eps, D->ikeys));
+        }
+    }
+    PDB_TRY(mark(e, ST_KVC));
+    if (D->ID) PDB_TRY(indexer(e, D, cs, p0, n));
+    PDB_TRY(mark(e, ST_INDEX));
+    const float *keys = e->keys + ((W - 1) - (p0 - lo)) * hd;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    int csa = D->kind == PDB_V4_ATTN_CSA;
+    int64_t hrate = D->kind == PDB_V4_ATTN_HCA ? D->rate : 0;
+    if (e->attn_tc)
+        PDB_TRY(pdb_cuda_v4_attention_tc(e->s, e->q, keys, lo, D->comp, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
+                                         hrate, n, nh, hd, p0, W, D->sink, scale, e->o));
+    else
+        PDB_TRY(pdb_cuda_v4_attention(e->s, e->q, keys, lo, D->comp, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
+                                      hrate, n, nh, hd, p0, W, D->sink, scale, e->o));
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->o, nh * hd, e->o, nh * hd, n, nh, hd, rd, 0, NULL, cs, p0, -1, eps));
+    PDB_TRY(mark(e, ST_ATTN));
+    /* the state the next pass reads: the last W-1 K=V rows and the last F positions' products */
+    if (W > 1) PDB_CU(cudaMemcpyAsync(D->tail, e->keys + n * hd, sizeof(float) * (size_t)((W - 1) * hd), cudaMemcpyDeviceToDevice, e->s));
+    if (D->rate) PDB_CU(cudaMemcpyAsync(D->hist, e->xa + n * NA, sizeof(float) * (size_t)(F * NA), cudaMemcpyDeviceToDevice, e->s));
+    /* grouped low-rank output: group g's heads -> olr, then all groups -> H */
+    const void *A = e->o;
+    if (e->dt != PDB_CUDA_DT_F32) PDB_TRY(as_dt(e, e->o, n * nh * hd, &A));
+    PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, e->olr, e->gin, 1.0f, A, nh * hd, e->gin, D->wo_a, e->gin, e->olr * e->gin,
+                          0.0f, e->a, e->G * e->olr, e->olr, e->G));
+    PDB_TRY(linear(e, e->a, e->G * e->olr, n, e->G * e->olr, D->wo_b, H, e->out, H));
+    return mark(e, ST_OPROJ);
+}
+
+/* f32 rows of src by index (padding rows, index < 0, are zero): the f32 engine's expert rows. */
+__global__ void k_gather_rows(const float *src, const int32_t *rows, int64_t R, int64_t H, float *dst) {
+    int64_t r = blockIdx.x;
+    if (r >= R) return;
+    int32_t s = rows[r];
+    for (int64_t d = threadIdx.x; d < H; d += blockDim.x) dst[r * H + d] = s >= 0 ? src[(int64_t)s * H + d] : 0.0f;
+}
+
+/* The MoE sub-block: x [n, H] -> out [n, H]. */
+static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
+    const int64_t H = e->H, I = e->I, E = e->E, Kx = e->Kx;
+    const float limit = (float)e->cfg.swiglu_limit;
+    PDB_TRY(pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, E, H, 1.0f, e->x, H, 0, D->gate, H, 0, 0.0f, e->lg, E, 0, 1));
+    PDB_TRY(pdb_cuda_v4_route(e->s, e->lg, e->ids, D->hash ? D->tid2eid : NULL, D->hash ? NULL : D->gate_bias, n, (int)E,
+                              (int)Kx, (int)e->cfg.scoring_func, (float)e->cfg.routed_scaling_factor, e->idx, e->wt));
+    PDB_TRY(pdb_cuda_moe_layout(e->s, e->idx, n, Kx, E, e->lay, e->row_src, e->slot_row, e->tile_e));
+    PDB_TRY(mark(e, ST_ROUTER));
+    const int64_t nt = pdb_cuda_moe_max_tiles(n * Kx, E), R = nt * PDB_CUDA_MOE_TILE, T = PDB_CUDA_MOE_TILE;
+    if (e->dt == PDB_CUDA_DT_BF16) {
+        PDB_TRY(pdb_cuda_moe_gather_bf16(e->s, e->x, e->row_src, R, H, e->xe));
+        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w1, e->g, e->tile_e, nt, I, H));
+        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w3, e->u, e->tile_e, nt, I, H));
+        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, R * I, limit, e->dt, e->xe)); /* xe's rows are consumed: reused */
+        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w2, e->ye, e->tile_e, nt, H, I));
+    } else { /* f32: one cuBLAS product per row tile, its expert read back */
+        float *xe = (float *)e->xe;
+        k_gather_rows<<<(unsigned)R, 256, 0, e->s>>>(e->x, e->row_src, R, H, xe);
+        PDB_CU_LAUNCH("expert rows");
+        PDB_CU(cudaMemcpyAsync(e->h_tiles, e->tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyDeviceToHost, e->s));
+        PDB_CU(cudaStreamSynchronize(e->s));
+        for (int64_t i = 0; i < nt; i++) {
+            int32_t x = e->h_tiles[i];
+            if (x < 0) continue;
+            if (x >= E) return pdb_err_set(PDB_CUDA, "v4 engine: expert %d of tile %lld out of range", x, (long long)i);
+            const float *w1 = (const float *)D->w1 + x * I * H, *w3 = (const float *)D->w3 + x * I * H;
+            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, I, H, 1.0f, xe + i * T * H, H, 0, w1, H, 0, 0.0f, e->g + i * T * I, I, 0, 1));
+            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, I, H, 1.0f, xe + i * T * H, H, 0, w3, H, 0, 0.0f, e->u + i * T * I, I, 0, 1));
+        }
+        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, R * I, limit, e->dt, e->g));
+        for (int64_t i = 0; i < nt; i++) {
+            int32_t x = e->h_tiles[i];
+            if (x < 0) continue;
+            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, H, I, 1.0f, e->g + i * T * I, I, 0, (const float *)D->w2 + x * H * I, I, 0,
+                                        0.0f, e->ye + i * T * H, H, 0, 1));
+        }
+    }
+    PDB_TRY(mark(e, ST_EXPERTS));
+    const float *sh = NULL;
+    if (e->cfg.n_shared_experts) {
+        PDB_TRY(linear(e, e->x, H, n, H, D->sw1, I, e->gs, I));
+        PDB_TRY(linear(e, e->x, H, n, H, D->sw3, I, e->us, I));
+        if (e->dt == PDB_CUDA_DT_BF16) {
+            PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, n * I, limit, e->dt, e->cvt));
+            PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, H, I, 1.0f, e->cvt, I, 0, D->sw2, I, 0, 0.0f, e->sh, H, 0, 1));
+        } else {
+            PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, n * I, limit, e->dt, e->gs));
+            PDB_TRY(linear(e, e->gs, I, n, I, D->sw2, H, e->sh, H));
+        }
+        sh = e->sh;
+    }
+    PDB_CU(cudaMemsetAsync(e->out, 0, sizeof(float) * (size_t)(n * H), e->s));
+    PDB_TRY(pdb_cuda_moe_combine(e->s, e->ye, e->slot_row, e->wt, sh, n, Kx, H, e->out));
+    return mark(e, ST_SHARED);
+}
+
+/* The host side of the hook: run it on every layer whose copy was queued but not yet handed
+ * over, up to layer `upto` (exclusive), waiting for each copy. */
+typedef struct hookq { const pdb_v4_hook *hook; int64_t done, p0, n; } hookq;
+
+static pdb_status hook_drain(eng *e, hookq *hq, int64_t upto) {
+    for (; hq->done < upto; hq->done++) {
+        int slot = (int)(hq->done % HOOK_SLOTS);
+        PDB_CU(cudaEventSynchronize(e->ev_x[slot]));
+        pdb_status s = hq->hook->attn_input(hq->hook->user, hq->done, e->h_x[slot], hq->n, hq->p0);
+        if (s) return pdb_err_wrap(s, "v4 engine: the hook at layer %lld", (long long)hq->done);
+    }
+    return PDB_OK;
+}
+
+/* One pass of n <= S tokens at the sequence's next positions. */
+static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook, float *logits) {
+    const int64_t H = e->H, hc = e->hc, p0 = e->len;
+    const pdb_cuda_v4_hc hcc = hc_of(e);
+    memcpy(e->h_ids, ids, sizeof(int32_t) * (size_t)n);
+    PDB_CU(cudaMemcpyAsync(e->ids, e->h_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, e->s));
+    e->ev_n = 0;
+    PDB_TRY(mark(e, ST_EMBED));
+    PDB_TRY(pdb_cuda_v4_embed_hc(e->s, e->ids, e->embed, e->dt, n, hc, H, e->hs));
+    PDB_TRY(mark(e, ST_EMBED));
+    hookq hq = {hook, 0, p0, n};
+    for (int64_t l = 0; l < e->L; l++) {
+        v4_dlayer *D = &e->Ls[l];
+        PDB_TRY(pdb_cuda_v4_hc_pre(e->s, &hcc, e->hs, n, D->hca_fn, D->hca_base, D->hca_scale, D->attn_norm, e->x, e->post,
+                                   e->comb));
+        PDB_TRY(mark(e, ST_HC));
+        if (hook) { /* the attention input to a device slot, then to pinned host memory on s_cap */
+            int slot = (int)(l % HOOK_SLOTS);
+            if (l >= HOOK_SLOTS) PDB_TRY(hook_drain(e, &hq, l - HOOK_SLOTS + 1)); /* the host slot is free */
+            float *xs = e->xh + slot * e->S * H;
+            PDB_CU(cudaStreamWaitEvent(e->s, e->ev_x[slot], 0)); /* the device slot's last copy is done */
+            PDB_CU(cudaMemcpyAsync(xs, e->x, sizeof(float) * (size_t)(n * H), cudaMemcpyDeviceToDevice, e->s));
+            PDB_CU(cudaEventRecord(e->ev_ready[slot], e->s));
+            PDB_CU(cudaStreamWaitEvent(e->s_cap, e->ev_ready[slot], 0));
+            PDB_CU(cudaMemcpyAsync(e->h_x[slot], xs, sizeof(float) * (size_t)(n * H), cudaMemcpyDeviceToHost, e->s_cap));
+            PDB_CU(cudaEventRecord(e->ev_x[slot], e->s_cap));
+            PDB_TRY(mark(e, ST_HOOK));
+        }
+        PDB_TRY(attention(e, D, p0, n));
+        PDB_TRY(pdb_cuda_v4_hc_post(e->s, &hcc, e->hs, e->out, e->post, e->comb, n));
+        PDB_TRY(pdb_cuda_v4_hc_pre(e->s, &hcc, e->hs, n, D->hcf_fn, D->hcf_base, D->hcf_scale, D->ffn_norm, e->x, e->post,
+                                   e->comb));
+        PDB_TRY(mark(e, ST_HC));
+        PDB_TRY(moe(e, D, n));
+        PDB_TRY(pdb_cuda_v4_hc_post(e->s, &hcc, e->hs, e->out, e->post, e->comb, n));
+        PDB_TRY(mark(e, ST_HC));
+    }
+    if (logits) {
+        int64_t last = n - 1;
+        PDB_CU(cudaMemcpyAsync(e->lrow, &last, sizeof(int64_t), cudaMemcpyHostToDevice, e->s));
+        PDB_TRY(pdb_cuda_v4_hc_head(e->s, &hcc, e->hs, e->lrow, 1, e->hch_fn, e->hch_base, e->hch_scale, e->norm, e->ylast));
+        const void *A = e->ylast;
+        if (e->dt != PDB_CUDA_DT_F32) PDB_TRY(as_dt(e, e->ylast, H, &A));
+        PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, 1, e->V, H, 1.0f, A, H, 0, e->head, H, 0, 0.0f, e->logits, e->V, 0, 1));
+        PDB_CU(cudaMemcpyAsync(logits, e->logits, sizeof(float) * (size_t)e->V, cudaMemcpyDeviceToHost, e->s));
+        PDB_TRY(mark(e, ST_HEAD));
+    }
+    if (hook) PDB_TRY(hook_drain(e, &hq, e->L));
+    PDB_CU(cudaStreamSynchronize(e->s));
+    e->len += n;
+    return prof_collect(e);
+}
+
+extern "C" pdb_status pdb_cuda_v4_engine_forward(eng *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook,
+                                                 float *logits_last) {
+    if (!e->cap) return pdb_err_set(PDB_INVALID, "v4 engine: forward before begin");
+    if (n <= 0) return pdb_err_set(PDB_INVALID, "v4 engine: no tokens");
+    if (e->len + n > e->cap)
+        return pdb_err_set(PDB_TOO_LARGE, "v4 engine: %lld cached + %lld new positions exceed the sequence's %lld",
+                           (long long)e->len, (long long)n, (long long)e->cap);
+    for (int64_t t = 0; t < n; t++)
+        if (ids[t] < 0 || ids[t] >= e->V)
+            return pdb_err_set(PDB_INVALID, "v4 engine: token id %d at %lld is outside the vocabulary (%lld)", ids[t],
+                               (long long)t, (long long)e->V);
+    PDB_CU(cudaSetDevice(e->device));
+    for (int64_t t0 = 0; t0 < n; t0 += e->S) {
+        int64_t tn = n - t0 < e->S ? n - t0 : e->S;
+        pdb_status s = forward_pass(e, ids + t0, tn, hook, t0 + tn == n ? logits_last : NULL);
+        if (s) {
+            cudaStreamSynchronize(e->s);
+            cudaStreamSynchronize(e->s_cap);
+            cudaGetLastError();
+            return s;
+        }
+    }
+    return PDB_OK;
+}
