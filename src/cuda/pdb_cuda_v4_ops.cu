@@ -56,7 +56,7 @@ template <> __device__ __forceinline__ float ld_f<__nv_bfloat16>(const __nv_bflo
 }
 
 template <typename T> __global__ void k_embed_hc(const int32_t *ids, const T *emb, int64_t hc, int64_t H, float *hs) {
-    const int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t t = blockIdx.x, d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (d >= H) return;
     const float v = ld_f(emb + (int64_t)ids[t] * H, d);
     for (int64_t k = 0; k < hc; k++) hs[(t * hc + k) * H + d] = v;
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(HC_NT)
 
 /* hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * old[j] (double). */
 __global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const float *post, const float *comb) {
-    const int64_t t = blockIdx.y, d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t t = blockIdx.x, d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (d >= H) return;
     float *h = hs + t * hc * H;
     const float *cb = comb + t * hc * hc;
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(CP_NT)
 
 __global__ void k_index_reduce(const float *dots, int64_t ld, const float *wt, int64_t nih, int64_t pos0, int64_t r,
                                int64_t K, float sscale, float *score, int64_t lds) {
-    const int64_t t = blockIdx.y, w = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t t = blockIdx.x, w = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     const int64_t nv = (pos0 + t + 1) / r;
     if (nv <= K || w >= nv) return;
     const float *dt = dots + t * nih * ld + w, *wh = wt + t * nih;
@@ -504,8 +504,8 @@ template <typename T> __global__ void k_swiglu(const float *g, const float *u, i
 pdb_status pdb_cuda_v4_embed_hc(cudaStream_t s, const int32_t *ids, const void *emb, pdb_cuda_dt dt, int64_t n,
                                 int64_t hc, int64_t H, float *hs) {
     if (n <= 0 || H <= 0 || hc <= 0) return PDB_OK;
-    if (n > 65535) return pdb_err_set(PDB_UNSUPPORTED, "v4 embed_hc: %lld tokens in one launch (at most 65535)", (long long)n);
-    dim3 g(grid1(H, 256), (unsigned)n);
+    if (H > 65535LL * 256) return pdb_err_set(PDB_UNSUPPORTED, "v4 embed_hc: H = %lld (at most 65535 * 256)", (long long)H);
+    dim3 g((unsigned)n, grid1(H, 256));
     if (dt == PDB_CUDA_DT_BF16) k_embed_hc<<<g, 256, 0, s>>>(ids, (const __nv_bfloat16 *)emb, hc, H, hs);
     else k_embed_hc<<<g, 256, 0, s>>>(ids, (const float *)emb, hc, H, hs);
     PDB_CU_LAUNCH("v4 embed_hc");
@@ -528,8 +528,8 @@ pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *h
                                const float *comb, int64_t n) {
     PDB_TRY(hc_check(c, "v4 hc_post"));
     if (n <= 0) return PDB_OK;
-    if (n > 65535) return pdb_err_set(PDB_UNSUPPORTED, "v4 hc_post: %lld tokens in one launch (at most 65535)", (long long)n);
-    k_hc_post<<<dim3(grid1(c->H, 256), (unsigned)n), 256, 0, s>>>((int)c->hc, c->H, hs, out, post, comb);
+    if (c->H > 65535LL * 256) return pdb_err_set(PDB_UNSUPPORTED, "v4 hc_post: H = %lld (at most 65535 * 256)", (long long)c->H);
+    k_hc_post<<<dim3((unsigned)n, grid1(c->H, 256)), 256, 0, s>>>((int)c->hc, c->H, hs, out, post, comb);
     PDB_CU_LAUNCH("v4 hc_post");
     return PDB_OK;
 }
@@ -579,10 +579,11 @@ pdb_status pdb_cuda_v4_index_reduce(cudaStream_t s, const float *dots, int64_t l
                                     int64_t lds) {
     if (r < 1) return pdb_err_set(PDB_INVALID, "v4 index_reduce: rate %lld", (long long)r);
     if (n <= 0) return PDB_OK;
-    if (n > 65535) return pdb_err_set(PDB_UNSUPPORTED, "v4 index_reduce: %lld tokens in one launch (at most 65535)", (long long)n);
     const int64_t nvmax = (pos0 + n) / r;
     if (nvmax <= K) return PDB_OK;
-    k_index_reduce<<<dim3(grid1(nvmax, 256), (unsigned)n), 256, 0, s>>>(dots, ld, wt, nih, pos0, r, K, sscale, score, lds);
+    if (nvmax > 65535LL * 256)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 index_reduce: %lld keys (at most 65535 * 256)", (long long)nvmax);
+    k_index_reduce<<<dim3((unsigned)n, grid1(nvmax, 256)), 256, 0, s>>>(dots, ld, wt, nih, pos0, r, K, sscale, score, lds);
     PDB_CU_LAUNCH("v4 index_reduce");
     return PDB_OK;
 }
