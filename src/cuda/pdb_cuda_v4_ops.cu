@@ -333,13 +333,19 @@ __device__ __forceinline__ uint32_t block_excl_scan(uint32_t v, uint32_t *scan, 
 }
 
 /* A block per token: the K-th largest key T by a 4 x 8-bit radix select, then in ascending w every
- * w with key > T and the first `need` with key == T, placed by block prefix sums (deterministic). */
+ * w with key > T and the first `need` with key == T, placed by block prefix sums (deterministic).
+ * CACHE: the row's keys are read once into dynamic shared memory (nv <= the launch's cache size),
+ * else every pass re-reads the scores. The histogram's atomics are aggregated per warp (lanes with
+ * the same digit add once: the top byte is shared by most keys of a row). */
+template <bool CACHE>
 __global__ void __launch_bounds__(TK_NT)
     k_topk(const float *score, int64_t lds, int64_t pos0, int64_t r, int64_t K, int32_t *sel, int32_t *nsel) {
+    extern __shared__ uint32_t kc[]; /* CACHE: [nv] keys */
     __shared__ uint32_t hist[256];
     __shared__ uint32_t scan[TK_NT / 32 + 1];
     __shared__ uint32_t sh_digit, sh_need;
     const int64_t t = blockIdx.x, nv = (pos0 + t + 1) / r;
+    const int lane = threadIdx.x & 31;
     int32_t *out = sel + t * K;
     if (nv <= K) {
         for (int64_t i = threadIdx.x; i < nv; i += TK_NT) out[i] = (int32_t)i;
@@ -347,13 +353,21 @@ __global__ void __launch_bounds__(TK_NT)
         return;
     }
     const float *sc = score + t * lds;
+    if (CACHE)
+        for (int64_t w = threadIdx.x; w < nv; w += TK_NT) kc[w] = fkey(sc[w]);
     uint32_t prefix = 0, mask = 0, need = (uint32_t)K; /* need: rank of T among keys matching the prefix */
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += TK_NT) hist[i] = 0;
         __syncthreads();
-        for (int64_t w = threadIdx.x; w < nv; w += TK_NT) {
-            const uint32_t k = fkey(sc[w]);
-            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+        for (int64_t base = 0; base < nv; base += TK_NT) { /* whole warps: every lane reaches the match */
+            const int64_t w = base + threadIdx.x;
+            uint32_t dg = 256; /* none */
+            if (w < nv) {
+                const uint32_t k = CACHE ? kc[w] : fkey(sc[w]);
+                if ((k & mask) == prefix) dg = (k >> shift) & 255u;
+            }
+            const unsigned same = __match_any_sync(FULL, dg);
+            if (dg < 256 && lane == __ffs(same) - 1) atomicAdd(&hist[dg], (uint32_t)__popc(same));
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -378,7 +392,7 @@ __global__ void __launch_bounds__(TK_NT)
         const int64_t w = base + threadIdx.x;
         uint32_t gt = 0, eq = 0;
         if (w < nv) {
-            const uint32_t k = fkey(sc[w]);
+            const uint32_t k = CACHE ? kc[w] : fkey(sc[w]);
             gt = k > prefix;
             eq = k == prefix;
         }
@@ -595,7 +609,17 @@ pdb_status pdb_cuda_v4_topk(cudaStream_t s, const float *score, int64_t lds, int
     if (n <= 0) return PDB_OK;
     if ((pos0 + n) / r > INT32_MAX)
         return pdb_err_set(PDB_UNSUPPORTED, "v4 topk: %lld keys (at most 2^31 - 1)", (long long)((pos0 + n) / r));
-    k_topk<<<(unsigned)n, TK_NT, 0, s>>>(score, lds, pos0, r, K, sel, nsel);
+    /* the keys in shared memory when the longest row's fit beside the static arrays */
+    const int64_t nvmax = (pos0 + n) / r;
+    int dev = 0, optin = 0;
+    PDB_CU(cudaGetDevice(&dev));
+    PDB_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const size_t cache = sizeof(uint32_t) * (size_t)nvmax;
+    if (nvmax > K && cache + 4096 <= (size_t)optin) {
+        PDB_CU(cudaFuncSetAttribute(k_topk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cache));
+        k_topk<true><<<(unsigned)n, TK_NT, cache, s>>>(score, lds, pos0, r, K, sel, nsel);
+    } else
+        k_topk<false><<<(unsigned)n, TK_NT, 0, s>>>(score, lds, pos0, r, K, sel, nsel);
     PDB_CU_LAUNCH("v4 topk");
     return PDB_OK;
 }
