@@ -96,4 +96,67 @@ void pdb_cuda_v4_engine_profile_take(pdb_cuda_v4_engine *e, char *buf, size_t n)
 }
 void pdb_cuda_v4_engine_end(pdb_cuda_v4_engine *e) { (void)e; }
 void pdb_cuda_v4_engine_free(pdb_cuda_v4_engine *e) { (void)e; }
+#include "pdb_cuda_v4_probe.h"
+/* The V4 kernels' probes (tests/cuda/test_cuda_v4_ops.c): no kernels in this build. */
+#define PDB_V4_PROBE_NONE return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (the v4 kernel probes)")
+pdb_status pdb_cuda_v4_probe_embed_hc(const int32_t *ids, const void *emb, int bf16, int64_t V, int64_t n, int64_t hc,
+                                      int64_t H, float *hs) {
+    (void)ids, (void)emb, (void)bf16, (void)V, (void)n, (void)hc, (void)H, (void)hs;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_hc_pre(int64_t hc, int64_t H, int iters, float hc_eps, double eps, const float *hs,
+                                    int64_t n, const float *fn, const float *base, const float *scale, const float *norm,
+                                    float *x, float *post, float *comb) {
+    (void)hc, (void)H, (void)iters, (void)hc_eps, (void)eps, (void)hs, (void)n, (void)fn, (void)base, (void)scale;
+    (void)norm, (void)x, (void)post, (void)comb;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs, const float *out, const float *post,
+                                     const float *comb, int64_t n) {
+    (void)hc, (void)H, (void)hs, (void)out, (void)post, (void)comb, (void)n;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_hc_head(int64_t hc, int64_t H, float hc_eps, double eps, const float *hs,
+                                     int64_t nrows_hs, const int64_t *rows, int64_t n, const float *fn,
+                                     const float *base, const float *scale, const float *norm, float *y) {
+    (void)hc, (void)H, (void)hc_eps, (void)eps, (void)hs, (void)nrows_hs, (void)rows, (void)n, (void)fn, (void)base;
+    (void)scale, (void)norm, (void)y;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_heads_norm_rope(float *x, int64_t ld, int64_t n, int64_t nh, int64_t hd, int64_t rd,
+                                             int mode, const float *w, const float *cs, int64_t pos0, int sign,
+                                             double eps) {
+    (void)x, (void)ld, (void)n, (void)nh, (void)hd, (void)rd, (void)mode, (void)w, (void)cs, (void)pos0, (void)sign;
+    (void)eps;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_compress(const float *kv, const float *gate, int64_t nrows, int64_t ld, int64_t e0,
+                                      const float *ape, const float *norm, int64_t r, int64_t dim, int coff, int64_t w0,
+                                      int64_t w1, const float *cs, int64_t rd, double eps, float *out) {
+    (void)kv, (void)gate, (void)nrows, (void)ld, (void)e0, (void)ape, (void)norm, (void)r, (void)dim, (void)coff;
+    (void)w0, (void)w1, (void)cs, (void)rd, (void)eps, (void)out;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_index_reduce(const float *dots, int64_t ld, const float *wt, int64_t n, int64_t nih,
+                                          int64_t pos0, int64_t r, int64_t K, float sscale, float *score, int64_t lds) {
+    (void)dots, (void)ld, (void)wt, (void)n, (void)nih, (void)pos0, (void)r, (void)K, (void)sscale, (void)score;
+    (void)lds;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_topk(const float *score, int64_t lds, int64_t n, int64_t pos0, int64_t r, int64_t K,
+                                  int32_t *sel, int32_t *nsel) {
+    (void)score, (void)lds, (void)n, (void)pos0, (void)r, (void)K, (void)sel, (void)nsel;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_route(float *logits, const int32_t *ids, const int32_t *tid2eid, int64_t V,
+                                   const float *bias, int64_t n, int E, int K, int scoring, float rsf, int32_t *idx,
+                                   float *wt) {
+    (void)logits, (void)ids, (void)tid2eid, (void)V, (void)bias, (void)n, (void)E, (void)K, (void)scoring, (void)rsf;
+    (void)idx, (void)wt;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t count, float limit, int bf16, void *out) {
+    (void)g, (void)u, (void)count, (void)limit, (void)bf16, (void)out;
+    PDB_V4_PROBE_NONE;
+}
 #endif

@@ -1,0 +1,649 @@
+/* pdb_cuda_v4_ops: the DeepSeek-V4 engine's kernels other than attention (pdb_cuda_v4_kernels.h):
+ * the embedding into the hc streams, the hyper-connection sites (pre, post, head), the per-head
+ * norms + RoPE, the compressors, the indexer's reduce and top-k, routing and the clipped SwiGLU.
+ * Invariants: (1) every row's (token's, entry's, head's) result is computed by one block or warp
+ * from that row's inputs in an order fixed by the block size alone (never by the launch's row
+ * count), so chunked = one shot; (2) f32 arithmetic that mirrors pdb_v4.c uses the _rn
+ * intrinsics (nvcc cannot contract it), sums named "double" in the header are double sums
+ * (block reductions of fixed shape: a butterfly per warp, then the warps' partials in order);
+ * (3) exponentials follow pdb_v4.c: pdb_math_exp's (float)exp(double) where the CPU calls it,
+ * expf where the CPU calls expf; (4) every launcher checks its sizes (PDB_UNSUPPORTED / PDB_INVALID
+ * naming the limit) and its launch (PDB_CUDA). */
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "pdb_cuda_v4_kernels.h"
+
+namespace {
+
+constexpr unsigned FULL = 0xffffffffu;
+
+inline unsigned grid1(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
+
+/* pdb_math_exp: the double exponential rounded to float. */
+__device__ __forceinline__ float dev_exp(float x) { return (float)exp((double)x); }
+/* pdb_v4.c's sigmoidf: 1 / (1 + expf(-x)) in f32. */
+__device__ __forceinline__ float dev_sigmoid(float x) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x))); }
+
+/* Sum of v over a block of NT threads (NT a multiple of 32), every thread gets the same total:
+ * a butterfly per warp (both partners add the same two values, so every lane agrees), then the
+ * warps' sums in warp order. red: NT / 32 doubles of shared memory; safe to call repeatedly. */
+template <int NT> __device__ __forceinline__ double block_sum_d(double v, double *red) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    __syncthreads(); /* the previous call's readers are done with red */
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    double s = 0;
+#pragma unroll
+    for (int i = 0; i < NT / 32; i++) s += red[i];
+    return s;
+}
+
+/* The rotation of one pair (pdb_rope.c rope_rotate): a' = a c - b s, b' = a s + b c. */
+__device__ __forceinline__ void rot_pair(float *v, float c, float s) {
+    float a = v[0], b = v[1];
+    v[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    v[1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+
+/* ======================================== embedding ======================================== */
+
+template <typename T> __device__ __forceinline__ float ld_f(const T *p, int64_t i);
+template <> __device__ __forceinline__ float ld_f<float>(const float *p, int64_t i) { return p[i]; }
+template <> __device__ __forceinline__ float ld_f<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) {
+    return __bfloat162float(p[i]);
+}
+
+template <typename T> __global__ void k_embed_hc(const int32_t *ids, const T *emb, int64_t hc, int64_t H, float *hs) {
+    const int64_t t = blockIdx.x, d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (d >= H) return;
+    const float v = ld_f(emb + (int64_t)ids[t] * H, d);
+    for (int64_t k = 0; k < hc; k++) hs[(t * hc + k) * H + d] = v;
+}
+
+/* ==================================== hyper-connections ==================================== */
+
+constexpr int HC_NT = 512;  /* threads per token */
+constexpr int HC_MAX = 8;   /* streams */
+constexpr int HC_MJ = 8;    /* mixing rows per pass over the streams */
+
+/* One token's site (a block): head == 0: hc_pre (all (2+hc)*hc mixes, Sinkhorn, post / comb out);
+ * head == 1: hc_head (hc mixes, pre only). Rows: token blockIdx.x of hs is rows[b] (rows != NULL) or b;
+ * x row b. */
+__global__ void __launch_bounds__(HC_NT)
+    k_hc_site(int hc, int64_t H, int iters, float hc_eps, double eps, const float *hs, const int64_t *rows,
+              const float *fn, int nm, const float *base, const float *scale, const float *norm, float *x, float *post,
+              float *comb, int head) {
+    __shared__ double red[HC_NT / 32 * HC_MJ];
+    __shared__ float mix[(2 + HC_MAX) * HC_MAX], pre[HC_MAX];
+    const int64_t b = blockIdx.x, row = rows ? rows[b] : b, N = (int64_t)hc * H;
+    const float *h = hs + row * N;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* tmp = h * r (pdb_v4.c unweighted_norm) */
+    double ss = 0;
+    for (int64_t i = tid; i < N; i += HC_NT) ss += (double)h[i] * (double)h[i];
+    ss = block_sum_d<HC_NT>(ss, red);
+    const float r = (float)(1.0 / sqrt(ss / (double)N + eps));
+    /* mixes[j] = fn[j] . tmp in double, HC_MJ rows per pass (tmp recomputed identically each pass) */
+    for (int j0 = 0; j0 < nm; j0 += HC_MJ) {
+        double acc[HC_MJ];
+#pragma unroll
+        for (int q = 0; q < HC_MJ; q++) acc[q] = 0;
+        for (int64_t i = tid; i < N; i += HC_NT) {
+            const double tv = (double)__fmul_rn(h[i], r);
+#pragma unroll
+            for (int q = 0; q < HC_MJ; q++)
+                if (j0 + q < nm) acc[q] += (double)fn[(int64_t)(j0 + q) * N + i] * tv;
+        }
+#pragma unroll
+        for (int q = 0; q < HC_MJ; q++)
+#pragma unroll
+            for (int o = 16; o; o >>= 1) acc[q] += __shfl_xor_sync(FULL, acc[q], o);
+        __syncthreads();
+        if (lane == 0)
+#pragma unroll
+            for (int q = 0; q < HC_MJ; q++) red[warp * HC_MJ + q] = acc[q];
+        __syncthreads();
+        if (tid < HC_MJ && j0 + tid < nm) {
+            double s = 0;
+            for (int w = 0; w < HC_NT / 32; w++) s += red[w * HC_MJ + tid];
+            mix[j0 + tid] = (float)s;
+        }
+    }
+    __syncthreads();
+    if (tid == 0) { /* pdb_v4.c hc_finish / hc_head: the weights */
+        for (int k = 0; k < hc; k++) pre[k] = __fadd_rn(dev_sigmoid(__fadd_rn(__fmul_rn(mix[k], scale[0]), base[k])), hc_eps);
+        if (!head) {
+            float cb[HC_MAX * HC_MAX];
+            for (int k = 0; k < hc; k++)
+                post[b * hc + k] = __fmul_rn(2.0f, dev_sigmoid(__fadd_rn(__fmul_rn(mix[hc + k], scale[1]), base[hc + k])));
+            for (int i = 0; i < hc; i++) { /* rows: pdb_math_softmax, then + hc_eps */
+                float *rw = cb + i * hc, m = -INFINITY;
+                for (int j = 0; j < hc; j++) {
+                    rw[j] = __fadd_rn(__fmul_rn(mix[2 * hc + i * hc + j], scale[2]), base[2 * hc + i * hc + j]);
+                    m = rw[j] > m ? rw[j] : m;
+                }
+                double s = 0;
+                for (int j = 0; j < hc; j++) {
+                    rw[j] = dev_exp(__fsub_rn(rw[j], m));
+                    s += rw[j];
+                }
+                const float inv = (float)(1.0 / s);
+                for (int j = 0; j < hc; j++) rw[j] = __fadd_rn(__fmul_rn(rw[j], inv), hc_eps);
+            }
+            for (int it = 0; it < iters; it++) {
+                if (it > 0)
+                    for (int i = 0; i < hc; i++) {
+                        double s = 0;
+                        for (int j = 0; j < hc; j++) s += cb[i * hc + j];
+                        const float dn = __fadd_rn((float)s, hc_eps);
+                        for (int j = 0; j < hc; j++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
+                    }
+                for (int j = 0; j < hc; j++) {
+                    double s = 0;
+                    for (int i = 0; i < hc; i++) s += cb[i * hc + j];
+                    const float dn = __fadd_rn((float)s, hc_eps);
+                    for (int i = 0; i < hc; i++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
+                }
+            }
+            for (int i = 0; i < hc * hc; i++) comb[b * hc * hc + i] = cb[i];
+        }
+    }
+    __syncthreads();
+    /* x = sum_k pre[k] h[k] (double), then RMSNorm(x) * norm (pdb_math_rmsnorm) */
+    float *xo = x + b * H;
+    double s2 = 0;
+    for (int64_t d = tid; d < H; d += HC_NT) {
+        double s = 0;
+        for (int k = 0; k < hc; k++) s += (double)pre[k] * (double)h[k * H + d];
+        const float xv = (float)s;
+        xo[d] = xv;
+        s2 += (double)xv * (double)xv;
+    }
+    s2 = block_sum_d<HC_NT>(s2, red);
+    const float r2 = (float)(1.0 / sqrt(s2 / (double)H + eps));
+    for (int64_t d = tid; d < H; d += HC_NT) xo[d] = __fmul_rn(norm[d], __fmul_rn(xo[d], r2)); /* own d's only */
+}
+
+/* hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * old[j] (double). */
+__global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const float *post, const float *comb) {
+    const int64_t t = blockIdx.x, d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (d >= H) return;
+    float *h = hs + t * hc * H;
+    const float *cb = comb + t * hc * hc;
+    float old[HC_MAX];
+    for (int j = 0; j < hc; j++) old[j] = h[j * H + d];
+    const double o = (double)out[t * H + d];
+    for (int k = 0; k < hc; k++) {
+        double s = (double)post[t * hc + k] * o;
+        for (int j = 0; j < hc; j++) s += (double)cb[j * hc + k] * (double)old[j];
+        h[k * H + d] = (float)s;
+    }
+}
+
+pdb_status hc_check(const pdb_cuda_v4_hc *c, const char *who) {
+    if (c->hc < 1 || c->hc > HC_MAX || c->H < 1)
+        return pdb_err_set(PDB_UNSUPPORTED, "%s: hc = %lld streams (1 .. %d supported), H = %lld", who, (long long)c->hc,
+                           HC_MAX, (long long)c->H);
+    return PDB_OK;
+}
+
+/* ====================================== heads: norm + RoPE ====================================== */
+
+constexpr int HN_WARPS = 4;
+constexpr int HN_MAXD = 1024;
+
+/* A warp per (token, head): v into the warp's shared row, its norm, then the rotation of its
+ * trailing rd dims, written to dst. Reads of v finish (into shared) before any write, so dst ==
+ * src is safe. */
+__global__ void __launch_bounds__(HN_WARPS * 32)
+    k_heads_norm_rope(const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n, int64_t nh, int hd, int rd,
+                      int mode, const float *w, const float *cs, int64_t pos0, int sign, double eps) {
+    __shared__ float buf[HN_WARPS][HN_MAXD];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t task = (int64_t)blockIdx.x * HN_WARPS + warp;
+    if (task >= n * nh) return;
+    const int64_t t = task / nh, hh = task % nh;
+    const float *v = src + t * ld + hh * hd;
+    float *o = dst + t * ldd + hh * hd, *b = buf[warp];
+    double ss = 0;
+    for (int i = lane; i < hd; i += 32) {
+        b[i] = v[i];
+        ss += (double)b[i] * (double)b[i];
+    }
+    if (mode) {
+#pragma unroll
+        for (int k = 16; k; k >>= 1) ss += __shfl_xor_sync(FULL, ss, k);
+        const float r = (float)(1.0 / sqrt(ss / (double)hd + eps));
+        for (int i = lane; i < hd; i += 32) b[i] = mode == 2 ? __fmul_rn(w[i], __fmul_rn(b[i], r)) : __fmul_rn(b[i], r);
+    }
+    __syncwarp();
+    const float *c = cs + (pos0 + t) * rd;
+    for (int i = lane; i < rd / 2; i += 32) {
+        const float sn = sign < 0 ? -c[2 * i + 1] : c[2 * i + 1];
+        rot_pair(b + hd - rd + 2 * i, c[2 * i], sn);
+    }
+    __syncwarp();
+    for (int i = lane; i < hd; i += 32) o[i] = b[i];
+}
+
+/* ======================================== compressor ======================================== */
+
+constexpr int CP_NT = 256;
+constexpr int CP_MAXD = 4096;
+
+/* A block per entry w = w0 + blockIdx.x (pdb_v4.c compress_tokens, one window): per dim d the
+ * softmax-weighted sum over the slots (CSA, w > 0: window w-1's first halves and window w's second
+ * halves, interleaved by slot j as the CPU adds them), the entry's RMSNorm and rope at w * r. */
+__global__ void __launch_bounds__(CP_NT)
+    k_compress(const float *kv, const float *gate, int64_t ld, int64_t e0, const float *ape, const float *norm, int64_t r,
+               int dim, int coff, int64_t w0, const float *cs, int rd, double eps, float *out) {
+    extern __shared__ float e[]; /* [dim] */
+    __shared__ double red[CP_NT / 32];
+    const int64_t w = w0 + blockIdx.x, D = (int64_t)coff * dim;
+    const int overlap = coff == 2, prev = overlap && w > 0;
+    const int64_t off = overlap ? dim : 0;
+    double ss = 0;
+    for (int d = threadIdx.x; d < dim; d += CP_NT) {
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < r; j++) {
+            if (prev) {
+                const int64_t p = (w - 1) * r + j;
+                mx = fmaxf(mx, __fadd_rn(gate[(p - e0) * ld + d], ape[(p % r) * D + d]));
+            }
+            const int64_t p = w * r + j;
+            mx = fmaxf(mx, __fadd_rn(gate[(p - e0) * ld + off + d], ape[(p % r) * D + off + d]));
+        }
+        double den = 0, num = 0;
+        for (int64_t j = 0; j < r; j++) {
+            if (prev) {
+                const int64_t p = (w - 1) * r + j;
+                const double ex = exp((double)__fadd_rn(gate[(p - e0) * ld + d], ape[(p % r) * D + d]) - (double)mx);
+                den += ex;
+                num += ex * (double)kv[(p - e0) * ld + d];
+            }
+            const int64_t p = w * r + j;
+            const double ex = exp((double)__fadd_rn(gate[(p - e0) * ld + off + d], ape[(p % r) * D + off + d]) - (double)mx);
+            den += ex;
+            num += ex * (double)kv[(p - e0) * ld + off + d];
+        }
+        const float ev = (float)(num / den);
+        e[d] = ev;
+        ss += (double)ev * (double)ev;
+    }
+    ss = block_sum_d<CP_NT>(ss, red);
+    const float rr = (float)(1.0 / sqrt(ss / (double)dim + eps));
+    for (int d = threadIdx.x; d < dim; d += CP_NT) e[d] = __fmul_rn(norm[d], __fmul_rn(e[d], rr));
+    __syncthreads();
+    const float *c = cs + w * r * rd;
+    for (int i = threadIdx.x; i < rd / 2; i += CP_NT) rot_pair(e + dim - rd + 2 * i, c[2 * i], c[2 * i + 1]);
+    __syncthreads();
+    for (int d = threadIdx.x; d < dim; d += CP_NT) out[w * dim + d] = e[d];
+}
+
+/* ========================================= indexer ========================================= */
+
+__global__ void k_index_reduce(const float *dots, int64_t ld, const float *wt, int64_t nih, int64_t pos0, int64_t r,
+                               int64_t K, float sscale, float *score, int64_t lds) {
+    const int64_t t = blockIdx.x, w = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    const int64_t nv = (pos0 + t + 1) / r;
+    if (nv <= K || w >= nv) return;
+    const float *dt = dots + t * nih * ld + w, *wh = wt + t * nih;
+    float acc = 0.0f;
+    for (int64_t h = 0; h < nih; h++) acc = __fadd_rn(acc, __fmul_rn(wh[h], fmaxf(dt[h * ld], 0.0f)));
+    score[t * lds + w] = __fmul_rn(sscale, acc);
+}
+
+constexpr int TK_NT = 1024;
+
+/* Order-preserving key of a float (no NaN; -0 as +0, so equal floats get equal keys). */
+__device__ __forceinline__ uint32_t fkey(float f) {
+    if (f == 0.0f) f = 0.0f;
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Exclusive prefix sum of v over the block (TK_NT threads); *total gets the block's sum.
+ * scan: shared [TK_NT / 32 + 1]. */
+__device__ __forceinline__ uint32_t block_excl_scan(uint32_t v, uint32_t *scan, uint32_t *total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    uint32_t x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(FULL, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31) scan[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        uint32_t s = lane < TK_NT / 32 ? scan[lane] : 0, z = s;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const uint32_t y = __shfl_up_sync(FULL, z, o);
+            if (lane >= o) z += y;
+        }
+        if (lane < TK_NT / 32) scan[lane] = z - s; /* exclusive warp offsets */
+        if (lane == 31) scan[TK_NT / 32] = z;
+    }
+    __syncthreads();
+    *total = scan[TK_NT / 32];
+    return scan[warp] + x - v;
+}
+
+/* A block per token: the K-th largest key T by a 4 x 8-bit radix select, then in ascending w every
+ * w with key > T and the first `need` with key == T, placed by block prefix sums (deterministic).
+ * CACHE: the row's keys are read once into dynamic shared memory (nv <= the launch's cache size),
+ * else every pass re-reads the scores. The histogram's atomics are aggregated per warp (lanes with
+ * the same digit add once: the top byte is shared by most keys of a row). */
+template <bool CACHE>
+__global__ void __launch_bounds__(TK_NT)
+    k_topk(const float *score, int64_t lds, int64_t pos0, int64_t r, int64_t K, int32_t *sel, int32_t *nsel) {
+    extern __shared__ uint32_t kc[]; /* CACHE: [nv] keys */
+    __shared__ uint32_t hist[256];
+    __shared__ uint32_t scan[TK_NT / 32 + 1];
+    __shared__ uint32_t sh_digit, sh_need;
+    const int64_t t = blockIdx.x, nv = (pos0 + t + 1) / r;
+    const int lane = threadIdx.x & 31;
+    int32_t *out = sel + t * K;
+    if (nv <= K) {
+        for (int64_t i = threadIdx.x; i < nv; i += TK_NT) out[i] = (int32_t)i;
+        if (threadIdx.x == 0) nsel[t] = (int32_t)nv;
+        return;
+    }
+    const float *sc = score + t * lds;
+    if (CACHE)
+        for (int64_t w = threadIdx.x; w < nv; w += TK_NT) kc[w] = fkey(sc[w]);
+    uint32_t prefix = 0, mask = 0, need = (uint32_t)K; /* need: rank of T among keys matching the prefix */
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += TK_NT) hist[i] = 0;
+        __syncthreads();
+        for (int64_t base = 0; base < nv; base += TK_NT) { /* whole warps: every lane reaches the match */
+            const int64_t w = base + threadIdx.x;
+            uint32_t dg = 256; /* none */
+            if (w < nv) {
+                const uint32_t k = CACHE ? kc[w] : fkey(sc[w]);
+                if ((k & mask) == prefix) dg = (k >> shift) & 255u;
+            }
+            const unsigned same = __match_any_sync(FULL, dg);
+            if (dg < 256 && lane == __ffs(same) - 1) atomicAdd(&hist[dg], (uint32_t)__popc(same));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            uint32_t above = 0;
+            int dg = 255;
+            for (; dg > 0; dg--) {
+                if (above + hist[dg] >= need) break;
+                above += hist[dg];
+            }
+            sh_digit = (uint32_t)dg;
+            sh_need = need - above;
+        }
+        __syncthreads();
+        prefix |= sh_digit << shift;
+        mask |= 255u << shift;
+        need = sh_need;
+        __syncthreads();
+    }
+    /* prefix is T; need = how many w with key == T are taken (the lowest ones) */
+    uint32_t gt_run = 0, eq_run = 0;
+    for (int64_t base = 0; base < nv; base += TK_NT) {
+        const int64_t w = base + threadIdx.x;
+        uint32_t gt = 0, eq = 0;
+        if (w < nv) {
+            const uint32_t k = CACHE ? kc[w] : fkey(sc[w]);
+            gt = k > prefix;
+            eq = k == prefix;
+        }
+        uint32_t tot;
+        const uint32_t ex = block_excl_scan(gt | (eq << 16), scan, &tot); /* < 2^16 each per chunk */
+        const uint32_t gb = gt_run + (ex & 0xFFFFu), eb = eq_run + (ex >> 16);
+        if (gt || (eq && eb < need)) out[gb + (eb < need ? eb : need)] = (int32_t)w;
+        gt_run += tot & 0xFFFFu;
+        eq_run += tot >> 16;
+    }
+    if (threadIdx.x == 0) nsel[t] = (int32_t)K;
+}
+
+/* ========================================= routing ========================================= */
+
+constexpr int RT_NT = 256;
+constexpr int RT_MAXE = 1024;
+constexpr int RT_MAXK = 16;
+
+__global__ void __launch_bounds__(RT_NT)
+    k_route(float *logits, const int32_t *ids, const int32_t *tid2eid, const float *bias, int E, int K, int scoring,
+            float rsf, int32_t *idx, float *wt) {
+    __shared__ float sc[RT_MAXE];
+    __shared__ unsigned char taken[RT_MAXE];
+    __shared__ double red[RT_NT / 32];
+    __shared__ float rv[RT_NT / 32];
+    __shared__ int ri[RT_NT / 32];
+    __shared__ int pick[RT_MAXK];
+    const int64_t t = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float *lg = logits + t * E;
+    if (scoring == 1) { /* pdb_math_softmax */
+        float m = -INFINITY;
+        for (int e = tid; e < E; e += RT_NT) m = fmaxf(m, lg[e]);
+#pragma unroll
+        for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(FULL, m, o));
+        if (lane == 0) rv[warp] = m;
+        __syncthreads();
+        m = rv[0];
+        for (int i = 1; i < RT_NT / 32; i++) m = fmaxf(m, rv[i]);
+        double s = 0;
+        for (int e = tid; e < E; e += RT_NT) {
+            sc[e] = dev_exp(__fsub_rn(lg[e], m));
+            s += sc[e];
+        }
+        s = block_sum_d<RT_NT>(s, red);
+        const float inv = (float)(1.0 / s);
+        for (int e = tid; e < E; e += RT_NT) sc[e] = __fmul_rn(sc[e], inv);
+    } else
+        for (int e = tid; e < E; e += RT_NT) {
+            const float l = lg[e];
+            sc[e] = scoring == 2 ? dev_sigmoid(l) : __fsqrt_rn(l > 20.0f ? l : (float)log1p((double)expf(l)));
+        }
+    for (int e = tid; e < E; e += RT_NT) {
+        lg[e] = sc[e];
+        taken[e] = 0;
+    }
+    __syncthreads();
+    if (tid2eid) {
+        if (tid < K) pick[tid] = tid2eid[(int64_t)ids[t] * K + tid];
+    } else
+        for (int k = 0; k < K; k++) { /* argmax of score + bias over the untaken, ties to the lower index */
+            float bv = -INFINITY;
+            int be = -1;
+            for (int e = tid; e < E; e += RT_NT) {
+                if (taken[e]) continue;
+                const float v = bias ? __fadd_rn(sc[e], bias[e]) : sc[e];
+                if (be < 0 || v > bv) { bv = v; be = e; } /* e ascends: a later equal value never wins */
+            }
+#pragma unroll
+            for (int o = 16; o; o >>= 1) {
+                const float ov = __shfl_xor_sync(FULL, bv, o);
+                const int oe = __shfl_xor_sync(FULL, be, o);
+                if (oe >= 0 && (be < 0 || ov > bv || (ov == bv && oe < be))) { bv = ov; be = oe; }
+            }
+            if (lane == 0) { rv[warp] = bv; ri[warp] = be; }
+            __syncthreads();
+            if (tid == 0) {
+                float b = rv[0];
+                int bi = ri[0];
+                for (int i = 1; i < RT_NT / 32; i++)
+                    if (ri[i] >= 0 && (bi < 0 || rv[i] > b || (rv[i] == b && ri[i] < bi))) { b = rv[i]; bi = ri[i]; }
+                pick[k] = bi;
+                taken[bi] = 1;
+            }
+            __syncthreads();
+        }
+    __syncthreads();
+    if (tid == 0) {
+        double s = 0;
+        for (int k = 0; k < K; k++) s += sc[pick[k]];
+        const float den = __fadd_rn((float)s, 1e-20f);
+        for (int k = 0; k < K; k++) {
+            idx[t * K + k] = pick[k];
+            wt[t * K + k] = __fmul_rn(__fdiv_rn(sc[pick[k]], den), rsf);
+        }
+    }
+}
+
+/* ========================================= SwiGLU ========================================= */
+
+template <typename T> __device__ __forceinline__ void st_f(T *p, int64_t i, float v);
+template <> __device__ __forceinline__ void st_f<float>(float *p, int64_t i, float v) { p[i] = v; }
+template <> __device__ __forceinline__ void st_f<__nv_bfloat16>(__nv_bfloat16 *p, int64_t i, float v) {
+    p[i] = __float2bfloat16_rn(v);
+}
+
+template <typename T> __global__ void k_swiglu(const float *g, const float *u, int64_t count, float limit, T *out) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        float a = g[i], b = u[i];
+        if (limit > 0) {
+            a = fminf(a, limit);
+            b = fminf(fmaxf(b, -limit), limit);
+        }
+        st_f(out, i, __fmul_rn(__fdiv_rn(a, __fadd_rn(1.0f, expf(-a))), b));
+    }
+}
+
+} // namespace
+
+/* ======================================== launchers ======================================== */
+
+pdb_status pdb_cuda_v4_embed_hc(cudaStream_t s, const int32_t *ids, const void *emb, pdb_cuda_dt dt, int64_t n,
+                                int64_t hc, int64_t H, float *hs) {
+    if (n <= 0 || H <= 0 || hc <= 0) return PDB_OK;
+    if (H > 65535LL * 256) return pdb_err_set(PDB_UNSUPPORTED, "v4 embed_hc: H = %lld (at most 65535 * 256)", (long long)H);
+    dim3 g((unsigned)n, grid1(H, 256));
+    if (dt == PDB_CUDA_DT_BF16) k_embed_hc<<<g, 256, 0, s>>>(ids, (const __nv_bfloat16 *)emb, hc, H, hs);
+    else k_embed_hc<<<g, 256, 0, s>>>(ids, (const float *)emb, hc, H, hs);
+    PDB_CU_LAUNCH("v4 embed_hc");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *fn,
+                              const float *base, const float *scale, const float *norm, float *x, float *post,
+                              float *comb) {
+    PDB_TRY(hc_check(c, "v4 hc_pre"));
+    if (n <= 0) return PDB_OK;
+    const int hc = (int)c->hc;
+    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, fn, (2 + hc) * hc, base,
+                                            scale, norm, x, post, comb, 0);
+    PDB_CU_LAUNCH("v4 hc_pre");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const float *out, const float *post,
+                               const float *comb, int64_t n) {
+    PDB_TRY(hc_check(c, "v4 hc_post"));
+    if (n <= 0) return PDB_OK;
+    if (c->H > 65535LL * 256) return pdb_err_set(PDB_UNSUPPORTED, "v4 hc_post: H = %lld (at most 65535 * 256)", (long long)c->H);
+    k_hc_post<<<dim3((unsigned)n, grid1(c->H, 256)), 256, 0, s>>>((int)c->hc, c->H, hs, out, post, comb);
+    PDB_CU_LAUNCH("v4 hc_post");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, const int64_t *rows, int64_t n,
+                               const float *fn, const float *base, const float *scale, const float *norm, float *y) {
+    PDB_TRY(hc_check(c, "v4 hc_head"));
+    if (n <= 0) return PDB_OK;
+    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>((int)c->hc, c->H, 0, c->hc_eps, c->eps, hs, rows, fn, (int)c->hc, base,
+                                            scale, norm, y, NULL, NULL, 1);
+    PDB_CU_LAUNCH("v4 hc_head");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n,
+                                       int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
+                                       int64_t pos0, int sign, double eps) {
+    if (hd < 1 || hd > HN_MAXD || rd < 0 || rd > hd || rd % 2 || mode < 0 || mode > 2 || (mode == 2 && !w))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 heads_norm_rope: hd %lld (1 .. %d), rd %lld (even, <= hd), mode %d (0 .. 2, "
+                           "2 needs w)", (long long)hd, HN_MAXD, (long long)rd, mode);
+    if (n <= 0 || nh <= 0) return PDB_OK;
+    k_heads_norm_rope<<<grid1(n * nh, HN_WARPS), HN_WARPS * 32, 0, s>>>(src, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode,
+                                                                        w, cs, pos0, sign, eps);
+    PDB_CU_LAUNCH("v4 heads_norm_rope");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_compress(cudaStream_t s, const float *kv, const float *gate, int64_t ld, int64_t e0,
+                                const float *ape, const float *norm, int64_t r, int64_t dim, int coff, int64_t w0,
+                                int64_t w1, const float *cs, int64_t rd, double eps, float *out) {
+    if (dim < 1 || dim > CP_MAXD || (coff != 1 && coff != 2) || r < 1 || rd < 0 || rd > dim || rd % 2)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 compress: dim %lld (1 .. %d), coff %d (1 or 2), rate %lld, rd %lld (even, "
+                           "<= dim)", (long long)dim, CP_MAXD, coff, (long long)r, (long long)rd);
+    if (w1 <= w0) return PDB_OK;
+    const int64_t first = coff == 2 && w0 > 0 ? (w0 - 1) * r : w0 * r;
+    if (w0 < 0 || first < e0)
+        return pdb_err_set(PDB_INVALID, "v4 compress: entry %lld reads position %lld, before the rows' first position %lld",
+                           (long long)w0, (long long)first, (long long)e0);
+    k_compress<<<(unsigned)(w1 - w0), CP_NT, sizeof(float) * (size_t)dim, s>>>(kv, gate, ld, e0, ape, norm, r, (int)dim,
+                                                                              coff, w0, cs, (int)rd, eps, out);
+    PDB_CU_LAUNCH("v4 compress");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_index_reduce(cudaStream_t s, const float *dots, int64_t ld, const float *wt, int64_t n,
+                                    int64_t nih, int64_t pos0, int64_t r, int64_t K, float sscale, float *score,
+                                    int64_t lds) {
+    if (r < 1) return pdb_err_set(PDB_INVALID, "v4 index_reduce: rate %lld", (long long)r);
+    if (n <= 0) return PDB_OK;
+    const int64_t nvmax = (pos0 + n) / r;
+    if (nvmax <= K) return PDB_OK;
+    if (nvmax > 65535LL * 256)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 index_reduce: %lld keys (at most 65535 * 256)", (long long)nvmax);
+    k_index_reduce<<<dim3((unsigned)n, grid1(nvmax, 256)), 256, 0, s>>>(dots, ld, wt, nih, pos0, r, K, sscale, score, lds);
+    PDB_CU_LAUNCH("v4 index_reduce");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_topk(cudaStream_t s, const float *score, int64_t lds, int64_t n, int64_t pos0, int64_t r,
+                            int64_t K, int32_t *sel, int32_t *nsel) {
+    if (r < 1 || K < 1 || K > INT32_MAX)
+        return pdb_err_set(PDB_INVALID, "v4 topk: rate %lld, K %lld", (long long)r, (long long)K);
+    if (n <= 0) return PDB_OK;
+    if ((pos0 + n) / r > INT32_MAX)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 topk: %lld keys (at most 2^31 - 1)", (long long)((pos0 + n) / r));
+    /* the keys in shared memory when the longest row's fit beside the static arrays */
+    const int64_t nvmax = (pos0 + n) / r;
+    int dev = 0, optin = 0;
+    PDB_CU(cudaGetDevice(&dev));
+    PDB_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const size_t cache = sizeof(uint32_t) * (size_t)nvmax;
+    if (nvmax > K && cache + 4096 <= (size_t)optin) {
+        PDB_CU(cudaFuncSetAttribute(k_topk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cache));
+        k_topk<true><<<(unsigned)n, TK_NT, cache, s>>>(score, lds, pos0, r, K, sel, nsel);
+    } else
+        k_topk<false><<<(unsigned)n, TK_NT, 0, s>>>(score, lds, pos0, r, K, sel, nsel);
+    PDB_CU_LAUNCH("v4 topk");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_route(cudaStream_t s, float *logits, const int32_t *ids, const int32_t *tid2eid,
+                             const float *bias, int64_t n, int E, int K, int scoring, float rsf, int32_t *idx,
+                             float *wt) {
+    if (E < 1 || E > RT_MAXE || K < 1 || K > RT_MAXK || (!tid2eid && K > E) || scoring < 0 || scoring > 2 ||
+        (tid2eid && !ids))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 route: E %d (1 .. %d), K %d (1 .. %d, <= E), scoring %d (0 .. 2)%s", E,
+                           RT_MAXE, K, RT_MAXK, scoring, tid2eid && !ids ? ", a hash layer without token ids" : "");
+    if (n <= 0) return PDB_OK;
+    k_route<<<(unsigned)n, RT_NT, 0, s>>>(logits, ids, tid2eid, bias, E, K, scoring, rsf, idx, wt);
+    PDB_CU_LAUNCH("v4 route");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_swiglu(cudaStream_t s, const float *g, const float *u, int64_t count, float limit,
+                              pdb_cuda_dt dt, void *out) {
+    if (count <= 0) return PDB_OK;
+    unsigned gr = grid1(count, 256);
+    if (gr > 65535u * 16) gr = 65535u * 16;
+    if (dt == PDB_CUDA_DT_BF16) k_swiglu<<<gr, 256, 0, s>>>(g, u, count, limit, (__nv_bfloat16 *)out);
+    else k_swiglu<<<gr, 256, 0, s>>>(g, u, count, limit, (float *)out);
+    PDB_CU_LAUNCH("v4 swiglu");
+    return PDB_OK;
+}

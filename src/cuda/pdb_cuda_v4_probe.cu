@@ -1,0 +1,236 @@
+/* pdb_cuda_v4_probe: single pdb_cuda_v4_kernels.h launches on host arrays (pdb_cuda_v4_probe.h).
+ * Invariants: every device buffer a probe makes is freed on every path (the arena); each probe is
+ * synchronous (copies in, one launch on stream 0, cudaDeviceSynchronize, copies out). */
+#include <string.h>
+
+#include "pdb_cuda_v4_kernels.h"
+#include "pdb_cuda_v4_probe.h"
+
+namespace {
+
+struct arena {
+    void *p[16];
+    int n;
+};
+
+void arena_free(arena *a) {
+    for (int i = 0; i < a->n; i++) cudaFree(a->p[i]);
+    a->n = 0;
+}
+
+/* A device buffer of `bytes` (at least 1), holding h's bytes when h != NULL, else zeros. */
+template <typename T> pdb_status up(arena *a, T **d, const void *h, size_t bytes) {
+    *d = NULL;
+    if (a->n >= 16) return pdb_err_set(PDB_INVALID, "v4 probe: too many buffers");
+    void *p = NULL;
+    PDB_CU(cudaMalloc(&p, bytes ? bytes : 1));
+    a->p[a->n++] = p;
+    if (h && bytes) PDB_CU(cudaMemcpy(p, h, bytes, cudaMemcpyHostToDevice));
+    else PDB_CU(cudaMemset(p, 0, bytes ? bytes : 1));
+    *d = (T *)p;
+    return PDB_OK;
+}
+
+pdb_status down(void *h, const void *d, size_t bytes) {
+    if (bytes) PDB_CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+    return PDB_OK;
+}
+
+pdb_status start(const char *who) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        cudaGetLastError();
+        return pdb_err_set(PDB_CUDA, "%s: no usable GPU (%s)", who, e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    }
+    PDB_CU(cudaSetDevice(0));
+    return PDB_OK;
+}
+
+pdb_status finish(void) {
+    PDB_CU(cudaDeviceSynchronize());
+    return PDB_OK;
+}
+
+template <typename F> pdb_status with_arena(const char *who, F f) {
+    PDB_TRY(start(who));
+    arena a = {};
+    pdb_status s = f(&a);
+    if (!s) s = finish();
+    arena_free(&a);
+    return s;
+}
+
+size_t fz(int64_t n) { return sizeof(float) * (size_t)(n > 0 ? n : 0); }
+
+} // namespace
+
+extern "C" pdb_status pdb_cuda_v4_probe_embed_hc(const int32_t *ids, const void *emb, int bf16, int64_t V, int64_t n,
+                                                 int64_t hc, int64_t H, float *hs) {
+    return with_arena("v4 probe embed_hc", [&](arena *a) -> pdb_status {
+        int32_t *dids;
+        void *demb;
+        float *dhs;
+        PDB_TRY(up(a, &dids, ids, sizeof(int32_t) * (size_t)n));
+        PDB_TRY(up(a, &demb, emb, (bf16 ? 2 : 4) * (size_t)(V * H)));
+        PDB_TRY(up(a, &dhs, NULL, fz(n * hc * H)));
+        PDB_TRY(pdb_cuda_v4_embed_hc(0, dids, demb, bf16 ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32, n, hc, H, dhs));
+        PDB_TRY(finish());
+        return down(hs, dhs, fz(n * hc * H));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_hc_pre(int64_t hc, int64_t H, int iters, float hc_eps, double eps,
+                                               const float *hs, int64_t n, const float *fn, const float *base,
+                                               const float *scale, const float *norm, float *x, float *post,
+                                               float *comb) {
+    return with_arena("v4 probe hc_pre", [&](arena *a) -> pdb_status {
+        const int64_t nm = (2 + hc) * hc;
+        float *dhs, *dfn, *dbase, *dscale, *dnorm, *dx, *dpost, *dcomb;
+        PDB_TRY(up(a, &dhs, hs, fz(n * hc * H)));
+        PDB_TRY(up(a, &dfn, fn, fz(nm * hc * H)));
+        PDB_TRY(up(a, &dbase, base, fz(nm)));
+        PDB_TRY(up(a, &dscale, scale, fz(3)));
+        PDB_TRY(up(a, &dnorm, norm, fz(H)));
+        PDB_TRY(up(a, &dx, NULL, fz(n * H)));
+        PDB_TRY(up(a, &dpost, NULL, fz(n * hc)));
+        PDB_TRY(up(a, &dcomb, NULL, fz(n * hc * hc)));
+        pdb_cuda_v4_hc c = {hc, H, iters, hc_eps, eps};
+        PDB_TRY(pdb_cuda_v4_hc_pre(0, &c, dhs, n, dfn, dbase, dscale, dnorm, dx, dpost, dcomb));
+        PDB_TRY(finish());
+        PDB_TRY(down(x, dx, fz(n * H)));
+        PDB_TRY(down(post, dpost, fz(n * hc)));
+        return down(comb, dcomb, fz(n * hc * hc));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs, const float *out, const float *post,
+                                                const float *comb, int64_t n) {
+    return with_arena("v4 probe hc_post", [&](arena *a) -> pdb_status {
+        float *dhs, *dout, *dpost, *dcomb;
+        PDB_TRY(up(a, &dhs, hs, fz(n * hc * H)));
+        PDB_TRY(up(a, &dout, out, fz(n * H)));
+        PDB_TRY(up(a, &dpost, post, fz(n * hc)));
+        PDB_TRY(up(a, &dcomb, comb, fz(n * hc * hc)));
+        pdb_cuda_v4_hc c = {hc, H, 0, 0.0f, 0.0};
+        PDB_TRY(pdb_cuda_v4_hc_post(0, &c, dhs, dout, dpost, dcomb, n));
+        PDB_TRY(finish());
+        return down(hs, dhs, fz(n * hc * H));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_hc_head(int64_t hc, int64_t H, float hc_eps, double eps, const float *hs,
+                                                int64_t nrows_hs, const int64_t *rows, int64_t n, const float *fn,
+                                                const float *base, const float *scale, const float *norm, float *y) {
+    return with_arena("v4 probe hc_head", [&](arena *a) -> pdb_status {
+        float *dhs, *dfn, *dbase, *dscale, *dnorm, *dy;
+        int64_t *drows;
+        PDB_TRY(up(a, &dhs, hs, fz(nrows_hs * hc * H)));
+        PDB_TRY(up(a, &drows, rows, sizeof(int64_t) * (size_t)n));
+        PDB_TRY(up(a, &dfn, fn, fz(hc * hc * H)));
+        PDB_TRY(up(a, &dbase, base, fz(hc)));
+        PDB_TRY(up(a, &dscale, scale, fz(1)));
+        PDB_TRY(up(a, &dnorm, norm, fz(H)));
+        PDB_TRY(up(a, &dy, NULL, fz(n * H)));
+        pdb_cuda_v4_hc c = {hc, H, 0, hc_eps, eps};
+        PDB_TRY(pdb_cuda_v4_hc_head(0, &c, dhs, drows, n, dfn, dbase, dscale, dnorm, dy));
+        PDB_TRY(finish());
+        return down(y, dy, fz(n * H));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_heads_norm_rope(float *x, int64_t ld, int64_t n, int64_t nh, int64_t hd,
+                                                        int64_t rd, int mode, const float *w, const float *cs,
+                                                        int64_t pos0, int sign, double eps) {
+    return with_arena("v4 probe heads_norm_rope", [&](arena *a) -> pdb_status {
+        float *dx, *dw = NULL, *dcs;
+        PDB_TRY(up(a, &dx, x, fz(n * ld)));
+        if (w) PDB_TRY(up(a, &dw, w, fz(hd)));
+        PDB_TRY(up(a, &dcs, cs, fz((pos0 + n) * rd)));
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, dx, ld, dx, ld, n, nh, hd, rd, mode, dw, dcs, pos0, sign, eps));
+        PDB_TRY(finish());
+        return down(x, dx, fz(n * ld));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_compress(const float *kv, const float *gate, int64_t nrows, int64_t ld,
+                                                 int64_t e0, const float *ape, const float *norm, int64_t r,
+                                                 int64_t dim, int coff, int64_t w0, int64_t w1, const float *cs,
+                                                 int64_t rd, double eps, float *out) {
+    return with_arena("v4 probe compress", [&](arena *a) -> pdb_status {
+        float *dkv, *dg, *dape, *dnorm, *dcs, *dout;
+        PDB_TRY(up(a, &dkv, kv, fz(nrows * ld)));
+        PDB_TRY(up(a, &dg, gate, fz(nrows * ld)));
+        PDB_TRY(up(a, &dape, ape, fz(r * coff * dim)));
+        PDB_TRY(up(a, &dnorm, norm, fz(dim)));
+        PDB_TRY(up(a, &dcs, cs, fz(w1 * r * rd)));
+        PDB_TRY(up(a, &dout, out, fz(w1 * dim)));
+        PDB_TRY(pdb_cuda_v4_compress(0, dkv, dg, ld, e0, dape, dnorm, r, dim, coff, w0, w1, dcs, rd, eps, dout));
+        PDB_TRY(finish());
+        return down(out, dout, fz(w1 * dim));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_index_reduce(const float *dots, int64_t ld, const float *wt, int64_t n,
+                                                     int64_t nih, int64_t pos0, int64_t r, int64_t K, float sscale,
+                                                     float *score, int64_t lds) {
+    return with_arena("v4 probe index_reduce", [&](arena *a) -> pdb_status {
+        float *dd, *dw, *ds;
+        PDB_TRY(up(a, &dd, dots, fz(n * nih * ld)));
+        PDB_TRY(up(a, &dw, wt, fz(n * nih)));
+        PDB_TRY(up(a, &ds, score, fz(n * lds)));
+        PDB_TRY(pdb_cuda_v4_index_reduce(0, dd, ld, dw, n, nih, pos0, r, K, sscale, ds, lds));
+        PDB_TRY(finish());
+        return down(score, ds, fz(n * lds));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_topk(const float *score, int64_t lds, int64_t n, int64_t pos0, int64_t r,
+                                             int64_t K, int32_t *sel, int32_t *nsel) {
+    return with_arena("v4 probe topk", [&](arena *a) -> pdb_status {
+        float *ds;
+        int32_t *dsel, *dn;
+        PDB_TRY(up(a, &ds, score, fz(n * lds)));
+        PDB_TRY(up(a, &dsel, sel, sizeof(int32_t) * (size_t)(n * K)));
+        PDB_TRY(up(a, &dn, NULL, sizeof(int32_t) * (size_t)n));
+        PDB_TRY(pdb_cuda_v4_topk(0, ds, lds, n, pos0, r, K, dsel, dn));
+        PDB_TRY(finish());
+        PDB_TRY(down(sel, dsel, sizeof(int32_t) * (size_t)(n * K)));
+        return down(nsel, dn, sizeof(int32_t) * (size_t)n);
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_route(float *logits, const int32_t *ids, const int32_t *tid2eid, int64_t V,
+                                              const float *bias, int64_t n, int E, int K, int scoring, float rsf,
+                                              int32_t *idx, float *wt) {
+    return with_arena("v4 probe route", [&](arena *a) -> pdb_status {
+        float *dl, *db = NULL, *dwt;
+        int32_t *dids = NULL, *dt = NULL, *didx;
+        PDB_TRY(up(a, &dl, logits, fz(n * E)));
+        if (ids) PDB_TRY(up(a, &dids, ids, sizeof(int32_t) * (size_t)n));
+        if (tid2eid) PDB_TRY(up(a, &dt, tid2eid, sizeof(int32_t) * (size_t)(V * K)));
+        if (bias) PDB_TRY(up(a, &db, bias, fz(E)));
+        PDB_TRY(up(a, &didx, NULL, sizeof(int32_t) * (size_t)(n * K)));
+        PDB_TRY(up(a, &dwt, NULL, fz(n * K)));
+        PDB_TRY(pdb_cuda_v4_route(0, dl, dids, dt, db, n, E, K, scoring, rsf, didx, dwt));
+        PDB_TRY(finish());
+        PDB_TRY(down(logits, dl, fz(n * E)));
+        PDB_TRY(down(idx, didx, sizeof(int32_t) * (size_t)(n * K)));
+        return down(wt, dwt, fz(n * K));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t count, float limit, int bf16,
+                                               void *out) {
+    return with_arena("v4 probe swiglu", [&](arena *a) -> pdb_status {
+        float *dg, *du;
+        void *dout;
+        const size_t ob = (bf16 ? 2 : 4) * (size_t)count;
+        PDB_TRY(up(a, &dg, g, fz(count)));
+        PDB_TRY(up(a, &du, u, fz(count)));
+        PDB_TRY(up(a, &dout, NULL, ob));
+        PDB_TRY(pdb_cuda_v4_swiglu(0, dg, du, count, limit, bf16 ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32, dout));
+        PDB_TRY(finish());
+        return down(out, dout, ob);
+    });
+}

@@ -1,0 +1,62 @@
+/* pdb_cuda_v4_probe: C-callable runs of single pdb_cuda_v4_kernels.h kernels on HOST arrays, for
+ * the kernels' test (tests/cuda/test_cuda_v4_ops.c) and for validating them on a GPU: each function
+ * copies its inputs to the device 0, runs one launch on the default stream, waits, copies the
+ * outputs back and frees everything. Arguments mean what the kernel's do (pdb_cuda_v4_kernels.h);
+ * the sizes of the host arrays are stated per function. Invariants: nothing here exits; without a
+ * GPU (or a build without nvcc: pdb_cuda_stub.c) each returns an error status with a message
+ * (PDB_CUDA / PDB_UNSUPPORTED) and writes no output. Arrays marked in/out are read, then
+ * overwritten with the kernel's result. */
+#ifndef PDB_CUDA_V4_PROBE_H
+#define PDB_CUDA_V4_PROBE_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include <stdint.h>
+
+#include "pdb_status.h"
+
+/* emb [V, H]: bf16 bits (uint16) when bf16, else f32; hs [n, hc, H] out. */
+pdb_status pdb_cuda_v4_probe_embed_hc(const int32_t *ids, const void *emb, int bf16, int64_t V, int64_t n, int64_t hc,
+                                      int64_t H, float *hs);
+/* hs [n, hc*H], fn [(2+hc)*hc, hc*H], base [(2+hc)*hc], scale [3], norm [H]; x [n, H], post [n, hc],
+ * comb [n, hc, hc] out. */
+pdb_status pdb_cuda_v4_probe_hc_pre(int64_t hc, int64_t H, int iters, float hc_eps, double eps, const float *hs,
+                                    int64_t n, const float *fn, const float *base, const float *scale, const float *norm,
+                                    float *x, float *post, float *comb);
+/* hs [n, hc, H] in/out, out [n, H], post [n, hc], comb [n, hc, hc]. */
+pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs, const float *out, const float *post,
+                                     const float *comb, int64_t n);
+/* hs [nrows_hs, hc, H], rows [n] (< nrows_hs), fn [hc, hc*H], base [hc], scale [1], norm [H]; y [n, H] out. */
+pdb_status pdb_cuda_v4_probe_hc_head(int64_t hc, int64_t H, float hc_eps, double eps, const float *hs,
+                                     int64_t nrows_hs, const int64_t *rows, int64_t n, const float *fn,
+                                     const float *base, const float *scale, const float *norm, float *y);
+/* In place on x [n, ld] (ld >= nh * hd); w [hd] (mode 2, else may be NULL); cs [pos0 + n, rd]. */
+pdb_status pdb_cuda_v4_probe_heads_norm_rope(float *x, int64_t ld, int64_t n, int64_t nh, int64_t hd, int64_t rd,
+                                             int mode, const float *w, const float *cs, int64_t pos0, int sign,
+                                             double eps);
+/* kv, gate [nrows, ld] (rows of positions e0 ..), ape [r, coff*dim], norm [dim], cs [w1 * r, rd];
+ * out [w1, dim] in/out (rows w0 .. w1-1 written). */
+pdb_status pdb_cuda_v4_probe_compress(const float *kv, const float *gate, int64_t nrows, int64_t ld, int64_t e0,
+                                      const float *ape, const float *norm, int64_t r, int64_t dim, int coff, int64_t w0,
+                                      int64_t w1, const float *cs, int64_t rd, double eps, float *out);
+/* dots [n, nih, ld], wt [n, nih]; score [n, lds] in/out. */
+pdb_status pdb_cuda_v4_probe_index_reduce(const float *dots, int64_t ld, const float *wt, int64_t n, int64_t nih,
+                                          int64_t pos0, int64_t r, int64_t K, float sscale, float *score, int64_t lds);
+/* score [n, lds]; sel [n, K], nsel [n] out (sel entries past nsel[t] are left as given). */
+pdb_status pdb_cuda_v4_probe_topk(const float *score, int64_t lds, int64_t n, int64_t pos0, int64_t r, int64_t K,
+                                  int32_t *sel, int32_t *nsel);
+/* logits [n, E] in/out (-> scores); ids [n] and tid2eid [V, K] (hash; else NULL, V ignored); bias [E]
+ * or NULL; idx, wt [n, K] out. */
+pdb_status pdb_cuda_v4_probe_route(float *logits, const int32_t *ids, const int32_t *tid2eid, int64_t V,
+                                   const float *bias, int64_t n, int E, int K, int scoring, float rsf, int32_t *idx,
+                                   float *wt);
+/* g, u [count]; out [count]: bf16 bits (uint16) when bf16, else f32. */
+pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t count, float limit, int bf16, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
