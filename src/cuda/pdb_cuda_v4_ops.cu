@@ -182,7 +182,7 @@ __global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const 
     }
 }
 
-pdb_status hc_check(const pdb_cuda_v4_hc *c, const char *who) {
+static pdb_status hc_check(const pdb_cuda_v4_hc *c, const char *who) {
     if (c->hc < 1 || c->hc > HC_MAX || c->H < 1)
         return pdb_err_set(PDB_UNSUPPORTED, "%s: hc = %lld streams (1 .. %d supported), H = %lld", who, (long long)c->hc,
                            HC_MAX, (long long)c->H);
