@@ -63,3 +63,11 @@ pdb_status pdb_cuda_attn_probe_run(const pdb_cuda_attn_probe_opts *o, pdb_cuda_a
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
 }
 #endif
+
+#ifndef PDB_HAVE_CUDA
+#include "pdb_cuda_v4_attn_probe.h"
+pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
+    (void)d, (void)tc, (void)gpu_ms;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
+#endif
