@@ -41,6 +41,7 @@ static __device__ __forceinline__ void v4_list(const v4_klist &L, int64_t t, int
     wrow0 = wlo - L.lo;
     nw = p - wlo + 1;
     nc = L.sel ? (int64_t)L.nsel[t] : L.rate > 0 ? (p + 1) / L.rate : 0;
+    if (L.sel && nc > L.K) nc = L.K; /* the contract's nsel <= K; the shared arrays are sized by it */
 }
 
 /* The row of key i of token t (i < nw + nc). */

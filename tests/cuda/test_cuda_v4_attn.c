@@ -7,7 +7,8 @@
  * o_ref| / max |o_ref| <= 1e-5 (f32) and <= 2e-2 (bf16 tensor cores); a chunked run (two launches
  * at p0 and p0 + T1) bit-identical to the one-shot run for both kernels. Prints
  * "v4attn-metric ..." lines (errors, the V4-Flash case's GPU ms and TFLOP/s = 4 nh hd keys T / s).
- * Without a GPU (pdb_cuda_device_count() == 0) each test prints "skipped: no GPU" and passes. */
+ * Without a GPU (pdb_cuda_device_count() == 0) each GPU test prints "skipped: no GPU" and passes;
+ * test_harness_cpu (the chunk split, on the reference alone) runs everywhere. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -103,7 +104,13 @@ static double rel_err(const float *a, const float *ref, int64_t n) {
     return mr > 0 ? mx / mr : mx;
 }
 
-/* The kernel on c in two launches (tokens 0..T1-1, then T1..T-1) into out. */
+/* d on the CPU reference (tc < 0) or a kernel (0 f32, 1 tensor cores). */
+static void run_desc(const pdb_v4_attn_desc *d, int tc) {
+    if (tc < 0) PDB_TEST_OK(pdb_v4_attn_ref(d, NULL));
+    else PDB_TEST_OK(pdb_cuda_v4_attn_probe(d, tc, NULL));
+}
+
+/* c in two runs (tokens 0..T1-1, then T1..T-1) into out. */
 static void run_chunked(const v4case *c, int tc, int64_t T1, float *out) {
     pdb_v4_attn_desc a = c->d, b = c->d;
     int64_t row = c->d.nh * c->d.hd;
@@ -114,8 +121,8 @@ static void run_chunked(const v4case *c, int tc, int64_t T1, float *out) {
     b.q = c->d.q + T1 * row;
     b.o = out + T1 * row;
     if (c->sel) { b.sel = c->sel + T1 * c->d.K; b.nsel = c->nsel + T1; }
-    PDB_TEST_OK(pdb_cuda_v4_attn_probe(&a, tc, NULL));
-    PDB_TEST_OK(pdb_cuda_v4_attn_probe(&b, tc, NULL));
+    run_desc(&a, tc);
+    run_desc(&b, tc);
 }
 
 /* ref vs f32 vs tc (when it fits), the chunked runs bit-identical to the one-shot; returns the tc
@@ -155,6 +162,24 @@ static void check_case(const char *name, v4case *c, double *tc_ms, int chunk_che
     free(ref);
     free(got);
     free(chk);
+}
+
+/* Without a GPU too: the harness's chunk split is right (the reference chunked = one shot). */
+static void test_harness_cpu(void **state) {
+    (void)state;
+    const int kinds[3] = {KIND_SLIDING, KIND_CSA, KIND_HCA};
+    for (int k = 0; k < 3; k++) {
+        v4case c;
+        case_make(&c, kinds[k], 16, 64, 8, 6, 4, 3, 21, 40, 41 + (uint64_t)k, 0);
+        int64_t n = c.d.T * c.d.nh * c.d.hd;
+        float *chk = malloc(sizeof(float) * (size_t)n);
+        assert_true(chk != NULL);
+        run_desc(&c.d, -1);
+        run_chunked(&c, -1, 14, chk);
+        assert_memory_equal(chk, c.o, sizeof(float) * (size_t)n);
+        free(chk);
+        case_free(&c);
+    }
 }
 
 static void test_sliding(void **state) {
@@ -219,6 +244,7 @@ static void test_v4_flash_size(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_harness_cpu),
         cmocka_unit_test(test_sliding),
         cmocka_unit_test(test_csa),
         cmocka_unit_test(test_hca),
