@@ -204,7 +204,7 @@ pdb_status pdb_cuda_v4_attention(cudaStream_t s, const float *q, const float *ke
 
 /* ------------------------------------------------------------------ bf16 on the tensor cores */
 
-enum { TC_Q = 64, TC_K = 64, TC_THREADS = 256, TC_SLD = TC_K + 4, TC_PLD = TC_K + 8, TC_MAX_HD = 512 };
+enum { TC_Q = 64, TC_K = 64, TC_THREADS = 256, TC_SLD = TC_K + 4, TC_PLD = TC_K + 8, TC_MAX_HD = 512, TC_LB = 8 };
 
 static size_t v4tc_smem(int64_t hd) {
     int64_t ld = hd + 8;
@@ -217,14 +217,14 @@ static __device__ __forceinline__ uint2 bf16x4(float4 v) {
     return make_uint2(*(uint32_t *)&a, *(uint32_t *)&b);
 }
 
-/* 64 rows of hd f32 values (row r at src[r], NULL: zeros) -> bf16 dst [64, ld]; batches of 4
- * 16-byte loads per thread in flight. */
+/* 64 rows of hd f32 values (row r at src[r], NULL: zeros) -> bf16 dst [64, ld]; batches of
+ * TC_LB 16-byte loads per thread in flight (the load is latency-bound: one block per SM). */
 static __device__ __forceinline__ void tc_load_rows(__nv_bfloat16 *dst, int ld, const float *const *src, int hd) {
     const int h4 = hd / 4, per = TC_K * h4;
-    for (int base = threadIdx.x; base < per; base += TC_THREADS * 4) {
-        float4 v[4];
+    for (int base = threadIdx.x; base < per; base += TC_THREADS * TC_LB) {
+        float4 v[TC_LB];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < TC_LB; u++) {
             int i = base + u * TC_THREADS;
             v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (i < per) {
@@ -233,7 +233,7 @@ static __device__ __forceinline__ void tc_load_rows(__nv_bfloat16 *dst, int ld, 
             }
         }
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
+        for (int u = 0; u < TC_LB; u++) {
             int i = base + u * TC_THREADS;
             if (i < per) *(uint2 *)(dst + (i / h4) * ld + (i % h4) * 4) = bf16x4(v[u]);
         }
