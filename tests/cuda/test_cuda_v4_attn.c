@@ -4,7 +4,8 @@
  * layer kinds: sliding only, CSA (sel with random distinct entries, nsel varying incl. 0 and < K)
  * and HCA (rate 4 / 8), on small shapes (nh 4, 16, 80; hd 64, 128; W 8; lo > 0; pos0 > 0) and one
  * V4-Flash-sized CSA case (nh 64, hd 512, W 128, K 512, T 256, pos0 4096). Asserted: max |o_gpu -
- * o_ref| / max |o_ref| <= 1e-5 (f32) and <= 2e-2 (bf16 tensor cores); a chunked run (two launches
+ * o_ref| / max |o_ref| <= 1e-5 (f32) and <= 1e-2 (bf16 tensor cores; the host emulation,
+ * tests/cuda/emu, gives <= 1e-6 and <= 3.6e-3 on these shapes); a chunked run (two launches
  * at p0 and p0 + T1) bit-identical to the one-shot run for both kernels. Prints
  * "v4attn-metric ..." lines (errors, the V4-Flash case's GPU ms and TFLOP/s = 4 nh hd keys T / s).
  * Without a GPU (pdb_cuda_device_count() == 0) each GPU test prints "skipped: no GPU" and passes;
@@ -148,7 +149,7 @@ static void check_case(const char *name, v4case *c, double *tc_ms, int chunk_che
         double e = rel_err(got, ref, n);
         printf("v4attn-metric %s %s: max_rel_err %.3e gpu_ms %.4f\n", name, tc ? "tc" : "f32", e, ms);
         if (tc && tc_ms) *tc_ms = ms;
-        if (tc) assert_true(e <= 2e-2);
+        if (tc) assert_true(e <= 1e-2);
         else assert_true(e <= 1e-5);
         if (chunk_check) {
             run_chunked(c, tc, c->d.T / 3 + 1, chk);
