@@ -16,10 +16,10 @@ typedef struct v4_probe_bufs {
     cudaEvent_t e0, e1;
 } v4_probe_bufs;
 
+/* *dst = a device buffer of max(bytes, 16) bytes holding src's first `bytes` (src NULL: none). */
 static pdb_status up(void **dst, const void *src, size_t bytes) {
-    if (!bytes) return PDB_OK;
-    PDB_CU(cudaMalloc(dst, bytes));
-    if (src) PDB_CU(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
+    PDB_CU(cudaMalloc(dst, bytes > 16 ? bytes : 16));
+    if (src && bytes) PDB_CU(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
     return PDB_OK;
 }
 
@@ -36,7 +36,7 @@ static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_pr
     const int64_t T = d->T, nh = d->nh, hd = d->hd, nkeys = d->p0 - d->lo + T;
     PDB_TRY(up((void **)&b->q, d->q, sizeof(float) * (size_t)(T * nh * hd)));
     PDB_TRY(up((void **)&b->keys, d->keys, sizeof(float) * (size_t)(nkeys * hd)));
-    PDB_TRY(up((void **)&b->comp, d->comp, sizeof(float) * (size_t)((d->n_comp > 0 ? d->n_comp : 1) * hd)));
+    PDB_TRY(up((void **)&b->comp, d->comp, sizeof(float) * (size_t)((d->n_comp > 0 ? d->n_comp : 0) * hd)));
     PDB_TRY(up((void **)&b->sinks, d->sinks, sizeof(float) * (size_t)nh));
     PDB_TRY(up((void **)&b->o, NULL, sizeof(float) * (size_t)(T * nh * hd)));
     if (d->sel) {
@@ -46,7 +46,7 @@ static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_pr
         pdb_status st = up((void **)&b->nsel, ns, sizeof(int32_t) * (size_t)T);
         free(ns);
         PDB_TRY(st);
-        PDB_TRY(up((void **)&b->sel, d->sel, sizeof(int32_t) * (size_t)(T * (d->K > 0 ? d->K : 1))));
+        PDB_TRY(up((void **)&b->sel, d->sel, sizeof(int32_t) * (size_t)(T * (d->K > 0 ? d->K : 0))));
     }
     PDB_CU(cudaMemset(b->o, 0, sizeof(float) * (size_t)(T * nh * hd)));
     PDB_TRY(run_kernel(d, tc, b)); /* untimed: first-launch costs */
