@@ -159,4 +159,9 @@ pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t coun
     (void)g, (void)u, (void)count, (void)limit, (void)bf16, (void)out;
     PDB_V4_PROBE_NONE;
 }
+#include "pdb_cuda_v4_attn_probe.h"
+pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
+    (void)d, (void)tc, (void)gpu_ms;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
 #endif

@@ -1,0 +1,404 @@
+/* pdb_cuda_v4_attn: DeepSeek-V4's window + compressed attention with its sink
+ * (pdb_cuda_v4_kernels.h; the contract is pdb_v4_attn_desc's, src/model/deepseek_v4/pdb_v4.h).
+ * V4 attention is MQA-like: every head of token t attends over the same key list (K = V = one
+ * row of hd f32 values per key): its window rows, then its compressed entries (CSA: sel, HCA:
+ * 0 .. (p + 1) / rate - 1). Two kernels:
+ *   k_v4_attn_f32: CUDA cores, f32 throughout: a block per (token, group of G heads); the key
+ *     row pointers, the queries and every score of the group in shared memory (sized from the
+ *     launch's longest key list); scores by a warp per key (lane partials over d = lane + 32 j
+ *     in j order, then a fixed xor tree), the sink softmax by a warp per head (lane-strided
+ *     partials, fixed xor tree; den = exp(sink - max) + sum), o[d] = sum_i P_i k_i[d] by one
+ *     thread per (column, head) accumulating with fmaf in i order.
+ *   k_v4_attn_tc: bf16 tensor cores (mma.sync m16n8k16, f32 accumulation), the design of
+ *     pdb_cuda_mla_tc.cu: a block = 64 query rows = heads h0 .. h0 + 63 of one token (rows past
+ *     nh are zero and never stored), key tiles of 64 taken from the token's key list in order
+ *     (window then compressed), each row converted f32 -> bf16 on its way into shared memory;
+ *     V is the same tile over all hd dims. Masked columns (past the list's end) have -inf
+ *     scores and zero rows. The sink is the softmax's initial state: running max m = sink[h],
+ *     denominator l = 1 (= exp(sink - m)); every later rescale multiplies it like the rest, so
+ *     at the end l = exp(sink - m_final) + sum of the (bf16-rounded) P. P is rounded to bf16
+ *     before P V and l sums the rounded values.
+ * Invariants: a (token, head)'s result depends only on its q row, its key list and the sink: the
+ * order of every sum is fixed by the key index and the dimension, never by how many tokens or
+ * heads the launch (or block) holds, so chunked = one shot. Nothing here allocates. */
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "pdb_cuda_mma.h"
+#include "pdb_cuda_v4_kernels.h"
+
+/* ------------------------------------------------------------------ the key list of a token */
+
+typedef struct v4_klist {
+    const float *keys, *comp;
+    const int32_t *sel, *nsel;
+    int64_t lo, K, rate, pos0, W;
+} v4_klist;
+
+/* Token t's list: nw window rows from keys row wrow0, then nc compressed entries. */
+static __device__ __forceinline__ void v4_list(const v4_klist &L, int64_t t, int64_t &wrow0, int64_t &nw, int64_t &nc) {
+    int64_t p = L.pos0 + t, wlo = p - L.W + 1 > L.lo ? p - L.W + 1 : L.lo;
+    wrow0 = wlo - L.lo;
+    nw = p - wlo + 1;
+    nc = L.sel ? (int64_t)L.nsel[t] : L.rate > 0 ? (p + 1) / L.rate : 0;
+    if (L.sel && nc > L.K) nc = L.K; /* the contract's nsel <= K; the shared arrays are sized by it */
+}
+
+/* The row of key i of token t (i < nw + nc). */
+static __device__ __forceinline__ const float *v4_row(const v4_klist &L, int64_t t, int64_t i, int64_t wrow0,
+                                                      int64_t nw, int hd) {
+    if (i < nw) return L.keys + (wrow0 + i) * hd;
+    int64_t e = L.sel ? (int64_t)L.sel[t * L.K + (i - nw)] : i - nw;
+    return L.comp + e * hd;
+}
+
+/* ------------------------------------------------------------------ f32 on CUDA cores */
+
+enum { F32_THREADS = 256, F32_HPT = 8 };
+
+/* CPT: columns per thread in the output pass (hd <= 256 * CPT); hd / 32 <= 8 * CPT key values
+ * per lane in the score pass. Block (t = blockIdx.x, heads h0 = blockIdx.y * G ..), G = nsub *
+ * hpt: thread tid owns column(s) tid % ncolt + 256 c and heads tid / ncolt + nsub j. */
+template <int CPT>
+__global__ void __launch_bounds__(F32_THREADS)
+    k_v4_attn_f32(v4_klist L, const float *q, int64_t nh, int hd, int G, int hpt, int nsub, int sstride,
+                  const float *sinks, float scale, float *o) {
+    extern __shared__ uint4 smem_f32[];
+    const float **rows = (const float **)smem_f32;
+    const int64_t t = blockIdx.x, h0 = (int64_t)blockIdx.y * G;
+    int64_t wrow0, nw, nc;
+    v4_list(L, t, wrow0, nw, nc);
+    const int nk = (int)(nw + nc);
+    float *qs = (float *)(rows + sstride), *ss = qs + (size_t)G * hd;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gc = nh - h0 < G ? (int)(nh - h0) : G;
+    for (int i = tid; i < nk; i += F32_THREADS) rows[i] = v4_row(L, t, i, wrow0, nw, hd);
+    const float *qt = q + (t * nh + h0) * hd;
+    for (int e = tid; e < gc * hd; e += F32_THREADS) qs[e] = qt[e];
+    __syncthreads();
+    /* scores: a warp per key */
+    for (int i = warp; i < nk; i += F32_THREADS / 32) {
+        const float *kr = rows[i];
+        float kd[8 * CPT];
+#pragma unroll
+        for (int j = 0; j < 8 * CPT; j++) kd[j] = lane + 32 * j < hd ? kr[lane + 32 * j] : 0.0f;
+        for (int h = 0; h < gc; h++) {
+            const float *qh = qs + h * hd;
+            float part = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8 * CPT; j++)
+                if (lane + 32 * j < hd) part = fmaf(qh[lane + 32 * j], kd[j], part);
+#pragma unroll
+            for (int m = 16; m > 0; m >>= 1) part += __shfl_xor_sync(0xffffffffu, part, m);
+            if (lane == 0) ss[h * sstride + i] = part * scale;
+        }
+    }
+    __syncthreads();
+    /* the sink softmax: a warp per head */
+    for (int h = warp; h < gc; h += F32_THREADS / 32) {
+        float *sh = ss + h * sstride;
+        const float sink = sinks[h0 + h];
+        float mx = sink;
+        for (int i = lane; i < nk; i += 32) mx = fmaxf(mx, sh[i]);
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, m));
+        float sum = 0.0f;
+        for (int i = lane; i < nk; i += 32) {
+            float e = expf(sh[i] - mx);
+            sh[i] = e;
+            sum += e;
+        }
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, m);
+        const float den = expf(sink - mx) + sum;
+        for (int i = lane; i < nk; i += 32) sh[i] = sh[i] / den;
+    }
+    __syncthreads();
+    /* o = sum_i P_i k_i, in i order */
+    const int ncolt = hd < F32_THREADS ? hd : F32_THREADS, sub = tid / ncolt, d0 = tid % ncolt;
+    if (sub >= nsub) return;
+    float acc[CPT][F32_HPT];
+#pragma unroll
+    for (int c = 0; c < CPT; c++)
+#pragma unroll
+        for (int j = 0; j < F32_HPT; j++) acc[c][j] = 0.0f;
+    for (int i = 0; i < nk; i++) {
+        const float *kr = rows[i];
+        float kv[CPT];
+#pragma unroll
+        for (int c = 0; c < CPT; c++) kv[c] = d0 + F32_THREADS * c < hd ? kr[d0 + F32_THREADS * c] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < F32_HPT; j++) {
+            int h = sub + nsub * j;
+            if (j < hpt && h < gc) {
+                float pr = ss[h * sstride + i];
+#pragma unroll
+                for (int c = 0; c < CPT; c++) acc[c][j] = fmaf(pr, kv[c], acc[c][j]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < F32_HPT; j++) {
+        int h = sub + nsub * j;
+        if (j >= hpt || h >= gc) continue;
+        float *oh = o + (t * nh + h0 + h) * hd;
+#pragma unroll
+        for (int c = 0; c < CPT; c++)
+            if (d0 + F32_THREADS * c < hd) oh[d0 + F32_THREADS * c] = acc[c][j];
+    }
+}
+
+static int max_optin_smem(void) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return v;
+}
+
+/* The longest key list of the launch: the window plus K (CSA) or the last token's entries (HCA). */
+static int64_t launch_nmax(const int32_t *sel, int64_t K, int64_t rate, int64_t n, int64_t pos0, int64_t W) {
+    return W + (sel ? K : rate > 0 ? (pos0 + n) / rate : 0);
+}
+
+template <int CPT>
+static pdb_status launch_f32(cudaStream_t s, const v4_klist &L, const float *q, int64_t n, int64_t nh, int64_t hd,
+                             int64_t nmax, const float *sinks, float scale, float *o) {
+    const int ncolt = hd < F32_THREADS ? (int)hd : F32_THREADS, nsub = F32_THREADS / ncolt;
+    int64_t sstride = (nmax + 3) / 4 * 4;
+    int hpt = (int)((nh + nsub - 1) / nsub);
+    hpt = hpt > F32_HPT ? F32_HPT : hpt;
+    const int limit = max_optin_smem();
+    size_t smem = 0;
+    for (;; hpt--) {
+        int64_t G = (int64_t)nsub * hpt;
+        smem = sizeof(float *) * (size_t)sstride + sizeof(float) * (size_t)(G * hd + G * sstride);
+        if (smem <= (size_t)limit || hpt == 1) break;
+    }
+    if (smem > (size_t)limit || sstride > INT32_MAX)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (f32): %lld keys per token need %zu bytes of shared memory "
+                           "(%d available)", (long long)nmax, smem, limit);
+    const int G = nsub * hpt;
+    if (smem > 48 * 1024) PDB_CU(cudaFuncSetAttribute(k_v4_attn_f32<CPT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)n, (unsigned)((nh + G - 1) / G));
+    k_v4_attn_f32<CPT><<<grid, F32_THREADS, smem, s>>>(L, q, nh, (int)hd, G, hpt, nsub, (int)sstride, sinks, scale, o);
+    PDB_CU_LAUNCH("v4 attention (f32)");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_attention(cudaStream_t s, const float *q, const float *keys, int64_t lo, const float *comp,
+                                 const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate, int64_t n, int64_t nh,
+                                 int64_t hd, int64_t pos0, int64_t W, const float *sinks, float scale, float *o) {
+    if (n <= 0 || nh <= 0) return PDB_OK;
+    if (hd <= 0 || hd > 4 * F32_THREADS || n > INT32_MAX || W <= 0 || pos0 < lo)
+        return pdb_err_set(PDB_INVALID, "v4 attention (f32): bad shapes (hd %lld <= %d, n %lld, W %lld, pos0 %lld >= lo %lld)",
+                           (long long)hd, 4 * F32_THREADS, (long long)n, (long long)W, (long long)pos0, (long long)lo);
+    const v4_klist L = {keys, comp, sel, nsel, lo, K, rate, pos0, W};
+    const int64_t nmax = launch_nmax(sel, K, rate, n, pos0, W);
+    if (hd <= F32_THREADS) return launch_f32<1>(s, L, q, n, nh, hd, nmax, sinks, scale, o);
+    if (hd <= 2 * F32_THREADS) return launch_f32<2>(s, L, q, n, nh, hd, nmax, sinks, scale, o);
+    return launch_f32<4>(s, L, q, n, nh, hd, nmax, sinks, scale, o);
+}
+
+/* ------------------------------------------------------------------ bf16 on the tensor cores */
+
+enum { TC_Q = 64, TC_K = 64, TC_THREADS = 256, TC_SLD = TC_K + 4, TC_PLD = TC_K + 8, TC_MAX_HD = 512, TC_LB = 8 };
+
+static size_t v4tc_smem(int64_t hd) {
+    int64_t ld = hd + 8;
+    return sizeof(__nv_bfloat16) * (size_t)((TC_Q + TC_K) * ld + TC_Q * TC_PLD) +
+           sizeof(float) * (size_t)(TC_Q * TC_SLD + 3 * TC_Q) + sizeof(float *) * TC_K;
+}
+
+static __device__ __forceinline__ uint2 bf16x4(float4 v) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    return make_uint2(*(uint32_t *)&a, *(uint32_t *)&b);
+}
+
+/* 64 rows of hd f32 values (row r at src[r], NULL: zeros) -> bf16 dst [64, ld]; batches of
+ * TC_LB 16-byte loads per thread in flight (the load is latency-bound: one block per SM). */
+static __device__ __forceinline__ void tc_load_rows(__nv_bfloat16 *dst, int ld, const float *const *src, int hd) {
+    const int h4 = hd / 4, per = TC_K * h4;
+    for (int base = threadIdx.x; base < per; base += TC_THREADS * TC_LB) {
+        float4 v[TC_LB];
+#pragma unroll
+        for (int u = 0; u < TC_LB; u++) {
+            int i = base + u * TC_THREADS;
+            v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (i < per) {
+                const float *r = src[i / h4];
+                if (r) v[u] = __ldg((const float4 *)(r + (i % h4) * 4));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < TC_LB; u++) {
+            int i = base + u * TC_THREADS;
+            if (i < per) *(uint2 *)(dst + (i / h4) * ld + (i % h4) * 4) = bf16x4(v[u]);
+        }
+    }
+}
+
+/* NT: n8 tiles of the output each warp holds (hd / 16, rounded up to the instantiation). Warp w
+ * owns query rows 16 (w % 4) .. +15; for S the score columns 32 (w / 4) .. +31, for O the columns
+ * (w / 4) hd/2 .. +hd/2-1. Softmax: 4 threads per query row, 16 columns each. */
+template <int NT>
+__global__ void __launch_bounds__(TC_THREADS, 1)
+    k_v4_attn_tc(v4_klist L, const float *q, int64_t nh, int hd, const float *sinks, float scale, float *o) {
+    extern __shared__ uint4 smem_tc[];
+    const int ld = hd + 8;
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_tc, *Ks = Qs + TC_Q * ld;
+    float *Ss = (float *)(Ks + TC_K * ld);
+    __nv_bfloat16 *Ps = (__nv_bfloat16 *)(Ss + TC_Q * TC_SLD);
+    float *m_s = (float *)(Ps + TC_Q * TC_PLD), *l_s = m_s + TC_Q, *c_s = l_s + TC_Q;
+    const float **rowp = (const float **)(c_s + TC_Q);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+    const int wr = warp & 3, wh = warp >> 2, ntile = hd / 16, ocol0 = wh * (hd / 2);
+    const int64_t t = blockIdx.x, h0 = (int64_t)blockIdx.y * TC_Q;
+    int64_t wrow0, nw, nc;
+    v4_list(L, t, wrow0, nw, nc);
+    const int64_t nk = nw + nc;
+    /* Q rows: heads h0 + r (zero past nh) */
+    if (tid < TC_Q) {
+        int64_t h = h0 + tid;
+        rowp[tid] = h < nh ? q + (t * nh + h) * hd : NULL;
+        float sk = h < nh ? sinks[h] : 0.0f;
+        m_s[tid] = sk;
+        l_s[tid] = sk == -INFINITY ? 0.0f : 1.0f;
+    }
+    __syncthreads();
+    tc_load_rows(Qs, ld, rowp, hd);
+    const int srow = tid >> 2, spart = tid & 3;
+    float oacc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; j++) oacc[j][0] = oacc[j][1] = oacc[j][2] = oacc[j][3] = 0.0f;
+    for (int64_t kb = 0; kb < nk; kb += TC_K) {
+        __syncthreads(); /* Q's load / the previous tile's P V is done with rowp, Ks and Ps */
+        if (tid < TC_K) rowp[tid] = kb + tid < nk ? v4_row(L, t, kb + tid, wrow0, nw, hd) : NULL;
+        __syncthreads();
+        tc_load_rows(Ks, ld, rowp, hd);
+        __syncthreads();
+        /* S [16 rows of this warp, 32 columns] = Q K^T */
+        float sacc[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.0f;
+        const __nv_bfloat16 *qa = Qs + (16 * wr + g) * ld + 2 * t4, *qb = qa + 8 * ld;
+        for (int k0 = 0; k0 < hd; k0 += 16) {
+            uint32_t a0 = ld32(qa + k0), a1 = ld32(qb + k0), a2 = ld32(qa + k0 + 8), a3 = ld32(qb + k0 + 8);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const __nv_bfloat16 *kr = Ks + (32 * wh + 8 * j + g) * ld + k0 + 2 * t4;
+                mma16816(sacc[j], a0, a1, a2, a3, ld32(kr), ld32(kr + 8));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int col = 32 * wh + 8 * j + 2 * t4, r = 16 * wr + g;
+            Ss[r * TC_SLD + col] = sacc[j][0] * scale;
+            Ss[r * TC_SLD + col + 1] = sacc[j][1] * scale;
+            Ss[(r + 8) * TC_SLD + col] = sacc[j][2] * scale;
+            Ss[(r + 8) * TC_SLD + col + 1] = sacc[j][3] * scale;
+        }
+        __syncthreads();
+        /* online softmax of row srow over this tile's 64 columns (columns past nk: -inf) */
+        float sv[16], mloc = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            int col = spart * 16 + c;
+            sv[c] = kb + col < nk ? Ss[srow * TC_SLD + col] : -INFINITY;
+            mloc = fmaxf(mloc, sv[c]);
+        }
+        mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, 1));
+        mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, 2));
+        const float mold = m_s[srow], mnew = fmaxf(mold, mloc);
+        float psum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < 16; c++) {
+            float p = sv[c] == -INFINITY ? 0.0f : expf(sv[c] - mnew);
+            __nv_bfloat16 pb = __float2bfloat16_rn(p);
+            Ps[srow * TC_PLD + spart * 16 + c] = pb;
+            psum += __bfloat162float(pb);
+        }
+        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+        psum += __shfl_xor_sync(0xffffffffu, psum, 2);
+        if (spart == 0) {
+            float corr = mold == -INFINITY ? 0.0f : expf(mold - mnew);
+            m_s[srow] = mnew;
+            l_s[srow] = l_s[srow] * corr + psum;
+            c_s[srow] = corr;
+        }
+        __syncthreads();
+        /* O = O * corr + P V */
+        const float c_lo = c_s[16 * wr + g], c_hi = c_s[16 * wr + g + 8];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            oacc[j][0] *= c_lo; oacc[j][1] *= c_lo; oacc[j][2] *= c_hi; oacc[j][3] *= c_hi;
+        }
+        const __nv_bfloat16 *pa = Ps + (16 * wr + g) * TC_PLD + 2 * t4, *pb = pa + 8 * TC_PLD;
+#pragma unroll
+        for (int k0 = 0; k0 < TC_K; k0 += 16) {
+            uint32_t a0 = ld32(pa + k0), a1 = ld32(pb + k0), a2 = ld32(pa + k0 + 8), a3 = ld32(pb + k0 + 8);
+            const __nv_bfloat16 *vrow = Ks + (k0 + (lane & 15)) * ld + ocol0;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (j < ntile) {
+                    uint32_t b0, b1;
+                    ldm_x2_trans(vrow + 8 * j, b0, b1);
+                    mma16816(oacc[j], a0, a1, a2, a3, b0, b1);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    const int r_lo = 16 * wr + g;
+    const int64_t hlo = h0 + r_lo, hhi = hlo + 8;
+    const float inv_lo = 1.0f / l_s[r_lo], inv_hi = 1.0f / l_s[r_lo + 8];
+    float *olo = o + (t * nh + hlo) * hd, *ohi = olo + 8 * (int64_t)hd;
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        if (j >= ntile) continue;
+        int col = ocol0 + 8 * j + 2 * t4;
+        if (hlo < nh) *(float2 *)(olo + col) = make_float2(oacc[j][0] * inv_lo, oacc[j][1] * inv_lo);
+        if (hhi < nh) *(float2 *)(ohi + col) = make_float2(oacc[j][2] * inv_hi, oacc[j][3] * inv_hi);
+    }
+}
+
+int pdb_cuda_v4_attention_tc_fits(int64_t hd) {
+    if (hd <= 0 || hd % 16 || hd > TC_MAX_HD) return 0;
+    return v4tc_smem(hd) <= (size_t)max_optin_smem();
+}
+
+template <int NT>
+static pdb_status launch_tc(cudaStream_t s, const v4_klist &L, const float *q, int64_t n, int64_t nh, int64_t hd,
+                            const float *sinks, float scale, float *o) {
+    size_t smem = v4tc_smem(hd);
+    PDB_CU(cudaFuncSetAttribute(k_v4_attn_tc<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)n, (unsigned)((nh + TC_Q - 1) / TC_Q));
+    k_v4_attn_tc<NT><<<grid, TC_THREADS, smem, s>>>(L, q, nh, (int)hd, sinks, scale, o);
+    PDB_CU_LAUNCH("v4 attention (tensor cores)");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float *keys, int64_t lo, const float *comp,
+                                    const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate, int64_t n,
+                                    int64_t nh, int64_t hd, int64_t pos0, int64_t W, const float *sinks, float scale,
+                                    float *o) {
+    if (n <= 0 || nh <= 0) return PDB_OK;
+    if (!pdb_cuda_v4_attention_tc_fits(hd))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores): head_dim %% 16 == 0 and <= %d with its shared "
+                           "memory (%zu bytes) available required (got %lld)", TC_MAX_HD, v4tc_smem(hd > 0 ? hd : 0),
+                           (long long)hd);
+    if (((uintptr_t)q | (uintptr_t)keys | (uintptr_t)comp) % 16 || (uintptr_t)o % 8)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores): q, keys and comp must be 16-byte aligned, "
+                           "o 8-byte aligned");
+    if (n > INT32_MAX || (nh + TC_Q - 1) / TC_Q > 65535 || W <= 0 || pos0 < lo)
+        return pdb_err_set(PDB_INVALID, "v4 attention (tensor cores): bad shapes (n %lld, nh %lld, W %lld, pos0 %lld, "
+                           "lo %lld)", (long long)n, (long long)nh, (long long)W, (long long)pos0, (long long)lo);
+    const v4_klist L = {keys, comp, sel, nsel, lo, K, rate, pos0, W};
+    const int nt = (int)(hd / 16);
+    if (nt <= 4) return launch_tc<4>(s, L, q, n, nh, hd, sinks, scale, o);
+    if (nt <= 8) return launch_tc<8>(s, L, q, n, nh, hd, sinks, scale, o);
+    if (nt <= 16) return launch_tc<16>(s, L, q, n, nh, hd, sinks, scale, o);
+    return launch_tc<32>(s, L, q, n, nh, hd, sinks, scale, o);
+}

@@ -1,0 +1,84 @@
+/* pdb_cuda_v4_attn_probe: a V4 attention kernel alone on a host desc (pdb_cuda_v4_attn_probe.h).
+ * Invariant: the device copies are exactly the desc's arrays (nsel narrowed to int32, which the
+ * kernels take); a failure on any step frees everything and names the step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pdb_cuda_v4_kernels.h"
+
+extern "C" {
+#include "pdb_cuda_v4_attn_probe.h"
+}
+
+typedef struct v4_probe_bufs {
+    float *q, *keys, *comp, *sinks, *o;
+    int32_t *sel, *nsel;
+    cudaEvent_t e0, e1;
+} v4_probe_bufs;
+
+/* *dst = a device buffer of max(bytes, 16) bytes holding src's first `bytes` (src NULL: none). */
+static pdb_status up(void **dst, const void *src, size_t bytes) {
+    PDB_CU(cudaMalloc(dst, bytes > 16 ? bytes : 16));
+    if (src && bytes) PDB_CU(cudaMemcpy(*dst, src, bytes, cudaMemcpyHostToDevice));
+    return PDB_OK;
+}
+
+static pdb_status run_kernel(const pdb_v4_attn_desc *d, int tc, const v4_probe_bufs *b) {
+    const int32_t *sel = d->sel ? b->sel : NULL, *nsel = d->sel ? b->nsel : NULL;
+    int64_t rate = d->sel ? 0 : d->rate;
+    return tc ? pdb_cuda_v4_attention_tc(0, b->q, b->keys, d->lo, b->comp, sel, nsel, d->K, rate, d->T, d->nh, d->hd,
+                                         d->p0, d->W, b->sinks, d->scale, b->o)
+              : pdb_cuda_v4_attention(0, b->q, b->keys, d->lo, b->comp, sel, nsel, d->K, rate, d->T, d->nh, d->hd,
+                                      d->p0, d->W, b->sinks, d->scale, b->o);
+}
+
+static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_probe_bufs *b) {
+    const int64_t T = d->T, nh = d->nh, hd = d->hd, nkeys = d->p0 - d->lo + T;
+    PDB_TRY(up((void **)&b->q, d->q, sizeof(float) * (size_t)(T * nh * hd)));
+    PDB_TRY(up((void **)&b->keys, d->keys, sizeof(float) * (size_t)(nkeys * hd)));
+    PDB_TRY(up((void **)&b->comp, d->comp, sizeof(float) * (size_t)((d->n_comp > 0 ? d->n_comp : 0) * hd)));
+    PDB_TRY(up((void **)&b->sinks, d->sinks, sizeof(float) * (size_t)nh));
+    PDB_TRY(up((void **)&b->o, NULL, sizeof(float) * (size_t)(T * nh * hd)));
+    if (d->sel) {
+        int32_t *ns = (int32_t *)malloc(sizeof(int32_t) * (size_t)T);
+        if (!ns) return pdb_err_set(PDB_NOMEM, "v4 attention probe: nsel [%lld]", (long long)T);
+        for (int64_t t = 0; t < T; t++) ns[t] = (int32_t)d->nsel[t];
+        pdb_status st = up((void **)&b->nsel, ns, sizeof(int32_t) * (size_t)T);
+        free(ns);
+        PDB_TRY(st);
+        PDB_TRY(up((void **)&b->sel, d->sel, sizeof(int32_t) * (size_t)(T * (d->K > 0 ? d->K : 0))));
+    }
+    PDB_CU(cudaMemset(b->o, 0, sizeof(float) * (size_t)(T * nh * hd)));
+    PDB_TRY(run_kernel(d, tc, b)); /* untimed: first-launch costs */
+    PDB_CU(cudaEventCreate(&b->e0));
+    PDB_CU(cudaEventCreate(&b->e1));
+    PDB_CU(cudaEventRecord(b->e0, 0));
+    PDB_TRY(run_kernel(d, tc, b));
+    PDB_CU(cudaEventRecord(b->e1, 0));
+    PDB_CU(cudaEventSynchronize(b->e1));
+    float ms = 0;
+    PDB_CU(cudaEventElapsedTime(&ms, b->e0, b->e1));
+    if (gpu_ms) *gpu_ms = ms;
+    PDB_CU(cudaMemcpy(d->o, b->o, sizeof(float) * (size_t)(T * nh * hd), cudaMemcpyDeviceToHost));
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
+    if (!d || d->T < 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo || (d->sel && !d->nsel))
+        return pdb_err_set(PDB_INVALID, "v4 attention probe: bad desc");
+    if (d->T == 0) return PDB_OK;
+    PDB_TRY(pdb_cuda_use_device(0, "v4 attention probe"));
+    v4_probe_bufs b;
+    memset(&b, 0, sizeof b);
+    pdb_status st = probe(d, tc, gpu_ms, &b);
+    cudaFree(b.q);
+    cudaFree(b.keys);
+    cudaFree(b.comp);
+    cudaFree(b.sinks);
+    cudaFree(b.o);
+    cudaFree(b.sel);
+    cudaFree(b.nsel);
+    if (b.e0) cudaEventDestroy(b.e0);
+    if (b.e1) cudaEventDestroy(b.e1);
+    return st;
+}
