@@ -16,13 +16,14 @@ OUT=${OUT:-$ROOT/.cache/cuda-out}
 MODE=${1:-all}
 # the device-resident V4 engine's kernels and engine (src/cuda/pdb_cuda_v4_*)
 V4_TESTS="test_cuda_v4_ops test_cuda_v4_attn test_cuda_v4_engine"
+V4_BENCH="cuda_v4_bench"
 
 build() {
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 $V4_TESTS bench_prefill_memory cuda_prefill_bench \
+  cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 $V4_TESTS $V4_BENCH bench_prefill_memory cuda_prefill_bench \
     cuda_attn_bench pdbridge
   pdb_carry_pack "$CARRY" "$BUILD/test_cuda_prefill" "$BUILD/test_prefill_cuda_v4" "$BUILD/cuda_prefill_bench" "$BUILD/cuda_attn_bench" \
-    "$BUILD/bench_prefill_memory" "$BUILD/pdbridge" $(for t in $V4_TESTS; do echo "$BUILD/$t"; done)
+    "$BUILD/bench_prefill_memory" "$BUILD/pdbridge" $(for t in $V4_TESTS $V4_BENCH; do echo "$BUILD/$t"; done)
 }
 
 run() {

@@ -78,7 +78,7 @@ struct pdb_cuda_v4_engine {
     v4_dlayer *Ls;
     dlist wts, seq;
     /* sequence scratch (device) */
-    float *hs, *x, *post, *comb, *xa, *qn, *qb, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
+    float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *qb, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
     float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits, *cs_main, *cs_comp, *xe32;
     void *cvt, *xe, *ikb;
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
@@ -206,7 +206,7 @@ static pdb_status put_w(eng *e, void *dst, int64_t off, const wsrc *w, int64_t r
     int f32 = as_f32 || e->dt == PDB_CUDA_DT_F32;
     size_t es = f32 ? 4 : 2;
     if (!w->q) {
-        int64_t n = rows * cols, blocks = (n / 2 + 255) / 256;
+        int64_t n = rows * cols, blocks = ((n + 1) / 2 + 255) / 256;
         k_seed_fill<<<(unsigned)(blocks < 65535 * 4 ? blocks : 65535 * 4), 256, 0, e->s>>>(w->s0, n, w->mean, w->std, off, f32, dst);
         PDB_CU_LAUNCH("seeded weights");
         return PDB_OK;
@@ -564,6 +564,7 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
     PDB_TRY(dal(q, &e->x, f * (size_t)(S * H), "x"));
     PDB_TRY(dal(q, &e->post, f * (size_t)(S * e->hc), "post"));
     PDB_TRY(dal(q, &e->comb, f * (size_t)(S * e->hc * e->hc), "comb"));
+    PDB_TRY(dal(q, &e->rawmix, f * (size_t)(S * (2 + e->hc) * e->hc), "hc mixes"));
     PDB_TRY(dal(q, &e->xa, f * (size_t)((e->F + S) * e->NAmax), "fused products"));
     PDB_TRY(dal(q, &e->qn, f * (size_t)(S * e->qlr), "q latent"));
     PDB_TRY(dal(q, &e->qb, f * (size_t)(S * e->NBmax), "q products"));
@@ -718,13 +719,14 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
     PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, xa + e->qlr, NA, krow, hd, n, 1, hd, rd, 2, D->kv_norm, cs, p0, 1, eps));
     /* compressed entries (and index keys) of the windows this pass completes */
     if (D->rate) {
-        int64_t w0 = p0 / D->rate, w1 = (p0 + n) / D->rate, o = e->qlr + hd;
+        int64_t w0 = p0 / D->rate, w1 = (p0 + n) / D->rate;
+        const float *ckv = e->xa + e->qlr + hd; /* buffer row 0: position p0 - F */
         if (w1 > w0) {
-            PDB_TRY(pdb_cuda_v4_compress(e->s, xa + o, xa + o + D->D, NA, p0 - F, D->c_ape, D->c_norm, D->rate, hd,
-                                         (int)D->coff, w0, w1, cs, rd, eps, D->comp));
+            PDB_TRY(pdb_cuda_v4_compress(e->s, ckv, ckv + D->D, NA, p0 - F, D->c_ape, D->c_norm, D->rate, hd, (int)D->coff,
+                                         w0, w1, cs, rd, eps, D->comp));
             if (D->ID)
-                PDB_TRY(pdb_cuda_v4_compress(e->s, xa + o + 2 * D->D, xa + o + 2 * D->D + D->ID, NA, p0 - F, D->ic_ape,
-                                             D->ic_norm, D->rate, e->ihd, 2, w0, w1, cs, rd, eps, D->ikeys));
+                PDB_TRY(pdb_cuda_v4_compress(e->s, ckv + 2 * D->D, ckv + 2 * D->D + D->ID, NA, p0 - F, D->ic_ape, D->ic_norm,
+                                             D->rate, e->ihd, 2, w0, w1, cs, rd, eps, D->ikeys));
         }
     }
     PDB_TRY(mark(e, ST_KVC));
@@ -819,6 +821,15 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     return mark(e, ST_SHARED);
 }
 
+/* A hyper-connection pre-site over the pass: the mixing products of every token as one f32 GEMM
+ * (rawmix = hs . fn^T, M-invariant tiles), then the per-token rest (pdb_cuda_v4_hc_pre_mixed). */
+static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const float *fn, const float *base, const float *scale,
+                         const float *norm) {
+    const int64_t nm = (2 + e->hc) * e->hc, N = e->hc * e->H;
+    PDB_TRY(pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, nm, N, 1.0f, e->hs, N, 0, fn, N, 0, 0.0f, e->rawmix, nm, 0, 1));
+    return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x, e->post, e->comb);
+}
+
 /* The host side of the hook: run it on every layer whose copy was queued but not yet handed
  * over, up to layer `upto` (exclusive), waiting for each copy. */
 typedef struct hookq { const pdb_v4_hook *hook; int64_t done, p0, n; } hookq;
@@ -846,8 +857,7 @@ static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_
     hookq hq = {hook, 0, p0, n};
     for (int64_t l = 0; l < e->L; l++) {
         v4_dlayer *D = &e->Ls[l];
-        PDB_TRY(pdb_cuda_v4_hc_pre(e->s, &hcc, e->hs, n, D->hca_fn, D->hca_base, D->hca_scale, D->attn_norm, e->x, e->post,
-                                   e->comb));
+        PDB_TRY(hc_pre(e, &hcc, n, D->hca_fn, D->hca_base, D->hca_scale, D->attn_norm));
         PDB_TRY(mark(e, ST_HC));
         if (hook) { /* the attention input to a device slot, then to pinned host memory on s_cap */
             int slot = (int)(l % HOOK_SLOTS);
@@ -863,8 +873,7 @@ static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_
         }
         PDB_TRY(attention(e, D, p0, n));
         PDB_TRY(pdb_cuda_v4_hc_post(e->s, &hcc, e->hs, e->out, e->post, e->comb, n));
-        PDB_TRY(pdb_cuda_v4_hc_pre(e->s, &hcc, e->hs, n, D->hcf_fn, D->hcf_base, D->hcf_scale, D->ffn_norm, e->x, e->post,
-                                   e->comb));
+        PDB_TRY(hc_pre(e, &hcc, n, D->hcf_fn, D->hcf_base, D->hcf_scale, D->ffn_norm));
         PDB_TRY(mark(e, ST_HC));
         PDB_TRY(moe(e, D, n));
         PDB_TRY(pdb_cuda_v4_hc_post(e->s, &hcc, e->hs, e->out, e->post, e->comb, n));

@@ -7,7 +7,8 @@
  * tokens and calls of 100, 1, 63 and the rest gives every hook input and the logits bit for bit as
  * one shot (chunked = one shot); (3) the engine seeded on the device (create_seeded) is the engine
  * loaded from make-model's file of the same seed, bit for bit (f32 and bf16); (4) the bf16 engine is
- * the CPU's to bf16 accuracy. */
+ * the CPU's to bf16 accuracy (in norm: a top-k pick may differ where two index scores are within
+ * bf16 error). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,6 +49,16 @@ static capture cap_new(const pdb_config *cfg) {
     capture c = {calloc((size_t)(cfg->num_layers * T * cfg->hidden_size), sizeof(float)), cfg->num_layers, cfg->hidden_size, 0};
     assert_non_null(c.x);
     return c;
+}
+
+/* ||a - b|| / ||b|| over n values */
+static double rms_err(const float *a, const float *b, int64_t n) {
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        m += (double)b[i] * b[i];
+    }
+    return m > 0 ? sqrt(d / m) : sqrt(d);
 }
 
 /* max |a - b| / max |b| over n values */
@@ -167,16 +178,19 @@ static void test_engine(void **st) {
         assert_int_equal(eq, NX);
         assert_memory_equal(lf, ls, sizeof(float) * (size_t)V);
         if (!prec) {
+            /* bf16 rounding, and the indexer's top-k picking another entry where two scores are within
+             * bf16 error (tiny's index_topk is 4 of up to 75): bounded in norm, the worst value printed */
             double wb = 0;
             for (int64_t l = 0; l < L; l++) {
-                double r = rel_err(cf.x + l * T * H, ref.x + l * T * H, T * H);
-                printf("cuda-metric v4 engine bf16 layer %lld attention input: rel err %.3g\n", (long long)l, r);
+                double r = rms_err(cf.x + l * T * H, ref.x + l * T * H, T * H);
+                printf("cuda-metric v4 engine bf16 layer %lld attention input: rel err (norm) %.3g, worst value %.3g\n",
+                       (long long)l, r, rel_err(cf.x + l * T * H, ref.x + l * T * H, T * H));
                 wb = r > wb ? r : wb;
             }
             double rb = rel_err(lf, lref, V);
             printf("cuda-metric v4 engine bf16 logits: rel err %.3g\n", rb);
-            assert_true(wb < 0.1);
-            assert_true(rb < 0.1);
+            assert_true(wb < 0.05);
+            assert_true(rb < 0.05);
         }
         free(cf.x), free(cs.x), free(lf), free(ls);
         pdb_cuda_v4_engine_free(ef);
