@@ -8,7 +8,9 @@
  * Invariant: every number printed was measured (or counted) in this process; a run whose
  * predecessor took longer than the time budget is printed as skipped.
  * Usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR
- *                      [T,T,...] [PRECISION bf16|f32] [BUDGET_S] [FLAGS: profile,hook] */
+ *                      [T,T,...] [PRECISION bf16|f32] [BUDGET_S] [FLAGS: profile,hook,moe-kernel]
+ * (hook: a hook that takes every layer's copy; moe-kernel: the routed experts on pdb_cuda_moe_gemm instead of
+ * cuBLAS row-tile products). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,11 +88,13 @@ int main(int argc, char **argv) {
     double budget = argc > a + 2 ? atof(argv[a + 2]) : 200.0;
     const char *flags = argc > a + 3 ? argv[a + 3] : "";
     int profile = strstr(flags, "profile") != NULL, hook = strstr(flags, "hook") != NULL;
+    int moe_kernel = strstr(flags, "moe-kernel") != NULL;
     char name[256];
     if (!pdb_cuda_device_count(name, sizeof name)) { printf("cuda-v4-bench skipped: no GPU\n"); return 0; }
     int64_t Tmax = 0;
     for (int64_t k = 0; k < nT; k++) Tmax = Ts[k] > Tmax ? Ts[k] : Tmax;
-    pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile};
+    pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile,
+                                 .moe_kernel = moe_kernel};
     pdb_cuda_v4_engine *e = NULL;
     pdb_config cfg;
     double t0 = pdb_clock_now();
@@ -107,8 +111,9 @@ int main(int argc, char **argv) {
         pdb_v4_free(m);
         if (s) return die("create");
     }
-    printf("cuda-v4-bench device=\"%s\" weights=%s layers=%lld experts=%lld precision=%s hook=%s weight_gb=%.2f create_s=%.1f\n",
-           name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec, hook ? "copy" : "none",
+    printf("cuda-v4-bench device=\"%s\" weights=%s layers=%lld experts=%lld precision=%s hook=%s experts_on=%s weight_gb=%.2f "
+           "create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
+           hook ? "copy" : "none", moe_kernel ? "moe_gemm" : "cublas_tiles",
            pdb_cuda_v4_engine_weight_bytes(e) / 1e9, pdb_clock_now() - t0);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)Tmax);
     if (!ids) return die("ids");

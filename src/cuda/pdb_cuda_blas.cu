@@ -44,6 +44,7 @@ pdb_status pdb_cuda_blas_open(pdb_cuda_blas *b, cudaStream_t stream) {
     *(void **)&b->set_math_mode = blas_sym(b->lib, "cublasSetMathMode", &st);
     *(void **)&b->gemm_ex = blas_sym(b->lib, "cublasGemmEx", &st);
     *(void **)&b->gemm_sb_ex = blas_sym(b->lib, "cublasGemmStridedBatchedEx", &st);
+    *(void **)&b->gemm_batched_ex = blas_sym(b->lib, "cublasGemmBatchedEx", &st);
     if (st) { dlclose(b->lib); memset(b, 0, sizeof *b); return st; }
     cublasStatus_t cs = b->create(&b->h);
     if (cs != CUBLAS_STATUS_SUCCESS) {
@@ -86,6 +87,20 @@ pdb_status pdb_cuda_gemm_whole(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, in
                                  (int)lda, sa, &beta, C, CUDA_R_32F, (int)ldc, sc, (int)batch, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
     }
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_gemm_ptrs(pdb_cuda_blas *b, pdb_cuda_dt dt, int64_t M, int64_t N, int64_t K, const void *const *A,
+                              int64_t lda, const void *const *B, int64_t ldb, float *const *C, int64_t ldc, int64_t batch) {
+    if (M <= 0 || N <= 0 || batch <= 0) return PDB_OK;
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || lda > INT32_MAX || ldb > INT32_MAX || ldc > INT32_MAX ||
+        batch > INT32_MAX)
+        return pdb_err_set(PDB_TOO_LARGE, "gemm (pointer arrays): dimension beyond 32 bits");
+    cudaDataType t = dt == PDB_CUDA_DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const float one = 1.0f, zero = 0.0f;
+    PDB_CUBLAS(b->gemm_batched_ex(b->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M, (int)K, &one, B, t, (int)ldb, A, t,
+                                  (int)lda, &zero, (void *const *)C, CUDA_R_32F, (int)ldc, (int)batch, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
     return PDB_OK;
 }
 

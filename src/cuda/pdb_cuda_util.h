@@ -73,6 +73,10 @@ typedef struct pdb_cuda_blas {
                                  const void *, cudaDataType, int, long long, const void *, cudaDataType, int, long long,
                                  const void *, void *, cudaDataType, int, long long, int, cublasComputeType_t,
                                  cublasGemmAlgo_t);
+    cublasStatus_t (*gemm_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                                      const void *const *, cudaDataType, int, const void *const *, cudaDataType, int,
+                                      const void *, void *const *, cudaDataType, int, int, cublasComputeType_t,
+                                      cublasGemmAlgo_t);
 } pdb_cuda_blas;
 
 const char *pdb_cuda_blas_status_str(cublasStatus_t s);
@@ -88,6 +92,10 @@ void pdb_cuda_blas_close(pdb_cuda_blas *b);
 pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
                          float *C, int64_t ldc, int64_t sc, int64_t batch);
+/* Row-major C_i [M, N] (ldc, f32) = A_i [M, K] (lda, dt) . B_i [N, K]^T (ldb, dt) for i < batch, the
+ * pointers in device arrays (one cuBLAS call: a grouped product, e.g. one tile of rows per expert). */
+pdb_status pdb_cuda_gemm_ptrs(pdb_cuda_blas *b, pdb_cuda_dt dt, int64_t M, int64_t N, int64_t K, const void *const *A,
+                              int64_t lda, const void *const *B, int64_t ldb, float *const *C, int64_t ldc, int64_t batch);
 /* The same product as one cuBLAS call whatever M is (for products whose M never varies, e.g. the
  * one-row lm_head). */
 pdb_status pdb_cuda_gemm_whole(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K,

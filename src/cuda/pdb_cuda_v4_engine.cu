@@ -38,7 +38,7 @@ extern "C" {
 
 /* ======================================== state ======================================== */
 
-enum { HOOK_SLOTS = 4 };
+enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */ };
 /* the indexer's dot products per sub-block of tokens: at most this many bytes of f32 */
 static const size_t IDX_DOTS_BYTES = (size_t)1 << 30;
 
@@ -61,7 +61,7 @@ struct pdb_cuda_v4_engine {
     pdb_config cfg;
     pdb_cuda_dt dt;
     size_t esz;
-    int attn_tc, prof;
+    int attn_tc, prof, moe_kernel;   /* moe_kernel: opts.moe_kernel */
     int device;
     cudaStream_t s, s_cap;
     int have_s, have_scap;
@@ -83,7 +83,8 @@ struct pdb_cuda_v4_engine {
     void *cvt, *xe, *ikb;
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
     int64_t *lrow;
-    int64_t Rmax, ntmax, tb_max, cvt_n;
+    int64_t Rmax, ntmax, ntpad, tb_max, cvt_n;
+    const void **ptrs;           /* [8, ntpad] the grouped experts' operands (k_moe_ptrs) */
     /* host */
     float *h_x[HOOK_SLOTS];
     cudaEvent_t ev_x[HOOK_SLOTS], ev_ready[HOOK_SLOTS]; /* slot's host copy done / device copy done */
@@ -428,7 +429,7 @@ extern "C" void pdb_cuda_v4_engine_free(eng *e) {
 
 static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *m, const seedctx *sc, int device,
                                const pdb_cuda_v4_engine_opts *o) {
-    pdb_cuda_v4_engine_opts def = {PDB_CUDA_PREC_BF16, 0, 0, 0};
+    pdb_cuda_v4_engine_opts def = {PDB_CUDA_PREC_BF16, 0, 0, 0, 0};
     if (!o) o = &def;
     if (o->prec == PDB_CUDA_PREC_EXACT)
         return pdb_err_set(PDB_INVALID, "v4 engine: precision exact is the provider path (pdb_cuda_v4), not this engine");
@@ -439,6 +440,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     e->dt = o->prec == PDB_CUDA_PREC_F32 ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
     e->esz = e->dt == PDB_CUDA_DT_F32 ? 4 : 2;
     e->prof = o->profile;
+    e->moe_kernel = o->moe_kernel;
     e->device = device;
     e->sub_cfg = o->sub_chunk > 0 ? o->sub_chunk : 8192;
     e->H = c->hidden_size; e->hc = c->hc_mult; e->nh = c->num_heads; e->hd = c->head_dim;
@@ -591,7 +593,9 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
     PDB_TRY(dal(q, &e->wt, f * (size_t)(S * Kx), "routing weights"));
     PDB_TRY(dal(q, &e->idx, sizeof(int32_t) * (size_t)(S * Kx), "routing picks"));
     e->ntmax = pdb_cuda_moe_max_tiles(S * Kx, E);
-    e->Rmax = e->ntmax * PDB_CUDA_MOE_TILE;
+    e->ntpad = (e->ntmax + MOE_GROUP - 1) / MOE_GROUP * MOE_GROUP;
+    e->Rmax = e->ntpad * PDB_CUDA_MOE_TILE;
+    PDB_TRY(dal(q, &e->ptrs, sizeof(void *) * (size_t)(8 * e->ntpad), "expert pointers"));
     PDB_TRY(dal(q, &e->lay, sizeof(int32_t) * (size_t)(S * Kx + 2 * E), "moe layout scratch"));
     PDB_TRY(dal(q, &e->row_src, sizeof(int32_t) * (size_t)e->Rmax, "moe rows"));
     PDB_TRY(dal(q, &e->slot_row, sizeof(int32_t) * (size_t)(S * Kx), "moe slots"));
@@ -764,6 +768,52 @@ __global__ void k_gather_rows(const float *src, const int32_t *rows, int64_t R, 
     for (int64_t d = threadIdx.x; d < H; d += blockDim.x) dst[r * H + d] = s >= 0 ? src[(int64_t)s * H + d] : 0.0f;
 }
 
+/* The grouped experts' operand pointers for every row tile i < ntpad (tile_e[i] < 0 or i >= ntmax: a
+ * dummy tile on expert 0 whose rows nobody reads): P[k * ntpad + i] for k = 0 A (xe, [T, H] tiles),
+ * 1 w1[e], 2 w3[e], 3 g, 4 u, 5 A of w2 (xe again, [T, I] tiles), 6 w2[e], 7 ye. */
+__global__ void k_moe_ptrs(const int32_t *tile_e, int64_t ntmax, int64_t ntpad, const char *xe, const char *w1,
+                           const char *w3, const char *w2, float *g, float *u, float *ye, int64_t I, int64_t H, int64_t esz,
+                           const void **P) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, T = PDB_CUDA_MOE_TILE;
+    if (i >= ntpad) return;
+    int64_t x = i < ntmax ? tile_e[i] : -1;
+    if (x < 0) x = 0;
+    P[0 * ntpad + i] = xe + i * T * H * esz;
+    P[1 * ntpad + i] = w1 + x * I * H * esz;
+    P[2 * ntpad + i] = w3 + x * I * H * esz;
+    P[3 * ntpad + i] = g + i * T * I;
+    P[4 * ntpad + i] = u + i * T * I;
+    P[5 * ntpad + i] = xe + i * T * I * esz;
+    P[6 * ntpad + i] = w2 + x * H * I * esz;
+    P[7 * ntpad + i] = ye + i * T * H;
+}
+
+/* The routed experts as cuBLAS products of one row tile each, MOE_GROUP tiles per call (the last
+ * call padded with dummy tiles): every call has the same shape, so a row's result does not
+ * depend on the routing of the rows beside it. The tile count comes back to the host (one
+ * synchronisation per MoE layer). */
+static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
+    const int64_t H = e->H, I = e->I, T = PDB_CUDA_MOE_TILE, np = e->ntpad;
+    k_moe_ptrs<<<(unsigned)((np + 127) / 128), 128, 0, e->s>>>(e->tile_e, e->ntmax, np, (const char *)e->xe, (const char *)D->w1,
+                                                              (const char *)D->w3, (const char *)D->w2, e->g, e->u, e->ye, I, H,
+                                                              (int64_t)e->esz, e->ptrs);
+    PDB_CU_LAUNCH("expert pointers");
+    PDB_CU(cudaMemcpyAsync(e->h_tiles, e->tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyDeviceToHost, e->s));
+    PDB_CU(cudaStreamSynchronize(e->s));
+    int64_t used = 0;
+    while (used < nt && e->h_tiles[used] >= 0) used++;
+    const void *const *P = e->ptrs;
+    for (int64_t g0 = 0; g0 < used; g0 += MOE_GROUP) {
+        PDB_TRY(pdb_cuda_gemm_ptrs(&e->blas, e->dt, T, I, H, P + g0, H, P + np + g0, H, (float *const *)(P + 3 * np + g0), I, MOE_GROUP));
+        PDB_TRY(pdb_cuda_gemm_ptrs(&e->blas, e->dt, T, I, H, P + g0, H, P + 2 * np + g0, H, (float *const *)(P + 4 * np + g0), I, MOE_GROUP));
+    }
+    PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, used * T * I, (float)e->cfg.swiglu_limit, e->dt, e->xe));
+    for (int64_t g0 = 0; g0 < used; g0 += MOE_GROUP)
+        PDB_TRY(pdb_cuda_gemm_ptrs(&e->blas, e->dt, T, H, I, P + 5 * np + g0, I, P + 6 * np + g0, I, (float *const *)(P + 7 * np + g0), H,
+                                   MOE_GROUP));
+    return PDB_OK;
+}
+
 /* The MoE sub-block: x [n, H] -> out [n, H]. */
 static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     const int64_t H = e->H, I = e->I, E = e->E, Kx = e->Kx;
@@ -774,7 +824,10 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     PDB_TRY(pdb_cuda_moe_layout(e->s, e->idx, n, Kx, E, e->lay, e->row_src, e->slot_row, e->tile_e));
     PDB_TRY(mark(e, ST_ROUTER));
     const int64_t nt = pdb_cuda_moe_max_tiles(n * Kx, E), R = nt * PDB_CUDA_MOE_TILE, T = PDB_CUDA_MOE_TILE;
-    if (e->dt == PDB_CUDA_DT_BF16) {
+    if (e->dt == PDB_CUDA_DT_BF16 && !e->moe_kernel) {
+        PDB_TRY(pdb_cuda_moe_gather_bf16(e->s, e->x, e->row_src, R, H, e->xe));
+        PDB_TRY(experts_cublas(e, D, nt));
+    } else if (e->dt == PDB_CUDA_DT_BF16) {
         PDB_TRY(pdb_cuda_moe_gather_bf16(e->s, e->x, e->row_src, R, H, e->xe));
         PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w1, e->g, e->tile_e, nt, I, H));
         PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w3, e->u, e->tile_e, nt, I, H));
@@ -821,12 +874,11 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     return mark(e, ST_SHARED);
 }
 
-/* A hyper-connection pre-site over the pass: the mixing products of every token as one f32 GEMM
- * (rawmix = hs . fn^T, M-invariant tiles), then the per-token rest (pdb_cuda_v4_hc_pre_mixed). */
+/* A hyper-connection pre-site over the pass: the mixing products (rawmix = hs . fn^T), then the
+ * per-token rest (pdb_cuda_v4_hc_pre_mixed). */
 static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const float *fn, const float *base, const float *scale,
                          const float *norm) {
-    const int64_t nm = (2 + e->hc) * e->hc, N = e->hc * e->H;
-    PDB_TRY(pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, nm, N, 1.0f, e->hs, N, 0, fn, N, 0, 0.0f, e->rawmix, nm, 0, 1));
+    PDB_TRY(pdb_cuda_v4_hc_mix(e->s, hcc, e->hs, n, fn, e->rawmix));
     return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x, e->post, e->comb);
 }
 

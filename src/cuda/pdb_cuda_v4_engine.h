@@ -25,6 +25,8 @@ typedef struct pdb_cuda_v4_engine_opts {
     int64_t sub_chunk;   /* largest pass in tokens (scratch bound); 0 = 8192 */
     int64_t gemm_rows;   /* M-invariant GEMM tile rows; 0 = PDB_CUDA_GEMM_ROWS_DEFAULT, -1 = one call per product */
     int profile;         /* CUDA events around every stage (pdb_cuda_v4_engine_profile_take) */
+    int moe_kernel;      /* bf16 routed experts on the own grouped kernel (pdb_cuda_moe_gemm) instead of cuBLAS
+                            row-tile products (the default), for comparison */
 } pdb_cuda_v4_engine_opts;
 
 typedef struct pdb_cuda_v4_engine pdb_cuda_v4_engine;

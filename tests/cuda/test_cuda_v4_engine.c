@@ -6,7 +6,8 @@
  * to f32 rounding (relative to each tensor's largest value); (2) the f32 engine run in passes of 37
  * tokens and calls of 100, 1, 63 and the rest gives every hook input and the logits bit for bit as
  * one shot (chunked = one shot); (3) the engine seeded on the device (create_seeded) is the engine
- * loaded from make-model's file of the same seed, bit for bit (f32 and bf16); (4) the bf16 engine is
+ * loaded from make-model's file of the same seed, bit for bit (f32 and bf16), and the bf16 engine chunked
+ * as in (2) is its one shot bit for bit; (4) the bf16 engine is
  * the CPU's to bf16 accuracy (in norm: a top-k pick may differ where two index scores are within
  * bf16 error). */
 #include <setjmp.h>
@@ -191,6 +192,22 @@ static void test_engine(void **st) {
             printf("cuda-metric v4 engine bf16 logits: rel err %.3g\n", rb);
             assert_true(wb < 0.05);
             assert_true(rb < 0.05);
+        }
+        if (!prec) { /* bf16 chunked = one shot too (cuBLAS expert tiles in fixed-size groups, attention per token) */
+            pdb_cuda_v4_engine_opts oc = {.prec = PDB_CUDA_PREC_BF16, .sub_chunk = 37};
+            pdb_cuda_v4_engine *ec = NULL;
+            PDB_TEST_OK(pdb_cuda_v4_engine_create(m, 0, &oc, &ec));
+            capture cc2 = cap_new(cfg);
+            float *lc = malloc(sizeof(float) * (size_t)V);
+            run_engine(ec, ids, calls, &cc2, lc);
+            int64_t eqc = 0;
+            for (int64_t i = 0; i < NX; i++) eqc += cc2.x[i] == cf.x[i];
+            printf("cuda-metric v4 engine bf16 chunked (passes of 37; calls 100, 1, 63, rest) vs one shot: %lld/%lld hook values "
+                   "identical, logits %s\n", (long long)eqc, (long long)NX, memcmp(lc, lf, sizeof(float) * (size_t)V) ? "differ" : "identical");
+            assert_int_equal(eqc, NX);
+            assert_memory_equal(lc, lf, sizeof(float) * (size_t)V);
+            free(cc2.x), free(lc);
+            pdb_cuda_v4_engine_free(ec);
         }
         free(cf.x), free(cs.x), free(lf), free(ls);
         pdb_cuda_v4_engine_free(ef);
