@@ -38,7 +38,7 @@ extern "C" {
 
 /* ======================================== state ======================================== */
 
-enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */ };
+enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */, HC_MIX_ROWS = 1024 };
 /* the indexer's dot products per sub-block of tokens: at most this many bytes of f32 */
 static const size_t IDX_DOTS_BYTES = (size_t)1 << 30;
 
@@ -874,11 +874,16 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     return mark(e, ST_SHARED);
 }
 
-/* A hyper-connection pre-site over the pass: the mixing products (rawmix = hs . fn^T), then the
- * per-token rest (pdb_cuda_v4_hc_pre_mixed). */
+/* A hyper-connection pre-site over the pass: the mixing products as one f32 GEMM (rawmix = hs .
+ * fn^T: N = (2+hc)*hc is small and K = hc*H long, so it runs in M-invariant tiles of HC_MIX_ROWS,
+ * fewer and larger than the other products' tiles), then the per-token rest. */
 static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const float *fn, const float *base, const float *scale,
                          const float *norm) {
-    PDB_TRY(pdb_cuda_v4_hc_mix(e->s, hcc, e->hs, n, fn, e->rawmix));
+    const int64_t nm = (2 + e->hc) * e->hc, N = e->hc * e->H, tile = e->blas.tile_rows;
+    if (tile > 0) e->blas.tile_rows = HC_MIX_ROWS;
+    pdb_status s = pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, nm, N, 1.0f, e->hs, N, 0, fn, N, 0, 0.0f, e->rawmix, nm, 0, 1);
+    e->blas.tile_rows = tile;
+    PDB_TRY(s);
     return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x, e->post, e->comb);
 }
 

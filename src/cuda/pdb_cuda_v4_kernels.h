@@ -43,12 +43,9 @@ typedef struct pdb_cuda_v4_hc {
 pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *fn,
                               const float *base, const float *scale, const float *norm, float *x, float *post,
                               float *comb);
-/* The same site in two launches: hc_mix, rawmix [n, (2+hc)*hc] = hs_t . fn[j] (unnormalised, f32 sums,
- * a few tokens per block so that fn is read once per block); hc_pre_mixed, mixes[j] = r_t * rawmix[t, j]
- * with r_t the unweighted norm's factor and the rest as hc_pre. The same values as hc_pre to f32
- * rounding, not its bits; a token's values depend on its row alone. */
-pdb_status pdb_cuda_v4_hc_mix(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *fn,
-                              float *rawmix);
+/* The same site given rawmix [n, (2+hc)*hc] = hs_t . fn[j] (unnormalised: the engine's f32 GEMM over the
+ * pass), mixes[j] = r_t * rawmix[t, j] with r_t the unweighted norm's factor, the rest as hc_pre: its
+ * values to f32 rounding, not its bits. */
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n,
                                     const float *rawmix, const float *base, const float *scale, const float *norm,
                                     float *x, float *post, float *comb);

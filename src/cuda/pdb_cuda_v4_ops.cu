@@ -168,55 +168,6 @@ __global__ void __launch_bounds__(HC_NT)
     for (int64_t d = tid; d < H; d += HC_NT) xo[d] = __fmul_rn(norm[d], __fmul_rn(xo[d], r2)); /* own d's only */
 }
 
-/* rawmix [n, nm] = hs_t . fn[j]: MX_TQ tokens per block (each fn element read once per block), a
- * thread summing its k's (k = tid, tid + MX_NT, ...) for MX_MJ rows at a time in f32, then a fixed
- * reduction (warp butterfly, warps in order): a token's values depend on its row alone. */
-constexpr int MX_NT = 256, MX_TQ = 4, MX_MJ = 24;
-
-__global__ void __launch_bounds__(MX_NT)
-    k_hc_mix(const float *hs, int64_t n, int64_t N, const float *fn, int nm, float *rawmix) {
-    __shared__ float red[MX_NT / 32][MX_TQ * MX_MJ];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t t0 = (int64_t)blockIdx.x * MX_TQ;
-    const int tq = n - t0 < MX_TQ ? (int)(n - t0) : MX_TQ;
-    for (int j0 = 0; j0 < nm; j0 += MX_MJ) {
-        const int mj = nm - j0 < MX_MJ ? nm - j0 : MX_MJ;
-        float acc[MX_TQ][MX_MJ];
-#pragma unroll
-        for (int q = 0; q < MX_TQ; q++)
-#pragma unroll
-            for (int j = 0; j < MX_MJ; j++) acc[q][j] = 0.0f;
-        for (int64_t k = tid; k < N; k += MX_NT) {
-            float h[MX_TQ];
-#pragma unroll
-            for (int q = 0; q < MX_TQ; q++) h[q] = q < tq ? hs[(t0 + q) * N + k] : 0.0f;
-#pragma unroll
-            for (int j = 0; j < MX_MJ; j++) {
-                if (j >= mj) break;
-                const float f = fn[(int64_t)(j0 + j) * N + k];
-#pragma unroll
-                for (int q = 0; q < MX_TQ; q++) acc[q][j] = __fmaf_rn(f, h[q], acc[q][j]);
-            }
-        }
-#pragma unroll
-        for (int q = 0; q < MX_TQ; q++)
-#pragma unroll
-            for (int j = 0; j < MX_MJ; j++) {
-#pragma unroll
-                for (int o = 16; o; o >>= 1) acc[q][j] += __shfl_xor_sync(FULL, acc[q][j], o);
-                if (lane == 0) red[warp][q * MX_MJ + j] = acc[q][j];
-            }
-        __syncthreads();
-        if (tid < MX_TQ * MX_MJ) {
-            const int q = tid / MX_MJ, j = tid % MX_MJ;
-            float v = 0.0f;
-            for (int w = 0; w < MX_NT / 32; w++) v += red[w][tid];
-            if (q < tq && j < mj) rawmix[(t0 + q) * nm + j0 + j] = v;
-        }
-        __syncthreads();
-    }
-}
-
 /* hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * old[j] (double). */
 __global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const float *post, const float *comb) {
     const int64_t t = blockIdx.x, d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
@@ -586,15 +537,6 @@ pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const flo
     k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, fn, NULL, (2 + hc) * hc, base,
                                             scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre");
-    return PDB_OK;
-}
-
-pdb_status pdb_cuda_v4_hc_mix(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *fn,
-                              float *rawmix) {
-    PDB_TRY(hc_check(c, "v4 hc_mix"));
-    if (n <= 0) return PDB_OK;
-    k_hc_mix<<<grid1(n, MX_TQ), MX_NT, 0, s>>>(hs, n, c->hc * c->H, fn, (int)((2 + c->hc) * c->hc), rawmix);
-    PDB_CU_LAUNCH("v4 hc_mix");
     return PDB_OK;
 }
 
