@@ -8,11 +8,12 @@
  * bytes in shared memory), computes S = Q K^T with mma.sync m16n8k16 (f32 accumulation, k steps in
  * ascending d), then v = wt[h] * relu(S) (f32, __fmul_rn) and the sum over the heads of each token
  * in a FIXED tree that depends only on h (never on n, pos0 or the token's slot in the block):
- *   nihp >= 16 ("wide"): per lane, rows g and g + 8 of an m-tile are added (row g first), then (two
- *     m-tiles of the same token) m-tile 0 + m-tile 1; then a transposed xor tree over the lane bits
- *     of g (masks 4, 8, 16: h bits 0, 1, 2); then, when a token spans several warps, the warps'
- *     partials in warp order through shared memory (((w0 + w1) + w2) + ...).
- *   nihp < 16 ("small"): every v goes to shared memory and one thread per (token, key) sums
+ *   nihp >= rows per warp (16 MT; "wide"): per lane, rows g and g + 8 of an m-tile are added (row g
+ *     first), then (MT 2) m-tile 0 + m-tile 1; then a transposed xor tree over the lane bits
+ *     of g (masks 4, 8, 16: h bits 0, 1, 2; each level keeps half the values, so a lane ends with
+ *     one key's sum); then, when a token spans several warps, the warps' partials in warp order
+ *     through shared memory (((w0 + w1) + w2) + ...), once per key tile.
+ *   nihp < 16 MT ("small"): every v goes to shared memory and one thread per (token, key) sums
  *     h = 0 .. nih - 1 in order.
  * score = sscale * sum (f32), stored for keys w < nv_t of tokens with nv_t > K only.
  * A block is (token group blockIdx.x, key chunk blockIdx.y): chunk y takes key tiles y * CH ..
@@ -36,14 +37,15 @@ constexpr unsigned IX_FULL = 0xffffffffu;
 __host__ __device__ constexpr int ix_bm(int mt) { return IX_WARPS * 16 * mt; }
 
 /* Shared memory of a launch: 2 key tiles [64][ihd + 8] bf16, then the reduction buffer (small:
- * [BM][33] floats per half tile; wide: [8 warps][32] floats). */
+ * [BM][33] floats per half tile; wide: [8 warps][64] floats, a warp's partial of each key). */
 size_t ix_smem(int64_t ihd, int mt, bool small) {
     const size_t keys = 2 * (size_t)IX_BN * (size_t)(ihd + 8) * sizeof(__nv_bfloat16);
-    const size_t red = small ? (size_t)ix_bm(mt) * 33 * sizeof(float) : (size_t)IX_WARPS * 32 * sizeof(float);
+    const size_t red = small ? (size_t)ix_bm(mt) * 33 * sizeof(float) : (size_t)IX_WARPS * IX_BN * sizeof(float);
     return keys + red;
 }
 
-/* KSM: most k steps (ihd / 16 <= KSM); MT: m-tiles per warp; SMALL: nihp < 16. */
+/* KSM: most k steps (ihd / 16 <= KSM); MT: m-tiles per warp; SMALL: nihp < 16 MT (a warp's rows hold
+ * several tokens). */
 template <int KSM, int MT, bool SMALL>
 __global__ void __launch_bounds__(IX_NT, 2)
     k_v4_index_tc(const float *__restrict__ q, const float *__restrict__ wt, const __nv_bfloat16 *__restrict__ keys,
@@ -171,77 +173,61 @@ __global__ void __launch_bounds__(IX_NT, 2)
                 }
                 __syncthreads();
             } else {
-                /* per lane: rows g + g + 8, then the token's m-tiles; x[mt'][idx], idx = j * 2 + column bit */
-                constexpr int NX = 2; /* at most 2 tokens per warp (nihp 16, MT 2) */
-                float x[NX][8];
-                const bool two = MT == 2 && nihp == 16; /* each m-tile its own token */
+                /* per lane: rows g + g + 8 of each m-tile, then m-tile 0 + m-tile 1 (the warp's rows are
+                 * one token's heads: nihp >= RW); x[idx], idx = j * 2 + column bit */
+                float x[8];
 #pragma unroll
                 for (int j = 0; j < 4; j++)
 #pragma unroll
                     for (int cb = 0; cb < 2; cb++) {
-                        const float s0 = __fadd_rn(acc[0][j][cb], acc[0][j][2 + cb]);
-                        if (MT == 2) {
-                            const float s1 = __fadd_rn(acc[MT - 1][j][cb], acc[MT - 1][j][2 + cb]);
-                            x[0][j * 2 + cb] = two ? s0 : __fadd_rn(s0, s1);
-                            x[1][j * 2 + cb] = s1;
-                        } else {
-                            x[0][j * 2 + cb] = s0;
-                            x[1][j * 2 + cb] = 0.0f;
-                        }
+                        float s0 = __fadd_rn(acc[0][j][cb], acc[0][j][2 + cb]);
+                        if (MT == 2) s0 = __fadd_rn(s0, __fadd_rn(acc[MT - 1][j][cb], acc[MT - 1][j][2 + cb]));
+                        x[j * 2 + cb] = s0;
                     }
-                /* transposed xor tree over g: level L halves the values; bit set keeps the upper half */
+                /* transposed xor tree over g: each level halves the values; a set bit keeps the upper half */
                 const int b0 = (lane >> 2) & 1, b1 = (lane >> 3) & 1, b2 = (lane >> 4) & 1;
-                float y[NX];
+                float x4[4], x2[2], y;
 #pragma unroll
-                for (int u = 0; u < NX; u++) {
-                    if (u == 1 && !two) { y[1] = 0.0f; continue; }
-                    float x4[4], x2[2];
+                for (int i = 0; i < 4; i++) {
+                    const float send = b0 ? x[i] : x[4 + i], keep = b0 ? x[4 + i] : x[i];
+                    x4[i] = __fadd_rn(keep, __shfl_xor_sync(IX_FULL, send, 4));
+                }
 #pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        const float send = b0 ? x[u][i] : x[u][4 + i], keep = b0 ? x[u][4 + i] : x[u][i];
-                        x4[i] = __fadd_rn(keep, __shfl_xor_sync(IX_FULL, send, 4));
-                    }
-#pragma unroll
-                    for (int i = 0; i < 2; i++) {
-                        const float send = b1 ? x4[i] : x4[2 + i], keep = b1 ? x4[2 + i] : x4[i];
-                        x2[i] = __fadd_rn(keep, __shfl_xor_sync(IX_FULL, send, 8));
-                    }
-                    {
-                        const float send = b2 ? x2[0] : x2[1], keep = b2 ? x2[1] : x2[0];
-                        y[u] = __fadd_rn(keep, __shfl_xor_sync(IX_FULL, send, 16));
-                    }
+                for (int i = 0; i < 2; i++) {
+                    const float send = b1 ? x4[i] : x4[2 + i], keep = b1 ? x4[2 + i] : x4[i];
+                    x2[i] = __fadd_rn(keep, __shfl_xor_sync(IX_FULL, send, 8));
+                }
+                {
+                    const float send = b2 ? x2[0] : x2[1], keep = b2 ? x2[1] : x2[0];
+                    y = __fadd_rn(keep, __shfl_xor_sync(IX_FULL, send, 16));
                 }
                 /* this lane's column: idx = b0 * 4 + b1 * 2 + b2 = j * 2 + cb */
                 const int idx = b0 * 4 + b1 * 2 + b2;
                 const int col = (idx >> 1) * 8 + 2 * c + (idx & 1);
-                const int64_t w = wbase + col;
-                if (nihp <= RW) {
-                    /* the warp holds whole tokens: slot of m-tile u */
-#pragma unroll
-                    for (int u = 0; u < NX; u++) {
-                        if (u == 1 && !two) continue;
-                        const int64_t t = t0 + (warp * RW + u * 16) / nihp, nv = (pos0 + t + 1) / r;
-                        if (t < n && nv > K && w < nv) score[t * lds + w] = __fmul_rn(sscale, y[u]);
-                    }
+                if (nihp == RW) {
+                    /* the warp is one token */
+                    const int64_t t = t0 + warp, w = wbase + col, nv = (pos0 + t + 1) / r;
+                    if (t < n && nv > K && w < nv) score[t * lds + w] = __fmul_rn(sscale, y);
                 } else {
-                    /* a token spans wpt warps: their partials summed in warp order */
-                    red[warp * 32 + col] = y[0];
-                    __syncthreads();
-                    const int wpt = nihp / RW;
-                    if (tid < tq * 32) {
-                        const int slot = tid >> 5, cl = tid & 31;
-                        const int64_t t = t0 + slot, ww = wbase + cl, nv = (pos0 + t + 1) / r;
-                        if (t < n && nv > K && ww < nv) {
-                            float s = red[slot * wpt * 32 + cl];
-                            for (int u = 1; u < wpt; u++) s = __fadd_rn(s, red[(slot * wpt + u) * 32 + cl]);
-                            score[t * lds + ww] = __fmul_rn(sscale, s);
-                        }
-                    }
-                    __syncthreads();
+                    red[warp * IX_BN + half * 32 + col] = y; /* the warp's partial, summed below */
                 }
             }
         }
-        __syncthreads(); /* the stage is reloaded next iteration */
+        if (!SMALL && nihp > RW) {
+            /* a token spans wpt warps: their partials [warp][64] summed in warp order */
+            __syncthreads();
+            const int wpt = nihp / RW;
+            for (int i = tid; i < tq * IX_BN; i += IX_NT) {
+                const int slot = i / IX_BN, cl = i % IX_BN;
+                const int64_t t = t0 + slot, w = it * IX_BN + cl, nv = (pos0 + t + 1) / r;
+                if (t < n && nv > K && w < nv) {
+                    float s = red[slot * wpt * IX_BN + cl];
+                    for (int u = 1; u < wpt; u++) s = __fadd_rn(s, red[(slot * wpt + u) * IX_BN + cl]);
+                    score[t * lds + w] = __fmul_rn(sscale, s);
+                }
+            }
+        }
+        __syncthreads(); /* the stage is reloaded (and red rewritten) next iteration */
     }
 }
 
@@ -258,8 +244,8 @@ bool ix_pick(int64_t nih, int64_t ihd, ix_cfg *c) {
     int p = 1;
     while (p < nih) p <<= 1;
     c->nihp = p;
-    c->small = p < 16;
     c->mt = ihd <= 128 ? 2 : 1;
+    c->small = p < 16 * c->mt;
     if (ihd <= 64) c->fn = c->small ? k_v4_index_tc<4, 2, true> : k_v4_index_tc<4, 2, false>;
     else if (ihd <= 128) c->fn = c->small ? k_v4_index_tc<8, 2, true> : k_v4_index_tc<8, 2, false>;
     else c->fn = c->small ? k_v4_index_tc<16, 1, true> : k_v4_index_tc<16, 1, false>;

@@ -93,10 +93,11 @@ pdb_status pdb_cuda_v4_index_reduce(cudaStream_t s, const float *dots, int64_t l
  * rows 0 .. (pos0 + n) / r - 1 readable): for tokens with nv_t > K only, score [t * lds + w] =
  * sscale * sum_h wt[t * nih + h] * relu(q_th . key_w) for w < nv_t (others untouched); the dot
  * on tensor cores (mma m16n8k16, f32 accumulation in ascending d), wt * relu in f32, the head sum
- * in f32 in a FIXED order that depends only on h (nih rounded up to a power of two nihp; nihp >= 16:
- * rows h, h + 8 of each 16-head group, then the group pairs, then an xor tree over h bits 0..2,
- * then groups of 32 heads in order; nihp < 16: h = 0 .. nih - 1 in order), never on n, pos0 or
- * the token's block: chunked = one shot bit for bit. Any nv (key tiles of 64 over grid.y).
+ * in f32 in a FIXED order that depends only on h (nih rounded up to a power of two nihp; G = 32 for
+ * ihd <= 128, else 16; nihp >= G: per group of G heads, heads h + h+8 of each 16, (G 32) the two 16s
+ * added, then an xor tree over h bits 0..2, then the groups in order; nihp < G: h = 0 .. nih - 1 in
+ * order), never on n, pos0 or the token's block: chunked = one shot bit for bit. Any nv (key tiles
+ * of 64 over grid.y).
  * PDB_UNSUPPORTED unless pdb_cuda_v4_index_scores_tc_fits(nih, ihd) (nih <= 128, ihd % 16 == 0,
  * 16 <= ihd <= 256). */
 int pdb_cuda_v4_index_scores_tc_fits(int64_t nih, int64_t ihd);
