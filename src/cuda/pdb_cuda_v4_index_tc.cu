@@ -70,6 +70,20 @@ __global__ void __launch_bounds__(IX_NT, 2)
     if (it0 >= it1) return;
     const int nks = ihd / 16;
 
+    const int cpr = ihd / 8; /* 16-byte chunks per key row */
+    auto load = [&](int64_t it, int stage) {
+        __nv_bfloat16 *dst = ks + (size_t)stage * IX_BN * ldk;
+        for (int i = tid; i < IX_BN * cpr; i += IX_NT) {
+            const int kr = i / cpr, cc = i - kr * cpr;
+            const int64_t gk = it * IX_BN + kr;
+            const bool v = gk < nvb;
+            cp16(dst + kr * ldk + cc * 8, keys + (v ? gk * ihd + cc * 8 : 0), v);
+        }
+    };
+
+    load(it0, 0); /* the first tile's copy overlaps the Q loads below */
+    cp_commit();
+
     /* this thread's rows: m-tile mt, half e (row g or g + 8) */
     uint32_t a[MT][KSM][4];
     float wr[MT][2];
@@ -99,19 +113,6 @@ __global__ void __launch_bounds__(IX_NT, 2)
         }
     }
 
-    const int cpr = ihd / 8; /* 16-byte chunks per key row */
-    auto load = [&](int64_t it, int stage) {
-        __nv_bfloat16 *dst = ks + (size_t)stage * IX_BN * ldk;
-        for (int i = tid; i < IX_BN * cpr; i += IX_NT) {
-            const int kr = i / cpr, cc = i - kr * cpr;
-            const int64_t gk = it * IX_BN + kr;
-            const bool v = gk < nvb;
-            cp16(dst + kr * ldk + cc * 8, keys + (v ? gk * ihd + cc * 8 : 0), v);
-        }
-    };
-
-    load(it0, 0);
-    cp_commit();
     for (int64_t it = it0; it < it1; it++) {
         const int stage = (int)((it - it0) & 1);
         if (it + 1 < it1) load(it + 1, stage ^ 1);
@@ -283,9 +284,10 @@ pdb_status pdb_cuda_v4_index_scores_tc(cudaStream_t s, const float *q, const flo
     const size_t smem = ix_smem(ihd, c.mt, c.small);
     if (smem > (size_t)optin)
         return pdb_err_set(PDB_UNSUPPORTED, "v4 index_scores_tc: %zu bytes of shared memory (device: %d)", smem, optin);
-    /* the key tiles split over grid.y so that the launch has about 8 blocks per SM */
+    /* the key tiles split over grid.y so that the launch has about 4 blocks per SM (2 are resident;
+     * each extra chunk reloads its group's Q) */
     const int64_t ntile = (nvmax + IX_BN - 1) / IX_BN;
-    int64_t ysplit = ((int64_t)sms * 8 + groups - 1) / groups;
+    int64_t ysplit = ((int64_t)sms * 4 + groups - 1) / groups;
     if (ysplit < 1) ysplit = 1;
     if (ysplit > ntile) ysplit = ntile;
     if (ysplit > 65535) ysplit = 65535;
