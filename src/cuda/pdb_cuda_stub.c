@@ -143,6 +143,14 @@ pdb_status pdb_cuda_v4_probe_index_reduce(const float *dots, int64_t ld, const f
     (void)lds;
     PDB_V4_PROBE_NONE;
 }
+pdb_status pdb_cuda_v4_probe_index_scores_tc(const float *q, const float *wt, const uint16_t *keys, int64_t n,
+                                             int64_t nih, int64_t ihd, int64_t pos0, int64_t r, int64_t K,
+                                             float sscale, float *score, int64_t lds, int reps, double *gpu_ms) {
+    (void)q, (void)wt, (void)keys, (void)n, (void)nih, (void)ihd, (void)pos0, (void)r, (void)K, (void)sscale;
+    (void)score, (void)lds, (void)reps;
+    if (gpu_ms) *gpu_ms = 0.0;
+    PDB_V4_PROBE_NONE;
+}
 pdb_status pdb_cuda_v4_probe_topk(const float *score, int64_t lds, int64_t n, int64_t pos0, int64_t r, int64_t K,
                                   int32_t *sel, int32_t *nsel) {
     (void)score, (void)lds, (void)n, (void)pos0, (void)r, (void)K, (void)sel, (void)nsel;
