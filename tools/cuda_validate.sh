@@ -15,7 +15,7 @@ CARRY=$ROOT/.cache/devcarry
 OUT=${OUT:-$ROOT/.cache/cuda-out}
 MODE=${1:-all}
 # the device-resident V4 engine's kernels and engine (src/cuda/pdb_cuda_v4_*)
-V4_TESTS="test_cuda_v4_ops test_cuda_v4_attn test_cuda_v4_engine"
+V4_TESTS="test_cuda_v4_ops test_cuda_v4_attn test_cuda_v4_index test_cuda_v4_engine"
 V4_BENCH="cuda_v4_bench"
 
 build() {

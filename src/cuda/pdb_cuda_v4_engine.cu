@@ -41,6 +41,8 @@ extern "C" {
 enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */, HC_MIX_ROWS = 1024 };
 /* the indexer's dot products per sub-block of tokens: at most this many bytes of f32 */
 static const size_t IDX_DOTS_BYTES = (size_t)1 << 30;
+/* the fused (tensor-core) indexer's score rows per sub-block: at most this many bytes */
+static const size_t IDX_SCORE_BYTES = (size_t)256 << 20;
 
 typedef struct v4_dlayer {
     int kind, hash, rope_c;      /* PDB_V4_ATTN_*, hash-routed MoE, uses the compress rope */
@@ -61,7 +63,7 @@ struct pdb_cuda_v4_engine {
     pdb_config cfg;
     pdb_cuda_dt dt;
     size_t esz;
-    int attn_tc, prof, moe_kernel;   /* moe_kernel: opts.moe_kernel */
+    int attn_tc, idx_tc, prof, moe_kernel; /* tensor-core attention / indexer scores; opts.moe_kernel */
     int device;
     cudaStream_t s, s_cap;
     int have_s, have_scap;
@@ -457,6 +459,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     if (c->n_shared_experts > 1)
         return pdb_err_set(PDB_UNSUPPORTED, "v4 engine: n_shared_experts %lld (one is supported)", (long long)c->n_shared_experts);
     e->attn_tc = e->dt == PDB_CUDA_DT_BF16 && pdb_cuda_v4_attention_tc_fits(e->hd);
+    e->idx_tc = e->dt == PDB_CUDA_DT_BF16 && e->nih > 0 && pdb_cuda_v4_index_scores_tc_fits(e->nih, e->ihd);
     PDB_TRY(pdb_cuda_use_device(device, "v4 engine"));
     PDB_CU(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking));
     e->have_s = 1;
@@ -579,11 +582,12 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
         int64_t nvmax = cap / 4 + 1;
         for (int64_t l = 0; l < e->L; l++)
             if (e->Ls[l].ID) nvmax = cap / e->Ls[l].rate + 1;
-        e->tb_max = (int64_t)(IDX_DOTS_BYTES / (f * (size_t)(e->nih * nvmax)));
+        /* sub-blocks of tokens: the dots buffer (GEMM path) or the score rows (fused path) within bounds */
+        e->tb_max = (int64_t)((e->idx_tc ? IDX_SCORE_BYTES / f : IDX_DOTS_BYTES / f / (size_t)e->nih) / (size_t)nvmax);
         e->tb_max = e->tb_max < 1 ? 1 : e->tb_max > S ? S : e->tb_max;
         PDB_TRY(dal(q, &e->iq, f * (size_t)(S * e->nih * e->ihd), "index queries"));
         PDB_TRY(dal(q, &e->iw, f * (size_t)(S * e->nih), "index weights"));
-        PDB_TRY(dal(q, &e->dots, f * (size_t)(e->tb_max * e->nih * nvmax), "index dots"));
+        if (!e->idx_tc) PDB_TRY(dal(q, &e->dots, f * (size_t)(e->tb_max * e->nih * nvmax), "index dots"));
         PDB_TRY(dal(q, &e->score, f * (size_t)(e->tb_max * nvmax), "index scores"));
         PDB_TRY(dal(q, &e->sel, sizeof(int32_t) * (size_t)(S * e->Ktop), "index picks"));
         PDB_TRY(dal(q, &e->nsel, sizeof(int32_t) * (size_t)S, "index pick counts"));
@@ -673,30 +677,37 @@ static pdb_cuda_v4_hc hc_of(const eng *e) {
     return h;
 }
 
-/* The lightning indexer of a CSA layer over the pass: iq roped, dots by GEMM per sub-block of
- * tokens, then reduce and top-k into sel / nsel. The GEMM always spans the sequence's whole key
- * capacity (nvc = cap / rate + 1 columns; those past a token's visible keys are never read) so
- * that its shape, and hence cuBLAS's kernel and every dot's bits, is the same whatever pass the
- * token is in (chunked = one shot), at the price of the dots of keys not yet visible. */
+/* The lightning indexer of a CSA layer over the pass: iq roped, then per sub-block of tokens the
+ * score rows and the top-k into sel / nsel. Scores: bf16, the fused tensor-core kernel over each
+ * token's visible keys (pdb_cuda_v4_index_scores_tc); f32, a cuBLAS GEMM of dots then
+ * index_reduce, the GEMM spanning the sequence's whole key capacity (nvc = cap / rate + 1
+ * columns; those past a token's visible keys are never read) so that its shape, and hence
+ * cuBLAS's kernel and every dot's bits, is the same whatever pass the token is in (chunked = one
+ * shot). */
 static pdb_status indexer(eng *e, const v4_dlayer *D, const float *cs, int64_t p0, int64_t n) {
-    int64_t nih = e->nih, ihd = e->ihd, r = D->rate, K = e->Ktop, nvc = e->cap / r + 1;
+    int64_t nih = e->nih, ihd = e->ihd, r = D->rate, K = e->Ktop, nvc = e->cap / r + 1, nv_all = (p0 + n) / r;
     PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb + e->nh * e->hd, D->NB, e->iq, nih * ihd, n, nih, ihd, e->rd, 0, NULL, cs,
                                         p0, 1, e->cfg.rms_norm_eps));
     PDB_CU(cudaMemcpy2DAsync(e->iw, sizeof(float) * (size_t)nih, e->xa + e->F * D->NA + (D->NA - nih), sizeof(float) * (size_t)D->NA,
                              sizeof(float) * (size_t)nih, (size_t)n, cudaMemcpyDeviceToDevice, e->s));
     const void *keys = D->ikeys;
-    if ((p0 + n) / r > K && e->dt == PDB_CUDA_DT_BF16) {
-        PDB_TRY(pdb_cuda_convert(e->s, D->ikeys, nvc * ihd, e->dt, e->ikb));
+    if (nv_all > K && e->dt == PDB_CUDA_DT_BF16) {
+        PDB_TRY(pdb_cuda_convert(e->s, D->ikeys, (e->idx_tc ? nv_all : nvc) * ihd, e->dt, e->ikb));
         keys = e->ikb;
     }
     float sscale = (float)(1.0 / sqrt((double)ihd) / sqrt((double)nih));
     for (int64_t t0 = 0; t0 < n; t0 += e->tb_max) {
         int64_t tn = n - t0 < e->tb_max ? n - t0 : e->tb_max;
         if ((p0 + t0 + tn) / r > K) {
-            const void *A;
-            PDB_TRY(as_dt(e, e->iq + t0 * nih * ihd, tn * nih * ihd, &A));
-            PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, tn * nih, nvc, ihd, 1.0f, A, ihd, 0, keys, ihd, 0, 0.0f, e->dots, nvc, 0, 1));
-            PDB_TRY(pdb_cuda_v4_index_reduce(e->s, e->dots, nvc, e->iw + t0 * nih, tn, nih, p0 + t0, r, K, sscale, e->score, nvc));
+            if (e->idx_tc)
+                PDB_TRY(pdb_cuda_v4_index_scores_tc(e->s, e->iq + t0 * nih * ihd, e->iw + t0 * nih, keys, tn, nih, ihd, p0 + t0, r, K,
+                                                    sscale, e->score, nvc));
+            else {
+                const void *A;
+                PDB_TRY(as_dt(e, e->iq + t0 * nih * ihd, tn * nih * ihd, &A));
+                PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, tn * nih, nvc, ihd, 1.0f, A, ihd, 0, keys, ihd, 0, 0.0f, e->dots, nvc, 0, 1));
+                PDB_TRY(pdb_cuda_v4_index_reduce(e->s, e->dots, nvc, e->iw + t0 * nih, tn, nih, p0 + t0, r, K, sscale, e->score, nvc));
+            }
         }
         PDB_TRY(pdb_cuda_v4_topk(e->s, e->score, nvc, tn, p0 + t0, r, K, e->sel + t0 * K, e->nsel + t0));
     }
