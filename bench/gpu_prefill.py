@@ -3,9 +3,10 @@
 
   gpu_prefill.py ceiling                      bf16 dense GEMM TFLOP/s on this GPU (torch.matmul,
                                               8192^3, median of 20 after warm-up)
-  gpu_prefill.py peer MODEL_DIR T [T ...]     transformers (AutoModelForCausalLM, bf16, sdpa)
-                                              prefill tok/s of one prompt of T random tokens
-                                              (logits of the last position only)
+  gpu_prefill.py peer MODEL_DIR T [T ...]     transformers (AutoModelForCausalLM, bf16, sdpa; eager
+                                              where the architecture has no sdpa path, as
+                                              deepseek_v4) prefill tok/s of one prompt of T random
+                                              tokens (logits of the last position only)
   gpu_prefill.py attn T [T ...]               torch SDPA causal attention alone on V2-Lite's head
                                               shapes (16 heads, q/k 192, v 128, bf16; the backend
                                               torch picks), TFLOP/s counted as cuda_attn_bench does
@@ -69,9 +70,16 @@ def peer(model_dir, Ts):
     import transformers
     from transformers import AutoModelForCausalLM
     t0 = time.time()
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa").cuda()
+    impl = "sdpa"
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation=impl)
+    except ValueError as e:  # deepseek_v4 in transformers 5.17 has no sdpa path: its eager attention
+        print(f"gpu-peer sdpa unavailable ({str(e).splitlines()[0][:120]}): eager")
+        impl = "eager"
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation=impl)
+    model = model.cuda()
     model.eval()
-    print(f"gpu-peer transformers={transformers.__version__} torch={torch.__version__} loaded_s={time.time() - t0:.1f}")
+    print(f"gpu-peer transformers={transformers.__version__} torch={torch.__version__} attn={impl} loaded_s={time.time() - t0:.1f}")
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
