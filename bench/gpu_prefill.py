@@ -82,16 +82,25 @@ def peer(model_dir, Ts):
     print(f"gpu-peer transformers={transformers.__version__} torch={torch.__version__} attn={impl} loaded_s={time.time() - t0:.1f}")
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(1)
+    import contextlib
+    ac = contextlib.nullcontext
     with torch.no_grad():
         warm = torch.randint(0, V, (1, 1024), generator=g).cuda()
-        model(warm, use_cache=False, logits_to_keep=1)
+        try:
+            model(warm, use_cache=False, logits_to_keep=1)
+        except RuntimeError as e:  # deepseek_v4: f32 hidden states meet bf16 weights; autocast runs them in bf16
+            print(f"gpu-peer bf16 forward failed ({str(e).splitlines()[0][:100]}): under torch.autocast(bfloat16)")
+            ac = lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+            with ac():
+                model(warm, use_cache=False, logits_to_keep=1)
         torch.cuda.synchronize()
         for T in Ts:
             ids = torch.randint(0, V, (1, T), generator=g).cuda()
             try:
                 torch.cuda.synchronize()
                 s = time.time()
-                model(ids, use_cache=False, logits_to_keep=1)
+                with ac():
+                    model(ids, use_cache=False, logits_to_keep=1)
                 torch.cuda.synchronize()
                 dt = time.time() - s
                 print(f"gpu-peer T={T} time_s={dt:.3f} tok_s={T / dt:.0f}", flush=True)

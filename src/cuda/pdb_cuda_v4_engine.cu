@@ -38,7 +38,7 @@ extern "C" {
 
 /* ======================================== state ======================================== */
 
-enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */, HC_SPLIT = 16 /* K slices of the hc mixes */ };
+enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */, HC_MIX_ROWS = 1024 };
 /* the indexer's dot products per sub-block of tokens: at most this many bytes of f32 */
 static const size_t IDX_DOTS_BYTES = (size_t)1 << 30;
 /* the fused (tensor-core) indexer's score rows per sub-block: at most this many bytes */
@@ -85,7 +85,7 @@ struct pdb_cuda_v4_engine {
     void *cvt, *xe, *ikb;
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
     int64_t *lrow;
-    int64_t Rmax, ntmax, ntpad, tb_max, cvt_n, hcsplit; /* hcsplit: K slices of the hc mixes (HC_SPLIT or fewer) */
+    int64_t Rmax, ntmax, ntpad, tb_max, cvt_n;
     const void **ptrs;           /* [8, ntpad] the grouped experts' operands (k_moe_ptrs) */
     /* host */
     float *h_x[HOOK_SLOTS];
@@ -492,7 +492,6 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
         if (D->NB > e->NBmax) e->NBmax = D->NB;
     }
     e->F = 2 * e->rmax;
-    for (e->hcsplit = HC_SPLIT; e->hcsplit > 1 && (e->hc * e->H) % e->hcsplit; e->hcsplit /= 2) {}
     PDB_CU(cudaStreamSynchronize(e->s));
     return PDB_OK;
 }
@@ -570,7 +569,7 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
     PDB_TRY(dal(q, &e->x, f * (size_t)(S * H), "x"));
     PDB_TRY(dal(q, &e->post, f * (size_t)(S * e->hc), "post"));
     PDB_TRY(dal(q, &e->comb, f * (size_t)(S * e->hc * e->hc), "comb"));
-    PDB_TRY(dal(q, &e->rawmix, f * (size_t)(S * e->hcsplit * (2 + e->hc) * e->hc), "hc mixes"));
+    PDB_TRY(dal(q, &e->rawmix, f * (size_t)(S * (2 + e->hc) * e->hc), "hc mixes"));
     PDB_TRY(dal(q, &e->xa, f * (size_t)((e->F + S) * e->NAmax), "fused products"));
     PDB_TRY(dal(q, &e->qn, f * (size_t)(S * e->qlr), "q latent"));
     PDB_TRY(dal(q, &e->qb, f * (size_t)(S * e->NBmax), "q products"));
@@ -886,16 +885,17 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     return mark(e, ST_SHARED);
 }
 
-/* A hyper-connection pre-site over the pass: the mixing products as a split-K f32 GEMM (N =
- * (2+hc)*hc is small and K = hc*H long: as one product cuBLAS runs a handful of blocks, each over all
- * of K), HC_SPLIT slices of K as the batches of one strided product (M-invariant tiles) into
- * rawmix [n, HC_SPLIT, nm], summed in slice order by the per-token rest (hc_pre_mixed). */
+/* A hyper-connection pre-site over the pass: the mixing products as one f32 GEMM (rawmix = hs .
+ * fn^T: N = (2+hc)*hc is small and K = hc*H long, so it runs in M-invariant tiles of HC_MIX_ROWS,
+ * fewer and larger than the other products' tiles), then the per-token rest. */
 static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const float *fn, const float *base, const float *scale,
                          const float *norm) {
-    const int64_t nm = (2 + e->hc) * e->hc, N = e->hc * e->H, ks = N / e->hcsplit;
-    PDB_TRY(pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, nm, ks, 1.0f, e->hs, N, ks, fn, N, ks, 0.0f, e->rawmix,
-                          e->hcsplit * nm, nm, e->hcsplit));
-    return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, (int)e->hcsplit, base, scale, norm, e->x, e->post, e->comb);
+    const int64_t nm = (2 + e->hc) * e->hc, N = e->hc * e->H, tile = e->blas.tile_rows;
+    if (tile > 0) e->blas.tile_rows = HC_MIX_ROWS;
+    pdb_status s = pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, nm, N, 1.0f, e->hs, N, 0, fn, N, 0, 0.0f, e->rawmix, nm, 0, 1);
+    e->blas.tile_rows = tile;
+    PDB_TRY(s);
+    return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x, e->post, e->comb);
 }
 
 /* The host side of the hook: run it on every layer whose copy was queued but not yet handed

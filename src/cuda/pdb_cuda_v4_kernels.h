@@ -43,13 +43,12 @@ typedef struct pdb_cuda_v4_hc {
 pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *fn,
                               const float *base, const float *scale, const float *norm, float *x, float *post,
                               float *comb);
-/* The same site given rawmix [n, nsplit, (2+hc)*hc], nsplit partial dots hs_t . fn[j] over slices of the
- * hc*H inputs (unnormalised: the engine's split-K f32 GEMM over the pass), mixes[j] = r_t * (the
- * partials summed in slice order) with r_t the unweighted norm's factor, the rest as hc_pre: its
+/* The same site given rawmix [n, (2+hc)*hc] = hs_t . fn[j] (unnormalised: the engine's f32 GEMM over the
+ * pass), mixes[j] = r_t * rawmix[t, j] with r_t the unweighted norm's factor, the rest as hc_pre: its
  * values to f32 rounding, not its bits. */
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n,
-                                    const float *rawmix, int nsplit, const float *base, const float *scale,
-                                    const float *norm, float *x, float *post, float *comb);
+                                    const float *rawmix, const float *base, const float *scale, const float *norm,
+                                    float *x, float *post, float *comb);
 /* The post-site: hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * hs_old[t, j, d] (double, j in
  * order), in place (each column reads only its own old values). */
 pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const float *out, const float *post,

@@ -73,8 +73,8 @@ constexpr int HC_MJ = 8;    /* mixing rows per pass over the streams */
  * x row b. */
 __global__ void __launch_bounds__(HC_NT)
     k_hc_site(int hc, int64_t H, int iters, float hc_eps, double eps, const float *hs, const int64_t *rows,
-              const float *fn, const float *rawmix, int nsplit, int nm, const float *base, const float *scale,
-              const float *norm, float *x, float *post, float *comb, int head) {
+              const float *fn, const float *rawmix, int nm, const float *base, const float *scale, const float *norm,
+              float *x, float *post, float *comb, int head) {
     __shared__ double red[HC_NT / 32 * HC_MJ];
     __shared__ float mix[(2 + HC_MAX) * HC_MAX], pre[HC_MAX];
     const int64_t b = blockIdx.x, row = rows ? rows[b] : b, N = (int64_t)hc * H;
@@ -87,11 +87,7 @@ __global__ void __launch_bounds__(HC_NT)
     const float r = (float)(1.0 / sqrt(ss / (double)N + eps));
     /* mixes[j] = fn[j] . tmp in double, HC_MJ rows per pass (tmp recomputed identically each pass);
      * or, given rawmix = fn . h (the engine's GEMM), r * rawmix */
-    if (rawmix && tid < nm) { /* the split partials summed in split order */
-        float v = 0.0f;
-        for (int q = 0; q < nsplit; q++) v = __fadd_rn(v, rawmix[(b * nsplit + q) * nm + tid]);
-        mix[tid] = (float)((double)v * (double)r);
-    }
+    if (rawmix && tid < nm) mix[tid] = (float)((double)rawmix[b * nm + tid] * (double)r);
     for (int j0 = 0; !rawmix && j0 < nm; j0 += HC_MJ) {
         double acc[HC_MJ];
 #pragma unroll
@@ -538,20 +534,19 @@ pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const flo
     PDB_TRY(hc_check(c, "v4 hc_pre"));
     if (n <= 0) return PDB_OK;
     const int hc = (int)c->hc;
-    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, fn, NULL, 0, (2 + hc) * hc, base,
+    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, fn, NULL, (2 + hc) * hc, base,
                                             scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre");
     return PDB_OK;
 }
 
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *rawmix,
-                                    int nsplit, const float *base, const float *scale, const float *norm, float *x, float *post,
+                                    const float *base, const float *scale, const float *norm, float *x, float *post,
                                     float *comb) {
     PDB_TRY(hc_check(c, "v4 hc_pre"));
     if (n <= 0) return PDB_OK;
-    if (nsplit < 1) return pdb_err_set(PDB_INVALID, "v4 hc_pre: %d mixing partials", nsplit);
     const int hc = (int)c->hc;
-    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, nsplit, (2 + hc) * hc,
+    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
                                             base, scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre (mixed)");
     return PDB_OK;
@@ -571,7 +566,7 @@ pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const fl
                                const float *fn, const float *base, const float *scale, const float *norm, float *y) {
     PDB_TRY(hc_check(c, "v4 hc_head"));
     if (n <= 0) return PDB_OK;
-    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>((int)c->hc, c->H, 0, c->hc_eps, c->eps, hs, rows, fn, NULL, 0, (int)c->hc, base,
+    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>((int)c->hc, c->H, 0, c->hc_eps, c->eps, hs, rows, fn, NULL, (int)c->hc, base,
                                             scale, norm, y, NULL, NULL, 1);
     PDB_CU_LAUNCH("v4 hc_head");
     return PDB_OK;
