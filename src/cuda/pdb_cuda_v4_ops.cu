@@ -114,43 +114,69 @@ __global__ void __launch_bounds__(HC_NT)
         }
     }
     __syncthreads();
-    if (tid == 0) { /* pdb_v4.c hc_finish / hc_head: the weights */
+    if (tid == 0) /* pdb_v4.c hc_finish / hc_head: the weights */
         for (int k = 0; k < hc; k++) pre[k] = __fadd_rn(dev_sigmoid(__fadd_rn(__fmul_rn(mix[k], scale[0]), base[k])), hc_eps);
-        if (!head) {
-            float cb[HC_MAX * HC_MAX];
-            for (int k = 0; k < hc; k++)
-                post[b * hc + k] = __fmul_rn(2.0f, dev_sigmoid(__fadd_rn(__fmul_rn(mix[hc + k], scale[1]), base[hc + k])));
-            for (int i = 0; i < hc; i++) { /* rows: pdb_math_softmax, then + hc_eps */
-                float *rw = cb + i * hc, m = -INFINITY;
-                for (int j = 0; j < hc; j++) {
-                    rw[j] = __fadd_rn(__fmul_rn(mix[2 * hc + i * hc + j], scale[2]), base[2 * hc + i * hc + j]);
-                    m = rw[j] > m ? rw[j] : m;
-                }
-                double s = 0;
-                for (int j = 0; j < hc; j++) {
-                    rw[j] = dev_exp(__fsub_rn(rw[j], m));
-                    s += rw[j];
-                }
-                const float inv = (float)(1.0 / s);
-                for (int j = 0; j < hc; j++) rw[j] = __fadd_rn(__fmul_rn(rw[j], inv), hc_eps);
-            }
-            for (int it = 0; it < iters; it++) {
-                if (it > 0)
-                    for (int i = 0; i < hc; i++) {
-                        double s = 0;
-                        for (int j = 0; j < hc; j++) s += cb[i * hc + j];
-                        const float dn = __fadd_rn((float)s, hc_eps);
-                        for (int j = 0; j < hc; j++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
-                    }
-                for (int j = 0; j < hc; j++) {
-                    double s = 0;
-                    for (int i = 0; i < hc; i++) s += cb[i * hc + j];
-                    const float dn = __fadd_rn((float)s, hc_eps);
-                    for (int i = 0; i < hc; i++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
-                }
-            }
-            for (int i = 0; i < hc * hc; i++) comb[b * hc * hc + i] = cb[i];
+    if (!head && tid == 0)
+        for (int k = 0; k < hc; k++)
+            post[b * hc + k] = __fmul_rn(2.0f, dev_sigmoid(__fadd_rn(__fmul_rn(mix[hc + k], scale[1]), base[hc + k])));
+    if (!head && warp == 0 && hc * hc <= 32) {
+        /* comb on warp 0, lane i * hc + j holding element (i, j): every row / column sum is one lane's
+         * sequential double sum over shuffled values in j / i order, so the arithmetic is the serial
+         * form's below, operation for operation, without its local-memory chain */
+        const int i = lane / hc, j = lane % hc, live = lane < hc * hc;
+        float v = live ? __fadd_rn(__fmul_rn(mix[2 * hc + lane], scale[2]), base[2 * hc + lane]) : 0.0f;
+        float m = -INFINITY; /* row softmax (pdb_math_softmax), then + hc_eps */
+        for (int q = 0; q < hc; q++) {
+            const float u = __shfl_sync(FULL, v, (i * hc + q) & 31);
+            m = u > m ? u : m;
         }
+        v = live ? dev_exp(__fsub_rn(v, m)) : 0.0f;
+        double sr = 0;
+        for (int q = 0; q < hc; q++) sr += __shfl_sync(FULL, v, (i * hc + q) & 31);
+        v = __fadd_rn(__fmul_rn(v, (float)(1.0 / sr)), hc_eps);
+        for (int it = 0; it < iters; it++) {
+            if (it > 0) {
+                double s = 0;
+                for (int q = 0; q < hc; q++) s += __shfl_sync(FULL, v, (i * hc + q) & 31);
+                v = __fdiv_rn(v, __fadd_rn((float)s, hc_eps));
+            }
+            double s = 0;
+            for (int q = 0; q < hc; q++) s += __shfl_sync(FULL, v, (q * hc + j) & 31);
+            v = __fdiv_rn(v, __fadd_rn((float)s, hc_eps));
+        }
+        if (live) comb[b * hc * hc + lane] = v;
+    } else if (!head && tid == 0) {
+        float cb[HC_MAX * HC_MAX];
+        for (int i = 0; i < hc; i++) { /* rows: pdb_math_softmax, then + hc_eps */
+            float *rw = cb + i * hc, m = -INFINITY;
+            for (int j = 0; j < hc; j++) {
+                rw[j] = __fadd_rn(__fmul_rn(mix[2 * hc + i * hc + j], scale[2]), base[2 * hc + i * hc + j]);
+                m = rw[j] > m ? rw[j] : m;
+            }
+            double s = 0;
+            for (int j = 0; j < hc; j++) {
+                rw[j] = dev_exp(__fsub_rn(rw[j], m));
+                s += rw[j];
+            }
+            const float inv = (float)(1.0 / s);
+            for (int j = 0; j < hc; j++) rw[j] = __fadd_rn(__fmul_rn(rw[j], inv), hc_eps);
+        }
+        for (int it = 0; it < iters; it++) {
+            if (it > 0)
+                for (int i = 0; i < hc; i++) {
+                    double s = 0;
+                    for (int j = 0; j < hc; j++) s += cb[i * hc + j];
+                    const float dn = __fadd_rn((float)s, hc_eps);
+                    for (int j = 0; j < hc; j++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
+                }
+            for (int j = 0; j < hc; j++) {
+                double s = 0;
+                for (int i = 0; i < hc; i++) s += cb[i * hc + j];
+                const float dn = __fadd_rn((float)s, hc_eps);
+                for (int i = 0; i < hc; i++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
+            }
+        }
+        for (int i = 0; i < hc * hc; i++) comb[b * hc * hc + i] = cb[i];
     }
     __syncthreads();
     /* x = sum_k pre[k] h[k] (double), then RMSNorm(x) * norm (pdb_math_rmsnorm) */
