@@ -14,10 +14,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/.cache/gpu-out}/gpu_bridge
 SIZES=${1:-8192 32768}
 mkdir -p "$OUT"
-CARRY=$ROOT/.cache/devcarry
-if [ -f "$CARRY/devcarry.tar.xz" ]; then tar xJf "$CARRY/devcarry.tar.xz" -C /tmp && CARRY=/tmp/devcarry; fi
-cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$CARRY/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+source "$ROOT/scripts/pdb_carry.sh"
+pdb_carry_unpack "$ROOT/.cache/devcarry"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1 || true
 nproc > "$OUT/cpus.txt"
 PDB_BIN="$CARRY/bin/pdbridge" "$ROOT/bench/sweep_cold.sh" --sizes "$SIZES" --arch "${ARCH:-deepseek_v2}" --preset "${PRESET:-v2-lite}" \

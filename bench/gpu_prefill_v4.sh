@@ -13,10 +13,8 @@ OUT=${OUT:-$ROOT/.cache/gpu-out}
 TOKENS=${TOKENS:-8192 32768 131072}
 PEER_TOKENS=${PEER_TOKENS:-8192 32768}
 mkdir -p "$OUT"
-CARRY=$ROOT/.cache/devcarry
-if [ -f "$CARRY/devcarry.tar.xz" ]; then tar xJf "$CARRY/devcarry.tar.xz" -C /tmp && CARRY=/tmp/devcarry; fi
-cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$CARRY/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+source "$ROOT/scripts/pdb_carry.sh"
+pdb_carry_unpack "$ROOT/.cache/devcarry"
 B=$CARRY/bin
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > "$OUT/gpu.txt" 2>&1
 python3 "$ROOT/bench/gpu_prefill.py" ceiling 2>&1 | tee "$OUT/ceiling.log"

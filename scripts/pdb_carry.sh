@@ -19,3 +19,15 @@ pdb_carry_pack() {
   rm -rf "$carry" && mkdir -p "$carry" && mv "$carry.tar.xz" "$carry/"
   du -sh "$carry"
 }
+
+# On the GPU machine: CARRY_DIR's archive (when there) unpacked to /tmp/devcarry, CARRY set to where the
+# binaries are (CARRY/bin), and LD_LIBRARY_PATH to their libraries, the CUDA toolkit's and the pip
+# wheel's cuBLAS (the GPU image's torch ships it; there is no system one).
+#   pdb_carry_unpack CARRY_DIR
+pdb_carry_unpack() {
+  CARRY=$1
+  if [ -f "$CARRY/devcarry.tar.xz" ]; then tar xJf "$CARRY/devcarry.tar.xz" -C /tmp && CARRY=/tmp/devcarry; fi
+  local cublas_dir
+  cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH="$CARRY/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+}

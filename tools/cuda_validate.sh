@@ -28,10 +28,7 @@ build() {
 
 run() {
   mkdir -p "$OUT"
-  if [ -f "$CARRY/devcarry.tar.xz" ]; then tar xJf "$CARRY/devcarry.tar.xz" -C /tmp && CARRY=/tmp/devcarry; fi
-  local cublas_dir
-  cublas_dir=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
-  export LD_LIBRARY_PATH="$CARRY/lib:/usr/local/cuda/lib64:${cublas_dir}:${LD_LIBRARY_PATH:-}"
+  pdb_carry_unpack "$CARRY"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 | tee "$OUT/gpu.txt" || true
   set +e
   (cd "$ROOT" && "$CARRY/bin/test_cuda_prefill") 2>&1 | tee "$OUT/test_cuda_prefill.log"

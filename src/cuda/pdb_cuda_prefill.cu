@@ -41,7 +41,7 @@ typedef struct cu_layer {
     float *dec_norm;                                     /* f32 [kvl]: the decoder's kv_a_layernorm */
 } cu_layer;
 
-typedef struct cu_list { void **p; int n, cap; } cu_list;
+typedef pdb_cuda_dlist cu_list;
 
 typedef struct pdb_cuda_prefill {
     pdb_config cfg;
@@ -97,11 +97,8 @@ typedef struct pdb_cuda_prefill {
     int64_t bs, hooked;
     /* hook_chunk staging */
     float *cr_x, *cr_kva;
-    /* profile (opts.profile): events of the pass running, the stage each one ends, totals */
-    int prof, ev_n, ev_cap;
-    cudaEvent_t *ev;
-    int *ev_st;
-    double prof_ms[32];
+    int prof;                   /* opts.profile */
+    pdb_cuda_prof pf;           /* the stage profile: at most 16 marks per layer and a few around */
 } pdb_cuda_prefill;
 typedef pdb_cuda_prefill cu_prefill;
 
@@ -114,69 +111,21 @@ static const char *const stage_name[ST_N] = {"embed",  "norm",    "hook",   "qkv
                                              "attention", "o_proj", "router", "shared",   "layout"    ,
                                              "experts", "combine", "dense_mlp", "lm_head"};
 
-static pdb_status mark(cu_prefill *c, int st) {
-    if (!c->prof || c->ev_n >= c->ev_cap) return PDB_OK;
-    PDB_CU(cudaEventRecord(c->ev[c->ev_n], c->s));
-    c->ev_st[c->ev_n++] = st;
-    return PDB_OK;
-}
-
-/* After the pass's final synchronisation: each stage's time is its event minus the one before. */
-static pdb_status prof_collect(cu_prefill *c) {
-    for (int i = 1; i < c->ev_n; i++) {
-        float ms = 0;
-        PDB_CU(cudaEventElapsedTime(&ms, c->ev[i - 1], c->ev[i]));
-        c->prof_ms[c->ev_st[i]] += ms;
-    }
-    c->ev_n = 0;
-    return PDB_OK;
-}
+static pdb_status mark(cu_prefill *c, int st) { return pdb_cuda_prof_mark(&c->pf, c->s, st); }
 
 extern "C" void pdb_cuda_prefill_profile_take(cu_prefill *c, char *buf, size_t n) {
-    if (!buf || !n) return;
-    buf[0] = 0;
-    if (!c || !c->prof) return;
-    size_t o = 0;
-    double tot = 0;
-    for (int i = 0; i < ST_N; i++) tot += c->prof_ms[i];
-    for (int i = 0; i < ST_N && o < n; i++)
-        if (c->prof_ms[i] > 0) o += (size_t)snprintf(buf + o, n - o, "%s%s=%.1f", o ? " " : "", stage_name[i], c->prof_ms[i]);
-    if (o < n) snprintf(buf + o, n - o, " total_ms=%.1f", tot);
-    memset(c->prof_ms, 0, sizeof c->prof_ms);
+    if (buf && n) buf[0] = 0;
+    if (c) pdb_cuda_prof_take(&c->pf, buf, n);
 }
 /* MHA form: positions whose keys and values are expanded per cuBLAS call (f32 scratch of MHA_SPAN x nh x (nope + v));
  * every layer's expanded K and V are kept when that leaves MHA_KEEP_SPARE bytes of the GPU free */
 enum { MHA_SPAN = 8192 };
 static const size_t MHA_KEEP_SPARE = (size_t)4 << 30;
 
-static pdb_status list_add(cu_list *l, void *p) {
-    if (l->n == l->cap) {
-        int nc = l->cap ? l->cap * 2 : 256;
-        void **np = (void **)realloc(l->p, sizeof(void *) * (size_t)nc);
-        if (!np) { cudaFree(p); return pdb_err_set(PDB_NOMEM, "device allocation list"); }
-        l->p = np;
-        l->cap = nc;
-    }
-    l->p[l->n++] = p;
-    return PDB_OK;
-}
-
-static void list_free(cu_list *l) {
-    for (int i = 0; i < l->n; i++) cudaFree(l->p[i]);
-    free(l->p);
-    memset(l, 0, sizeof *l);
-}
+static void list_free(cu_list *l) { pdb_cuda_dlist_free(l); }
 
 template <typename T> static pdb_status dalloc(cu_list *l, T **p, size_t bytes) {
-    void *v = NULL;
-    if (bytes == 0) bytes = 16;
-    cudaError_t e = cudaMalloc(&v, bytes);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return pdb_err_set(PDB_CUDA, "cudaMalloc(%zu bytes): %s", bytes, cudaGetErrorString(e));
-    }
-    *p = (T *)v;
-    return list_add(l, v);
+    return pdb_cuda_dalloc(l, p, bytes, "v2 engine buffer");
 }
 
 /* ======================================= weights ============================================ */
@@ -664,7 +613,7 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
     PDB_CU(cudaMemcpyAsync(c->ids, c->h_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, c->s));
     PDB_CU(cudaMemcpyAsync(c->cs, c->h_cs, sizeof(float) * (size_t)(n * c->rope_d), cudaMemcpyHostToDevice, c->s));
     if (capture) PDB_TRY(upload_dec_rope(c, p0, n));
-    c->ev_n = 0;
+    c->pf.n = 0;
     PDB_TRY(mark(c, ST_EMBED));
     PDB_TRY(pdb_cuda_embed(c->s, c->ids, c->embed, c->dt, n, H, c->h));
     PDB_TRY(mark(c, ST_EMBED));
@@ -705,7 +654,7 @@ static pdb_status forward_pass(cu_prefill *c, const int32_t *ids, int64_t p0, in
     }
     PDB_CU(cudaStreamSynchronize(c->s));
     if (capture) PDB_CU(cudaStreamSynchronize(c->s_cap)); /* the block's rows are on the host */
-    return prof_collect(c);
+    return pdb_cuda_prof_collect(&c->pf);
 }
 
 /* A captured span: inside one block, right after the rows captured so far or at a block's start. */
@@ -789,9 +738,7 @@ extern "C" void pdb_cuda_prefill_free(cu_prefill *c) {
         if (c->have_stream) cudaStreamDestroy(c->s);
         if (c->have_stream) cudaStreamDestroy(c->s_cap);
         if (c->have_dec) pdb_v2_qweights_free(&c->dec);
-        for (int i = 0; i < c->ev_cap; i++) cudaEventDestroy(c->ev[i]);
-        free(c->ev);
-        free(c->ev_st);
+        pdb_cuda_prof_free(&c->pf);
         pdb_rope_free(&c->rope);
         free(c->L);
         free(c);
@@ -833,13 +780,7 @@ static pdb_status create_inner(cu_prefill *c, const pdb_config *cf, const pdb_st
     PDB_TRY(load_hook(c));
     PDB_TRY(dalloc(&c->wts, &c->cr_x, sizeof(float) * (size_t)(CR_ROWS * c->H)));
     PDB_TRY(dalloc(&c->wts, &c->cr_kva, sizeof(float) * (size_t)(CR_ROWS * c->row)));
-    if (c->prof) { /* at most 16 marks per layer and a few around */
-        int cap = 16 * (int)c->nl + 8;
-        c->ev = (cudaEvent_t *)calloc((size_t)cap, sizeof(cudaEvent_t));
-        c->ev_st = (int *)calloc((size_t)cap, sizeof(int));
-        if (!c->ev || !c->ev_st) return pdb_err_set(PDB_NOMEM, "profile events");
-        for (; c->ev_cap < cap; c->ev_cap++) PDB_CU(cudaEventCreate(&c->ev[c->ev_cap]));
-    }
+    PDB_TRY(pdb_cuda_prof_init(&c->pf, c->prof ? 16 * (int)c->nl + 8 : 0, stage_name, ST_N));
     return PDB_OK;
 }
 

@@ -51,6 +51,35 @@ pdb_status pdb_cuda_reserve(void **p, size_t *cap, size_t need);
 /* Synchronous host -> device copy; PDB_CUDA naming `what` on failure (never a partial return). */
 pdb_status pdb_cuda_to_device(void *dst, const void *src, size_t bytes, const char *what);
 
+/* The device allocations of one lifetime (an engine's weights, a sequence's buffers), freed at
+ * once (pdb_cuda_util.cu). */
+typedef struct pdb_cuda_dlist { void **p; int n, cap; } pdb_cuda_dlist;
+/* cudaMalloc `bytes` into *p and the list; PDB_CUDA naming `what`, the size and the free memory. */
+pdb_status pdb_cuda_dlist_alloc(pdb_cuda_dlist *l, void **p, size_t bytes, const char *what);
+template <typename T> static inline pdb_status pdb_cuda_dalloc(pdb_cuda_dlist *l, T **p, size_t bytes, const char *what) {
+    void *v = NULL;
+    PDB_TRY(pdb_cuda_dlist_alloc(l, &v, bytes, what));
+    *p = (T *)v;
+    return PDB_OK;
+}
+void pdb_cuda_dlist_free(pdb_cuda_dlist *l);
+
+/* Stage profile of an engine's passes: mark(st) records an event on the stream that ends stage st;
+ * collect (after the pass's synchronisation) adds each stage's time (its event minus the one
+ * before); take prints "stage=ms ... total_ms=X" and resets. cap 0 (off) or full: marks are no-ops. */
+enum { PDB_CUDA_PROF_STAGES = 32 };
+typedef struct pdb_cuda_prof {
+    cudaEvent_t *ev;
+    int *st, n, cap, nst;
+    double ms[PDB_CUDA_PROF_STAGES];
+    const char *const *names;
+} pdb_cuda_prof;
+pdb_status pdb_cuda_prof_init(pdb_cuda_prof *p, int cap, const char *const *names, int nst);
+pdb_status pdb_cuda_prof_mark(pdb_cuda_prof *p, cudaStream_t s, int st);
+pdb_status pdb_cuda_prof_collect(pdb_cuda_prof *p);
+void pdb_cuda_prof_take(pdb_cuda_prof *p, char *buf, size_t n);
+void pdb_cuda_prof_free(pdb_cuda_prof *p);
+
 /* Element type of engine weights and GEMM operands on the device. */
 typedef enum pdb_cuda_dt { PDB_CUDA_DT_BF16 = 0, PDB_CUDA_DT_F32 = 1 } pdb_cuda_dt;
 

@@ -57,8 +57,6 @@ typedef struct v4_dlayer {
     float *tail, *hist, *comp, *ikeys; /* sequence */
 } v4_dlayer;
 
-typedef struct dlist { void **p; int n, cap; } dlist;
-
 struct pdb_cuda_v4_engine {
     pdb_config cfg;
     pdb_cuda_dt dt;
@@ -78,7 +76,7 @@ struct pdb_cuda_v4_engine {
     void *embed, *head;
     float *norm, *hch_fn, *hch_base, *hch_scale;
     v4_dlayer *Ls;
-    dlist wts, seq;
+    pdb_cuda_dlist wts, seq;
     /* sequence scratch (device) */
     float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *qb, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
     float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits, *cs_main, *cs_comp, *xe32;
@@ -93,10 +91,7 @@ struct pdb_cuda_v4_engine {
     float *xh;                   /* device [HOOK_SLOTS, S, H]: the hooked inputs awaiting their copy */
     int have_ev;
     int32_t *h_ids, *h_tiles;
-    /* profile */
-    cudaEvent_t ev[512];
-    int ev_st[512], ev_n, ev_cap;
-    double prof_ms[16];
+    pdb_cuda_prof pf;            /* opts.profile: 16 marks per layer and a few around */
 };
 typedef pdb_cuda_v4_engine eng;
 
@@ -105,66 +100,11 @@ enum { ST_EMBED, ST_HC, ST_HOOK, ST_QKV, ST_KVC, ST_INDEX, ST_ATTN, ST_OPROJ, ST
 static const char *const stage_name[ST_N] = {"embed", "hc", "hook", "qkv", "kv_comp", "indexer", "attention",
                                              "o_proj", "router", "experts", "shared", "head"};
 
-static pdb_status mark(eng *e, int st) {
-    if (!e->prof || e->ev_n >= e->ev_cap) return PDB_OK;
-    PDB_CU(cudaEventRecord(e->ev[e->ev_n], e->s));
-    e->ev_st[e->ev_n++] = st;
-    return PDB_OK;
-}
-
-static pdb_status prof_collect(eng *e) {
-    for (int i = 1; i < e->ev_n; i++) {
-        float ms = 0;
-        PDB_CU(cudaEventElapsedTime(&ms, e->ev[i - 1], e->ev[i]));
-        e->prof_ms[e->ev_st[i]] += ms;
-    }
-    e->ev_n = 0;
-    return PDB_OK;
-}
+static pdb_status mark(eng *e, int st) { return pdb_cuda_prof_mark(&e->pf, e->s, st); }
 
 extern "C" void pdb_cuda_v4_engine_profile_take(eng *e, char *buf, size_t n) {
-    if (!buf || !n) return;
-    buf[0] = 0;
-    if (!e || !e->prof) return;
-    size_t o = 0;
-    double tot = 0;
-    for (int i = 0; i < ST_N; i++) tot += e->prof_ms[i];
-    for (int i = 0; i < ST_N && o < n; i++)
-        if (e->prof_ms[i] > 0) o += (size_t)snprintf(buf + o, n - o, "%s%s=%.1f", o ? " " : "", stage_name[i], e->prof_ms[i]);
-    if (o < n) snprintf(buf + o, n - o, " total_ms=%.1f", tot);
-    memset(e->prof_ms, 0, sizeof e->prof_ms);
-}
-
-static pdb_status dl_add(dlist *l, void *p) {
-    if (l->n == l->cap) {
-        int nc = l->cap ? l->cap * 2 : 256;
-        void **np = (void **)realloc(l->p, sizeof(void *) * (size_t)nc);
-        if (!np) { cudaFree(p); return pdb_err_set(PDB_NOMEM, "device allocation list"); }
-        l->p = np;
-        l->cap = nc;
-    }
-    l->p[l->n++] = p;
-    return PDB_OK;
-}
-
-static void dl_free(dlist *l) {
-    for (int i = 0; i < l->n; i++) cudaFree(l->p[i]);
-    free(l->p);
-    memset(l, 0, sizeof *l);
-}
-
-template <typename T> static pdb_status dal(dlist *l, T **p, size_t bytes, const char *what) {
-    void *v = NULL;
-    cudaError_t ce = cudaMalloc(&v, bytes ? bytes : 16);
-    if (ce != cudaSuccess) {
-        cudaGetLastError();
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        return pdb_err_set(PDB_CUDA, "v4 engine: cudaMalloc of %s (%.2f GB, %.2f GB free of %.2f): %s", what, bytes / 1e9,
-                           fr / 1e9, tot / 1e9, cudaGetErrorString(ce));
-    }
-    *p = (T *)v;
-    return dl_add(l, v);
+    if (buf && n) buf[0] = 0;
+    if (e) pdb_cuda_prof_take(&e->pf, buf, n);
 }
 
 /* ======================================== weights ======================================== */
@@ -237,14 +177,14 @@ static pdb_status put_w(eng *e, void *dst, int64_t off, const wsrc *w, int64_t r
 
 /* A small f32 vector from the host (loaded) or the seeded stream (widened bf16, as the loader gives). */
 static pdb_status put_v(eng *e, float **dst, const float *host, const wsrc *w, int64_t n, const char *what) {
-    PDB_TRY(dal(&e->wts, dst, sizeof(float) * (size_t)n, what));
+    PDB_TRY(pdb_cuda_dalloc(&e->wts, dst, sizeof(float) * (size_t)n, what));
     e->weight_bytes += 4 * n;
     if (host) return pdb_cuda_to_device(*dst, host, sizeof(float) * (size_t)n, what);
     return put_w(e, *dst, 0, w, n, 1, 1);
 }
 
 static pdb_status alloc_w(eng *e, void **dst, int64_t count, const char *what) {
-    PDB_TRY(dal(&e->wts, dst, e->esz * (size_t)count, what));
+    PDB_TRY(pdb_cuda_dalloc(&e->wts, dst, e->esz * (size_t)count, what));
     e->weight_bytes += (int64_t)e->esz * count;
     return PDB_OK;
 }
@@ -331,7 +271,7 @@ static pdb_status load_layer(eng *e, const pdb_v4_model *m, const seedctx *sc, i
     /* MoE: the router in f32, experts stacked [E, I, H] / [E, H, I] */
     {
         wsrc w_ = sc ? src_seed(sc, PDB_V4_T_GATE, l, 0, LIN(H)) : src_q(L ? &L->gate : NULL);
-        PDB_TRY(dal(&e->wts, &D->gate, sizeof(float) * (size_t)(e->E * H), "router"));
+        PDB_TRY(pdb_cuda_dalloc(&e->wts, &D->gate, sizeof(float) * (size_t)(e->E * H), "router"));
         e->weight_bytes += 4 * e->E * H;
         PDB_TRY(put_w(e, D->gate, 0, &w_, e->E, H, 1));
     }
@@ -344,7 +284,7 @@ static pdb_status load_layer(eng *e, const pdb_v4_model *m, const seedctx *sc, i
             pdb_names_format_saved(&pdb_v4_names_table, PDB_V4_T_GATE_TID2EID, l, 0, n);
             pdb_make_model_picks_fill(pdb_make_model_stream(n, sc->seed), e->V, e->Kx, e->E, t);
         }
-        pdb_status s = dal(&e->wts, &D->tid2eid, sizeof(int32_t) * (size_t)(e->V * e->Kx), "tid2eid");
+        pdb_status s = pdb_cuda_dalloc(&e->wts, &D->tid2eid, sizeof(int32_t) * (size_t)(e->V * e->Kx), "tid2eid");
         if (!s) s = pdb_cuda_to_device(D->tid2eid, t, sizeof(int32_t) * (size_t)(e->V * e->Kx), "tid2eid");
         free(t);
         PDB_TRY(s);
@@ -395,7 +335,7 @@ static pdb_status load_globals(eng *e, const pdb_v4_model *m, const seedctx *sc)
 /* ======================================== create / free ======================================== */
 
 static void seq_free(eng *e) {
-    dl_free(&e->seq);
+    pdb_cuda_dlist_free(&e->seq);
     for (int i = 0; i < HOOK_SLOTS; i++) {
         if (e->h_x[i]) cudaFreeHost(e->h_x[i]);
         e->h_x[i] = NULL;
@@ -413,12 +353,12 @@ extern "C" void pdb_cuda_v4_engine_free(eng *e) {
     if (!e) return;
     if (e->have_s) cudaStreamSynchronize(e->s);
     seq_free(e);
-    dl_free(&e->wts);
+    pdb_cuda_dlist_free(&e->wts);
     free(e->Ls);
     if (e->have_blas) pdb_cuda_blas_close(&e->blas);
     if (e->have_ev)
         for (int i = 0; i < HOOK_SLOTS; i++) { cudaEventDestroy(e->ev_x[i]); cudaEventDestroy(e->ev_ready[i]); }
-    for (int i = 0; i < e->ev_cap; i++) cudaEventDestroy(e->ev[i]);
+    pdb_cuda_prof_free(&e->pf);
     if (e->have_scap) cudaStreamDestroy(e->s_cap);
     if (e->have_s) cudaStreamDestroy(e->s);
     if (e->have_ropes) {
@@ -473,9 +413,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     PDB_TRY(pdb_cuda_blas_open(&e->blas, e->s));
     e->have_blas = 1;
     e->blas.tile_rows = o->gemm_rows < 0 ? 0 : o->gemm_rows > 0 ? o->gemm_rows : PDB_CUDA_GEMM_ROWS_DEFAULT;
-    if (e->prof) {
-        for (e->ev_cap = 0; e->ev_cap < 512; e->ev_cap++) PDB_CU(cudaEventCreate(&e->ev[e->ev_cap]));
-    }
+    PDB_TRY(pdb_cuda_prof_init(&e->pf, e->prof ? 16 * (int)e->L + 16 : 0, stage_name, ST_N));
     PDB_TRY(pdb_rope_init(&e->rope_main, &c->rope, e->rd));
     pdb_status rs = pdb_rope_init(&e->rope_comp, &c->rope_compress, e->rd);
     if (rs) { pdb_rope_free(&e->rope_main); return rs; }
@@ -532,7 +470,7 @@ template <typename T> static pdb_status hpin(T **p, size_t bytes) {
 
 /* cos/sin tables of a rope for positions 0..cap-1 (pdb_rope_angles: pdb_rope_apply's factors). */
 static pdb_status rope_table(eng *e, const pdb_rope *r, float **dst) {
-    PDB_TRY(dal(&e->seq, dst, sizeof(float) * (size_t)(e->cap * e->rd), "rope table"));
+    PDB_TRY(pdb_cuda_dalloc(&e->seq, dst, sizeof(float) * (size_t)(e->cap * e->rd), "rope table"));
     float *h = (float *)malloc(sizeof(float) * (size_t)(e->cap * e->rd));
     if (!h) return pdb_err_set(PDB_NOMEM, "v4 engine: rope table");
     for (int64_t p = 0; p < e->cap; p++) pdb_rope_angles(r, p, h + p * e->rd);
@@ -547,37 +485,37 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
     int64_t S = cap < e->sub_cfg ? cap : e->sub_cfg, H = e->H, hd = e->hd, I = e->I, Kx = e->Kx, E = e->E;
     e->S = S;
     const size_t f = sizeof(float);
-    dlist *q = &e->seq;
+    pdb_cuda_dlist *q = &e->seq;
     PDB_TRY(rope_table(e, &e->rope_main, &e->cs_main));
     PDB_TRY(rope_table(e, &e->rope_comp, &e->cs_comp));
     for (int64_t l = 0; l < e->L; l++) {
         v4_dlayer *D = &e->Ls[l];
-        PDB_TRY(dal(q, &D->tail, f * (size_t)((e->W - 1 > 0 ? e->W - 1 : 1) * hd), "window tail"));
+        PDB_TRY(pdb_cuda_dalloc(q, &D->tail, f * (size_t)((e->W - 1 > 0 ? e->W - 1 : 1) * hd), "window tail"));
         if (D->rate) {
             int64_t ne = cap / D->rate + 1;
-            PDB_TRY(dal(q, &D->hist, f * (size_t)(e->F * D->NA), "compressor history"));
-            PDB_TRY(dal(q, &D->comp, f * (size_t)(ne * hd), "compressed entries"));
+            PDB_TRY(pdb_cuda_dalloc(q, &D->hist, f * (size_t)(e->F * D->NA), "compressor history"));
+            PDB_TRY(pdb_cuda_dalloc(q, &D->comp, f * (size_t)(ne * hd), "compressed entries"));
             PDB_CU(cudaMemsetAsync(D->hist, 0, f * (size_t)(e->F * D->NA), e->s));
             PDB_CU(cudaMemsetAsync(D->comp, 0, f * (size_t)(ne * hd), e->s));
             if (D->ID) {
-                PDB_TRY(dal(q, &D->ikeys, f * (size_t)(ne * e->ihd), "indexer keys"));
+                PDB_TRY(pdb_cuda_dalloc(q, &D->ikeys, f * (size_t)(ne * e->ihd), "indexer keys"));
                 PDB_CU(cudaMemsetAsync(D->ikeys, 0, f * (size_t)(ne * e->ihd), e->s));
             }
         }
     }
-    PDB_TRY(dal(q, &e->hs, f * (size_t)(S * e->hc * H), "streams"));
-    PDB_TRY(dal(q, &e->x, f * (size_t)(S * H), "x"));
-    PDB_TRY(dal(q, &e->post, f * (size_t)(S * e->hc), "post"));
-    PDB_TRY(dal(q, &e->comb, f * (size_t)(S * e->hc * e->hc), "comb"));
-    PDB_TRY(dal(q, &e->rawmix, f * (size_t)(S * (2 + e->hc) * e->hc), "hc mixes"));
-    PDB_TRY(dal(q, &e->xa, f * (size_t)((e->F + S) * e->NAmax), "fused products"));
-    PDB_TRY(dal(q, &e->qn, f * (size_t)(S * e->qlr), "q latent"));
-    PDB_TRY(dal(q, &e->qb, f * (size_t)(S * e->NBmax), "q products"));
-    PDB_TRY(dal(q, &e->q, f * (size_t)(S * e->nh * hd), "q"));
-    PDB_TRY(dal(q, &e->keys, f * (size_t)((e->W - 1 + S) * hd), "keys"));
-    PDB_TRY(dal(q, &e->o, f * (size_t)(S * e->nh * hd), "attention out"));
-    PDB_TRY(dal(q, &e->a, f * (size_t)(S * e->G * e->olr), "o_a"));
-    PDB_TRY(dal(q, &e->out, f * (size_t)(S * H), "sub-block out"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->hs, f * (size_t)(S * e->hc * H), "streams"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->x, f * (size_t)(S * H), "x"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->post, f * (size_t)(S * e->hc), "post"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->comb, f * (size_t)(S * e->hc * e->hc), "comb"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->rawmix, f * (size_t)(S * (2 + e->hc) * e->hc), "hc mixes"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->xa, f * (size_t)((e->F + S) * e->NAmax), "fused products"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->qn, f * (size_t)(S * e->qlr), "q latent"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->qb, f * (size_t)(S * e->NBmax), "q products"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->q, f * (size_t)(S * e->nh * hd), "q"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->keys, f * (size_t)((e->W - 1 + S) * hd), "keys"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->o, f * (size_t)(S * e->nh * hd), "attention out"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->a, f * (size_t)(S * e->G * e->olr), "o_a"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->out, f * (size_t)(S * H), "sub-block out"));
     if (e->nih) {
         int64_t nvmax = cap / 4 + 1;
         for (int64_t l = 0; l < e->L; l++)
@@ -585,43 +523,43 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
         /* sub-blocks of tokens: the dots buffer (GEMM path) or the score rows (fused path) within bounds */
         e->tb_max = (int64_t)((e->idx_tc ? IDX_SCORE_BYTES / f : IDX_DOTS_BYTES / f / (size_t)e->nih) / (size_t)nvmax);
         e->tb_max = e->tb_max < 1 ? 1 : e->tb_max > S ? S : e->tb_max;
-        PDB_TRY(dal(q, &e->iq, f * (size_t)(S * e->nih * e->ihd), "index queries"));
-        PDB_TRY(dal(q, &e->iw, f * (size_t)(S * e->nih), "index weights"));
-        if (!e->idx_tc) PDB_TRY(dal(q, &e->dots, f * (size_t)(e->tb_max * e->nih * nvmax), "index dots"));
-        PDB_TRY(dal(q, &e->score, f * (size_t)(e->tb_max * nvmax), "index scores"));
-        PDB_TRY(dal(q, &e->sel, sizeof(int32_t) * (size_t)(S * e->Ktop), "index picks"));
-        PDB_TRY(dal(q, &e->nsel, sizeof(int32_t) * (size_t)S, "index pick counts"));
-        if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(dal(q, &e->ikb, 2 * (size_t)(nvmax * e->ihd), "index keys bf16"));
+        PDB_TRY(pdb_cuda_dalloc(q, &e->iq, f * (size_t)(S * e->nih * e->ihd), "index queries"));
+        PDB_TRY(pdb_cuda_dalloc(q, &e->iw, f * (size_t)(S * e->nih), "index weights"));
+        if (!e->idx_tc) PDB_TRY(pdb_cuda_dalloc(q, &e->dots, f * (size_t)(e->tb_max * e->nih * nvmax), "index dots"));
+        PDB_TRY(pdb_cuda_dalloc(q, &e->score, f * (size_t)(e->tb_max * nvmax), "index scores"));
+        PDB_TRY(pdb_cuda_dalloc(q, &e->sel, sizeof(int32_t) * (size_t)(S * e->Ktop), "index picks"));
+        PDB_TRY(pdb_cuda_dalloc(q, &e->nsel, sizeof(int32_t) * (size_t)S, "index pick counts"));
+        if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(pdb_cuda_dalloc(q, &e->ikb, 2 * (size_t)(nvmax * e->ihd), "index keys bf16"));
     }
-    PDB_TRY(dal(q, &e->lg, f * (size_t)(S * E), "router logits"));
-    PDB_TRY(dal(q, &e->wt, f * (size_t)(S * Kx), "routing weights"));
-    PDB_TRY(dal(q, &e->idx, sizeof(int32_t) * (size_t)(S * Kx), "routing picks"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->lg, f * (size_t)(S * E), "router logits"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->wt, f * (size_t)(S * Kx), "routing weights"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->idx, sizeof(int32_t) * (size_t)(S * Kx), "routing picks"));
     e->ntmax = pdb_cuda_moe_max_tiles(S * Kx, E);
     e->ntpad = (e->ntmax + MOE_GROUP - 1) / MOE_GROUP * MOE_GROUP;
     e->Rmax = e->ntpad * PDB_CUDA_MOE_TILE;
-    PDB_TRY(dal(q, &e->ptrs, sizeof(void *) * (size_t)(8 * e->ntpad), "expert pointers"));
-    PDB_TRY(dal(q, &e->lay, sizeof(int32_t) * (size_t)(S * Kx + 2 * E), "moe layout scratch"));
-    PDB_TRY(dal(q, &e->row_src, sizeof(int32_t) * (size_t)e->Rmax, "moe rows"));
-    PDB_TRY(dal(q, &e->slot_row, sizeof(int32_t) * (size_t)(S * Kx), "moe slots"));
-    PDB_TRY(dal(q, &e->tile_e, sizeof(int32_t) * (size_t)e->ntmax, "moe tiles"));
-    PDB_TRY(dal(q, &e->g, f * (size_t)(e->Rmax * I), "expert gate"));
-    PDB_TRY(dal(q, &e->u, f * (size_t)(e->Rmax * I), "expert up"));
-    PDB_TRY(dal(q, &e->ye, f * (size_t)(e->Rmax * H), "expert out"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->ptrs, sizeof(void *) * (size_t)(8 * e->ntpad), "expert pointers"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->lay, sizeof(int32_t) * (size_t)(S * Kx + 2 * E), "moe layout scratch"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->row_src, sizeof(int32_t) * (size_t)e->Rmax, "moe rows"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->slot_row, sizeof(int32_t) * (size_t)(S * Kx), "moe slots"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->tile_e, sizeof(int32_t) * (size_t)e->ntmax, "moe tiles"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->g, f * (size_t)(e->Rmax * I), "expert gate"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->u, f * (size_t)(e->Rmax * I), "expert up"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->ye, f * (size_t)(e->Rmax * H), "expert out"));
     int64_t wide = H > I ? H : I;
-    PDB_TRY(dal(q, &e->xe, (e->dt == PDB_CUDA_DT_F32 ? f : 2) * (size_t)(e->Rmax * wide), "expert rows"));
-    PDB_TRY(dal(q, &e->sh, f * (size_t)(S * H), "shared out"));
-    PDB_TRY(dal(q, &e->gs, f * (size_t)(S * I), "shared gate"));
-    PDB_TRY(dal(q, &e->us, f * (size_t)(S * I), "shared up"));
-    PDB_TRY(dal(q, &e->ylast, f * (size_t)H, "head input"));
-    PDB_TRY(dal(q, &e->logits, f * (size_t)e->V, "logits"));
-    PDB_TRY(dal(q, &e->ids, sizeof(int32_t) * (size_t)S, "ids"));
-    PDB_TRY(dal(q, &e->lrow, sizeof(int64_t), "last row"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->xe, (e->dt == PDB_CUDA_DT_F32 ? f : 2) * (size_t)(e->Rmax * wide), "expert rows"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->sh, f * (size_t)(S * H), "shared out"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->gs, f * (size_t)(S * I), "shared gate"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->us, f * (size_t)(S * I), "shared up"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->ylast, f * (size_t)H, "head input"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->logits, f * (size_t)e->V, "logits"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->ids, sizeof(int32_t) * (size_t)S, "ids"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->lrow, sizeof(int64_t), "last row"));
     int64_t cand[] = {S * H, S * e->qlr, S * e->nh * hd, S * e->G * e->olr, S * I, S * e->nih * e->ihd};
     e->cvt_n = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) e->cvt_n = cand[i] > e->cvt_n ? cand[i] : e->cvt_n;
-    if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(dal(q, &e->cvt, 2 * (size_t)e->cvt_n, "bf16 staging"));
+    if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(pdb_cuda_dalloc(q, &e->cvt, 2 * (size_t)e->cvt_n, "bf16 staging"));
     for (int i = 0; i < HOOK_SLOTS; i++) PDB_TRY(hpin(&e->h_x[i], f * (size_t)(S * H)));
-    PDB_TRY(dal(q, &e->xh, f * (size_t)(HOOK_SLOTS * S * H), "hook slots"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->xh, f * (size_t)(HOOK_SLOTS * S * H), "hook slots"));
     PDB_TRY(hpin(&e->h_ids, sizeof(int32_t) * (size_t)S));
     PDB_TRY(hpin(&e->h_tiles, sizeof(int32_t) * (size_t)e->ntmax));
     PDB_CU(cudaStreamSynchronize(e->s));
@@ -918,7 +856,7 @@ static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_
     const pdb_cuda_v4_hc hcc = hc_of(e);
     memcpy(e->h_ids, ids, sizeof(int32_t) * (size_t)n);
     PDB_CU(cudaMemcpyAsync(e->ids, e->h_ids, sizeof(int32_t) * (size_t)n, cudaMemcpyHostToDevice, e->s));
-    e->ev_n = 0;
+    e->pf.n = 0;
     PDB_TRY(mark(e, ST_EMBED));
     PDB_TRY(pdb_cuda_v4_embed_hc(e->s, e->ids, e->embed, e->dt, n, hc, H, e->hs));
     PDB_TRY(mark(e, ST_EMBED));
@@ -960,7 +898,7 @@ static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_
     if (hook) PDB_TRY(hook_drain(e, &hq, e->L));
     PDB_CU(cudaStreamSynchronize(e->s));
     e->len += n;
-    return prof_collect(e);
+    return pdb_cuda_prof_collect(&e->pf);
 }
 
 extern "C" pdb_status pdb_cuda_v4_engine_forward(eng *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook,

@@ -23,17 +23,11 @@
 #include "pdb_cuda.h"
 #include "pdb_cuda_v4_engine.h"
 #include "pdb_make_model.h"
+#include "pdb_test_cuda.h"
 #include "pdb_test_util.h"
 #include "pdb_v4.h"
 
 enum { T = 300, SEED = 5 };
-
-static int have_gpu(void) {
-    char name[256];
-    int n = pdb_cuda_device_count(name, sizeof name);
-    if (n > 0) printf("cuda device: %s\n", name);
-    return n > 0;
-}
 
 /* Every layer's attention inputs of a prompt: x [L, T, H]. */
 typedef struct capture { float *x; int64_t L, H, calls; } capture;
@@ -75,7 +69,7 @@ static double rel_err(const float *a, const float *b, int64_t n) {
 
 static void test_without_gpu(void **st) {
     (void)st;
-    if (have_gpu()) { printf("a GPU is present: the no-GPU error paths are not exercised\n"); return; }
+    if (pdb_test_have_gpu()) { printf("a GPU is present: the no-GPU error paths are not exercised\n"); return; }
     pdb_config cfg;
     PDB_TEST_OK(pdb_make_model_preset("deepseek_v4", "tiny", &cfg));
     pdb_cuda_v4_engine *e = (pdb_cuda_v4_engine *)1;
@@ -105,7 +99,7 @@ static void run_engine(pdb_cuda_v4_engine *e, const int32_t *ids, const int64_t 
 
 static void test_engine(void **st) {
     (void)st;
-    if (!have_gpu()) { printf("skipped: no GPU (v4 engine)\n"); return; }
+    if (!pdb_test_have_gpu()) { printf("skipped: no GPU (v4 engine)\n"); return; }
     char *root = pdb_test_tmpdir("cudav4e"), hf[512];
     snprintf(hf, sizeof hf, "%s/hf", root);
     pdb_make_model_opts mo = {.arch = "deepseek_v4", .preset = "tiny", .seed = SEED, .out_dir = hf};

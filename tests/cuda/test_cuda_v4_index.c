@@ -22,26 +22,9 @@
 
 #include "pdb_cuda.h"
 #include "pdb_cuda_v4_probe.h"
+#include "pdb_dtype.h"
+#include "pdb_test_cuda.h"
 #include "pdb_test_util.h"
-
-static int gpu = -1;
-
-static int have_gpu(void) {
-    if (gpu < 0) {
-        char name[256];
-        gpu = pdb_cuda_device_count(name, sizeof name) > 0;
-        if (gpu) printf("cuda device: %s\n", name);
-    }
-    return gpu;
-}
-
-#define NEED_GPU()                                                                                          \
-    do {                                                                                                    \
-        if (!have_gpu()) {                                                                                  \
-            printf("skipped: no GPU (%s)\n", __func__);                                                     \
-            return;                                                                                         \
-        }                                                                                                   \
-    } while (0)
 
 static uint32_t rng = 777u;
 static float frand(void) { /* [-1, 1) */
@@ -49,19 +32,6 @@ static float frand(void) { /* [-1, 1) */
     return (float)(rng >> 8) / 8388608.0f - 1.0f;
 }
 
-/* f32 -> bf16 bits, round to nearest even (no NaN here), and back. */
-static uint16_t bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf16_val(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static const float UNTOUCHED = 42.0f;
 
@@ -86,8 +56,8 @@ static void make(const icase *c, idata *d) {
     for (int64_t i = 0; i < c->n * c->nih * c->ihd; i++) d->q[i] = frand();
     for (int64_t i = 0; i < c->n * c->nih; i++) d->wt[i] = frand() * 0.125f;
     for (int64_t i = 0; i < d->nv * c->ihd; i++) {
-        d->keys[i] = bf16_bits(frand());
-        d->kf[i] = bf16_val(d->keys[i]);
+        d->keys[i] = pdb_f32_to_bf16(frand());
+        d->kf[i] = pdb_bf16_to_f32(d->keys[i]);
     }
     for (int64_t i = 0; i < c->n * d->lds; i++) d->score[i] = UNTOUCHED;
 }
@@ -96,7 +66,7 @@ static void drop(idata *d) { free(d->q), free(d->wt), free(d->score), free(d->ke
 
 /* The reference scores of token t, keys 0 .. nv_t - 1, into ref (double); qb [nih * ihd] scratch. */
 static void ref_row(const icase *c, const idata *d, float sscale, int64_t t, int64_t nvt, float *qb, double *ref) {
-    for (int64_t i = 0; i < c->nih * c->ihd; i++) qb[i] = bf16_val(bf16_bits(d->q[t * c->nih * c->ihd + i]));
+    for (int64_t i = 0; i < c->nih * c->ihd; i++) qb[i] = pdb_bf16_to_f32(pdb_f32_to_bf16(d->q[t * c->nih * c->ihd + i]));
     for (int64_t w = 0; w < nvt; w++) {
         const float *kr = d->kf + w * c->ihd;
         double acc = 0.0;
@@ -184,7 +154,7 @@ static double run_case(const icase *c, int64_t stride, int reps) {
 
 static void test_without_gpu(void **st) {
     (void)st;
-    if (have_gpu()) {
+    if (pdb_test_have_gpu()) {
         printf("a GPU is present: the no-GPU error paths are not exercised\n");
         return;
     }
@@ -202,7 +172,7 @@ static void test_without_gpu(void **st) {
 
 static void test_small(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     const icase cs[] = {
         {37, 8, 64, 0, 4, 4},      /* nih 8: 32 tokens a block, n not a multiple */
         {45, 8, 64, 1000, 4, 4},   /* pos0 > 0 */
@@ -221,7 +191,7 @@ static void test_small(void **st) {
 
 static void test_unsupported(void **st) {
     (void)st;
-    if (!have_gpu()) {
+    if (!pdb_test_have_gpu()) {
         printf("skipped: no GPU (%s)\n", __func__);
         return;
     }
@@ -237,7 +207,7 @@ static void test_unsupported(void **st) {
 
 static void test_flash(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     const icase c = {512, 64, 128, 16384, 4, 512};
     run_case(&c, 16, 20);
     /* a 32K-token prompt's indexer: four launches of 8192 tokens */
@@ -254,7 +224,7 @@ static void test_flash(void **st) {
 /* The rows of a launch of n = 37 at pos0 equal the same rows of a launch of n = 300 (bitwise). */
 static void test_chunk_invariance(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     const int64_t shapes[3][4] = {/* nih, ihd, r, K */ {64, 128, 4, 16}, {8, 64, 4, 4}, {1, 64, 1, 4}};
     for (int s = 0; s < 3; s++) {
         const int64_t nih = shapes[s][0], ihd = shapes[s][1], r = shapes[s][2], K = shapes[s][3];

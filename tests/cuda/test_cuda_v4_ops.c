@@ -22,27 +22,9 @@
 #include "pdb_config.h"
 #include "pdb_cuda.h"
 #include "pdb_cuda_v4_probe.h"
+#include "pdb_test_cuda.h"
 #include "pdb_test_util.h"
 #include "pdb_v4.h"
-
-static int gpu = -1;
-
-static int have_gpu(void) {
-    if (gpu < 0) {
-        char name[256];
-        gpu = pdb_cuda_device_count(name, sizeof name) > 0;
-        if (gpu) printf("cuda device: %s\n", name);
-    }
-    return gpu;
-}
-
-#define NEED_GPU()                                                                                          \
-    do {                                                                                                    \
-        if (!have_gpu()) {                                                                                  \
-            printf("skipped: no GPU (%s)\n", __func__);                                                     \
-            return;                                                                                         \
-        }                                                                                                   \
-    } while (0)
 
 /* ---------------------------------------- helpers ---------------------------------------- */
 
@@ -139,7 +121,7 @@ static float bf2f(uint16_t b) {
 
 static void test_without_gpu(void **st) {
     (void)st;
-    if (have_gpu()) { printf("a GPU is present: the no-GPU error paths are not exercised\n"); return; }
+    if (pdb_test_have_gpu()) { printf("a GPU is present: the no-GPU error paths are not exercised\n"); return; }
     float g[4] = {1, 2, 3, 4}, u[4] = {1, 1, 1, 1}, o[4] = {0};
     pdb_status s = pdb_cuda_v4_probe_swiglu(g, u, 4, 0.0f, 0, o);
     printf("probe without a GPU: %s: %s\n", pdb_status_str(s), pdb_err_msg());
@@ -154,7 +136,7 @@ static void test_without_gpu(void **st) {
 
 static void test_embed_hc(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     for (int bf = 0; bf < 2; bf++) {
         const int64_t V = 50, H = 300, hc = 4, n = 7;
         float *embf = frandv(V * H, 2.0f);
@@ -244,7 +226,7 @@ static void run_hc_pre(int64_t hc, int64_t H, int iters, int64_t n) {
 
 static void test_hc_pre(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     run_hc_pre(2, 64, 1, 3);
     run_hc_pre(3, 100, 5, 2);
     run_hc_pre(4, 4096, 20, 4);
@@ -253,7 +235,7 @@ static void test_hc_pre(void **st) {
 
 static void test_hc_post(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     const int64_t cases[2][3] = {{2, 70, 3}, {4, 4096, 5}};
     for (int c = 0; c < 2; c++) {
         int64_t hc = cases[c][0], H = cases[c][1], n = cases[c][2];
@@ -275,7 +257,7 @@ static void test_hc_post(void **st) {
 
 static void test_hc_head(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     const int64_t cases[2][2] = {{2, 64}, {4, 4096}};
     for (int c = 0; c < 2; c++) {
         int64_t hc = cases[c][0], H = cases[c][1], N = hc * H, nrows = 3, n = 2, rows[2] = {2, 0};
@@ -329,7 +311,7 @@ static void run_heads(int64_t n, int64_t nh, int64_t hd, int64_t rd, int64_t pad
 
 static void test_heads_norm_rope(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     for (int mode = 0; mode < 3; mode++)
         for (int sign = -1; sign <= 1; sign += 2) {
             run_heads(5, 3, 64, 16, 0, mode, sign, 7);
@@ -400,7 +382,7 @@ static void run_compress(int64_t r, int64_t dim, int coff, int64_t w0, int64_t w
 
 static void test_compress(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     run_compress(4, 32, 2, 0, 5, 8, 0);   /* entry 0: no previous window */
     run_compress(4, 32, 2, 3, 9, 8, 3);
     run_compress(4, 32, 1, 2, 6, 8, 0);
@@ -414,7 +396,7 @@ static void test_compress(void **st) {
 
 static void test_index_reduce(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     const int64_t cases[3][6] = {/* n, nih, pos0, r, K, pad */ {6, 4, 0, 1, 3, 2}, {5, 64, 11995, 4, 512, 7},
                                  {3, 64, 1000, 4, 2048, 0}};
     for (int c = 0; c < 3; c++) {
@@ -501,7 +483,7 @@ static void run_topk(int64_t n, int64_t pos0, int64_t r, int64_t K, int kind) {
 
 static void test_topk(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     for (int kind = 0; kind < 3; kind++) {
         run_topk(20, 0, 1, 8, kind);          /* rows with nv <= K and nv > K */
         run_topk(8, 11992, 4, 512, kind);     /* nv 2998 .. 3000 (V4-Flash: K 512) */
@@ -552,7 +534,7 @@ static void run_route(int E, int K, int scoring, int hash, int with_bias, int64_
 
 static void test_route(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     for (int scoring = 0; scoring < 3; scoring++) {
         run_route(256, 6, scoring, 0, 1, 9);
         run_route(256, 6, scoring, 0, 0, 9);
@@ -566,7 +548,7 @@ static void test_route(void **st) {
 
 static void test_swiglu(void **st) {
     (void)st;
-    NEED_GPU();
+    PDB_TEST_NEED_GPU();
     const int64_t n = 100003;
     float *g = frandv(n, 12.0f), *u = frandv(n, 12.0f), *ref = fzero(n), *out = fzero(n);
     uint16_t *ob = malloc(sizeof(uint16_t) * (size_t)n);

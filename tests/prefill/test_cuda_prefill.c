@@ -23,16 +23,10 @@
 #include "pdb_make_model.h"
 #include "pdb_prefill_cuda.h"
 #include "pdb_safetensors.h"
+#include "pdb_test_cuda.h"
 #include "pdb_test_util.h"
 #include "pdb_v2.h"
 #include "pdb_v2_ops.h"
-
-static int have_gpu(void) {
-    char name[256];
-    int n = pdb_cuda_device_count(name, sizeof name);
-    if (n > 0) printf("cuda device: %s\n", name);
-    return n > 0;
-}
 
 typedef struct fixture {
     char *dir, dec_path[512];
@@ -136,7 +130,7 @@ static void test_create_without_gpu(void **state) {
     pdb_prefill_backend_opts o = {.cfg = &f.cfg, .engine = f.st, .decoder = f.dec, .exec = {.threads = 1, .device = 0}};
     pdb_prefill_backend *be = NULL;
     pdb_status s = pdb_prefill_backend_cuda_v2_create(&o, &be);
-    if (!have_gpu()) {
+    if (!pdb_test_have_gpu()) {
         printf("create without a GPU: %s: %s\n", pdb_status_str(s), pdb_err_msg());
         /* a CUDA build without a device: PDB_CUDA; a build without nvcc: the stub's PDB_UNSUPPORTED */
         assert_int_equal(s, pdb_cuda_built() ? PDB_CUDA : PDB_UNSUPPORTED);
@@ -323,7 +317,7 @@ static void run_prefill(fixture *f, const char *preset) {
 }
 
 static void test_gpu_shaped(const char *preset, int64_t layers, int64_t experts, int64_t hidden, int64_t vocab) {
-    if (!have_gpu()) { printf("skipped: no GPU (%s prefill and capture checks)\n", preset); return; }
+    if (!pdb_test_have_gpu()) { printf("skipped: no GPU (%s prefill and capture checks)\n", preset); return; }
     fixture f;
     fixture_open_shaped(&f, preset, layers, experts, hidden, vocab);
     check_hook_rows(&f, f.st, "bf16");
@@ -344,7 +338,7 @@ static void test_gpu_v2lite_heads(void **state) { (void)state; test_gpu_shaped("
  * same bf16 inputs on sampled rows. */
 static void test_gpu_attn_tiles(void **state) {
     (void)state;
-    if (!have_gpu()) { printf("skipped: no GPU (attention tiles)\n"); return; }
+    if (!pdb_test_have_gpu()) { printf("skipped: no GPU (attention tiles)\n"); return; }
     enum { T = 700, H = 3, NOPE = 128, ROPE = 64, DQP = 192, DV = 128 };
     static float out[T * H * DV];
     pdb_cuda_attn_probe_opts o = {.tokens = T, .chunk = 256, .heads = H, .nope = NOPE, .rope = ROPE, .dv = DV,

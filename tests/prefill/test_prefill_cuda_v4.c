@@ -33,18 +33,12 @@
 #include "pdb_prefill_engine.h"
 #include "pdb_quantize.h"
 #include "pdb_test_blocks.h"
+#include "pdb_test_cuda.h"
 #include "pdb_test_util.h"
-
-static int have_gpu(void) {
-    char name[256];
-    int n = pdb_cuda_device_count(name, sizeof name);
-    if (n > 0) printf("cuda device: %s\n", name);
-    return n > 0;
-}
 
 static void test_without_gpu(void **st) {
     (void)st;
-    if (have_gpu()) { printf("a GPU is present: the no-GPU error paths are not exercised\n"); return; }
+    if (pdb_test_have_gpu()) { printf("a GPU is present: the no-GPU error paths are not exercised\n"); return; }
     pdb_v4_mm_provider *p = (pdb_v4_mm_provider *)1;
     pdb_status s = pdb_cuda_v4_mm_create(0, &p);
     printf("provider without a GPU: %s: %s\n", pdb_status_str(s), pdb_err_msg());
@@ -87,7 +81,7 @@ static pdb_qmat rand_qmat(pdb_qfmt f, int64_t N, int64_t K, uint32_t *x, void **
 
 static void test_mm_matches_reference(void **st) {
     (void)st;
-    if (!have_gpu()) { printf("skipped: no GPU (provider products)\n"); return; }
+    if (!pdb_test_have_gpu()) { printf("skipped: no GPU (provider products)\n"); return; }
     pdb_v4_mm_provider *p = NULL;
     PDB_TEST_OK(pdb_cuda_v4_mm_create(0, &p));
     /* strides, K not a multiple of 32 (f32 / bf16 tails), one row, thousands of outputs, every format */
@@ -191,7 +185,7 @@ static int64_t att_compare(pdb_v4_mm_provider *p, att_case *c, pdb_pool *pool, c
 
 static void test_attention_matches_reference(void **st) {
     (void)st;
-    if (!have_gpu()) { printf("skipped: no GPU (provider attention)\n"); return; }
+    if (!pdb_test_have_gpu()) { printf("skipped: no GPU (provider attention)\n"); return; }
     pdb_v4_mm_provider *p = NULL;
     PDB_TEST_OK(pdb_cuda_v4_mm_create(0, &p));
     assert_non_null(p->attn);
@@ -233,7 +227,11 @@ static void test_attention_matches_reference(void **st) {
 
 enum { BS = 128, T = 2 * BS + 44, NB = T / BS };
 
-static void check_blocks(const char *hf, const char *dec, const int32_t *ids) {
+/* The backend's segments for ids against the decoder's own blocks, in chunks of 7, 45, 130 and one
+ * shot. Precision exact: the decoder's math, every byte identical. bf16 / f32: the device-resident
+ * engine, not the decoder's math, so its blocks (exact semantics: every value an f32) are the
+ * decoder's within `bound` of the blocks' largest value. */
+static void check_blocks(const char *hf, const char *dec, const int32_t *ids, pdb_cuda_prec prec, double bound) {
     uint64_t bytes;
     char *ref = pdb_test_decoder_blocks(dec, ids, NB, BS, &bytes);
     pdb_config cfg;
@@ -241,60 +239,30 @@ static void check_blocks(const char *hf, const char *dec, const int32_t *ids) {
     PDB_TEST_OK(pdb_config_load(hf, &cfg));
     PDB_TEST_OK(pdb_st_open(hf, &e));
     PDB_TEST_OK(pdb_st_open(dec, &d));
-    int sem = 0;
-    PDB_TEST_OK(pdb_dec_model_semantics_of(dec, &cfg, &sem));
-    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .semantics = sem, .precision = PDB_CUDA_PREC_EXACT,
-                                  .exec = {.threads = 2, .device = 0}};
-    pdb_prefill_backend *be = NULL;
-    PDB_TEST_OK(pdb_prefill_backend_cuda_v4_create(&o, &be));
-    assert_string_equal(be->name, "cuda");
-    assert_true(be->exact);
-    pdb_test_sink s = {.blocks = malloc(bytes * NB)};
-    int64_t chunks[] = {7, 45, 130, 1000};
-    for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
-        memset(s.blocks, 0x5a, bytes * NB);
-        s.n = 0;
-        PDB_TEST_OK(pdb_prefill_run(be, &cfg, ids, T, BS, 0, chunks[k], pdb_test_on_segment, &s, NULL));
-        assert_int_equal(s.n, NB);
-        int64_t same = 0;
-        for (uint64_t i = 0; i < bytes * NB; i++) same += s.blocks[i] == ref[i];
-        printf("cuda-metric v4 %s chunk=%lld: %d blocks, %lld/%llu bytes identical to the decoder's blocks\n", dec,
-               (long long)chunks[k], NB, (long long)same, (unsigned long long)(bytes * NB));
-        assert_int_equal(same, (int64_t)(bytes * NB));
-    }
-    be->destroy(be);
-    pdb_st_close(e);
-    pdb_st_close(d);
-    free(s.blocks);
-    free(ref);
-}
-
-/* The device-resident engine (precision bf16 / f32) behind the same backend: not the decoder's
- * math, so its blocks (exact semantics: every value an f32) are the decoder's to the engine's
- * precision, relative to the blocks' largest value. */
-static void check_device_blocks(const char *hf, const char *dec, const int32_t *ids, pdb_cuda_prec prec, double bound) {
-    uint64_t bytes;
-    char *ref = pdb_test_decoder_blocks(dec, ids, NB, BS, &bytes);
-    pdb_config cfg;
-    pdb_st *e, *d;
-    PDB_TEST_OK(pdb_config_load(hf, &cfg));
-    PDB_TEST_OK(pdb_st_open(hf, &e));
-    PDB_TEST_OK(pdb_st_open(dec, &d));
-    int sem = 0;
+    int sem = 0, exact = prec == PDB_CUDA_PREC_EXACT;
     PDB_TEST_OK(pdb_dec_model_semantics_of(dec, &cfg, &sem));
     pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .semantics = sem, .precision = prec,
                                   .exec = {.threads = 2, .device = 0}};
     pdb_prefill_backend *be = NULL;
     PDB_TEST_OK(pdb_prefill_backend_cuda_v4_create(&o, &be));
-    assert_false(be->exact);
+    assert_string_equal(be->name, "cuda");
+    assert_int_equal(be->exact, exact);
     pdb_test_sink s = {.blocks = malloc(bytes * NB)};
-    assert_int_equal(bytes % 4, 0);
-    int64_t chunks[] = {45, 1000};
-    for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
-        memset(s.blocks, 0, bytes * NB);
+    int64_t chunks[] = {7, 45, 130, 1000};
+    for (size_t k = exact ? 0 : 1; k < sizeof chunks / sizeof chunks[0]; k++) {
+        memset(s.blocks, 0x5a, bytes * NB);
         s.n = 0;
         PDB_TEST_OK(pdb_prefill_run(be, &cfg, ids, T, BS, 0, chunks[k], pdb_test_on_segment, &s, NULL));
         assert_int_equal(s.n, NB);
+        if (exact) {
+            int64_t same = 0;
+            for (uint64_t i = 0; i < bytes * NB; i++) same += s.blocks[i] == ref[i];
+            printf("cuda-metric v4 %s chunk=%lld: %d blocks, %lld/%llu bytes identical to the decoder's blocks\n", dec,
+                   (long long)chunks[k], NB, (long long)same, (unsigned long long)(bytes * NB));
+            assert_int_equal(same, (int64_t)(bytes * NB));
+            continue;
+        }
+        assert_int_equal(bytes % 4, 0);
         const float *a = (const float *)s.blocks, *b = (const float *)ref;
         double dmax = 0, bmax = 0;
         for (uint64_t i = 0; i < bytes * NB / 4; i++) {
@@ -315,7 +283,7 @@ static void check_device_blocks(const char *hf, const char *dec, const int32_t *
 
 static void test_blocks_match_decoder(void **st) {
     (void)st;
-    if (!have_gpu()) { printf("skipped: no GPU (V4 blocks on CUDA)\n"); return; }
+    if (!pdb_test_have_gpu()) { printf("skipped: no GPU (V4 blocks on CUDA)\n"); return; }
     char *root = pdb_test_tmpdir("cudav4"), hf[512], dn[512], dx[512];
     snprintf(hf, sizeof hf, "%s/hf", root);
     snprintf(dn, sizeof dn, "%s/official", root);
@@ -326,10 +294,10 @@ static void test_blocks_match_decoder(void **st) {
     PDB_TEST_OK(pdb_quantize_model_ex(hf, dx, "none", "exact", 0));
     int32_t ids[T];
     pdb_test_ids(ids, T, 1000, 23);
-    check_blocks(hf, dn, ids);
-    check_blocks(hf, dx, ids);
-    check_device_blocks(hf, dx, ids, PDB_CUDA_PREC_F32, 1e-4);
-    check_device_blocks(hf, dx, ids, PDB_CUDA_PREC_BF16, 0.1);
+    check_blocks(hf, dn, ids, PDB_CUDA_PREC_EXACT, 0);
+    check_blocks(hf, dx, ids, PDB_CUDA_PREC_EXACT, 0);
+    check_blocks(hf, dx, ids, PDB_CUDA_PREC_F32, 1e-4);
+    check_blocks(hf, dx, ids, PDB_CUDA_PREC_BF16, 0.1);
     pdb_test_rmrf(root);
     free(root);
 }
