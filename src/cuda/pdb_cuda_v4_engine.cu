@@ -717,16 +717,16 @@ __global__ void k_gather_rows(const float *src, const int32_t *rows, int64_t R, 
     for (int64_t d = threadIdx.x; d < H; d += blockDim.x) dst[r * H + d] = s >= 0 ? src[(int64_t)s * H + d] : 0.0f;
 }
 
-/* The grouped experts' operand pointers for every row tile i < ntpad (tile_e[i] < 0 or i >= ntmax: a
- * dummy tile on expert 0 whose rows nobody reads): P[k * ntpad + i] for k = 0 A (xe, [T, H] tiles),
+/* The grouped experts' operand pointers for every row tile i < ntpad (tile_e[i] < 0 or i >= nt, this
+ * pass's tile bound: a dummy tile on expert 0 whose rows nobody reads): P[k * ntpad + i] for k = 0 A (xe, [T, H] tiles),
  * 1 w1[e], 2 w3[e], 3 g, 4 u, 5 A of w2 (xe again, [T, I] tiles), 6 w2[e], 7 ye. */
-__global__ void k_moe_ptrs(const int32_t *tile_e, int64_t ntmax, int64_t ntpad, const char *xe, const char *w1,
+__global__ void k_moe_ptrs(const int32_t *tile_e, int64_t nt, int64_t ntpad, int64_t E, const char *xe, const char *w1,
                            const char *w3, const char *w2, float *g, float *u, float *ye, int64_t I, int64_t H, int64_t esz,
                            const void **P) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, T = PDB_CUDA_MOE_TILE;
     if (i >= ntpad) return;
-    int64_t x = i < ntmax ? tile_e[i] : -1;
-    if (x < 0) x = 0;
+    int64_t x = i < nt ? tile_e[i] : -1; /* tile_e past this pass's nt tiles is stale or never written */
+    if (x < 0 || x >= E) x = 0;
     P[0 * ntpad + i] = xe + i * T * H * esz;
     P[1 * ntpad + i] = w1 + x * I * H * esz;
     P[2 * ntpad + i] = w3 + x * I * H * esz;
@@ -743,7 +743,7 @@ __global__ void k_moe_ptrs(const int32_t *tile_e, int64_t ntmax, int64_t ntpad, 
  * synchronisation per MoE layer). */
 static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
     const int64_t H = e->H, I = e->I, T = PDB_CUDA_MOE_TILE, np = e->ntpad;
-    k_moe_ptrs<<<(unsigned)((np + 127) / 128), 128, 0, e->s>>>(e->tile_e, e->ntmax, np, (const char *)e->xe, (const char *)D->w1,
+    k_moe_ptrs<<<(unsigned)((np + 127) / 128), 128, 0, e->s>>>(e->tile_e, nt, np, e->E, (const char *)e->xe, (const char *)D->w1,
                                                               (const char *)D->w3, (const char *)D->w2, e->g, e->u, e->ye, I, H,
                                                               (int64_t)e->esz, e->ptrs);
     PDB_CU_LAUNCH("expert pointers");
