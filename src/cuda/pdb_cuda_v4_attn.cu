@@ -410,24 +410,26 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
 }
 
 /* ------------------------------------------------------------------ bf16 key mirrors, cp.async double buffered
- * k_v4_attn_tc16: the same block shape as k_v4_attn_tc (64 query rows = heads h0 .. h0 + 63 of
- * one token, key tiles of 64 in list order, 8 warps: warp w = (wr = w % 4, wh = w / 4) owns query
- * rows 16 wr .. +15, for S the tile's columns 32 wh .. +31, for O the columns wh hd/2 .. +hd/2-1),
- * but the key rows are bf16 already (the engine's mirrors) and stream into shared memory by
- * cp.async, two tile buffers: tile i + 1's copies are issued before tile i's S = Q K^T and land
- * while tiles i's S, softmax and P V run. Fragments by ldmatrix (Q, K: x4; P: x4; V: x4.trans).
- * The softmax state lives in registers: m (running max, starts at the sink) is the same in the
- * two warps of a row group (both take the max of the same shared partials), l is kept per thread
- * over its own columns (the sink's 1 in the thread of wh 0, t4 0) and summed at the end in a
- * fixed order (xor over t4, then wh 0 + wh 1). Per tile: 3 barriers (tile landed / row maxima /
- * P). Per (token, head) the order of every sum is fixed by key index and dimension alone. */
+ * k_v4_attn_tc16: the same block as k_v4_attn_tc (64 query rows = heads h0 .. h0 + 63 of one
+ * token, key tiles of 64 in list order, 8 warps; for S warp w = (wr = w % 4, wh = w / 4) owns
+ * query rows 16 wr .. +15 and the tile's columns 32 wh .. +31), but the key rows are bf16 already
+ * (the engine's mirrors) and stream into shared memory by cp.async, two tile buffers: tile i + 1's
+ * copies are issued before tile i's S = Q K^T and land while tile i's S, softmax and P V run. For
+ * O warp w owns all 64 rows and the 16-column pairs w, w + 8, .. of hd (each V fragment feeds 4
+ * row tiles: half the shared-memory traffic of a 16-row warp tile). Fragments by ldmatrix (Q, K,
+ * P: x4; V: x4.trans). The softmax state: m (running max, starts at the sink) in registers, the
+ * same in the two warps of a row group (both take the max of the same shared partials); the
+ * correction factors through shared memory to the O warps; l kept per thread over its own
+ * columns (the sink's 1 in the thread of wh 0, t4 0), summed at the end in a fixed order (xor over
+ * t4, then wh 0 + wh 1). Per tile: 3 barriers (tile landed / row maxima / P). Per (token, head)
+ * the order of every sum is fixed by key index and dimension alone. */
 
 enum { T16_PLD = TC_K + 8 };
 
 static size_t v4tc16_smem(int64_t hd) {
     int64_t ld = hd + 8;
     return sizeof(__nv_bfloat16) * (size_t)((TC_Q + 2 * TC_K) * ld + TC_Q * T16_PLD) +
-           sizeof(float) * (size_t)(4 * TC_Q) + sizeof(void *) * (size_t)(TC_Q + 2 * TC_K);
+           sizeof(float) * (size_t)(6 * TC_Q) + sizeof(void *) * (size_t)(TC_Q + 2 * TC_K);
 }
 
 /* cp.async of 64 bf16 rows (row r at src[r], NULL: zero-filled, dummy is read from instead and
@@ -442,17 +444,19 @@ static __device__ __forceinline__ void t16_issue(__nv_bfloat16 *dst, int ld, con
     }
 }
 
-template <int NT>
+/* NP: the 16-column pairs of O per warp (hd / 16 pairs over 8 warps, rounded up to the instantiation). */
+template <int NP>
 __global__ void __launch_bounds__(TC_THREADS, 1)
     k_v4_attn_tc16(v4_klist16 L, const float *q, int64_t nh, int hd, const float *sinks, float scale, float *o) {
     extern __shared__ uint4 smem_t16[];
     const int ld = hd + 8;
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_t16, *Kb = Qs + TC_Q * ld, *Ps = Kb + 2 * TC_K * ld;
     float *mx_s = (float *)(Ps + TC_Q * T16_PLD), *l_s = mx_s + 2 * TC_Q; /* [wh][row] each */
-    const float **rowq = (const float **)(l_s + 2 * TC_Q);
+    float *c_s = l_s + 2 * TC_Q;                                          /* [row]: this tile's correction */
+    const float **rowq = (const float **)(c_s + 2 * TC_Q);
     const __nv_bfloat16 **rowk = (const __nv_bfloat16 **)(rowq + TC_Q); /* [buffer][64] */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int wr = warp & 3, wh = warp >> 2, ntile = hd / 16, ocol0 = wh * (hd / 2), r_lo = 16 * wr + g;
+    const int wr = warp & 3, wh = warp >> 2, npair = hd / 16, r_lo = 16 * wr + g;
     const int64_t t = blockIdx.x, h0 = (int64_t)blockIdx.y * TC_Q;
     int64_t wrow0, nw, nc;
     v4_list(L, t, wrow0, nw, nc);
@@ -472,14 +476,17 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     cp_commit();
     tc_load_rows(Qs, ld, rowq, hd); /* f32 -> bf16 while tile 0 is in flight */
     /* per-lane ldmatrix offsets: Q / P (rows lane & 15, k 8 (lane >> 4)); K for S (keys lane & 7 +
-     * 8 (lane >> 4), d 8 ((lane >> 3) & 1)); V (keys lane & 15, columns 8 (lane >> 4)) */
+     * 8 (lane >> 4), d 8 ((lane >> 3) & 1)); V (keys lane & 15, columns 8 (lane >> 4) of pair warp) */
     const int qoff = (16 * wr + (lane & 15)) * ld + (lane >> 4) * 8;
-    const int poff = (16 * wr + (lane & 15)) * T16_PLD + (lane >> 4) * 8;
+    const int poff = (lane & 15) * T16_PLD + (lane >> 4) * 8;
     const int koff = (32 * wh + (lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8;
-    const int voff = (lane & 15) * ld + ocol0 + (lane >> 4) * 8;
-    float oacc[NT][4];
+    const int voff = (lane & 15) * ld + 16 * warp + (lane >> 4) * 8;
+    /* oacc[mi][2u + jj]: rows 16 mi + g (+ 8), columns 16 (warp + 8 u) + 8 jj + 2 t4 (+ 1) */
+    float oacc[4][2 * NP][4];
 #pragma unroll
-    for (int j = 0; j < NT; j++) oacc[j][0] = oacc[j][1] = oacc[j][2] = oacc[j][3] = 0.0f;
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int j = 0; j < 2 * NP; j++) oacc[mi][j][0] = oacc[mi][j][1] = oacc[mi][j][2] = oacc[mi][j][3] = 0.0f;
     int buf = 0;
     for (int64_t kb = 0; kb < nk; kb += TC_K, buf ^= 1) {
         cp_wait<0>();
@@ -556,28 +563,36 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
         }
         l_lo = l_lo * clo + slo;
         l_hi = l_hi * chi + shi;
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            oacc[j][0] *= clo; oacc[j][1] *= clo; oacc[j][2] *= chi; oacc[j][3] *= chi;
+        if (wh == 0 && t4 == 0) {
+            c_s[r_lo] = clo;
+            c_s[r_lo + 8] = chi;
         }
-        __syncthreads(); /* C: P of all 64 columns is in */
-        /* O += P V (V = the same tile, the warp's hd / 2 columns) */
+        __syncthreads(); /* C: P of all 64 columns and every row's correction are in */
+        /* O = O * corr + P V (V = the same tile, the warp's column pairs, all 64 rows) */
+#pragma unroll
+        for (int mi = 0; mi < 4; mi++) {
+            const float c0 = c_s[16 * mi + g], c1 = c_s[16 * mi + g + 8];
+#pragma unroll
+            for (int j = 0; j < 2 * NP; j++) {
+                oacc[mi][j][0] *= c0; oacc[mi][j][1] *= c0; oacc[mi][j][2] *= c1; oacc[mi][j][3] *= c1;
+            }
+        }
 #pragma unroll
         for (int kk = 0; kk < TC_K / 16; kk++) {
-            uint32_t a[4];
-            ldm_x4(Ps + poff + 16 * kk, a);
+            uint32_t a[4][4];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++) ldm_x4(Ps + poff + 16 * mi * T16_PLD + 16 * kk, a[mi]);
             const __nv_bfloat16 *vr = Ks + voff + 16 * kk * ld;
 #pragma unroll
-            for (int j = 0; j < NT; j += 2) {
-                if (j + 1 < ntile) {
+            for (int u = 0; u < NP; u++) {
+                if (warp + 8 * u < npair) {
                     uint32_t r[4];
-                    ldm_x4_trans(vr + 8 * j, r);
-                    mma16816(oacc[j], a[0], a[1], a[2], a[3], r[0], r[1]);
-                    mma16816(oacc[j + 1], a[0], a[1], a[2], a[3], r[2], r[3]);
-                } else if (j < ntile) {
-                    uint32_t b0, b1;
-                    ldm_x2_trans(vr + 8 * j, b0, b1);
-                    mma16816(oacc[j], a[0], a[1], a[2], a[3], b0, b1);
+                    ldm_x4_trans(vr + 128 * u, r);
+#pragma unroll
+                    for (int mi = 0; mi < 4; mi++) {
+                        mma16816(oacc[mi][2 * u], a[mi][0], a[mi][1], a[mi][2], a[mi][3], r[0], r[1]);
+                        mma16816(oacc[mi][2 * u + 1], a[mi][0], a[mi][1], a[mi][2], a[mi][3], r[2], r[3]);
+                    }
                 }
             }
         }
@@ -592,15 +607,23 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
         l_s[wh * TC_Q + r_lo + 8] = l_hi;
     }
     __syncthreads();
-    const int64_t hlo = h0 + r_lo, hhi = hlo + 8;
-    const float inv_lo = 1.0f / (l_s[r_lo] + l_s[TC_Q + r_lo]), inv_hi = 1.0f / (l_s[r_lo + 8] + l_s[TC_Q + r_lo + 8]);
-    float *olo = o + (t * nh + hlo) * hd, *ohi = olo + 8 * (int64_t)hd;
 #pragma unroll
-    for (int j = 0; j < NT; j++) {
-        if (j >= ntile) continue;
-        int col = ocol0 + 8 * j + 2 * t4;
-        if (hlo < nh) *(float2 *)(olo + col) = make_float2(oacc[j][0] * inv_lo, oacc[j][1] * inv_lo);
-        if (hhi < nh) *(float2 *)(ohi + col) = make_float2(oacc[j][2] * inv_hi, oacc[j][3] * inv_hi);
+    for (int mi = 0; mi < 4; mi++) {
+        const int r0 = 16 * mi + g;
+        const int64_t hlo = h0 + r0, hhi = hlo + 8;
+        const float inv_lo = 1.0f / (l_s[r0] + l_s[TC_Q + r0]), inv_hi = 1.0f / (l_s[r0 + 8] + l_s[TC_Q + r0 + 8]);
+        float *olo = o + (t * nh + hlo) * hd, *ohi = olo + 8 * (int64_t)hd;
+#pragma unroll
+        for (int u = 0; u < NP; u++) {
+            if (warp + 8 * u >= npair) continue;
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++) {
+                const int col = 16 * (warp + 8 * u) + 8 * jj + 2 * t4;
+                const float *a = oacc[mi][2 * u + jj];
+                if (hlo < nh) *(float2 *)(olo + col) = make_float2(a[0] * inv_lo, a[1] * inv_lo);
+                if (hhi < nh) *(float2 *)(ohi + col) = make_float2(a[2] * inv_hi, a[3] * inv_hi);
+            }
+        }
     }
 }
 
@@ -609,13 +632,13 @@ int pdb_cuda_v4_attention_tc16_fits(int64_t hd) {
     return v4tc16_smem(hd) <= (size_t)max_optin_smem();
 }
 
-template <int NT>
+template <int NP>
 static pdb_status launch_tc16(cudaStream_t s, const v4_klist16 &L, const float *q, int64_t n, int64_t nh, int64_t hd,
                               const float *sinks, float scale, float *o) {
     size_t smem = v4tc16_smem(hd);
-    PDB_CU(cudaFuncSetAttribute(k_v4_attn_tc16<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    PDB_CU(cudaFuncSetAttribute(k_v4_attn_tc16<NP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)n, (unsigned)((nh + TC_Q - 1) / TC_Q));
-    k_v4_attn_tc16<NT><<<grid, TC_THREADS, smem, s>>>(L, q, nh, (int)hd, sinks, scale, o);
+    k_v4_attn_tc16<NP><<<grid, TC_THREADS, smem, s>>>(L, q, nh, (int)hd, sinks, scale, o);
     PDB_CU_LAUNCH("v4 attention (tensor cores, bf16 keys)");
     return PDB_OK;
 }
@@ -638,9 +661,8 @@ pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const float *q, const void
                            (long long)lo);
     const v4_klist16 L = {(const __nv_bfloat16 *)keys_bf16, (const __nv_bfloat16 *)comp_bf16, sel, nsel, lo, K, rate,
                           pos0, W};
-    const int nt = (int)(hd / 16);
-    if (nt <= 4) return launch_tc16<4>(s, L, q, n, nh, hd, sinks, scale, o);
-    if (nt <= 8) return launch_tc16<8>(s, L, q, n, nh, hd, sinks, scale, o);
-    if (nt <= 16) return launch_tc16<16>(s, L, q, n, nh, hd, sinks, scale, o);
-    return launch_tc16<32>(s, L, q, n, nh, hd, sinks, scale, o);
+    const int np = (int)((hd / 16 + 7) / 8); /* column pairs per warp */
+    if (np <= 1) return launch_tc16<1>(s, L, q, n, nh, hd, sinks, scale, o);
+    if (np <= 2) return launch_tc16<2>(s, L, q, n, nh, hd, sinks, scale, o);
+    return launch_tc16<4>(s, L, q, n, nh, hd, sinks, scale, o);
 }
