@@ -411,8 +411,11 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
 
 /* ------------------------------------------------------------------ bf16 key mirrors, cp.async double buffered
  * k_v4_attn_tc16: the same block as k_v4_attn_tc (64 query rows = heads h0 .. h0 + 63 of one
- * token, key tiles of 64 in list order, 8 warps; for S warp w = (wr = w % 4, wh = w / 4) owns
- * query rows 16 wr .. +15 and the tile's columns 32 wh .. +31), but the key rows are bf16 already
+ * token, key tiles of 64 in list order, 8 warps). S = Q K^T is split over hd: warp w = (qd = w % 4,
+ * wk = w / 4) computes the 32 x 32 quadrant qd (rows 32 (qd % 2), columns 32 (qd / 2)) over the
+ * k-steps of half wk (a 32 x 32 warp tile: 2/3 of the fragment traffic of 16 x 32 tiles); the two
+ * halves are added through shared memory so that warp w ends with rows 16 wr .. +15 (wr = 2 (qd %
+ * 2) + wk) and columns 32 wh .. +31 (wh = qd / 2) for the softmax. The key rows are bf16 already
  * (the engine's mirrors) and stream into shared memory by cp.async, two tile buffers: tile i + 1's
  * copies are issued before tile i's S = Q K^T and land while tile i's S, softmax and P V run. For
  * O warp w owns all 64 rows and the 16-column pairs w, w + 8, .. of hd (each V fragment feeds 4
@@ -421,15 +424,15 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
  * same in the two warps of a row group (both take the max of the same shared partials); the
  * correction factors through shared memory to the O warps; l kept per thread over its own
  * columns (the sink's 1 in the thread of wh 0, t4 0), summed at the end in a fixed order (xor over
- * t4, then wh 0 + wh 1). Per tile: 3 barriers (tile landed / row maxima / P). Per (token, head)
+ * t4, then wh 0 + wh 1). Per tile: 4 barriers (tile landed / S halves / row maxima / P). Per (token, head)
  * the order of every sum is fixed by key index and dimension alone. */
 
-enum { T16_PLD = TC_K + 8 };
+enum { T16_PLD = TC_K + 8, T16_XS = 8 * 16 * 32 /* the S halves' exchange: 16 values per lane per warp */ };
 
 static size_t v4tc16_smem(int64_t hd) {
     int64_t ld = hd + 8;
     return sizeof(__nv_bfloat16) * (size_t)((TC_Q + 2 * TC_K) * ld + TC_Q * T16_PLD) +
-           sizeof(float) * (size_t)(6 * TC_Q) + sizeof(void *) * (size_t)(TC_Q + 2 * TC_K);
+           sizeof(float) * (size_t)(6 * TC_Q + T16_XS) + sizeof(void *) * (size_t)(TC_Q + 2 * TC_K);
 }
 
 /* cp.async of 64 bf16 rows (row r at src[r], NULL: zero-filled, dummy is read from instead and
@@ -453,10 +456,12 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_t16, *Kb = Qs + TC_Q * ld, *Ps = Kb + 2 * TC_K * ld;
     float *mx_s = (float *)(Ps + TC_Q * T16_PLD), *l_s = mx_s + 2 * TC_Q; /* [wh][row] each */
     float *c_s = l_s + 2 * TC_Q;                                          /* [row]: this tile's correction */
-    const float **rowq = (const float **)(c_s + 2 * TC_Q);
+    float *xs = c_s + 2 * TC_Q;                                           /* [warp][16][lane] */
+    const float **rowq = (const float **)(xs + T16_XS);
     const __nv_bfloat16 **rowk = (const __nv_bfloat16 **)(rowq + TC_Q); /* [buffer][64] */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
-    const int wr = warp & 3, wh = warp >> 2, npair = hd / 16, r_lo = 16 * wr + g;
+    const int qd = warp & 3, wk = warp >> 2, wr = 2 * (qd & 1) + wk, wh = qd >> 1, npair = hd / 16, r_lo = 16 * wr + g;
+    const int ksteps = hd / 16, kbeg = wk ? ksteps / 2 : 0, kend = wk ? ksteps : ksteps / 2; /* S's k half */
     const int64_t t = blockIdx.x, h0 = (int64_t)blockIdx.y * TC_Q;
     int64_t wrow0, nw, nc;
     v4_list(L, t, wrow0, nw, nc);
@@ -477,7 +482,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     tc_load_rows(Qs, ld, rowq, hd); /* f32 -> bf16 while tile 0 is in flight */
     /* per-lane ldmatrix offsets: Q / P (rows lane & 15, k 8 (lane >> 4)); K for S (keys lane & 7 +
      * 8 (lane >> 4), d 8 ((lane >> 3) & 1)); V (keys lane & 15, columns 8 (lane >> 4) of pair warp) */
-    const int qoff = (16 * wr + (lane & 15)) * ld + (lane >> 4) * 8;
+    const int qoff = (32 * (qd & 1) + (lane & 15)) * ld + (lane >> 4) * 8;
     const int poff = (lane & 15) * T16_PLD + (lane >> 4) * 8;
     const int koff = (32 * wh + (lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8;
     const int voff = (lane & 15) * ld + 16 * warp + (lane >> 4) * 8;
@@ -498,25 +503,49 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
         const int64_t ni = kb + 2 * TC_K + tid;
         int32_t ne = 0;
         if (tid < TC_K && L.sel && ni >= nw && ni < nk) ne = L.sel[t * L.K + (ni - nw)];
-        /* S [16 rows, the warp's 32 columns] = Q K^T */
-        float sacc[4][4];
+        /* the quadrant's half-hd partial of S = Q K^T: hacc[mi][nj], rows 32 (qd % 2) + 16 mi, columns 32 wh + 8 nj */
+        float hacc[2][4][4];
 #pragma unroll
-        for (int j = 0; j < 4; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.0f;
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) hacc[mi][j][0] = hacc[mi][j][1] = hacc[mi][j][2] = hacc[mi][j][3] = 0.0f;
 #pragma unroll 2
-        for (int k0 = 0; k0 < hd; k0 += 16) {
-            uint32_t a[4], b0[4], b1[4];
-            ldm_x4(Qs + qoff + k0, a);
+        for (int k0 = 16 * kbeg; k0 < 16 * kend; k0 += 16) {
+            uint32_t a0[4], a1[4], b0[4], b1[4];
+            ldm_x4(Qs + qoff + k0, a0);
+            ldm_x4(Qs + qoff + 16 * ld + k0, a1);
             ldm_x4(Ks + koff + k0, b0);
             ldm_x4(Ks + koff + 16 * ld + k0, b1);
-            mma16816(sacc[0], a[0], a[1], a[2], a[3], b0[0], b0[1]);
-            mma16816(sacc[1], a[0], a[1], a[2], a[3], b0[2], b0[3]);
-            mma16816(sacc[2], a[0], a[1], a[2], a[3], b1[0], b1[1]);
-            mma16816(sacc[3], a[0], a[1], a[2], a[3], b1[2], b1[3]);
+            mma16816(hacc[0][0], a0[0], a0[1], a0[2], a0[3], b0[0], b0[1]);
+            mma16816(hacc[0][1], a0[0], a0[1], a0[2], a0[3], b0[2], b0[3]);
+            mma16816(hacc[0][2], a0[0], a0[1], a0[2], a0[3], b1[0], b1[1]);
+            mma16816(hacc[0][3], a0[0], a0[1], a0[2], a0[3], b1[2], b1[3]);
+            mma16816(hacc[1][0], a1[0], a1[1], a1[2], a1[3], b0[0], b0[1]);
+            mma16816(hacc[1][1], a1[0], a1[1], a1[2], a1[3], b0[2], b0[3]);
+            mma16816(hacc[1][2], a1[0], a1[1], a1[2], a1[3], b1[0], b1[1]);
+            mma16816(hacc[1][3], a1[0], a1[1], a1[2], a1[3], b1[2], b1[3]);
         }
+        /* the partner warp (qd, 1 - wk) gets row tile 1 - wk, this warp keeps row tile wk = its rows 16 wr */
+        float sacc[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                xs[(warp * 16 + 4 * j + e) * 32 + lane] = wk ? hacc[0][j][e] : hacc[1][j][e];
+                sacc[j][e] = wk ? hacc[1][j][e] : hacc[0][j][e];
+            }
         if (tid < TC_K)
             rowk[buf * TC_K + tid] = ni >= nk ? NULL
                                      : ni < nw ? L.keys + (wrow0 + ni) * hd
                                                : L.comp + (L.sel ? (int64_t)ne : ni - nw) * hd;
+        __syncthreads(); /* X: the S halves are exchanged */
+        {
+            const float *px = xs + ((warp ^ 4) * 16) * 32 + lane;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sacc[j][e] += px[(4 * j + e) * 32]; /* half 0 + half 1 (commutative) */
+        }
         /* scale, mask the columns past nk, the warp's row maxima */
         float mlo = -INFINITY, mhi = -INFINITY;
 #pragma unroll

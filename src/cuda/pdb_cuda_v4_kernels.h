@@ -142,7 +142,7 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
  * copy overlaps tile i's compute). Not bit-identical to attention_tc (the softmax denominator is
  * summed in another fixed order), equally close to the reference; per (token, head) a fixed order,
  * chunked = one shot bit for bit. PDB_UNSUPPORTED unless pdb_cuda_v4_attention_tc16_fits(hd)
- * (hd % 16 == 0, hd <= 512, shared memory 384 (hd + 8) + 12288 bytes: 211968 at hd 512). */
+ * (hd % 16 == 0, hd <= 512, shared memory 384 (hd + 8) + 28672 bytes: 228352 at hd 512). */
 int pdb_cuda_v4_attention_tc16_fits(int64_t hd);
 pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const float *q, const void *keys_bf16, int64_t lo,
                                       const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K,
