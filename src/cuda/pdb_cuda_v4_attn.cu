@@ -2,7 +2,7 @@
  * (pdb_cuda_v4_kernels.h; the contract is pdb_v4_attn_desc's, src/model/deepseek_v4/pdb_v4.h).
  * V4 attention is MQA-like: every head of token t attends over the same key list (K = V = one
  * row of hd f32 values per key): its window rows, then its compressed entries (CSA: sel, HCA:
- * 0 .. (p + 1) / rate - 1). Two kernels:
+ * 0 .. (p + 1) / rate - 1). Three kernels:
  *   k_v4_attn_f32: CUDA cores, f32 throughout: a block per (token, group of G heads); the key
  *     row pointers, the queries and every score of the group in shared memory (sized from the
  *     launch's longest key list); scores by a warp per key (lane partials over d = lane + 32 j
@@ -18,6 +18,10 @@
  *     denominator l = 1 (= exp(sink - m)); every later rescale multiplies it like the rest, so
  *     at the end l = exp(sink - m_final) + sum of the (bf16-rounded) P. P is rounded to bf16
  *     before P V and l sums the rounded values.
+ *   k_v4_attn_tc16: k_v4_attn_tc's math on bf16 copies of the key rows (the engine's mirrors),
+ *     streamed into shared memory by cp.async with two tile buffers (the next tile's copy
+ *     overlaps this tile's compute), ldmatrix fragments, S split over hd halves in 32 x 32 warp
+ *     tiles, O by column pairs over all 64 rows per warp (its own comment below).
  * Invariants: a (token, head)'s result depends only on its q row, its key list and the sink: the
  * order of every sum is fixed by the key index and the dimension, never by how many tokens or
  * heads the launch (or block) holds, so chunked = one shot. Nothing here allocates. */

@@ -139,9 +139,9 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
  * engine's mirrors, each value the f32 row's value rounded to nearest even, so the products equal
  * attention_tc's), 16-byte aligned (hd % 16 == 0 keeps every row 16-byte aligned); q 16-byte and o
  * 8-byte aligned. Key tiles stream into shared memory by cp.async, double buffered (tile i + 1's
- * copy overlaps tile i's compute). Not bit-identical to attention_tc (the softmax denominator is
- * summed in another fixed order), equally close to the reference; per (token, head) a fixed order,
- * chunked = one shot bit for bit. PDB_UNSUPPORTED unless pdb_cuda_v4_attention_tc16_fits(hd)
+ * copy overlaps tile i's compute). Not bit-identical to attention_tc (each score is the sum of
+ * two hd halves' tensor-core sums, the softmax denominator is summed in another fixed order),
+ * equally close to the reference; per (token, head) a fixed order, chunked = one shot bit for bit. PDB_UNSUPPORTED unless pdb_cuda_v4_attention_tc16_fits(hd)
  * (hd % 16 == 0, hd <= 512, shared memory 384 (hd + 8) + 28672 bytes: 228352 at hd 512). */
 int pdb_cuda_v4_attention_tc16_fits(int64_t hd);
 pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const float *q, const void *keys_bf16, int64_t lo,
