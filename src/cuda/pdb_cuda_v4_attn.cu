@@ -2,7 +2,7 @@
  * (pdb_cuda_v4_kernels.h; the contract is pdb_v4_attn_desc's, src/model/deepseek_v4/pdb_v4.h).
  * V4 attention is MQA-like: every head of token t attends over the same key list (K = V = one
  * row of hd f32 values per key): its window rows, then its compressed entries (CSA: sel, HCA:
- * 0 .. (p + 1) / rate - 1). Two kernels:
+ * 0 .. (p + 1) / rate - 1). Three kernels:
  *   k_v4_attn_f32: CUDA cores, f32 throughout: a block per (token, group of G heads); the key
  *     row pointers, the queries and every score of the group in shared memory (sized from the
  *     launch's longest key list); scores by a warp per key (lane partials over d = lane + 32 j
@@ -18,6 +18,10 @@
  *     denominator l = 1 (= exp(sink - m)); every later rescale multiplies it like the rest, so
  *     at the end l = exp(sink - m_final) + sum of the (bf16-rounded) P. P is rounded to bf16
  *     before P V and l sums the rounded values.
+ *   k_v4_attn_tc16: k_v4_attn_tc's math on bf16 copies of the key rows (the engine's mirrors),
+ *     streamed into shared memory by cp.async with two tile buffers (the next tile's copy
+ *     overlaps this tile's compute), ldmatrix fragments, S split over hd halves in 32 x 32 warp
+ *     tiles, O by column pairs over all 64 rows per warp (its own comment below).
  * Invariants: a (token, head)'s result depends only on its q row, its key list and the sink: the
  * order of every sum is fixed by the key index and the dimension, never by how many tokens or
  * heads the launch (or block) holds, so chunked = one shot. Nothing here allocates. */
@@ -29,14 +33,19 @@
 
 /* ------------------------------------------------------------------ the key list of a token */
 
-typedef struct v4_klist {
-    const float *keys, *comp;
+/* KT: the key rows' element type (float, or __nv_bfloat16 for the bf16-mirror entry point). */
+template <class KT> struct v4_klist_t {
+    const KT *keys, *comp;
     const int32_t *sel, *nsel;
     int64_t lo, K, rate, pos0, W;
-} v4_klist;
+};
+typedef v4_klist_t<float> v4_klist;
+typedef v4_klist_t<__nv_bfloat16> v4_klist16;
 
 /* Token t's list: nw window rows from keys row wrow0, then nc compressed entries. */
-static __device__ __forceinline__ void v4_list(const v4_klist &L, int64_t t, int64_t &wrow0, int64_t &nw, int64_t &nc) {
+template <class KT>
+static __device__ __forceinline__ void v4_list(const v4_klist_t<KT> &L, int64_t t, int64_t &wrow0, int64_t &nw,
+                                               int64_t &nc) {
     int64_t p = L.pos0 + t, wlo = p - L.W + 1 > L.lo ? p - L.W + 1 : L.lo;
     wrow0 = wlo - L.lo;
     nw = p - wlo + 1;
@@ -45,8 +54,9 @@ static __device__ __forceinline__ void v4_list(const v4_klist &L, int64_t t, int
 }
 
 /* The row of key i of token t (i < nw + nc). */
-static __device__ __forceinline__ const float *v4_row(const v4_klist &L, int64_t t, int64_t i, int64_t wrow0,
-                                                      int64_t nw, int hd) {
+template <class KT>
+static __device__ __forceinline__ const KT *v4_row(const v4_klist_t<KT> &L, int64_t t, int64_t i, int64_t wrow0,
+                                                   int64_t nw, int hd) {
     if (i < nw) return L.keys + (wrow0 + i) * hd;
     int64_t e = L.sel ? (int64_t)L.sel[t * L.K + (i - nw)] : i - nw;
     return L.comp + e * hd;
@@ -401,4 +411,291 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
     if (nt <= 8) return launch_tc<8>(s, L, q, n, nh, hd, sinks, scale, o);
     if (nt <= 16) return launch_tc<16>(s, L, q, n, nh, hd, sinks, scale, o);
     return launch_tc<32>(s, L, q, n, nh, hd, sinks, scale, o);
+}
+
+/* ------------------------------------------------------------------ bf16 key mirrors, cp.async double buffered
+ * k_v4_attn_tc16: the same block as k_v4_attn_tc (64 query rows = heads h0 .. h0 + 63 of one
+ * token, key tiles of 64 in list order, 8 warps). S = Q K^T is split over hd: warp w = (qd = w % 4,
+ * wk = w / 4) computes the 32 x 32 quadrant qd (rows 32 (qd % 2), columns 32 (qd / 2)) over the
+ * k-steps of half wk (a 32 x 32 warp tile: 2/3 of the fragment traffic of 16 x 32 tiles); the two
+ * halves are added through shared memory so that warp w ends with rows 16 wr .. +15 (wr = 2 (qd %
+ * 2) + wk) and columns 32 wh .. +31 (wh = qd / 2) for the softmax. The key rows are bf16 already
+ * (the engine's mirrors) and stream into shared memory by cp.async, two tile buffers: tile i + 1's
+ * copies are issued before tile i's S = Q K^T and land while tile i's S, softmax and P V run. For
+ * O warp w owns all 64 rows and the 16-column pairs w, w + 8, .. of hd (each V fragment feeds 4
+ * row tiles: half the shared-memory traffic of a 16-row warp tile). Fragments by ldmatrix (Q, K,
+ * P: x4; V: x4.trans). The softmax state: m (running max, starts at the sink) in registers, the
+ * same in the two warps of a row group (both take the max of the same shared partials); the
+ * correction factors through shared memory to the O warps; l kept per thread over its own
+ * columns (the sink's 1 in the thread of wh 0, t4 0), summed at the end in a fixed order (xor over
+ * t4, then wh 0 + wh 1). Per tile: 4 barriers (tile landed / S halves / row maxima / P). Per (token, head)
+ * the order of every sum is fixed by key index and dimension alone. */
+
+enum { T16_PLD = TC_K + 8, T16_XS = 8 * 16 * 32 /* the S halves' exchange: 16 values per lane per warp */ };
+
+static size_t v4tc16_smem(int64_t hd) {
+    int64_t ld = hd + 8;
+    return sizeof(__nv_bfloat16) * (size_t)((TC_Q + 2 * TC_K) * ld + TC_Q * T16_PLD) +
+           sizeof(float) * (size_t)(6 * TC_Q + T16_XS) + sizeof(void *) * (size_t)(TC_Q + 2 * TC_K);
+}
+
+/* cp.async of 64 bf16 rows (row r at src[r], NULL: zero-filled, dummy is read from instead and
+ * reads nothing) into dst [64, ld]: warp w takes rows w, w + 8, .., a lane 16-byte chunks lane,
+ * lane + 32, .. (a row's chunks are contiguous in global memory: coalesced). */
+static __device__ __forceinline__ void t16_issue(__nv_bfloat16 *dst, int ld, const __nv_bfloat16 *const *src, int hd,
+                                                 const __nv_bfloat16 *dummy) {
+    const int c8 = hd / 8, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = warp; r < TC_K; r += TC_THREADS / 32) {
+        const __nv_bfloat16 *row = src[r];
+        for (int c = lane; c < c8; c += 32) cp16(dst + r * ld + c * 8, row ? row + c * 8 : dummy, row != NULL);
+    }
+}
+
+/* NP: the 16-column pairs of O per warp (hd / 16 pairs over 8 warps, rounded up to the instantiation). */
+template <int NP>
+__global__ void __launch_bounds__(TC_THREADS, 1)
+    k_v4_attn_tc16(v4_klist16 L, const float *q, int64_t nh, int hd, const float *sinks, float scale, float *o) {
+    extern __shared__ uint4 smem_t16[];
+    const int ld = hd + 8;
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_t16, *Kb = Qs + TC_Q * ld, *Ps = Kb + 2 * TC_K * ld;
+    float *mx_s = (float *)(Ps + TC_Q * T16_PLD), *l_s = mx_s + 2 * TC_Q; /* [wh][row] each */
+    float *c_s = l_s + 2 * TC_Q;                                          /* [row]: this tile's correction */
+    float *xs = c_s + 2 * TC_Q;                                           /* [warp][16][lane] */
+    const float **rowq = (const float **)(xs + T16_XS);
+    const __nv_bfloat16 **rowk = (const __nv_bfloat16 **)(rowq + TC_Q); /* [buffer][64] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+    const int qd = warp & 3, wk = warp >> 2, wr = 2 * (qd & 1) + wk, wh = qd >> 1, npair = hd / 16, r_lo = 16 * wr + g;
+    const int ksteps = hd / 16, kbeg = wk ? ksteps / 2 : 0, kend = wk ? ksteps : ksteps / 2; /* S's k half */
+    const int64_t t = blockIdx.x, h0 = (int64_t)blockIdx.y * TC_Q;
+    int64_t wrow0, nw, nc;
+    v4_list(L, t, wrow0, nw, nc);
+    const int64_t nk = nw + nc; /* >= 1: the window holds position p itself */
+    if (tid < TC_Q) {
+        int64_t h = h0 + tid;
+        rowq[tid] = h < nh ? q + (t * nh + h) * hd : NULL;
+        rowk[tid] = tid < nk ? v4_row(L, t, tid, wrow0, nw, hd) : NULL;
+        rowk[TC_K + tid] = TC_K + tid < nk ? v4_row(L, t, TC_K + tid, wrow0, nw, hd) : NULL;
+    }
+    const float sk_lo = h0 + r_lo < nh ? sinks[h0 + r_lo] : 0.0f, sk_hi = h0 + r_lo + 8 < nh ? sinks[h0 + r_lo + 8] : 0.0f;
+    float m_lo = sk_lo, m_hi = sk_hi;
+    float l_lo = wh == 0 && t4 == 0 && sk_lo != -INFINITY ? 1.0f : 0.0f;
+    float l_hi = wh == 0 && t4 == 0 && sk_hi != -INFINITY ? 1.0f : 0.0f;
+    __syncthreads();
+    t16_issue(Kb, ld, rowk, hd, L.keys);
+    cp_commit();
+    tc_load_rows(Qs, ld, rowq, hd); /* f32 -> bf16 while tile 0 is in flight */
+    /* per-lane ldmatrix offsets: Q / P (rows lane & 15, k 8 (lane >> 4)); K for S (keys lane & 7 +
+     * 8 (lane >> 4), d 8 ((lane >> 3) & 1)); V (keys lane & 15, columns 8 (lane >> 4) of pair warp) */
+    const int qoff = (32 * (qd & 1) + (lane & 15)) * ld + (lane >> 4) * 8;
+    const int poff = (lane & 15) * T16_PLD + (lane >> 4) * 8;
+    const int koff = (32 * wh + (lane & 7) + ((lane >> 4) << 3)) * ld + ((lane >> 3) & 1) * 8;
+    const int voff = (lane & 15) * ld + 16 * warp + (lane >> 4) * 8;
+    /* oacc[mi][2u + jj]: rows 16 mi + g (+ 8), columns 16 (warp + 8 u) + 8 jj + 2 t4 (+ 1) */
+    float oacc[4][2 * NP][4];
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int j = 0; j < 2 * NP; j++) oacc[mi][j][0] = oacc[mi][j][1] = oacc[mi][j][2] = oacc[mi][j][3] = 0.0f;
+    int buf = 0;
+    for (int64_t kb = 0; kb < nk; kb += TC_K, buf ^= 1) {
+        cp_wait<0>();
+        __syncthreads(); /* A: tile kb landed (and Qs written); everyone is done with the other buffer, Ps, mx_s */
+        const __nv_bfloat16 *Ks = Kb + buf * TC_K * ld;
+        if (kb + TC_K < nk) t16_issue(Kb + (buf ^ 1) * TC_K * ld, ld, rowk + (buf ^ 1) * TC_K, hd, L.keys);
+        cp_commit();
+        /* tile kb + 2 TC_K's row of thread tid (< TC_K): its sel entry loaded now, used after S */
+        const int64_t ni = kb + 2 * TC_K + tid;
+        int32_t ne = 0;
+        if (tid < TC_K && L.sel && ni >= nw && ni < nk) ne = L.sel[t * L.K + (ni - nw)];
+        /* the quadrant's half-hd partial of S = Q K^T: hacc[mi][nj], rows 32 (qd % 2) + 16 mi, columns 32 wh + 8 nj */
+        float hacc[2][4][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) hacc[mi][j][0] = hacc[mi][j][1] = hacc[mi][j][2] = hacc[mi][j][3] = 0.0f;
+#pragma unroll 2
+        for (int k0 = 16 * kbeg; k0 < 16 * kend; k0 += 16) {
+            uint32_t a0[4], a1[4], b0[4], b1[4];
+            ldm_x4(Qs + qoff + k0, a0);
+            ldm_x4(Qs + qoff + 16 * ld + k0, a1);
+            ldm_x4(Ks + koff + k0, b0);
+            ldm_x4(Ks + koff + 16 * ld + k0, b1);
+            mma16816(hacc[0][0], a0[0], a0[1], a0[2], a0[3], b0[0], b0[1]);
+            mma16816(hacc[0][1], a0[0], a0[1], a0[2], a0[3], b0[2], b0[3]);
+            mma16816(hacc[0][2], a0[0], a0[1], a0[2], a0[3], b1[0], b1[1]);
+            mma16816(hacc[0][3], a0[0], a0[1], a0[2], a0[3], b1[2], b1[3]);
+            mma16816(hacc[1][0], a1[0], a1[1], a1[2], a1[3], b0[0], b0[1]);
+            mma16816(hacc[1][1], a1[0], a1[1], a1[2], a1[3], b0[2], b0[3]);
+            mma16816(hacc[1][2], a1[0], a1[1], a1[2], a1[3], b1[0], b1[1]);
+            mma16816(hacc[1][3], a1[0], a1[1], a1[2], a1[3], b1[2], b1[3]);
+        }
+        /* the partner warp (qd, 1 - wk) gets row tile 1 - wk, this warp keeps row tile wk = its rows 16 wr */
+        float sacc[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                xs[(warp * 16 + 4 * j + e) * 32 + lane] = wk ? hacc[0][j][e] : hacc[1][j][e];
+                sacc[j][e] = wk ? hacc[1][j][e] : hacc[0][j][e];
+            }
+        if (tid < TC_K)
+            rowk[buf * TC_K + tid] = ni >= nk ? NULL
+                                     : ni < nw ? L.keys + (wrow0 + ni) * hd
+                                               : L.comp + (L.sel ? (int64_t)ne : ni - nw) * hd;
+        __syncthreads(); /* X: the S halves are exchanged */
+        {
+            const float *px = xs + ((warp ^ 4) * 16) * 32 + lane;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sacc[j][e] += px[(4 * j + e) * 32]; /* half 0 + half 1 (commutative) */
+        }
+        /* scale, mask the columns past nk, the warp's row maxima */
+        float mlo = -INFINITY, mhi = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t col = kb + 32 * wh + 8 * j + 2 * t4;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = col + (e & 1) < nk ? sacc[j][e] * scale : -INFINITY;
+                sacc[j][e] = v;
+                if (e < 2) mlo = fmaxf(mlo, v);
+                else mhi = fmaxf(mhi, v);
+            }
+        }
+        mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, 1));
+        mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, 2));
+        mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, 1));
+        mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, 2));
+        if (t4 == 0) {
+            mx_s[wh * TC_Q + r_lo] = mlo;
+            mx_s[wh * TC_Q + r_lo + 8] = mhi;
+        }
+        __syncthreads(); /* B: both halves' row maxima (and rowk of tile kb + 2 TC_K) are in */
+        const float nlo = fmaxf(m_lo, fmaxf(mx_s[r_lo], mx_s[TC_Q + r_lo]));
+        const float nhi = fmaxf(m_hi, fmaxf(mx_s[r_lo + 8], mx_s[TC_Q + r_lo + 8]));
+        const float clo = m_lo == -INFINITY ? 0.0f : expf(m_lo - nlo), chi = m_hi == -INFINITY ? 0.0f : expf(m_hi - nhi);
+        m_lo = nlo;
+        m_hi = nhi;
+        float slo = 0.0f, shi = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float p0 = sacc[j][0] == -INFINITY ? 0.0f : expf(sacc[j][0] - nlo);
+            const float p1 = sacc[j][1] == -INFINITY ? 0.0f : expf(sacc[j][1] - nlo);
+            const float p2 = sacc[j][2] == -INFINITY ? 0.0f : expf(sacc[j][2] - nhi);
+            const float p3 = sacc[j][3] == -INFINITY ? 0.0f : expf(sacc[j][3] - nhi);
+            const __nv_bfloat162 plo = __floats2bfloat162_rn(p0, p1), phi = __floats2bfloat162_rn(p2, p3);
+            const float2 flo = __bfloat1622float2(plo), fhi = __bfloat1622float2(phi);
+            slo += flo.x;
+            slo += flo.y;
+            shi += fhi.x;
+            shi += fhi.y;
+            const int col = 32 * wh + 8 * j + 2 * t4;
+            *(__nv_bfloat162 *)(Ps + r_lo * T16_PLD + col) = plo;
+            *(__nv_bfloat162 *)(Ps + (r_lo + 8) * T16_PLD + col) = phi;
+        }
+        l_lo = l_lo * clo + slo;
+        l_hi = l_hi * chi + shi;
+        if (wh == 0 && t4 == 0) {
+            c_s[r_lo] = clo;
+            c_s[r_lo + 8] = chi;
+        }
+        __syncthreads(); /* C: P of all 64 columns and every row's correction are in */
+        /* O = O * corr + P V (V = the same tile, the warp's column pairs, all 64 rows) */
+#pragma unroll
+        for (int mi = 0; mi < 4; mi++) {
+            const float c0 = c_s[16 * mi + g], c1 = c_s[16 * mi + g + 8];
+#pragma unroll
+            for (int j = 0; j < 2 * NP; j++) {
+                oacc[mi][j][0] *= c0; oacc[mi][j][1] *= c0; oacc[mi][j][2] *= c1; oacc[mi][j][3] *= c1;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < TC_K / 16; kk++) {
+            uint32_t a[4][4];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++) ldm_x4(Ps + poff + 16 * mi * T16_PLD + 16 * kk, a[mi]);
+            const __nv_bfloat16 *vr = Ks + voff + 16 * kk * ld;
+#pragma unroll
+            for (int u = 0; u < NP; u++) {
+                if (warp + 8 * u < npair) {
+                    uint32_t r[4];
+                    ldm_x4_trans(vr + 128 * u, r);
+#pragma unroll
+                    for (int mi = 0; mi < 4; mi++) {
+                        mma16816(oacc[mi][2 * u], a[mi][0], a[mi][1], a[mi][2], a[mi][3], r[0], r[1]);
+                        mma16816(oacc[mi][2 * u + 1], a[mi][0], a[mi][1], a[mi][2], a[mi][3], r[2], r[3]);
+                    }
+                }
+            }
+        }
+    }
+    /* l: the row's 4 threads (xor tree), then wh 0 + wh 1 */
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    if (t4 == 0) {
+        l_s[wh * TC_Q + r_lo] = l_lo;
+        l_s[wh * TC_Q + r_lo + 8] = l_hi;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++) {
+        const int r0 = 16 * mi + g;
+        const int64_t hlo = h0 + r0, hhi = hlo + 8;
+        const float inv_lo = 1.0f / (l_s[r0] + l_s[TC_Q + r0]), inv_hi = 1.0f / (l_s[r0 + 8] + l_s[TC_Q + r0 + 8]);
+        float *olo = o + (t * nh + hlo) * hd, *ohi = olo + 8 * (int64_t)hd;
+#pragma unroll
+        for (int u = 0; u < NP; u++) {
+            if (warp + 8 * u >= npair) continue;
+#pragma unroll
+            for (int jj = 0; jj < 2; jj++) {
+                const int col = 16 * (warp + 8 * u) + 8 * jj + 2 * t4;
+                const float *a = oacc[mi][2 * u + jj];
+                if (hlo < nh) *(float2 *)(olo + col) = make_float2(a[0] * inv_lo, a[1] * inv_lo);
+                if (hhi < nh) *(float2 *)(ohi + col) = make_float2(a[2] * inv_hi, a[3] * inv_hi);
+            }
+        }
+    }
+}
+
+int pdb_cuda_v4_attention_tc16_fits(int64_t hd) {
+    if (hd <= 0 || hd % 16 || hd > TC_MAX_HD) return 0;
+    return v4tc16_smem(hd) <= (size_t)max_optin_smem();
+}
+
+template <int NP>
+static pdb_status launch_tc16(cudaStream_t s, const v4_klist16 &L, const float *q, int64_t n, int64_t nh, int64_t hd,
+                              const float *sinks, float scale, float *o) {
+    size_t smem = v4tc16_smem(hd);
+    PDB_CU(cudaFuncSetAttribute(k_v4_attn_tc16<NP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)n, (unsigned)((nh + TC_Q - 1) / TC_Q));
+    k_v4_attn_tc16<NP><<<grid, TC_THREADS, smem, s>>>(L, q, nh, (int)hd, sinks, scale, o);
+    PDB_CU_LAUNCH("v4 attention (tensor cores, bf16 keys)");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const float *q, const void *keys_bf16, int64_t lo,
+                                      const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K,
+                                      int64_t rate, int64_t n, int64_t nh, int64_t hd, int64_t pos0, int64_t W,
+                                      const float *sinks, float scale, float *o) {
+    if (n <= 0 || nh <= 0) return PDB_OK;
+    if (!pdb_cuda_v4_attention_tc16_fits(hd))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): head_dim %% 16 == 0 and <= %d with "
+                           "its shared memory (%zu bytes) available required (got %lld)", TC_MAX_HD,
+                           v4tc16_smem(hd > 0 ? hd : 0), (long long)hd);
+    if (((uintptr_t)q | (uintptr_t)keys_bf16 | (uintptr_t)comp_bf16) % 16 || (uintptr_t)o % 8 || !keys_bf16)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): q, keys_bf16 and comp_bf16 must be "
+                           "16-byte aligned (keys_bf16 not NULL), o 8-byte aligned");
+    if (n > INT32_MAX || (nh + TC_Q - 1) / TC_Q > 65535 || W <= 0 || pos0 < lo)
+        return pdb_err_set(PDB_INVALID, "v4 attention (tensor cores, bf16 keys): bad shapes (n %lld, nh %lld, W %lld, "
+                           "pos0 %lld, lo %lld)", (long long)n, (long long)nh, (long long)W, (long long)pos0,
+                           (long long)lo);
+    const v4_klist16 L = {(const __nv_bfloat16 *)keys_bf16, (const __nv_bfloat16 *)comp_bf16, sel, nsel, lo, K, rate,
+                          pos0, W};
+    const int np = (int)((hd / 16 + 7) / 8); /* column pairs per warp */
+    if (np <= 1) return launch_tc16<1>(s, L, q, n, nh, hd, sinks, scale, o);
+    if (np <= 2) return launch_tc16<2>(s, L, q, n, nh, hd, sinks, scale, o);
+    return launch_tc16<4>(s, L, q, n, nh, hd, sinks, scale, o);
 }

@@ -1,6 +1,7 @@
 /* pdb_cuda_v4_attn_probe: a V4 attention kernel alone on a host desc (pdb_cuda_v4_attn_probe.h).
  * Invariant: the device copies are exactly the desc's arrays (nsel narrowed to int32, which the
- * kernels take); a failure on any step frees everything and names the step. */
+ * kernels take; for tc 2 the keys and comp rows rounded to bf16, nearest even, on the host, the
+ * engine's mirrors); a failure on any step frees everything and names the step. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,7 @@ extern "C" {
 
 typedef struct v4_probe_bufs {
     float *q, *keys, *comp, *sinks, *o;
+    uint16_t *keys16, *comp16; /* tc 2: bf16 bit patterns */
     int32_t *sel, *nsel;
     cudaEvent_t e0, e1;
 } v4_probe_bufs;
@@ -23,9 +25,31 @@ static pdb_status up(void **dst, const void *src, size_t bytes) {
     return PDB_OK;
 }
 
+/* f32 -> bf16 bits, round to nearest even (NaN kept quiet): __float2bfloat16_rn's rounding. */
+static uint16_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* *dst = a device buffer with the bf16 rounding of src [count] (count 0: a 16-byte buffer). */
+static pdb_status up_bf16(uint16_t **dst, const float *src, int64_t count) {
+    uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(count > 0 ? count : 1));
+    if (!h) return pdb_err_set(PDB_NOMEM, "v4 attention probe: bf16 rows [%lld]", (long long)count);
+    for (int64_t i = 0; i < count; i++) h[i] = bf16_bits(src[i]);
+    pdb_status st = up((void **)dst, h, sizeof(uint16_t) * (size_t)(count > 0 ? count : 0));
+    free(h);
+    return st;
+}
+
 static pdb_status run_kernel(const pdb_v4_attn_desc *d, int tc, const v4_probe_bufs *b) {
     const int32_t *sel = d->sel ? b->sel : NULL, *nsel = d->sel ? b->nsel : NULL;
     int64_t rate = d->sel ? 0 : d->rate;
+    if (tc == 2)
+        return pdb_cuda_v4_attention_tc16(0, b->q, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, d->T, d->nh,
+                                          d->hd, d->p0, d->W, b->sinks, d->scale, b->o);
     return tc ? pdb_cuda_v4_attention_tc(0, b->q, b->keys, d->lo, b->comp, sel, nsel, d->K, rate, d->T, d->nh, d->hd,
                                          d->p0, d->W, b->sinks, d->scale, b->o)
               : pdb_cuda_v4_attention(0, b->q, b->keys, d->lo, b->comp, sel, nsel, d->K, rate, d->T, d->nh, d->hd,
@@ -37,6 +61,10 @@ static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_pr
     PDB_TRY(up((void **)&b->q, d->q, sizeof(float) * (size_t)(T * nh * hd)));
     PDB_TRY(up((void **)&b->keys, d->keys, sizeof(float) * (size_t)(nkeys * hd)));
     PDB_TRY(up((void **)&b->comp, d->comp, sizeof(float) * (size_t)((d->n_comp > 0 ? d->n_comp : 0) * hd)));
+    if (tc == 2) {
+        PDB_TRY(up_bf16(&b->keys16, d->keys, nkeys * hd));
+        PDB_TRY(up_bf16(&b->comp16, d->comp, (d->n_comp > 0 ? d->n_comp : 0) * hd));
+    }
     PDB_TRY(up((void **)&b->sinks, d->sinks, sizeof(float) * (size_t)nh));
     PDB_TRY(up((void **)&b->o, NULL, sizeof(float) * (size_t)(T * nh * hd)));
     if (d->sel) {
@@ -64,7 +92,7 @@ static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_pr
 }
 
 pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
-    if (!d || d->T < 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo || (d->sel && !d->nsel))
+    if (!d || tc < 0 || tc > 2 || d->T < 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo || (d->sel && !d->nsel))
         return pdb_err_set(PDB_INVALID, "v4 attention probe: bad desc");
     if (d->T == 0) return PDB_OK;
     PDB_TRY(pdb_cuda_use_device(0, "v4 attention probe"));
@@ -74,6 +102,8 @@ pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu
     cudaFree(b.q);
     cudaFree(b.keys);
     cudaFree(b.comp);
+    cudaFree(b.keys16);
+    cudaFree(b.comp16);
     cudaFree(b.sinks);
     cudaFree(b.o);
     cudaFree(b.sel);

@@ -133,6 +133,21 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
                                     const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate, int64_t n,
                                     int64_t nh, int64_t hd, int64_t pos0, int64_t W, const float *sinks, float scale,
                                     float *o);
+/* attention_tc16: attention_tc's math (Q and P rounded to bf16, f32 accumulation, online softmax
+ * over key tiles of 64, window then compressed) on bf16 copies of the key rows: keys_bf16 and
+ * comp_bf16 are laid out exactly as keys and comp (__nv_bfloat16 [., hd], row r at r * hd; the
+ * engine's mirrors, each value the f32 row's value rounded to nearest even, so the products equal
+ * attention_tc's), 16-byte aligned (hd % 16 == 0 keeps every row 16-byte aligned); q 16-byte and o
+ * 8-byte aligned. Key tiles stream into shared memory by cp.async, double buffered (tile i + 1's
+ * copy overlaps tile i's compute). Not bit-identical to attention_tc (each score is the sum of
+ * two hd halves' tensor-core sums, the softmax denominator is summed in another fixed order),
+ * equally close to the reference; per (token, head) a fixed order, chunked = one shot bit for bit. PDB_UNSUPPORTED unless pdb_cuda_v4_attention_tc16_fits(hd)
+ * (hd % 16 == 0, hd <= 512, shared memory 384 (hd + 8) + 28672 bytes: 228352 at hd 512). */
+int pdb_cuda_v4_attention_tc16_fits(int64_t hd);
+pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const float *q, const void *keys_bf16, int64_t lo,
+                                      const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K,
+                                      int64_t rate, int64_t n, int64_t nh, int64_t hd, int64_t pos0, int64_t W,
+                                      const float *sinks, float scale, float *o);
 
 /* Routing of n tokens (pdb_v4_route): logits [n, E] (the router product) -> scores in place
  * (scoring: pdb_v4_score: sqrt(softplus) (softplus(l) = l for l > 20, else log1p(exp(l))),

@@ -1,13 +1,16 @@
-/* test_cuda_v4_attn: the V4 attention kernels (pdb_cuda_v4_attention, f32 on CUDA cores, and
- * pdb_cuda_v4_attention_tc, bf16 tensor cores; src/cuda/pdb_cuda_v4_attn.cu) against the CPU
+/* test_cuda_v4_attn: the V4 attention kernels (pdb_cuda_v4_attention, f32 on CUDA cores,
+ * pdb_cuda_v4_attention_tc, bf16 tensor cores, and pdb_cuda_v4_attention_tc16, the same on bf16
+ * key rows (the probe rounds the keys); src/cuda/pdb_cuda_v4_attn.cu) against the CPU
  * contract pdb_v4_attn_ref, through pdb_cuda_v4_attn_probe, on seeded random inputs of the three
  * layer kinds: sliding only, CSA (sel with random distinct entries, nsel varying incl. 0 and < K)
- * and HCA (rate 4 / 8), on small shapes (nh 4, 16, 80; hd 64, 128; W 8; lo > 0; pos0 > 0) and one
- * V4-Flash-sized CSA case (nh 64, hd 512, W 128, K 512, T 256, pos0 4096). Asserted: max |o_gpu -
- * o_ref| / max |o_ref| <= 1e-5 (f32) and <= 1e-2 (bf16 tensor cores; the host emulation,
- * tests/cuda/emu, gives <= 1e-6 and <= 3.6e-3 on these shapes); a chunked run (two launches
- * at p0 and p0 + T1) bit-identical to the one-shot run for both kernels. Prints
- * "v4attn-metric ..." lines (errors, the V4-Flash case's GPU ms and TFLOP/s = 4 nh hd keys T / s).
+ * and HCA (rate 4 / 8), on small shapes (nh 4, 16, 64, 80; hd 64, 80, 128, 512; W 8, 40, 70;
+ * key lists of 1 to 4 tiles of 64; lo > 0; pos0 > 0) and one V4-Flash-sized CSA case (nh 64,
+ * hd 512, W 128, K 512, T 256, pos0 4096: 10 tiles). Asserted: max |o_gpu - o_ref| / max |o_ref|
+ * <= 1e-5 (f32) and <= 1e-2 (both bf16 tensor-core paths; the host emulation, tests/cuda/emu,
+ * gives <= 1e-6 and <= 3.6e-3 on its shapes, tc16's error = tc's to 4 digits); a chunked run (two launches
+ * at p0 and p0 + T1) bit-identical to the one-shot run for every kernel. Prints
+ * "v4attn-metric ..." lines (errors, the V4-Flash case's GPU ms and TFLOP/s = 4 nh hd keys T / s
+ * for tc and tc16, and their ratio).
  * Without a GPU (pdb_cuda_device_count() == 0) each GPU test prints "skipped: no GPU" and passes;
  * test_harness_cpu (the chunk split, on the reference alone) runs everywhere. */
 #include <math.h>
@@ -105,7 +108,7 @@ static double rel_err(const float *a, const float *ref, int64_t n) {
     return mr > 0 ? mx / mr : mx;
 }
 
-/* d on the CPU reference (tc < 0) or a kernel (0 f32, 1 tensor cores). */
+/* d on the CPU reference (tc < 0) or a kernel (0 f32, 1 tensor cores, 2 tensor cores on bf16 keys). */
 static void run_desc(const pdb_v4_attn_desc *d, int tc) {
     if (tc < 0) PDB_TEST_OK(pdb_v4_attn_ref(d, NULL));
     else PDB_TEST_OK(pdb_cuda_v4_attn_probe(d, tc, NULL));
@@ -126,8 +129,10 @@ static void run_chunked(const v4case *c, int tc, int64_t T1, float *out) {
     run_desc(&b, tc);
 }
 
-/* ref vs f32 vs tc (when it fits), the chunked runs bit-identical to the one-shot; returns the tc
- * kernel's ms through *tc_ms when asked. */
+static const char *const kname[3] = {"f32", "tc", "tc16"};
+
+/* ref vs f32 vs tc vs tc16 (the tc paths when they fit), the chunked runs bit-identical to the
+ * one-shot; returns the kernels' ms through tc_ms[0..2] when asked (0: unsupported). */
 static void check_case(const char *name, v4case *c, double *tc_ms, int chunk_check) {
     int64_t n = c->d.T * c->d.nh * c->d.hd;
     float *ref = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
@@ -136,27 +141,26 @@ static void check_case(const char *name, v4case *c, double *tc_ms, int chunk_che
     pdb_v4_attn_desc d = c->d;
     d.o = ref;
     PDB_TEST_OK(pdb_v4_attn_ref(&d, NULL));
-    for (int tc = 0; tc < 2; tc++) {
+    for (int tc = 0; tc < 3; tc++) {
         d = c->d;
         d.o = got;
         double ms = 0;
         pdb_status st = pdb_cuda_v4_attn_probe(&d, tc, &ms);
         if (tc && st == PDB_UNSUPPORTED) {
-            printf("v4attn-metric %s tc: unsupported (%s)\n", name, pdb_err_msg());
+            printf("v4attn-metric %s %s: unsupported (%s)\n", name, kname[tc], pdb_err_msg());
             continue;
         }
-        if (st) fail_msg("%s %s: %s: %s", name, tc ? "tc" : "f32", pdb_status_str(st), pdb_err_msg());
+        if (st) fail_msg("%s %s: %s: %s", name, kname[tc], pdb_status_str(st), pdb_err_msg());
         double e = rel_err(got, ref, n);
-        printf("v4attn-metric %s %s: max_rel_err %.3e gpu_ms %.4f\n", name, tc ? "tc" : "f32", e, ms);
-        if (tc && tc_ms) *tc_ms = ms;
+        printf("v4attn-metric %s %s: max_rel_err %.3e gpu_ms %.4f\n", name, kname[tc], e, ms);
+        if (tc_ms) tc_ms[tc] = ms;
         if (tc) assert_true(e <= 1e-2);
         else assert_true(e <= 1e-5);
         if (chunk_check) {
             run_chunked(c, tc, c->d.T / 3 + 1, chk);
             int64_t diff = 0;
             for (int64_t i = 0; i < n; i++) diff += memcmp(chk + i, got + i, 4) != 0;
-            printf("v4attn-metric %s %s: chunked vs one-shot differing %lld\n", name, tc ? "tc" : "f32",
-                   (long long)diff);
+            printf("v4attn-metric %s %s: chunked vs one-shot differing %lld\n", name, kname[tc], (long long)diff);
             assert_int_equal(diff, 0);
         }
     }
@@ -211,6 +215,13 @@ static void test_csa(void **state) {
     case_make(&c, KIND_CSA, 16, 64, 8, 13, 0, 1, 3, 39, 13, 0);
     check_case("csa nh16 hd64 K13 lo1", &c, NULL, 1);
     case_free(&c);
+    /* several key tiles (the tc paths' pipelines) with nsel varying, and hd 512 over two head blocks */
+    case_make(&c, KIND_CSA, 64, 128, 40, 200, 0, 3, 90, 40, 14, 0);
+    check_case("csa nh64 hd128 W40 K200 lo3", &c, NULL, 1);
+    case_free(&c);
+    case_make(&c, KIND_CSA, 80, 512, 70, 150, 0, 5, 200, 24, 15, 0);
+    check_case("csa nh80 hd512 W70 K150 lo5", &c, NULL, 1);
+    case_free(&c);
 }
 
 static void test_hca(void **state) {
@@ -226,6 +237,10 @@ static void test_hca(void **state) {
     case_make(&c, KIND_HCA, 80, 128, 8, 0, 4, 3, 400, 40, 23, 0);
     check_case("hca nh80 hd128 r4 lo3", &c, NULL, 1);
     case_free(&c);
+    /* hd 80: an odd number of n8 output tiles per warp, 10 16-byte chunks per key row */
+    case_make(&c, KIND_HCA, 16, 80, 8, 0, 4, 3, 300, 40, 24, 0);
+    check_case("hca nh16 hd80 r4 lo3", &c, NULL, 1);
+    case_free(&c);
 }
 
 static void test_v4_flash_size(void **state) {
@@ -234,12 +249,13 @@ static void test_v4_flash_size(void **state) {
     v4case c;
     const int64_t nh = 64, hd = 512, W = 128, K = 512, T = 256, p0 = 4096;
     case_make(&c, KIND_CSA, nh, hd, W, K, 0, 0, p0, T, 31, 1);
-    double ms = 0;
-    check_case("v4flash nh64 hd512 W128 K512 T256", &c, &ms, 0);
-    if (ms > 0) {
-        double flop = 4.0 * (double)nh * (double)hd * (double)(W + K) * (double)T;
-        printf("v4attn-metric v4flash tc: %.4f ms, %.1f TFLOP/s\n", ms, flop / (ms * 1e-3) / 1e12);
-    }
+    double ms[3] = {0, 0, 0};
+    check_case("v4flash nh64 hd512 W128 K512 T256", &c, ms, 1);
+    const double flop = 4.0 * (double)nh * (double)hd * (double)(W + K) * (double)T;
+    for (int k = 1; k < 3; k++)
+        if (ms[k] > 0)
+            printf("v4attn-metric v4flash %s: %.4f ms, %.1f TFLOP/s\n", kname[k], ms[k], flop / (ms[k] * 1e-3) / 1e12);
+    if (ms[1] > 0 && ms[2] > 0) printf("v4attn-metric v4flash tc16 / tc speedup %.2fx\n", ms[1] / ms[2]);
     case_free(&c);
 }
 
