@@ -10,7 +10,8 @@
  * Usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR
  *                      [T,T,...] [PRECISION bf16|f32] [BUDGET_S] [FLAGS: profile,hook,moe-kernel]
  * (hook: a hook that takes every layer's copy; moe-kernel: the routed experts on pdb_cuda_moe_gemm instead of
- * cuBLAS row-tile products; rows=N: the M-invariant GEMM tile, default 256, -1 one call per product). */
+ * cuBLAS row-tile products; rows=N: the M-invariant GEMM tile, default 256, -1 one call per product;
+ * attn-f32-keys: the attention kernel reading the f32 key rows instead of their bf16 mirrors). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +89,7 @@ int main(int argc, char **argv) {
     double budget = argc > a + 2 ? atof(argv[a + 2]) : 200.0;
     const char *flags = argc > a + 3 ? argv[a + 3] : "";
     int profile = strstr(flags, "profile") != NULL, hook = strstr(flags, "hook") != NULL;
-    int moe_kernel = strstr(flags, "moe-kernel") != NULL;
+    int moe_kernel = strstr(flags, "moe-kernel") != NULL, f32_keys = strstr(flags, "attn-f32-keys") != NULL;
     const char *rows = strstr(flags, "rows=");
     int64_t gemm_rows = rows ? atoll(rows + 5) : 0;
     char name[256];
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
     int64_t Tmax = 0;
     for (int64_t k = 0; k < nT; k++) Tmax = Ts[k] > Tmax ? Ts[k] : Tmax;
     pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile,
-                                 .moe_kernel = moe_kernel, .gemm_rows = gemm_rows};
+                                 .moe_kernel = moe_kernel, .gemm_rows = gemm_rows, .attn_f32_keys = f32_keys};
     pdb_cuda_v4_engine *e = NULL;
     pdb_config cfg;
     double t0 = pdb_clock_now();
@@ -114,9 +115,10 @@ int main(int argc, char **argv) {
         if (s) return die("create");
     }
     printf("cuda-v4-bench device=\"%s\" weights=%s layers=%lld experts=%lld precision=%s hook=%s experts_on=%s weight_gb=%.2f "
-           "gemm_rows=%lld create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
+           "gemm_rows=%lld attn_keys=%s create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
            hook ? "copy" : "none", moe_kernel ? "moe_gemm" : "cublas_tiles",
            pdb_cuda_v4_engine_weight_bytes(e) / 1e9, (long long)(gemm_rows ? gemm_rows : PDB_CUDA_GEMM_ROWS_DEFAULT),
+           f32_keys ? "f32" : "bf16",
            pdb_clock_now() - t0);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)Tmax);
     if (!ids) return die("ids");

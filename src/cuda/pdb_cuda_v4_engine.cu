@@ -55,13 +55,15 @@ typedef struct v4_dlayer {
     int32_t *tid2eid;
     void *w1, *w3, *w2, *sw1, *sw3, *sw2;
     float *tail, *hist, *comp, *ikeys; /* sequence */
+    void *comp16;                      /* bf16 mirror of comp (the bf16-keys attention) */
 } v4_dlayer;
 
 struct pdb_cuda_v4_engine {
     pdb_config cfg;
     pdb_cuda_dt dt;
     size_t esz;
-    int attn_tc, idx_tc, prof, moe_kernel; /* tensor-core attention / indexer scores; opts.moe_kernel */
+    int attn_tc, attn_tc16, idx_tc, prof, moe_kernel; /* tensor-core attention (f32 / bf16 key rows), indexer scores;
+                                                           opts.moe_kernel */
     int device;
     cudaStream_t s, s_cap;
     int have_s, have_scap;
@@ -80,7 +82,7 @@ struct pdb_cuda_v4_engine {
     /* sequence scratch (device) */
     float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *qb, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
     float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits, *cs_main, *cs_comp, *xe32;
-    void *cvt, *xe, *ikb;
+    void *cvt, *xe, *ikb, *keys16; /* keys16: the pass's keys as bf16 (the bf16-keys attention) */
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
     int64_t *lrow;
     int64_t Rmax, ntmax, ntpad, tb_max, cvt_n;
@@ -345,7 +347,10 @@ static void seq_free(eng *e) {
     e->h_ids = NULL;
     e->h_tiles = NULL;
     if (e->Ls)
-        for (int64_t l = 0; l < e->L; l++) e->Ls[l].tail = e->Ls[l].hist = e->Ls[l].comp = e->Ls[l].ikeys = NULL;
+        for (int64_t l = 0; l < e->L; l++) {
+            e->Ls[l].tail = e->Ls[l].hist = e->Ls[l].comp = e->Ls[l].ikeys = NULL;
+            e->Ls[l].comp16 = NULL;
+        }
     e->cap = e->len = 0;
 }
 
@@ -371,7 +376,7 @@ extern "C" void pdb_cuda_v4_engine_free(eng *e) {
 
 static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *m, const seedctx *sc, int device,
                                const pdb_cuda_v4_engine_opts *o) {
-    pdb_cuda_v4_engine_opts def = {PDB_CUDA_PREC_BF16, 0, 0, 0, 0};
+    pdb_cuda_v4_engine_opts def = {PDB_CUDA_PREC_BF16, 0, 0, 0, 0, 0};
     if (!o) o = &def;
     if (o->prec == PDB_CUDA_PREC_EXACT)
         return pdb_err_set(PDB_INVALID, "v4 engine: precision exact is the provider path (pdb_cuda_v4), not this engine");
@@ -399,6 +404,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     if (c->n_shared_experts > 1)
         return pdb_err_set(PDB_UNSUPPORTED, "v4 engine: n_shared_experts %lld (one is supported)", (long long)c->n_shared_experts);
     e->attn_tc = e->dt == PDB_CUDA_DT_BF16 && pdb_cuda_v4_attention_tc_fits(e->hd);
+    e->attn_tc16 = e->dt == PDB_CUDA_DT_BF16 && !o->attn_f32_keys && pdb_cuda_v4_attention_tc16_fits(e->hd);
     e->idx_tc = e->dt == PDB_CUDA_DT_BF16 && e->nih > 0 && pdb_cuda_v4_index_scores_tc_fits(e->nih, e->ihd);
     PDB_TRY(pdb_cuda_use_device(device, "v4 engine"));
     PDB_CU(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking));
@@ -497,6 +503,10 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
             PDB_TRY(pdb_cuda_dalloc(q, &D->comp, f * (size_t)(ne * hd), "compressed entries"));
             PDB_CU(cudaMemsetAsync(D->hist, 0, f * (size_t)(e->F * D->NA), e->s));
             PDB_CU(cudaMemsetAsync(D->comp, 0, f * (size_t)(ne * hd), e->s));
+            if (e->attn_tc16) {
+                PDB_TRY(pdb_cuda_dalloc(q, &D->comp16, 2 * (size_t)(ne * hd), "compressed entries (bf16)"));
+                PDB_CU(cudaMemsetAsync(D->comp16, 0, 2 * (size_t)(ne * hd), e->s));
+            }
             if (D->ID) {
                 PDB_TRY(pdb_cuda_dalloc(q, &D->ikeys, f * (size_t)(ne * e->ihd), "indexer keys"));
                 PDB_CU(cudaMemsetAsync(D->ikeys, 0, f * (size_t)(ne * e->ihd), e->s));
@@ -513,6 +523,7 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
     PDB_TRY(pdb_cuda_dalloc(q, &e->qb, f * (size_t)(S * e->NBmax), "q products"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->q, f * (size_t)(S * e->nh * hd), "q"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->keys, f * (size_t)((e->W - 1 + S) * hd), "keys"));
+    if (e->attn_tc16) PDB_TRY(pdb_cuda_dalloc(q, &e->keys16, 2 * (size_t)((e->W - 1 + S) * hd), "keys (bf16)"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->o, f * (size_t)(S * e->nh * hd), "attention out"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->a, f * (size_t)(S * e->G * e->olr), "o_a"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->out, f * (size_t)(S * H), "sub-block out"));
@@ -689,7 +700,15 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
     float scale = (float)(1.0 / sqrt((double)hd));
     int csa = D->kind == PDB_V4_ATTN_CSA;
     int64_t hrate = D->kind == PDB_V4_ATTN_HCA ? D->rate : 0;
-    if (e->attn_tc)
+    if (e->attn_tc16) { /* bf16 mirrors of this pass's key rows and of the entries it completed */
+        const int64_t kr = (W - 1) + n, w0 = D->rate ? p0 / D->rate : 0, w1 = D->rate ? (p0 + n) / D->rate : 0;
+        PDB_TRY(pdb_cuda_convert(e->s, e->keys, kr * hd, PDB_CUDA_DT_BF16, e->keys16));
+        if (w1 > w0)
+            PDB_TRY(pdb_cuda_convert(e->s, D->comp + w0 * hd, (w1 - w0) * hd, PDB_CUDA_DT_BF16, (char *)D->comp16 + 2 * w0 * hd));
+        const void *k16 = (const char *)e->keys16 + 2 * ((W - 1) - (p0 - lo)) * hd;
+        PDB_TRY(pdb_cuda_v4_attention_tc16(e->s, e->q, k16, lo, D->comp16, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
+                                           hrate, n, nh, hd, p0, W, D->sink, scale, e->o));
+    } else if (e->attn_tc)
         PDB_TRY(pdb_cuda_v4_attention_tc(e->s, e->q, keys, lo, D->comp, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
                                          hrate, n, nh, hd, p0, W, D->sink, scale, e->o));
     else

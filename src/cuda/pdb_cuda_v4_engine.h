@@ -27,6 +27,8 @@ typedef struct pdb_cuda_v4_engine_opts {
     int profile;         /* CUDA events around every stage (pdb_cuda_v4_engine_profile_take) */
     int moe_kernel;      /* bf16 routed experts on the own grouped kernel (pdb_cuda_moe_gemm) instead of cuBLAS
                             row-tile products (the default), for comparison */
+    int attn_f32_keys;   /* bf16 attention reading the f32 key rows (pdb_cuda_v4_attention_tc) instead of their bf16
+                            mirrors (pdb_cuda_v4_attention_tc16, the default), for comparison */
 } pdb_cuda_v4_engine_opts;
 
 typedef struct pdb_cuda_v4_engine pdb_cuda_v4_engine;
