@@ -12,13 +12,15 @@
  *   - the sequence's cache per layer: tail [W-1, hd] (the last W-1 K=V rows before the pass),
  *     hist [F, NA] (the fused products of the last F = 2 * max rate positions, what a compressor
  *     window straddling two passes reads), comp [cap/rate + 1, hd] and ikeys [cap/rate + 1, ihd]
- *     (entries in order); a pass puts hist in front of its own rows (xa row F + t is position
- *     p0 + t) and the tail in front of its K=V rows, and saves both after the layer;
+ *     (entries in order), and for the bf16 attention comp16, comp's bf16 mirror; a pass puts hist
+ *     in front of its own rows (xa row F + t is position p0 + t) and the tail in front of its K=V
+ *     rows, and saves both after the layer;
  *   - within a pass nothing returns to the host but the hook's copies (pinned ring of HOOK_SLOTS
- *     layers, each reused only after the host ran the hook on it) and the last logits; the f32
- *     engine's MoE reads its tile list back (one synchronisation per layer: validation only);
- *   - all math is row-local or over a row's own cache rows (pdb_cuda_v4_kernels.h), and the GEMMs
- *     run in M-invariant tiles (gemm_rows), so chunked = one shot up to the tile rule. */
+ *     layers, each reused only after the host ran the hook on it), the MoE's row-tile count (one
+ *     synchronisation per MoE layer: the cuBLAS calls are issued from it) and the last logits;
+ *   - all math is row-local or over a row's own cache rows (pdb_cuda_v4_kernels.h), the GEMMs run
+ *     in M-invariant tiles (gemm_rows) and every grouped-expert call has one shape, so a
+ *     position's values do not depend on how the prompt is cut into passes (tested bit for bit). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -105,8 +105,11 @@ ok "past the window: 400 context_length_exceeded naming the window, verdict skip
 R=$(python3 "$T/c.py" one "$FRONT_DEAD" "$NATIVE" 3 700)
 [ "$(j "$R" "d['verdict'].split(';')[0]")" = "declined prefill_unreachable" ] || fail "unreachable verdict: $R"
 [ "$(j "$R" "d['equal']")" = True ] || fail "unreachable answer differs: $R"
-python3 -c "import sys;sys.exit(0 if $(j "$R" "d['secs']") < 5 else 1)" || fail "unreachable took too long: $R"
-ok "prefill unreachable: declined prefill_unreachable in $(j "$R" "round(d['secs'],2)") s, correct"
+# quick: the failed connection costs the bridge (transfer_ms) under a second; the rest is the decoder's
+# native prefill, whose time depends on the machine's load (an absolute bound on it flaked under ASan)
+TMS=$(j "$R" "int(d['verdict'].split('transfer_ms=')[1].split(';')[0])")
+[ "$TMS" -lt 1000 ] || fail "unreachable: the bridge spent $TMS ms before declining: $R"
+ok "prefill unreachable: declined prefill_unreachable after $TMS ms of bridge ($(j "$R" "round(d['secs'],2)") s in all), correct"
 
 # 7. four concurrent cold bridges + eight short requests
 R=$(python3 "$T/c.py" concurrent "$FRONT" "$NATIVE")
