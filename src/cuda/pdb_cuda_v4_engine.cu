@@ -161,6 +161,8 @@ static pdb_status put_w(eng *e, void *dst, int64_t off, const wsrc *w, int64_t r
     if (w->q->rows != rows || w->q->cols != cols)
         return pdb_err_set(PDB_INVALID, "v4 engine: a weight is [%lld, %lld], the config says [%lld, %lld]",
                            (long long)w->q->rows, (long long)w->q->cols, (long long)rows, (long long)cols);
+    if (!f32 && w->q->fmt == PDB_QF_BF16) /* stored as the engine holds it: the bytes as they are */
+        return pdb_cuda_to_device((char *)dst + 2 * (size_t)off, w->q->data, 2 * (size_t)(rows * cols), "v4 engine weights");
     int64_t band = (int64_t)((64 << 20) / (sizeof(float) * (size_t)cols)) + 1;
     band = band > rows ? rows : band;
     float *f = (float *)malloc(sizeof(float) * (size_t)(band * cols));
