@@ -83,7 +83,7 @@ struct pdb_cuda_v4_engine {
     pdb_cuda_dlist wts, seq;
     /* sequence scratch (device) */
     float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *qb, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
-    float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits, *cs_main, *cs_comp, *xe32;
+    float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits, *cs_main, *cs_comp;
     void *cvt, *xe, *ikb, *keys16; /* keys16: the pass's keys as bf16 (the bf16-keys attention) */
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
     int64_t *lrow;
