@@ -2,8 +2,8 @@
 # cuda_bridge_check: a whole bridge through the CUDA prefill backend, checked against a native
 # decoder (run on the GPU machine with the binaries staged by tools/cuda_validate.sh build, or
 # here with PDB_CHECK_BACKEND=cpu). For each precision in PDB_CHECK_PRECISIONS (default
-# "exact bf16"): a random "small" DeepSeek-V2 (PDB_CHECK_ARCH=deepseek_v4: the tiny V4, whose CUDA
-# engine always runs the decoder's math; --precision is then ignored) with the decoder on
+# "exact bf16"): a random "small" DeepSeek-V2 (PDB_CHECK_ARCH=deepseek_v4: the tiny V4; exact is its
+# CPU engine's products on the GPU, bf16 its device-resident engine) with the decoder on
 # --scheme none, a 700-token prompt of token ids bridged by a front (block 128) and answered
 # natively by a second decoder; prints the
 # verdict, whether the greedy tokens are identical and verify-blocks' summary of the bridged
