@@ -88,42 +88,9 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
                 mma16816(sacc[j], a0, a1, a2, a3, ld32(kr), ld32(kr + 8));
             }
         }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int col = 32 * wh + 8 * j + 2 * t, r = 16 * wr + g;
-            Ss[r * TC_SLD + col] = sacc[j][0] * scale;
-            Ss[r * TC_SLD + col + 1] = sacc[j][1] * scale;
-            Ss[(r + 8) * TC_SLD + col] = sacc[j][2] * scale;
-            Ss[(r + 8) * TC_SLD + col + 1] = sacc[j][3] * scale;
-        }
+        tc_store_scores(Ss, TC_SLD, sacc, wr, wh, g, t, scale);
         __syncthreads();
-        /* online softmax of row srow over this tile's 64 columns */
-        float sv[16], mloc = -INFINITY;
-#pragma unroll
-        for (int c = 0; c < 16; c++) {
-            int col = spart * 16 + c;
-            sv[c] = kb + col <= spos ? Ss[srow * TC_SLD + col] : -INFINITY;
-            mloc = fmaxf(mloc, sv[c]);
-        }
-        mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, 1));
-        mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, 2));
-        const float mold = m_s[srow], mnew = fmaxf(mold, mloc);
-        float psum = 0.0f;
-#pragma unroll
-        for (int c = 0; c < 16; c++) {
-            float p = sv[c] == -INFINITY ? 0.0f : expf(sv[c] - mnew);
-            __nv_bfloat16 pb = __float2bfloat16_rn(p);
-            Ps[srow * TC_PLD + spart * 16 + c] = pb;
-            psum += __bfloat162float(pb);
-        }
-        psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-        psum += __shfl_xor_sync(0xffffffffu, psum, 2);
-        if (spart == 0) {
-            float corr = mold == -INFINITY ? 0.0f : expf(mold - mnew);
-            m_s[srow] = mnew;
-            l_s[srow] = l_s[srow] * corr + psum;
-            c_s[srow] = corr;
-        }
+        tc_softmax_tile(Ss, TC_SLD, Ps, TC_PLD, m_s, l_s, c_s, srow, spart, spos - kb + 1);
         __syncthreads();
         /* O = O * corr + P V */
         const float c_lo = c_s[16 * wr + g], c_hi = c_s[16 * wr + g + 8];

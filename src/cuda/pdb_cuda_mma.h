@@ -57,4 +57,56 @@ static __device__ __forceinline__ void cp16(void *dst, const void *src, bool val
 static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+/* The two steps of one 64-key tile that the 64 x 64 tensor-core attention kernels share
+ * (pdb_cuda_mla_tc.cu's k_mla_tc, pdb_cuda_v4_attn.cu's k_v4_attn_tc; 8 warps, warp w holding query
+ * rows 16 (w % 4) .. +15 and score columns 32 (w / 4) .. +31 in sacc, lane = 4 g + t).
+ * tc_store_scores: sacc * scale into Ss (row stride sld). */
+static __device__ __forceinline__ void tc_store_scores(float *Ss, int sld, const float sacc[4][4], int wr, int wh, int g,
+                                                       int t, float scale) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int col = 32 * wh + 8 * j + 2 * t, r = 16 * wr + g;
+        Ss[r * sld + col] = sacc[j][0] * scale;
+        Ss[r * sld + col + 1] = sacc[j][1] * scale;
+        Ss[(r + 8) * sld + col] = sacc[j][2] * scale;
+        Ss[(r + 8) * sld + col + 1] = sacc[j][3] * scale;
+    }
+}
+
+/* tc_softmax_tile: the online softmax of query row srow over the tile's 64 columns, 4 threads per
+ * row (part spart: columns 16 spart .. +15, combined by shuffles of lanes 1 and 2); columns >= lim
+ * are masked (-inf, p = 0). P is rounded to bf16 into Ps (row stride pld) and the row sum adds the
+ * rounded values, so O / l normalises exactly what is multiplied; part 0 updates the running max
+ * m_s and sum l_s and leaves the rescale factor in c_s (0 while the row had no score; a fully
+ * masked tile gives corr = exp(0) = 1 and p = 0: a live row's state stays bit-identical). */
+static __device__ __forceinline__ void tc_softmax_tile(const float *Ss, int sld, __nv_bfloat16 *Ps, int pld, float *m_s,
+                                                       float *l_s, float *c_s, int srow, int spart, int64_t lim) {
+    float sv[16], mloc = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < 16; c++) {
+        int col = spart * 16 + c;
+        sv[c] = col < lim ? Ss[srow * sld + col] : -INFINITY;
+        mloc = fmaxf(mloc, sv[c]);
+    }
+    mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, 1));
+    mloc = fmaxf(mloc, __shfl_xor_sync(0xffffffffu, mloc, 2));
+    const float mold = m_s[srow], mnew = fmaxf(mold, mloc);
+    float psum = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 16; c++) {
+        float p = sv[c] == -INFINITY ? 0.0f : expf(sv[c] - mnew);
+        __nv_bfloat16 pb = __float2bfloat16_rn(p);
+        Ps[srow * pld + spart * 16 + c] = pb;
+        psum += __bfloat162float(pb);
+    }
+    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
+    psum += __shfl_xor_sync(0xffffffffu, psum, 2);
+    if (spart == 0) {
+        float corr = mold == -INFINITY ? 0.0f : expf(mold - mnew);
+        m_s[srow] = mnew;
+        l_s[srow] = l_s[srow] * corr + psum;
+        c_s[srow] = corr;
+    }
+}
+
 #endif
