@@ -83,7 +83,9 @@ struct pdb_cuda_v4_engine {
     pdb_cuda_dlist wts, seq;
     /* sequence scratch (device) */
     float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *qb, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
-    float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits, *cs_main, *cs_comp;
+    float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits;
+    float *cs_main, *cs_comp;    /* rope tables [cs_cap, rd], kept across sequences (rope_tables) */
+    int64_t cs_cap;
     void *cvt, *xe, *ikb, *keys16; /* keys16: the pass's keys as bf16 (the bf16-keys attention) */
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
     int64_t *lrow;
@@ -363,6 +365,8 @@ extern "C" void pdb_cuda_v4_engine_free(eng *e) {
     if (e->have_s) cudaStreamSynchronize(e->s);
     seq_free(e);
     pdb_cuda_dlist_free(&e->wts);
+    cudaFree(e->cs_main);
+    cudaFree(e->cs_comp);
     free(e->Ls);
     if (e->have_blas) pdb_cuda_blas_close(&e->blas);
     if (e->have_ev)
@@ -478,15 +482,29 @@ template <typename T> static pdb_status hpin(T **p, size_t bytes) {
     return PDB_OK;
 }
 
-/* cos/sin tables of a rope for positions 0..cap-1 (pdb_rope_angles: pdb_rope_apply's factors). */
-static pdb_status rope_table(eng *e, const pdb_rope *r, float **dst) {
-    PDB_TRY(pdb_cuda_dalloc(&e->seq, dst, sizeof(float) * (size_t)(e->cap * e->rd), "rope table"));
-    float *h = (float *)malloc(sizeof(float) * (size_t)(e->cap * e->rd));
+/* cos/sin tables of a rope for positions 0..n-1 (pdb_rope_angles: pdb_rope_apply's factors). */
+static pdb_status rope_table(eng *e, const pdb_rope *r, int64_t n, float **dst) {
+    PDB_CU(cudaMalloc((void **)dst, sizeof(float) * (size_t)(n * e->rd)));
+    float *h = (float *)malloc(sizeof(float) * (size_t)(n * e->rd));
     if (!h) return pdb_err_set(PDB_NOMEM, "v4 engine: rope table");
-    for (int64_t p = 0; p < e->cap; p++) pdb_rope_angles(r, p, h + p * e->rd);
-    pdb_status s = pdb_cuda_to_device(*dst, h, sizeof(float) * (size_t)(e->cap * e->rd), "rope table");
+    for (int64_t p = 0; p < n; p++) pdb_rope_angles(r, p, h + p * e->rd);
+    pdb_status s = pdb_cuda_to_device(*dst, h, sizeof(float) * (size_t)(n * e->rd), "rope table");
     free(h);
     return s;
+}
+
+/* Both ropes' tables for at least cap positions: kept from sequence to sequence (they depend on
+ * the position alone), made again only for a longer sequence. */
+static pdb_status rope_tables(eng *e, int64_t cap) {
+    if (cap <= e->cs_cap) return PDB_OK;
+    cudaFree(e->cs_main);
+    cudaFree(e->cs_comp);
+    e->cs_main = e->cs_comp = NULL;
+    e->cs_cap = 0;
+    PDB_TRY(rope_table(e, &e->rope_main, cap, &e->cs_main));
+    PDB_TRY(rope_table(e, &e->rope_comp, cap, &e->cs_comp));
+    e->cs_cap = cap;
+    return PDB_OK;
 }
 
 static pdb_status begin_inner(eng *e, int64_t cap) {
@@ -496,8 +514,7 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
     e->S = S;
     const size_t f = sizeof(float);
     pdb_cuda_dlist *q = &e->seq;
-    PDB_TRY(rope_table(e, &e->rope_main, &e->cs_main));
-    PDB_TRY(rope_table(e, &e->rope_comp, &e->cs_comp));
+    PDB_TRY(rope_tables(e, cap));
     for (int64_t l = 0; l < e->L; l++) {
         v4_dlayer *D = &e->Ls[l];
         PDB_TRY(pdb_cuda_dalloc(q, &D->tail, f * (size_t)((e->W - 1 > 0 ? e->W - 1 : 1) * hd), "window tail"));
@@ -830,15 +847,13 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     PDB_TRY(mark(e, ST_EXPERTS));
     const float *sh = NULL;
     if (e->cfg.n_shared_experts) {
-        PDB_TRY(linear(e, e->x, H, n, H, D->sw1, I, e->gs, I));
-        PDB_TRY(linear(e, e->x, H, n, H, D->sw3, I, e->us, I));
-        if (e->dt == PDB_CUDA_DT_BF16) {
-            PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, n * I, limit, e->dt, e->cvt));
-            PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, H, I, 1.0f, e->cvt, I, 0, D->sw2, I, 0, 0.0f, e->sh, H, 0, 1));
-        } else {
-            PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, n * I, limit, e->dt, e->gs));
-            PDB_TRY(linear(e, e->gs, I, n, I, D->sw2, H, e->sh, H));
-        }
+        const void *A; /* x as the operand once for both products */
+        PDB_TRY(as_dt(e, e->x, n * H, &A));
+        PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, I, H, 1.0f, A, H, 0, D->sw1, H, 0, 0.0f, e->gs, I, 0, 1));
+        PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, I, H, 1.0f, A, H, 0, D->sw3, H, 0, 0.0f, e->us, I, 0, 1));
+        void *act = e->dt == PDB_CUDA_DT_BF16 ? e->cvt : (void *)e->gs; /* the SwiGLU in the operand type */
+        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, n * I, limit, e->dt, act));
+        PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, H, I, 1.0f, act, I, 0, D->sw2, I, 0, 0.0f, e->sh, H, 0, 1));
         sh = e->sh;
     }
     PDB_CU(cudaMemsetAsync(e->out, 0, sizeof(float) * (size_t)(n * H), e->s));
