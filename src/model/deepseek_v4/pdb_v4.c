@@ -248,49 +248,107 @@ static void finish_row(float *row, int64_t dim, const pdb_rope *rope, int64_t po
  * buffer; each time a window of `rate` tokens is full, emit entry w = p / rate into entries (rows
  * of format row): softmax over the window's slots (CSA: the previous window's overlap half first,
  * weight 0 for w == 0, then the current window's second half) of gate + ape, per dim, weighting
- * kv; then RMSNorm, RoPE at position w * rate, and the semantics' rounding, computed in f32 in e
- * [dim] and stored as the row. Returns the values a row could not hold (0: pdb_v4_rows). */
-static int64_t compress_tokens(const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope, qsim_kind q,
-                               const float *kvp, const float *gp, int64_t T, int64_t p0, float *buf_kv, float *buf_gate,
-                               float *ov_kv, float *ov_gate, const pdb_v4_row *row, uint8_t *entries, float *e) {
-    int64_t bad = 0;
-    int64_t r = cp->rate, dim = cp->dim, D = cp->coff * dim;
-    int overlap = cp->coff == 2;
-    for (int64_t t = 0; t < T; t++) {
-        int64_t p = p0 + t, s = p % r;
-        memcpy(buf_kv + s * D, kvp + t * D, sizeof(float) * (size_t)D);
-        for (int64_t i = 0; i < D; i++) buf_gate[s * D + i] = gp[t * D + i] + cp->ape[s * D + i];
-        if (s != r - 1) continue;
-        int64_t w = p / r;
-        for (int64_t d = 0; d < dim; d++) {
-            float mx = -INFINITY;
-            int prev = overlap && w > 0;
-            for (int64_t j = 0; j < r; j++) {
-                if (prev) mx = fmaxf(mx, ov_gate[j * dim + d]);
-                mx = fmaxf(mx, buf_gate[j * D + (overlap ? dim : 0) + d]);
-            }
-            double den = 0, num = 0;
-            for (int64_t j = 0; j < r; j++) {
-                if (prev) {
-                    double ex = exp((double)ov_gate[j * dim + d] - mx);
-                    den += ex;
-                    num += ex * ov_kv[j * dim + d];
-                }
-                double ex = exp((double)buf_gate[j * D + (overlap ? dim : 0) + d] - mx);
-                den += ex;
-                num += ex * buf_kv[j * D + (overlap ? dim : 0) + d];
-            }
-            e[d] = (float)(num / den);
+ * kv; then RMSNorm, RoPE at position w * rate, and the semantics' rounding, computed in f32 and
+ * stored as the row. The definition is sequential (the buffers hold the unfinished window, the
+ * overlap halves the last finished one); the entries are computed on the pool's threads, one
+ * window per task, each reading its rows where the sequential form would find them (this chunk's
+ * projections, the buffer, or the overlap halves) with the same arithmetic, so the bits are the
+ * sequential ones whatever the thread count. */
+typedef struct comp_job {
+    const pdb_config *c;
+    const pdb_v4_compressor *cp;
+    const pdb_rope *rope;
+    qsim_kind q;
+    const float *kvp, *gp;              /* this chunk's projections [T, D] */
+    const float *buf_kv, *buf_gate;     /* the unfinished window before the chunk (slots < p0 % rate) */
+    const float *ov_kv, *ov_gate;       /* the overlap halves of window p0 / rate - 1 */
+    int64_t p0, w_lo;
+    const pdb_v4_row *row;
+    uint8_t *entries;
+    float *e;                           /* [threads, dim] */
+    int64_t *bad;                       /* [threads] */
+} comp_job;
+
+/* Position q's kv and gate (+ ape) values at column i, for q in the chunk or in the unfinished
+ * window before it. */
+static float comp_kv(const comp_job *j, int64_t q, int64_t i) {
+    int64_t D = j->cp->coff * j->cp->dim;
+    return q >= j->p0 ? j->kvp[(q - j->p0) * D + i] : j->buf_kv[(q % j->cp->rate) * D + i];
+}
+
+static float comp_gate(const comp_job *j, int64_t q, int64_t i) {
+    int64_t D = j->cp->coff * j->cp->dim, s = q % j->cp->rate;
+    return q >= j->p0 ? j->gp[(q - j->p0) * D + i] + j->cp->ape[s * D + i] : j->buf_gate[s * D + i];
+}
+
+static void comp_task(void *ctx, int64_t task, int thread) {
+    const comp_job *j = ctx;
+    const pdb_v4_compressor *cp = j->cp;
+    int64_t r = cp->rate, dim = cp->dim, w = j->w_lo + task, off = cp->coff == 2 ? dim : 0;
+    int prev = cp->coff == 2 && w > 0;
+    int prev_ov = prev && w - 1 < j->p0 / r; /* the previous window finished before the chunk */
+    float *e = j->e + thread * dim;
+    for (int64_t d = 0; d < dim; d++) {
+        float mx = -INFINITY;
+        for (int64_t k = 0; k < r; k++) {
+            if (prev) mx = fmaxf(mx, prev_ov ? j->ov_gate[k * dim + d] : comp_gate(j, (w - 1) * r + k, d));
+            mx = fmaxf(mx, comp_gate(j, w * r + k, off + d));
         }
-        pdb_math_rmsnorm(e, e, cp->norm, dim, c->rms_norm_eps);
-        finish_row(e, dim, rope, w * r, q);
-        bad += pdb_v4_row_encode(row, e, entries + w * row->bytes);
-        if (overlap)
-            for (int64_t j = 0; j < r; j++) {
-                memcpy(ov_kv + j * dim, buf_kv + j * D, sizeof(float) * (size_t)dim);
-                memcpy(ov_gate + j * dim, buf_gate + j * D, sizeof(float) * (size_t)dim);
+        double den = 0, num = 0;
+        for (int64_t k = 0; k < r; k++) {
+            if (prev) {
+                float pg = prev_ov ? j->ov_gate[k * dim + d] : comp_gate(j, (w - 1) * r + k, d);
+                float pk = prev_ov ? j->ov_kv[k * dim + d] : comp_kv(j, (w - 1) * r + k, d);
+                double ex = exp((double)pg - mx);
+                den += ex;
+                num += ex * pk;
+            }
+            double ex = exp((double)comp_gate(j, w * r + k, off + d) - mx);
+            den += ex;
+            num += ex * comp_kv(j, w * r + k, off + d);
+        }
+        e[d] = (float)(num / den);
+    }
+    pdb_math_rmsnorm(e, e, cp->norm, dim, j->c->rms_norm_eps);
+    finish_row(e, dim, j->rope, w * r, j->q);
+    j->bad[thread] += pdb_v4_row_encode(j->row, e, j->entries + w * j->row->bytes);
+}
+
+static int64_t compress_tokens(const pdb_v4_exec *ex, const pdb_config *c, const pdb_v4_compressor *cp, const pdb_rope *rope,
+                               qsim_kind q, const float *kvp, const float *gp, int64_t T, int64_t p0, float *buf_kv,
+                               float *buf_gate, float *ov_kv, float *ov_gate, const pdb_v4_row *row, uint8_t *entries,
+                               pdb_status *err) {
+    int64_t r = cp->rate, dim = cp->dim, D = cp->coff * dim, w_lo = p0 / r, w_hi = (p0 + T) / r;
+    int nth = pdb_pool_threads(ex->pool);
+    comp_job j = {c, cp, rope, q, kvp, gp, buf_kv, buf_gate, ov_kv, ov_gate, p0, w_lo, row, entries,
+                  falloc((int64_t)nth * dim), calloc((size_t)nth, sizeof(int64_t))};
+    if (!j.e || !j.bad) {
+        free(j.e);
+        free(j.bad);
+        *err = pdb_err_set(PDB_NOMEM, "v4 compressor: out of memory");
+        return 0;
+    }
+    if (w_hi > w_lo) pdb_pool_run(ex->pool, w_hi - w_lo, comp_task, &j);
+    int64_t bad = 0;
+    for (int t = 0; t < nth; t++) bad += j.bad[t];
+    /* the state the sequential form leaves: the overlap halves of the last finished window (read
+     * before the buffer changes), then the buffer slots of the chunk's last positions */
+    if (cp->coff == 2 && w_hi > w_lo) {
+        int64_t wl = w_hi - 1;
+        for (int64_t k = 0; k < r; k++)
+            for (int64_t d = 0; d < dim; d++) {
+                float kv = comp_kv(&j, wl * r + k, d), g = comp_gate(&j, wl * r + k, d);
+                ov_kv[k * dim + d] = kv;
+                ov_gate[k * dim + d] = g;
             }
     }
+    for (int64_t p = (T > r ? p0 + T - r : p0); p < p0 + T; p++) {
+        int64_t s = p % r, t = p - p0;
+        memcpy(buf_kv + s * D, kvp + t * D, sizeof(float) * (size_t)D);
+        for (int64_t i = 0; i < D; i++) buf_gate[s * D + i] = gp[t * D + i] + cp->ape[s * D + i];
+    }
+    free(j.e);
+    free(j.bad);
     return bad;
 }
 
@@ -416,32 +474,48 @@ static pdb_status feed_products(const pdb_v4_exec *ex, const pdb_v4_layer *L, in
     return v4_run(ex, jobs, nj, 1, NULL);
 }
 
+/* K=V rows of feed_steps, a row per task: RMSNorm, RoPE and the semantics' rounding in place. */
+typedef struct kvrow_job {
+    const pdb_config *c;
+    const pdb_v4_layer *L;
+    float *kv;
+    int64_t p0, t0;
+    qsim_kind q;
+} kvrow_job;
+
+static void kvrow_task(void *ctx, int64_t task, int thread) {
+    const kvrow_job *j = ctx;
+    (void)thread;
+    int64_t hd = j->c->head_dim, t = j->t0 + task;
+    pdb_math_rmsnorm(j->kv + t * hd, j->kv + t * hd, j->L->kv_norm, hd, j->c->rms_norm_eps);
+    finish_row(j->kv + t * hd, hd, j->L->rope, j->p0 + t, j->q);
+}
+
 /* The feed's per-token steps for one sequence's T tokens at positions cc->len..: kv rows [T, hd]
- * normed, RoPE'd and rounded in place, then into the window (as the cache's kv rows); the
- * compressors fed from kvp / gp and ikvp / igp (feed_products' outputs for these tokens). A row
- * the cache's format cannot hold exactly (never, by pdb_v4_rows' invariant) fails the feed. */
+ * normed, RoPE'd and rounded in place (all of them with `all`, else only the last W, the ones the
+ * window keeps), then into the window (as the cache's kv rows); the compressors fed from kvp / gp
+ * and ikvp / igp (feed_products' outputs for these tokens). On the cache's pool threads; every
+ * value is the sequential definition's. A row the cache's format cannot hold exactly (never, by
+ * pdb_v4_rows' invariant) fails the feed. */
 static pdb_status feed_steps(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, float *kv, const float *kvp, const float *gp,
-                             const float *ikvp, const float *igp, int64_t T) {
+                             const float *ikvp, const float *igp, int64_t T, int all) {
     const pdb_config *c = &m->cfg;
     const pdb_v4_layer *L = &m->layers[l];
     pdb_v4_layer_cache *lc = &cc->layers[l];
-    int64_t hd = c->head_dim, W = c->sliding_window, p0 = cc->len;
+    int64_t hd = c->head_dim, W = c->sliding_window, p0 = cc->len, t0 = all || T <= W ? 0 : T - W;
     int official = cc->sem == PDB_V4_SEM_OFFICIAL;
-    for (int64_t t = 0; t < T; t++) {
-        pdb_math_rmsnorm(kv + t * hd, kv + t * hd, L->kv_norm, hd, c->rms_norm_eps);
-        finish_row(kv + t * hd, hd, L->rope, p0 + t, official ? QSIM_FP8_NOPE : QSIM_NONE);
-    }
+    kvrow_job kj = {c, L, kv, p0, t0, official ? QSIM_FP8_NOPE : QSIM_NONE};
+    pdb_pool_run(cc->exec.pool, T - t0, kvrow_task, &kj);
     /* compressed entries (and the indexer's keys) of every window completed by this chunk */
-    int64_t bad = 0, ed = hd > c->index_head_dim ? hd : c->index_head_dim;
-    float *e = falloc(ed);
-    if (!e) return pdb_err_set(PDB_NOMEM, "v4 cache feed: out of memory");
+    int64_t bad = 0;
+    pdb_status s = PDB_OK;
     if (L->rate)
-        bad += compress_tokens(c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, kvp, gp, T, p0, lc->buf_kv,
-                               lc->buf_gate, lc->ov_kv, lc->ov_gate, &cc->kv_row, lc->comp, e);
-    if (L->attn == PDB_V4_ATTN_CSA)
-        bad += compress_tokens(c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, ikvp, igp, T, p0, lc->ibuf_kv,
-                               lc->ibuf_gate, lc->iov_kv, lc->iov_gate, &cc->ik_row, lc->ikeys, e);
-    free(e);
+        bad += compress_tokens(&cc->exec, c, &L->comp, L->rope, official ? QSIM_FP8_NOPE : QSIM_NONE, kvp, gp, T, p0, lc->buf_kv,
+                               lc->buf_gate, lc->ov_kv, lc->ov_gate, &cc->kv_row, lc->comp, &s);
+    if (!s && L->attn == PDB_V4_ATTN_CSA)
+        bad += compress_tokens(&cc->exec, c, &L->icomp, L->rope, official ? QSIM_FP4_ROT : QSIM_NONE, ikvp, igp, T, p0,
+                               lc->ibuf_kv, lc->ibuf_gate, lc->iov_kv, lc->iov_gate, &cc->ik_row, lc->ikeys, &s);
+    PDB_TRY(s);
     for (int64_t p = (p0 + T - W > p0 ? p0 + T - W : p0); p < p0 + T; p++)
         bad += pdb_v4_row_encode(&cc->kv_row, kv + (p - p0) * hd, lc->win + (p % W) * cc->kv_row.bytes);
     if (bad)
@@ -472,12 +546,19 @@ pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l,
     v4_feedbuf f;
     PDB_TRY(feed_alloc(L, hd, T, &f));
     pdb_status s = feed_products(&cc->exec, L, m->cfg.hidden_size, x, T, f.kv, f.kvp, f.gp, f.ikvp, f.igp, NULL, 0);
-    if (!s) s = feed_steps(m, cc, l, f.kv, f.kvp, f.gp, f.ikvp, f.igp, T);
+    if (!s) s = feed_steps(m, cc, l, f.kv, f.kvp, f.gp, f.ikvp, f.igp, T, kv_out != NULL);
     if (!s) {
         if (kv_out) memcpy(kv_out, f.kv, sizeof(float) * (size_t)(T * hd));
     }
     feed_free(&f);
     return s;
+}
+
+pdb_status pdb_v4_cache_feed_rows(const pdb_v4_model *m, pdb_v4_cache *cc, int64_t l, const pdb_v4_feed_rows *r, int64_t T) {
+    if (l < 0 || l >= m->cfg.num_layers || T < 0 || cc->len + T > cc->cap)
+        return pdb_err_set(PDB_INVALID, "v4 cache feed: layer %lld, %lld rows at %lld (capacity %lld)", (long long)l, (long long)T,
+                           (long long)cc->len, (long long)cc->cap);
+    return T ? feed_steps(m, cc, l, r->kv, r->kvp, r->gp, r->ikvp, r->igp, T, 0) : PDB_OK;
 }
 
 /* ======================================== attention ======================================== */
@@ -677,7 +758,7 @@ static pdb_status attention(const pdb_v4_model *m, const v4_seg *sg, int n, int6
          * window), then this chunk's, fed into the cache token by token */
         for (int64_t p = lo; p < p0; p++) pdb_v4_row_decode(&cc->kv_row, lc->win + (p % W) * cc->kv_row.bytes, keys + (p - lo) * hd);
         int64_t D = L->rate ? L->comp.coff * L->comp.dim : 0, ID = csa ? L->icomp.coff * L->icomp.dim : 0;
-        if ((s = feed_steps(m, cc, l, f.kv + r0 * hd, f.kvp + r0 * D, f.gp + r0 * D, f.ikvp + r0 * ID, f.igp + r0 * ID, T)))
+        if ((s = feed_steps(m, cc, l, f.kv + r0 * hd, f.kvp + r0 * D, f.gp + r0 * D, f.ikvp + r0 * ID, f.igp + r0 * ID, T, 1)))
             break;
         memcpy(keys + nold * hd, f.kv + r0 * hd, sizeof(float) * (size_t)(T * hd));
         if (csa && (s = run_indexer(m, sx, L, lc, &cc->ik_row, cc->sem == PDB_V4_SEM_OFFICIAL ? QSIM_FP4_ROT : QSIM_NONE, iq + r0 * nih * ihd,

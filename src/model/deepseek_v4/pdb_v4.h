@@ -251,6 +251,16 @@ pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *c, const i
  * runs it on the decoder's weights with the prefill engine's attention inputs. */
 pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *c, int64_t l, const float *x, int64_t T, float *kv_out);
 
+/* The same feed from its products computed elsewhere (the capture hook's, on the device): layer
+ * l's kv [T, hd] (wkv's rows, normed, RoPE'd and rounded in place; only the last W are read),
+ * kvp / gp [T, coff*hd] (compressed layers) and ikvp / igp [T, 2*ihd] (CSA), as feed_products
+ * would make them from x; the steps and the pools are pdb_v4_cache_feed's. Does not advance len. */
+typedef struct pdb_v4_feed_rows {
+    float *kv;
+    const float *kvp, *gp, *ikvp, *igp;
+} pdb_v4_feed_rows;
+pdb_status pdb_v4_cache_feed_rows(const pdb_v4_model *m, pdb_v4_cache *c, int64_t l, const pdb_v4_feed_rows *r, int64_t T);
+
 /* ---- the pools as a store layout (pdb_v4_pools.c): shared by the decoder and the capture hook,
  * so that a bridged block and a native block are the same bytes by construction. */
 pdb_status pdb_v4_pools_layout(const pdb_config *cfg, int sem, pdb_arch_layout *out);
