@@ -9,7 +9,10 @@
  * predecessor took longer than the time budget is printed as skipped.
  * Usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR
  *                      [T,T,...] [PRECISION bf16|f32] [BUDGET_S] [FLAGS: profile,hook,moe-kernel]
- * (hook: a hook that takes every layer's copy; moe-kernel: the routed experts on pdb_cuda_moe_gemm instead of
+ * (hook: a hook that takes every layer's copy; hook-feed: the capture hook's products on the device with the
+ * model's own hook weights (pdb_cuda_v4_engine_set_hook), and with a checkpoint (model DIR) the decoder's steps on the
+ * host's cores into a pdb_v4_cache of official semantics, as the bridge runs them (seeded: the products' copies only);
+ * moe-kernel: the routed experts on pdb_cuda_moe_gemm instead of
  * cuBLAS row-tile products; rows=N: the M-invariant GEMM tile, default 256, -1 one call per product;
  * attn-f32-keys: the attention kernel reading the f32 key rows instead of their bf16 mirrors). */
 #include <stdint.h>
@@ -22,6 +25,7 @@
 #include "pdb_cuda.h"
 #include "pdb_cuda_v4_engine.h"
 #include "pdb_make_model.h"
+#include "pdb_pool.h"
 #include "pdb_v4.h"
 
 static int die(const char *what) {
@@ -71,6 +75,22 @@ static pdb_status null_hook(void *user, int64_t layer, const float *x, int64_t n
     return PDB_OK;
 }
 
+/* hook-feed: the device's products into the decoder's cache (with a host model), else touched. */
+typedef struct feed_ctx { const pdb_v4_model *m; pdb_v4_cache c; float sink; } feed_ctx;
+
+static pdb_status feed_hook(void *user, int64_t layer, const pdb_v4_feed_rows *r, int64_t n, int64_t p0) {
+    feed_ctx *f = user;
+    (void)p0;
+    if (!f->m) {
+        volatile float *sink = &f->sink;
+        *sink = r->kv[n - 1] + r->kvp[0];
+        return PDB_OK;
+    }
+    PDB_TRY(pdb_v4_cache_feed_rows(f->m, &f->c, layer, r, n));
+    if (layer == f->m->cfg.num_layers - 1) f->c.len += n;
+    return PDB_OK;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3 || (strcmp(argv[1], "seeded") && strcmp(argv[1], "model"))) {
         fprintf(stderr, "usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR [T,T,...] [bf16|f32] [BUDGET_S] "
@@ -88,7 +108,8 @@ int main(int argc, char **argv) {
     const char *prec = argc > a + 1 ? argv[a + 1] : "bf16";
     double budget = argc > a + 2 ? atof(argv[a + 2]) : 200.0;
     const char *flags = argc > a + 3 ? argv[a + 3] : "";
-    int profile = strstr(flags, "profile") != NULL, hook = strstr(flags, "hook") != NULL;
+    int profile = strstr(flags, "profile") != NULL, hook_feed = strstr(flags, "hook-feed") != NULL;
+    int hook = !hook_feed && strstr(flags, "hook") != NULL;
     int moe_kernel = strstr(flags, "moe-kernel") != NULL, f32_keys = strstr(flags, "attn-f32-keys") != NULL;
     const char *rows = strstr(flags, "rows=");
     int64_t gemm_rows = rows ? atoll(rows + 5) : 0;
@@ -99,6 +120,8 @@ int main(int argc, char **argv) {
     pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile,
                                  .moe_kernel = moe_kernel, .gemm_rows = gemm_rows, .attn_f32_keys = f32_keys};
     pdb_cuda_v4_engine *e = NULL;
+    pdb_v4_model *hm = NULL; /* hook-feed with a checkpoint: the decoder's model on the host */
+    pdb_pool *pool = NULL;
     pdb_config cfg;
     double t0 = pdb_clock_now();
     if (seeded) {
@@ -111,12 +134,14 @@ int main(int argc, char **argv) {
         if (pdb_v4_load(argv[2], &m)) return die("load");
         cfg = m->cfg;
         pdb_status s = pdb_cuda_v4_engine_create(m, 0, &o, &e);
-        pdb_v4_free(m);
+        if (hook_feed) hm = m;
+        else pdb_v4_free(m);
         if (s) return die("create");
     }
+    if (hook_feed && (pdb_cuda_v4_engine_set_hook(e, hm) || pdb_pool_create(0, &pool))) return die("hook-feed");
     printf("cuda-v4-bench device=\"%s\" weights=%s layers=%lld experts=%lld precision=%s hook=%s experts_on=%s weight_gb=%.2f "
            "gemm_rows=%lld attn_keys=%s create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
-           hook ? "copy" : "none", moe_kernel ? "moe_gemm" : "cublas_tiles",
+           hook ? "copy" : hook_feed ? (hm ? "feed" : "products") : "none", moe_kernel ? "moe_gemm" : "cublas_tiles",
            pdb_cuda_v4_engine_weight_bytes(e) / 1e9, (long long)(gemm_rows ? gemm_rows : PDB_CUDA_GEMM_ROWS_DEFAULT),
            f32_keys ? "f32" : "bf16",
            pdb_clock_now() - t0);
@@ -128,7 +153,9 @@ int main(int argc, char **argv) {
         ids[i] = (int32_t)((x >> 8) % (uint32_t)cfg.vocab_size);
     }
     float *logits = malloc(sizeof(float) * (size_t)cfg.vocab_size), sink = 0;
-    pdb_v4_hook h = {null_hook, &sink};
+    pdb_v4_hook h = {null_hook, &sink, NULL};
+    feed_ctx fc = {.m = hm};
+    pdb_v4_hook hf = {NULL, &fc, feed_hook};
     /* one untimed short prompt first: module loading, cuBLAS's first calls */
     if (pdb_cuda_v4_engine_begin(e, 1024) || pdb_cuda_v4_engine_forward(e, ids, Tmax < 1024 ? Tmax : 1024, NULL, logits))
         return die("warm-up");
@@ -143,19 +170,26 @@ int main(int argc, char **argv) {
             continue;
         }
         if (pdb_cuda_v4_engine_begin(e, T)) return die("begin");
+        if (hm) {
+            if (pdb_v4_cache_init(&fc.c, hm, T, PDB_V4_SEM_OFFICIAL)) return die("hook cache");
+            fc.c.exec.pool = pool;
+        }
         char prof[1024] = "";
         if (profile) pdb_cuda_v4_engine_profile_take(e, prof, sizeof prof); /* reset */
         double s = pdb_clock_now();
-        if (pdb_cuda_v4_engine_forward(e, ids, T, hook ? &h : NULL, logits)) return die("forward");
+        if (pdb_cuda_v4_engine_forward(e, ids, T, hook ? &h : hook_feed ? &hf : NULL, logits)) return die("forward");
         last = pdb_clock_now() - s;
         if (profile) pdb_cuda_v4_engine_profile_take(e, prof, sizeof prof);
         pdb_cuda_v4_engine_end(e);
+        if (hm) pdb_v4_cache_free(&fc.c);
         printf("cuda-v4-bench T=%lld time=%.3f tokens_per_s=%.0f model_gflop_per_token=%.3f tflops=%.1f logit0=%.6g\n",
                (long long)T, last, T / last, gf, gf * T / last / 1e3, logits[0]);
         if (profile) printf("cuda-v4-bench T=%lld profile_ms %s\n", (long long)T, prof);
         fflush(stdout);
     }
     pdb_cuda_v4_engine_free(e);
+    pdb_v4_free(hm);
+    pdb_pool_destroy(pool);
     free(ids);
     free(logits);
     return 0;

@@ -54,6 +54,12 @@ static __device__ __forceinline__ void cp16(void *dst, const void *src, bool val
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
 }
+/* The same for 4 bytes (any float: no alignment beyond the element's). */
+static __device__ __forceinline__ void cp4(void *dst, const void *src, bool valid) {
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
 static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 

@@ -88,6 +88,16 @@ pdb_status pdb_cuda_v4_engine_forward(pdb_cuda_v4_engine *e, const int32_t *ids,
     (void)e, (void)ids, (void)n, (void)hook, (void)logits_last;
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
 }
+pdb_status pdb_cuda_v4_engine_set_hook(pdb_cuda_v4_engine *e, const pdb_v4_model *dm) {
+    (void)e, (void)dm;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
+pdb_status pdb_cuda_v4_engine_hook_products(pdb_cuda_v4_engine *e, int64_t l, const float *x, int64_t n,
+                                            pdb_v4_feed_rows *out) {
+    (void)e, (void)l, (void)x, (void)n, (void)out;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
+int64_t pdb_cuda_v4_engine_pass_tokens(const pdb_cuda_v4_engine *e) { (void)e; return 0; }
 int64_t pdb_cuda_v4_engine_len(const pdb_cuda_v4_engine *e) { (void)e; return 0; }
 int64_t pdb_cuda_v4_engine_weight_bytes(const pdb_cuda_v4_engine *e) { (void)e; return 0; }
 void pdb_cuda_v4_engine_profile_take(pdb_cuda_v4_engine *e, char *buf, size_t n) {

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pdb_cuda_mma.h"
 #include "pdb_cuda_util.h"
+#include "pdb_cuda_v4_kernels.h"
 
 extern "C" {
 #include "pdb_cuda_v4.h"
@@ -38,47 +40,84 @@ typedef struct cu_v4 {
 
 /* ======================================= kernel ============================================= */
 
-/* A block computes a 4 x 8 tile of C (rows x outputs) with 8 warps, warp w owning outputs w of
- * the tile's 8 for all 4 rows; lane j of a warp keeps the accumulators of k = j mod 32 (one per
- * row), fused multiply-adds in k order, then the fold 32->16->...->1 by shuffles (lane i takes
- * lane i + half). K is walked in chunks of 128 staged in shared memory (a multiple of 32, so lane
- * j always sees k = j mod 32; k never runs past K: a padded zero would turn a -0 sum into +0). */
-enum { V4_TM = 4, V4_TN = 8, V4_KC = 128, V4_KP = V4_KC + 1 };
+/* A block of 16 warps computes a 32 x 32 tile of C (rows x outputs), warp w owning an 8 x 8 sub-tile
+ * (rows 8*(w/4).., outputs 8*(w%4)..); lane j of a warp keeps that sub-tile's 64 accumulators of
+ * k = j mod 32, fused multiply-adds in k order, then each output's fold 32->16->...->1 by shuffles
+ * (lane i takes lane i + half): pdb_qmat's order per element, whatever the tile. K is walked in
+ * chunks of 64 (a multiple of 32, so lane j always sees k = j mod 32; k never runs past K: a padded
+ * zero would turn a -0 sum into +0), streamed into two shared buffers by cp.async (chunk c + 1's
+ * copy in flight while chunk c is multiplied). */
+enum { MX_BM = 32, MX_BN = 32, MX_KC = 64, MX_NT = 512 }; /* stage() assumes NT = 8 KC, BM = BN = 32 */
 
-__global__ void __launch_bounds__(256)
-    k_v4_mm(const float *A, int64_t lda, const float *W, float *C, int64_t M, int64_t N, int64_t K) {
-    __shared__ float As[V4_TM][V4_KP], Ws[V4_TN][V4_KP];
-    int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
-    int64_t m0 = (int64_t)blockIdx.y * V4_TM, n0 = (int64_t)blockIdx.x * V4_TN, n = n0 + w;
-    float p[V4_TM] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int64_t k0 = 0; k0 < K; k0 += V4_KC) {
-        int kn = K - k0 < V4_KC ? (int)(K - k0) : V4_KC;
-        for (int i = tid; i < (V4_TM + V4_TN) * V4_KC; i += 256) {
-            int r = i / V4_KC, kk = i % V4_KC;
-            int64_t k = k0 + kk;
-            if (r < V4_TM) {
-                int64_t mr = m0 + r;
-                As[r][kk] = mr < M && kk < kn ? A[mr * lda + k] : 0.0f;
-            } else {
-                int64_t nr = n0 + (r - V4_TM);
-                Ws[r - V4_TM][kk] = nr < N && kk < kn ? W[nr * K + k] : 0.0f;
-            }
+__global__ void __launch_bounds__(MX_NT)
+    k_v4_mm_exact(const float *A, int64_t lda, const float *W, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K) {
+    __shared__ float S[2][MX_BM + MX_BN][MX_KC]; /* rows 0..BM-1: A's tile, then W's */
+    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, r0 = 8 * (w / 4), o0 = MX_BM + 8 * (w % 4);
+    const int64_t m0 = (int64_t)blockIdx.y * MX_BM, n0 = (int64_t)blockIdx.x * MX_BN;
+    float p[8][8];
+#pragma unroll
+    for (int r = 0; r < 8; r++)
+#pragma unroll
+        for (int o = 0; o < 8; o++) p[r][o] = 0.0f;
+    /* the thread stages column kk of rows tr + 8 j (j < 4: A's tile, else W's) of every chunk */
+    const int kk0 = tid % MX_KC, tr = tid / MX_KC;
+    const float *pa = A + (m0 + tr) * lda + kk0, *pw = W + (n0 + tr) * K + kk0;
+    auto stage = [&](int buf, int64_t k0) {
+        bool kin = k0 + kk0 < K;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            bool ia = kin && m0 + tr + 8 * j < M, iw = kin && n0 + tr + 8 * j < N;
+            cp4(&S[buf][tr + 8 * j][kk0], ia ? pa + 8 * j * lda + k0 : A, ia);
+            cp4(&S[buf][MX_BM + tr + 8 * j][kk0], iw ? pw + 8 * j * K + k0 : W, iw);
         }
+        cp_commit();
+    };
+    stage(0, 0);
+    for (int64_t k0 = 0, c = 0; k0 < K; k0 += MX_KC, c++) {
+        const int kn = K - k0 < MX_KC ? (int)(K - k0) : MX_KC, buf = (int)(c & 1);
+        if (k0 + MX_KC < K) {
+            stage(buf ^ 1, k0 + MX_KC);
+            cp_wait<1>();
+        } else
+            cp_wait<0>();
         __syncthreads();
         for (int kk = lane; kk < kn; kk += 32) {
-            float b = Ws[w][kk];
+            float a[8], b[8];
 #pragma unroll
-            for (int r = 0; r < V4_TM; r++) p[r] = __fmaf_rn(As[r][kk], b, p[r]);
+            for (int r = 0; r < 8; r++) a[r] = S[buf][r0 + r][kk];
+#pragma unroll
+            for (int o = 0; o < 8; o++) b[o] = S[buf][o0 + o][kk];
+#pragma unroll
+            for (int r = 0; r < 8; r++)
+#pragma unroll
+                for (int o = 0; o < 8; o++) p[r][o] = __fmaf_rn(a[r], b[o], p[r][o]);
         }
-        __syncthreads();
+        __syncthreads(); /* buf is refilled by the next iteration's stage */
     }
 #pragma unroll
-    for (int r = 0; r < V4_TM; r++)
-        for (int half = 16; half >= 1; half /= 2) p[r] = __fadd_rn(p[r], __shfl_down_sync(0xffffffffu, p[r], half));
-    if (lane == 0 && n < N)
+    for (int r = 0; r < 8; r++)
 #pragma unroll
-        for (int r = 0; r < V4_TM; r++)
-            if (m0 + r < M) C[(m0 + r) * N + n] = p[r];
+        for (int o = 0; o < 8; o++)
+#pragma unroll
+            for (int half = 16; half >= 1; half /= 2)
+                p[r][o] = __fadd_rn(p[r][o], __shfl_down_sync(0xffffffffu, p[r][o], half));
+    if (lane == 0)
+#pragma unroll
+        for (int r = 0; r < 8; r++)
+#pragma unroll
+            for (int o = 0; o < 8; o++)
+                if (m0 + r0 + r < M && n0 + o0 - MX_BM + o < N) C[(m0 + r0 + r) * ldc + n0 + o0 - MX_BM + o] = p[r][o];
+}
+
+pdb_status pdb_cuda_v4_mm_exact(cudaStream_t s, const float *A, int64_t lda, const float *W, float *C, int64_t ldc,
+                                 int64_t M, int64_t N, int64_t K) {
+    if (M <= 0 || N <= 0) return PDB_OK;
+    if ((M + MX_BM - 1) / MX_BM > 65535)
+        return pdb_err_set(PDB_TOO_LARGE, "cuda v4: %lld rows in one product (max %d)", (long long)M, 65535 * MX_BM);
+    dim3 grid((unsigned)((N + MX_BN - 1) / MX_BN), (unsigned)((M + MX_BM - 1) / MX_BM));
+    k_v4_mm_exact<<<grid, MX_NT, 0, s>>>(A, lda, W, C, ldc, M, N, K);
+    PDB_CU_LAUNCH("v4 exact-order product");
+    return PDB_OK;
 }
 
 
@@ -289,8 +328,6 @@ static pdb_status v4_mm(void *ctx, int64_t M, const float *A, int64_t lda, const
     cu_v4 *c = (cu_v4 *)ctx;
     int64_t N = W->rows, K = W->cols;
     if (M <= 0 || N <= 0) return PDB_OK;
-    if ((M + V4_TM - 1) / V4_TM > 65535)
-        return pdb_err_set(PDB_TOO_LARGE, "cuda v4: %lld rows in one product (max %d)", (long long)M, 65535 * V4_TM);
     PDB_CU(cudaSetDevice(c->device));
     size_t a_bytes = sizeof(float) * (size_t)((M - 1) * lda + K), c_bytes = sizeof(float) * (size_t)(M * N);
     const float *dW;
@@ -298,9 +335,7 @@ static pdb_status v4_mm(void *ctx, int64_t M, const float *A, int64_t lda, const
     PDB_TRY(pdb_cuda_reserve((void **)&c->dA, &c->capA, a_bytes));
     PDB_TRY(pdb_cuda_reserve((void **)&c->dC, &c->capC, c_bytes));
     PDB_CU(cudaMemcpyAsync(c->dA, A, a_bytes, cudaMemcpyHostToDevice, c->s));
-    dim3 grid((unsigned)((N + V4_TN - 1) / V4_TN), (unsigned)((M + V4_TM - 1) / V4_TM));
-    k_v4_mm<<<grid, 256, 0, c->s>>>(c->dA, lda, dW, c->dC, M, N, K);
-    PDB_CU_LAUNCH("v4_mm");
+    PDB_TRY(pdb_cuda_v4_mm_exact(c->s, c->dA, lda, dW, c->dC, N, M, N, K));
     PDB_CU(cudaMemcpy2DAsync(C, sizeof(float) * (size_t)ldc, c->dC, sizeof(float) * (size_t)N, sizeof(float) * (size_t)N,
                              (size_t)M, cudaMemcpyDeviceToHost, c->s));
     PDB_CU(cudaStreamSynchronize(c->s));

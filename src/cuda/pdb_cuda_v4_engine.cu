@@ -56,6 +56,8 @@ typedef struct v4_dlayer {
     float *gate, *gate_bias;
     int32_t *tid2eid;
     void *w1, *w3, *w2, *sw1, *sw3, *sw2;
+    float *hw;                   /* the capture hook's weights, f32 [NH, H]: the decoder's wkv | comp.wkv | comp.wgate |
+                                    icomp.wkv | icomp.wgate (pdb_cuda_v4_engine_set_hook) */
     float *tail, *hist, *comp, *ikeys; /* sequence */
     void *comp16;                      /* bf16 mirror of comp (the bf16-keys attention) */
 } v4_dlayer;
@@ -96,6 +98,10 @@ struct pdb_cuda_v4_engine {
     cudaEvent_t ev_x[HOOK_SLOTS], ev_ready[HOOK_SLOTS]; /* slot's host copy done / device copy done */
     float *xh;                   /* device [HOOK_SLOTS, S, H]: the hooked inputs awaiting their copy */
     int have_ev;
+    /* the hook's products on the device (set_hook): exact-order f32 on s_cap, a device and a pinned slot per hook slot */
+    int hook_w;
+    int64_t NHmax;
+    float *ph, *h_p[HOOK_SLOTS];
     int32_t *h_ids, *h_tiles;
     pdb_cuda_prof pf;            /* opts.profile: 16 marks per layer and a few around */
 };
@@ -346,7 +352,8 @@ static void seq_free(eng *e) {
     pdb_cuda_dlist_free(&e->seq);
     for (int i = 0; i < HOOK_SLOTS; i++) {
         if (e->h_x[i]) cudaFreeHost(e->h_x[i]);
-        e->h_x[i] = NULL;
+        if (e->h_p[i]) cudaFreeHost(e->h_p[i]);
+        e->h_x[i] = e->h_p[i] = NULL;
     }
     if (e->h_ids) cudaFreeHost(e->h_ids);
     if (e->h_tiles) cudaFreeHost(e->h_tiles);
@@ -471,7 +478,102 @@ extern "C" pdb_status pdb_cuda_v4_engine_create_seeded(const pdb_config *cfg, ui
 }
 
 extern "C" int64_t pdb_cuda_v4_engine_len(const eng *e) { return e->len; }
+extern "C" int64_t pdb_cuda_v4_engine_pass_tokens(const eng *e) { return e->cap ? e->S : 0; }
 extern "C" int64_t pdb_cuda_v4_engine_weight_bytes(const eng *e) { return e->weight_bytes; }
+
+/* ======================================== the capture hook's products ======================================== */
+
+__global__ void k_widen_bf16(const __nv_bfloat16 *src, int64_t n, float *dst) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+/* The hook's widths of layer l: wkv, the compressor's and the indexer compressor's (pdb_v4_feed_rows). */
+static int64_t hook_width(const eng *e, const v4_dlayer *D) { return e->hd + 2 * D->D + 2 * D->ID; }
+
+extern "C" pdb_status pdb_cuda_v4_engine_set_hook(eng *e, const pdb_v4_model *dm) {
+    if (e->cap) return pdb_err_set(PDB_INVALID, "v4 engine: set_hook during a sequence (end it first)");
+    if (dm) {
+        const pdb_config *c = &dm->cfg;
+        int same = c->num_layers == e->L && c->hidden_size == e->H && c->head_dim == e->hd && c->index_head_dim == e->ihd;
+        for (int64_t l = 0; same && l < e->L; l++)
+            same = (int)c->v4_attn[l] == e->Ls[l].kind && dm->layers[l].rate == e->Ls[l].rate;
+        if (!same)
+            return pdb_err_set(PDB_INVALID, "v4 engine: the decoder's model (%lld layers, hidden %lld) is not the engine's shape "
+                               "(%lld layers, hidden %lld, the same layer kinds and rates)", (long long)c->num_layers,
+                               (long long)c->hidden_size, (long long)e->L, (long long)e->H);
+    }
+    PDB_CU(cudaSetDevice(e->device));
+    const int64_t H = e->H, hd = e->hd;
+    for (int64_t l = 0; l < e->L; l++) {
+        v4_dlayer *D = &e->Ls[l];
+        int64_t NH = hook_width(e, D);
+        if (!D->hw) {
+            PDB_TRY(pdb_cuda_dalloc(&e->wts, &D->hw, sizeof(float) * (size_t)(NH * H), "hook weights"));
+            e->weight_bytes += 4 * NH * H;
+        }
+        if (!dm) { /* the engine's own (the fused wa's rows after wq_a are the hook's, in its order) */
+            if (e->dt == PDB_CUDA_DT_F32)
+                PDB_CU(cudaMemcpyAsync(D->hw, (const float *)D->wa + e->qlr * H, sizeof(float) * (size_t)(NH * H),
+                                       cudaMemcpyDeviceToDevice, e->s));
+            else {
+                k_widen_bf16<<<1024, 256, 0, e->s>>>((const __nv_bfloat16 *)D->wa + e->qlr * H, NH * H, D->hw);
+                PDB_CU_LAUNCH("hook weights");
+            }
+        } else {
+            const pdb_v4_layer *L = &dm->layers[l];
+            const pdb_qmat *parts[5] = {&L->wkv, &L->comp.wkv, &L->comp.wgate, &L->icomp.wkv, &L->icomp.wgate};
+            const int64_t rows[5] = {hd, D->D, D->D, D->ID, D->ID};
+            for (int k = 0, r = 0; k < 5; r += (int)rows[k], k++) {
+                if (!rows[k]) continue;
+                wsrc w = src_q(parts[k]);
+                pdb_status st = put_w(e, D->hw, r * H, &w, rows[k], H, 1);
+                if (st) return pdb_err_wrap(st, "v4 engine: the decoder's hook weights, layer %lld", (long long)l);
+            }
+        }
+        if (NH > e->NHmax) e->NHmax = NH;
+    }
+    PDB_CU(cudaStreamSynchronize(e->s));
+    e->hook_w = 1;
+    return PDB_OK;
+}
+
+/* Layer l's hook products of x [n, H] (device) into the device slot p (the parts back to back,
+ * each [n, width]) on s_cap, in pdb_qmat's order (the CPU hook's bits, at any n: chunked = one
+ * shot), then to the pinned host slot hp. */
+static pdb_status hook_products(eng *e, const v4_dlayer *D, const float *x, int64_t n, float *p, float *hp) {
+    const int64_t H = e->H, w[5] = {e->hd, D->D, D->D, D->ID, D->ID};
+    for (int k = 0, r = 0; k < 5; r += (int)w[k], k++)
+        if (w[k])
+            PDB_TRY(pdb_cuda_v4_mm_exact(e->s_cap, x, H, D->hw + r * H, p + n * r, w[k], n, w[k], H));
+    PDB_CU(cudaMemcpyAsync(hp, p, sizeof(float) * (size_t)(n * hook_width(e, D)), cudaMemcpyDeviceToHost, e->s_cap));
+    return PDB_OK;
+}
+
+/* The feed rows of a host slot holding hook_products' parts for n rows. */
+static pdb_v4_feed_rows hook_rows(const eng *e, const v4_dlayer *D, float *hp, int64_t n) {
+    pdb_v4_feed_rows r;
+    r.kv = hp;
+    r.kvp = hp + n * e->hd;
+    r.gp = r.kvp + n * D->D;
+    r.ikvp = r.gp + n * D->D;
+    r.igp = r.ikvp + n * D->ID;
+    return r;
+}
+
+extern "C" pdb_status pdb_cuda_v4_engine_hook_products(eng *e, int64_t l, const float *x, int64_t n, pdb_v4_feed_rows *out) {
+    if (!e->hook_w || !e->cap) return pdb_err_set(PDB_INVALID, "v4 engine: hook products without set_hook and begin");
+    if (l < 0 || l >= e->L || n <= 0 || n > e->S)
+        return pdb_err_set(PDB_INVALID, "v4 engine: hook products of layer %lld, %lld rows (at most %lld)", (long long)l,
+                           (long long)n, (long long)e->S);
+    PDB_CU(cudaSetDevice(e->device));
+    const v4_dlayer *D = &e->Ls[l];
+    PDB_CU(cudaMemcpyAsync(e->xh, x, sizeof(float) * (size_t)(n * e->H), cudaMemcpyHostToDevice, e->s_cap));
+    PDB_TRY(hook_products(e, D, e->xh, n, e->ph, e->h_p[0]));
+    PDB_CU(cudaStreamSynchronize(e->s_cap));
+    *out = hook_rows(e, D, e->h_p[0], n);
+    return PDB_OK;
+}
 
 /* ======================================== begin ======================================== */
 
@@ -592,6 +694,10 @@ static pdb_status begin_inner(eng *e, int64_t cap) {
     if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(pdb_cuda_dalloc(q, &e->cvt, 2 * (size_t)e->cvt_n, "bf16 staging"));
     for (int i = 0; i < HOOK_SLOTS; i++) PDB_TRY(hpin(&e->h_x[i], f * (size_t)(S * H)));
     PDB_TRY(pdb_cuda_dalloc(q, &e->xh, f * (size_t)(HOOK_SLOTS * S * H), "hook slots"));
+    if (e->hook_w) {
+        PDB_TRY(pdb_cuda_dalloc(q, &e->ph, f * (size_t)(HOOK_SLOTS * S * e->NHmax), "hook products"));
+        for (int i = 0; i < HOOK_SLOTS; i++) PDB_TRY(hpin(&e->h_p[i], f * (size_t)(S * e->NHmax)));
+    }
     PDB_TRY(hpin(&e->h_ids, sizeof(int32_t) * (size_t)S));
     PDB_TRY(hpin(&e->h_tiles, sizeof(int32_t) * (size_t)e->ntmax));
     PDB_CU(cudaStreamSynchronize(e->s));
@@ -876,13 +982,22 @@ static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const flo
 
 /* The host side of the hook: run it on every layer whose copy was queued but not yet handed
  * over, up to layer `upto` (exclusive), waiting for each copy. */
-typedef struct hookq { const pdb_v4_hook *hook; int64_t done, p0, n; } hookq;
+typedef struct hookq {
+    const pdb_v4_hook *hook;
+    int64_t done, p0, n;
+    int rows; /* the hook's products computed here (set_hook and hook->feed_rows), not its inputs copied */
+} hookq;
 
 static pdb_status hook_drain(eng *e, hookq *hq, int64_t upto) {
     for (; hq->done < upto; hq->done++) {
         int slot = (int)(hq->done % HOOK_SLOTS);
         PDB_CU(cudaEventSynchronize(e->ev_x[slot]));
-        pdb_status s = hq->hook->attn_input(hq->hook->user, hq->done, e->h_x[slot], hq->n, hq->p0);
+        pdb_status s;
+        if (hq->rows) {
+            pdb_v4_feed_rows r = hook_rows(e, &e->Ls[hq->done], e->h_p[slot], hq->n);
+            s = hq->hook->feed_rows(hq->hook->user, hq->done, &r, hq->n, hq->p0);
+        } else
+            s = hq->hook->attn_input(hq->hook->user, hq->done, e->h_x[slot], hq->n, hq->p0);
         if (s) return pdb_err_wrap(s, "v4 engine: the hook at layer %lld", (long long)hq->done);
     }
     return PDB_OK;
@@ -898,7 +1013,7 @@ static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_
     PDB_TRY(mark(e, ST_EMBED));
     PDB_TRY(pdb_cuda_v4_embed_hc(e->s, e->ids, e->embed, e->dt, n, hc, H, e->hs));
     PDB_TRY(mark(e, ST_EMBED));
-    hookq hq = {hook, 0, p0, n};
+    hookq hq = {hook, 0, p0, n, hook && hook->feed_rows && e->hook_w};
     for (int64_t l = 0; l < e->L; l++) {
         v4_dlayer *D = &e->Ls[l];
         PDB_TRY(hc_pre(e, &hcc, n, D->hca_fn, D->hca_base, D->hca_scale, D->attn_norm));
@@ -911,7 +1026,8 @@ static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_
             PDB_CU(cudaMemcpyAsync(xs, e->x, sizeof(float) * (size_t)(n * H), cudaMemcpyDeviceToDevice, e->s));
             PDB_CU(cudaEventRecord(e->ev_ready[slot], e->s));
             PDB_CU(cudaStreamWaitEvent(e->s_cap, e->ev_ready[slot], 0));
-            PDB_CU(cudaMemcpyAsync(e->h_x[slot], xs, sizeof(float) * (size_t)(n * H), cudaMemcpyDeviceToHost, e->s_cap));
+            if (hq.rows) PDB_TRY(hook_products(e, D, xs, n, e->ph + slot * e->S * e->NHmax, e->h_p[slot]));
+            else PDB_CU(cudaMemcpyAsync(e->h_x[slot], xs, sizeof(float) * (size_t)(n * H), cudaMemcpyDeviceToHost, e->s_cap));
             PDB_CU(cudaEventRecord(e->ev_x[slot], e->s_cap));
             PDB_TRY(mark(e, ST_HOOK));
         }

@@ -46,15 +46,29 @@ pdb_status pdb_cuda_v4_engine_create(const pdb_v4_model *m, int device, const pd
  * differs only where that ulp crosses a rounding boundary; docs/cuda.md). */
 pdb_status pdb_cuda_v4_engine_create_seeded(const pdb_config *cfg, uint64_t seed, int device,
                                             const pdb_cuda_v4_engine_opts *o, pdb_cuda_v4_engine **out);
+/* The capture hook's products on the device: per layer the decoder's hook weights (dm, a model of
+ * any part: wkv, the compressor's and the indexer compressor's wkv / wgate, dequantized exactly and
+ * held in f32; NULL: the engine's own, for a decoder with the engine's weights) are uploaded once,
+ * and a forward whose hook has feed_rows gets each layer's products (f32 GEMMs on the copy stream,
+ * no TF32: the CPU's products up to the order of the sums) instead of the attention input. Only
+ * between sequences. PDB_INVALID: dm's shape is not the engine's. */
+pdb_status pdb_cuda_v4_engine_set_hook(pdb_cuda_v4_engine *e, const pdb_v4_model *dm);
+/* The same products of given attention inputs x [n, H] (host, n <= the pass size) of layer l, into
+ * *out (host memory valid until the next call or forward): the hook alone (hook_chunk). */
+pdb_status pdb_cuda_v4_engine_hook_products(pdb_cuda_v4_engine *e, int64_t l, const float *x, int64_t n,
+                                            pdb_v4_feed_rows *out);
 /* A new sequence of at most max_tokens positions (the previous one, if any, is dropped). */
 pdb_status pdb_cuda_v4_engine_begin(pdb_cuda_v4_engine *e, int64_t max_tokens);
 /* n tokens at the sequence's next positions (passes of at most sub_chunk tokens). hook (NULL: none)
- * receives, for every pass and layer in order, that layer's attention input [T, H] (host memory,
- * valid during the call) while the device runs the later layers; a hook error stops the forward.
+ * receives, for every pass and layer in order, that layer's attention input [T, H] (or with
+ * set_hook and hook->feed_rows its feed products; host memory, valid during the call) while the
+ * device runs the later layers; a hook error stops the forward.
  * logits_last [V] (NULL: skipped): the last token's logits. On an error the sequence is unusable
  * (begin again). */
 pdb_status pdb_cuda_v4_engine_forward(pdb_cuda_v4_engine *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook,
                                       float *logits_last);
+/* The pass size of the sequence (min(max_tokens, sub_chunk); 0 before begin). */
+int64_t pdb_cuda_v4_engine_pass_tokens(const pdb_cuda_v4_engine *e);
 /* Positions filled so far. */
 int64_t pdb_cuda_v4_engine_len(const pdb_cuda_v4_engine *e);
 /* Device bytes of the uploaded weights. */

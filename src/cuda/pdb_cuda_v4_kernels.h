@@ -19,6 +19,13 @@
 
 #include "pdb_cuda_util.h"
 
+/* C [M, N] (row stride ldc) = A [M, K] (row stride lda) . W [N, K]^T in f32, every element in
+ * pdb_qmat's order (lane j of 32 takes k = j mod 32 by fused multiply-adds in k order from 0, the
+ * lanes folded 32->16->...->1 as lane i + lane i + half): bit-identical to pdb_v4_mm_ref and the CPU
+ * hook on f32 weights, at any M (pdb_cuda_v4.cu). */
+pdb_status pdb_cuda_v4_mm_exact(cudaStream_t s, const float *A, int64_t lda, const float *W, float *C, int64_t ldc,
+                                int64_t M, int64_t N, int64_t K);
+
 /* hs [n, hc, H] = embedding row ids[t] of emb [V, H] (dt) in each of the hc streams. */
 pdb_status pdb_cuda_v4_embed_hc(cudaStream_t s, const int32_t *ids, const void *emb, pdb_cuda_dt dt, int64_t n,
                                 int64_t hc, int64_t H, float *hs);

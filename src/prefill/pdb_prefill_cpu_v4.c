@@ -16,7 +16,10 @@
  * any chunking (chunks never cross a block boundary: the engine clips them). On CUDA with
  * precision bf16 or f32 (the default is bf16) the engine is the device-resident one
  * (pdb_cuda_v4_engine: not the decoder's math, so the blocks are the decoder's pools of the
- * device's attention inputs, be->exact = 0); precision exact keeps the CPU engine on the provider
+ * device's attention inputs, be->exact = 0), and the hook's products (wkv and the compressors'
+ * projections of each attention input, with the decoder's weights in f32) run on the device too,
+ * the decoder's steps (norm, RoPE, rounding, pooling, row encoding) here on the pool's threads,
+ * hook_chunk included; precision exact keeps the CPU engine and the host hook on the provider
  * (bit-identical blocks). */
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +37,8 @@ typedef struct v4_impl {
     int64_t bs;           /* block size of the sequence */
     pdb_pool *pool;       /* matmul threads of both models */
     pdb_v4_mm_provider *mm; /* cuda: where both models' products run (owned) */
-    pdb_cuda_v4_engine *dev; /* cuda, precision bf16 / f32: the device-resident engine in place of em and ec (owned);
-                                the hook still runs here, on the provider */
+    pdb_cuda_v4_engine *dev; /* cuda, precision bf16 / f32: the device-resident engine in place of em and ec (owned),
+                                with the hook's products (set_hook with dm) */
 } v4_impl;
 
 static pdb_status v4_hook(void *user, int64_t l, const float *x, int64_t T, int64_t p0) {
@@ -44,6 +47,17 @@ static pdb_status v4_hook(void *user, int64_t l, const float *x, int64_t T, int6
                                             (long long)v->dc.len);
     PDB_TRY(pdb_v4_cache_feed(v->dm, &v->dc, l, x, T, NULL));
     if (l == v->dm->cfg.num_layers - 1) v->dc.len += T; /* every layer of these positions is fed */
+    return PDB_OK;
+}
+
+/* The device engine's hook: layer l's feed products, computed on the device with the decoder's hook
+ * weights (pdb_cuda_v4_engine_set_hook), through the decoder's own steps. */
+static pdb_status v4_hook_rows(void *user, int64_t l, const pdb_v4_feed_rows *r, int64_t T, int64_t p0) {
+    v4_impl *v = user;
+    if (v->dc.len != p0) return pdb_err_set(PDB_INVALID, "prefill v4 hook: at position %lld, the hook is at %lld", (long long)p0,
+                                            (long long)v->dc.len);
+    PDB_TRY(pdb_v4_cache_feed_rows(v->dm, &v->dc, l, r, T));
+    if (l == v->dm->cfg.num_layers - 1) v->dc.len += T;
     return PDB_OK;
 }
 
@@ -73,7 +87,7 @@ static pdb_status v4_forward_chunk(pdb_prefill_backend *be, const int32_t *ids, 
     if (!v->dc.layers || pos0 != len)
         return pdb_err_set(PDB_INVALID, "prefill v4: chunk at %lld, the sequence is at %lld", (long long)pos0, (long long)len);
     if (v->dc.len != pos0) return pdb_err_set(PDB_INVALID, "prefill v4: the hook must run on every chunk from position 0");
-    pdb_v4_hook hook = {v4_hook, v};
+    pdb_v4_hook hook = {v4_hook, v, v->dev ? v4_hook_rows : NULL};
     if (v->dev) return pdb_cuda_v4_engine_forward(v->dev, ids, n, &hook, logits_last);
     return pdb_v4_forward_hooked(v->em, &v->ec, ids, n, 0, logits_last, &hook);
 }
@@ -84,9 +98,23 @@ static pdb_status v4_hook_chunk(pdb_prefill_backend *be, const float *xn, int64_
     v4_impl *v = be->impl;
     if (!v->dc.layers || pos0 != v->dc.len || pos0 + n > v->dc.cap)
         return pdb_err_set(PDB_INVALID, "prefill v4: hook chunk at %lld, the hook is at %lld", (long long)pos0, (long long)v->dc.len);
-    const int64_t H = v->dm->cfg.hidden_size;
-    for (int64_t l = 0; l < v->dm->cfg.num_layers; l++) PDB_TRY(pdb_v4_cache_feed(v->dm, &v->dc, l, xn + l * n * H, n, NULL));
-    v->dc.len += n;
+    const int64_t H = v->dm->cfg.hidden_size, L = v->dm->cfg.num_layers;
+    if (!v->dev) {
+        for (int64_t l = 0; l < L; l++) PDB_TRY(pdb_v4_cache_feed(v->dm, &v->dc, l, xn + l * n * H, n, NULL));
+        v->dc.len += n;
+        return PDB_OK;
+    }
+    /* the device's products of the given inputs, a pass at a time, through the decoder's steps */
+    const int64_t S = pdb_cuda_v4_engine_pass_tokens(v->dev);
+    for (int64_t t0 = 0; t0 < n; t0 += S) {
+        int64_t tn = n - t0 < S ? n - t0 : S;
+        for (int64_t l = 0; l < L; l++) {
+            pdb_v4_feed_rows r;
+            PDB_TRY(pdb_cuda_v4_engine_hook_products(v->dev, l, xn + (l * n + t0) * H, tn, &r));
+            PDB_TRY(pdb_v4_cache_feed_rows(v->dm, &v->dc, l, &r, tn));
+        }
+        v->dc.len += tn;
+    }
     return PDB_OK;
 }
 
@@ -148,6 +176,7 @@ static pdb_status v4_create(const pdb_prefill_backend_opts *o, pdb_v4_mm_provide
         s = pdb_cuda_v4_engine_create(v->em, o->exec.device, &eo, &v->dev);
         pdb_v4_free(v->em); /* on the device now */
         v->em = NULL;
+        if (!s) s = pdb_cuda_v4_engine_set_hook(v->dev, v->dm); /* the hook's products on the device too */
     }
     if (s) { v4_destroy(be); return s; }
     *out = be;

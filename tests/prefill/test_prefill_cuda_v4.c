@@ -12,7 +12,8 @@
  * selection, HCA), and a V4-Flash-sized case (nh 64, hd 512, T 512, 128 window + 512 picked
  * compressed keys) prints the GPU and host times; (4) with precision f32 and bf16 the same backend
  * runs the device-resident engine (pdb_cuda_v4_engine) and its blocks are the decoder's to the
- * engine's precision. */
+ * engine's precision; (5) that backend's hook (its products on the device) gives the CPU hook's
+ * pools from identical attention inputs to pool-validate's bar. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -281,6 +282,78 @@ static void check_blocks(const char *hf, const char *dec, const int32_t *ids, pd
     free(ref);
 }
 
+/* The device hook against the CPU hook from identical attention inputs (hook_chunk: random inputs,
+ * chunks of 45 clipped at block ends): the CUDA backend (bf16 engine: its hook's products on the
+ * device in f32) and the CPU backend, the same decoder. Semantics exact (every pool value an f32):
+ * >= 99.95% of the values identical and the worst within 1 bf16 ulp (the bar of pool-validate);
+ * official (compact FP8 / FP4 rows): >= 99.95% of the bytes identical. */
+static void check_hook(const char *hf, const char *dec) {
+    pdb_config cfg;
+    pdb_st *e, *d;
+    PDB_TEST_OK(pdb_config_load(hf, &cfg));
+    PDB_TEST_OK(pdb_st_open(hf, &e));
+    PDB_TEST_OK(pdb_st_open(dec, &d));
+    int sem = 0;
+    PDB_TEST_OK(pdb_dec_model_semantics_of(dec, &cfg, &sem));
+    pdb_prefill_backend_opts o = {.cfg = &cfg, .engine = e, .decoder = d, .semantics = sem, .precision = PDB_CUDA_PREC_BF16,
+                                  .exec = {.threads = 2, .device = 0}};
+    pdb_prefill_backend *bg = NULL, *bc = NULL;
+    PDB_TEST_OK(pdb_prefill_backend_cuda_v4_create(&o, &bg));
+    PDB_TEST_OK(pdb_prefill_backend_cpu_v4_create(&o, &bc));
+    const int64_t L = cfg.num_layers, H = cfg.hidden_size;
+    float *xn = malloc(sizeof(float) * (size_t)(L * T * H)), *xc = malloc(sizeof(float) * (size_t)(L * T * H));
+    uint32_t x = 99;
+    for (int64_t i = 0; i < L * T * H; i++) xn[i] = 2 * frand(&x);
+    uint64_t bytes = 0;
+    int32_t ids[T];
+    pdb_test_ids(ids, T, 1000, 5);
+    free(pdb_test_decoder_blocks(dec, ids, NB, BS, &bytes)); /* the block size in bytes */
+    char *blk[2] = {calloc((size_t)NB, bytes), calloc((size_t)NB, bytes)};
+    pdb_prefill_backend *bes[2] = {bg, bc};
+    for (int k = 0; k < 2; k++) {
+        pdb_prefill_backend *be = bes[k];
+        PDB_TEST_OK(be->begin(be, T, BS));
+        for (int64_t pos = 0; pos < NB * BS;) {
+            int64_t b = pos / BS, n = 45;
+            if (pos + n > (b + 1) * BS) n = (b + 1) * BS - pos;
+            for (int64_t l = 0; l < L; l++) memcpy(xc + l * n * H, xn + (l * T + pos) * H, sizeof(float) * (size_t)(n * H));
+            PDB_TEST_OK(be->hook_chunk(be, xc, pos, n));
+            pos += n;
+            if (pos % BS == 0) PDB_TEST_OK(be->get_block(be, b, blk[k] + (uint64_t)b * bytes));
+        }
+        be->end(be);
+    }
+    int64_t same = 0, n = 0;
+    double worst = 0;
+    if (sem == PDB_V4_SEM_EXACT) {
+        const float *a = (const float *)blk[0], *b = (const float *)blk[1];
+        n = (int64_t)(bytes * NB / 4);
+        for (int64_t i = 0; i < n; i++) {
+            if (memcmp(&a[i], &b[i], 4) == 0) { same++; continue; }
+            int ex;
+            frexp(b[i], &ex);
+            double u = fabs((double)a[i] - b[i]) / ldexp(1.0, ex - 8);
+            worst = u > worst ? u : worst;
+        }
+    } else {
+        n = (int64_t)(bytes * NB);
+        for (int64_t i = 0; i < n; i++) same += blk[0][i] == blk[1][i];
+    }
+    printf("cuda-metric v4 device hook vs cpu hook (%s, identical inputs): %lld/%lld %s identical (%.4f%%), worst %.3g bf16 ulps\n",
+           sem == PDB_V4_SEM_EXACT ? "exact" : "official", (long long)same, (long long)n,
+           sem == PDB_V4_SEM_EXACT ? "values" : "bytes", 100.0 * (double)same / (double)n, worst);
+    assert_true((double)same >= 0.9995 * (double)n);
+    assert_true(worst <= 1.0);
+    bg->destroy(bg);
+    bc->destroy(bc);
+    pdb_st_close(e);
+    pdb_st_close(d);
+    free(xn);
+    free(xc);
+    free(blk[0]);
+    free(blk[1]);
+}
+
 static void test_blocks_match_decoder(void **st) {
     (void)st;
     if (!pdb_test_have_gpu()) { printf("skipped: no GPU (V4 blocks on CUDA)\n"); return; }
@@ -298,6 +371,8 @@ static void test_blocks_match_decoder(void **st) {
     check_blocks(hf, dx, ids, PDB_CUDA_PREC_EXACT, 0);
     check_blocks(hf, dx, ids, PDB_CUDA_PREC_F32, 1e-4);
     check_blocks(hf, dx, ids, PDB_CUDA_PREC_BF16, 0.1);
+    check_hook(hf, dx);
+    check_hook(hf, dn);
     pdb_test_rmrf(root);
     free(root);
 }

@@ -236,9 +236,17 @@ pdb_status pdb_v4_forward_multi(const pdb_v4_model *m, const pdb_v4_step *steps,
 /* The capture hook's view of a forward: called at every layer with that layer's attention input
  * x [T, H] (after the hyper-connection collapse and attn_norm) for positions p0..p0+T-1, before
  * the layer's attention runs. A non-OK status stops the forward. */
+/* The cache feed's products of one layer's T attention inputs (pdb_v4_cache_feed_rows). */
+typedef struct pdb_v4_feed_rows {
+    float *kv;                          /* [T, hd] wkv (the feed normalises it in place) */
+    const float *kvp, *gp, *ikvp, *igp; /* [T, coff*hd] compressor wkv / wgate; [T, 2*ihd] the indexer compressor's */
+} pdb_v4_feed_rows;
 typedef struct pdb_v4_hook {
     pdb_status (*attn_input)(void *user, int64_t layer, const float *x, int64_t T, int64_t p0);
     void *user;
+    /* Optional: an engine that computes the feed's products itself (the device engine with the
+     * decoder's hook weights, pdb_cuda_v4_engine_set_hook) calls this instead of attn_input. */
+    pdb_status (*feed_rows)(void *user, int64_t layer, const pdb_v4_feed_rows *r, int64_t T, int64_t p0);
 } pdb_v4_hook;
 pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *c, const int32_t *ids, int64_t T, int all_logits,
                                  float *logits, const pdb_v4_hook *hook);
@@ -252,13 +260,9 @@ pdb_status pdb_v4_forward_hooked(const pdb_v4_model *m, pdb_v4_cache *c, const i
 pdb_status pdb_v4_cache_feed(const pdb_v4_model *m, pdb_v4_cache *c, int64_t l, const float *x, int64_t T, float *kv_out);
 
 /* The same feed from its products computed elsewhere (the capture hook's, on the device): layer
- * l's kv [T, hd] (wkv's rows, normed, RoPE'd and rounded in place; only the last W are read),
- * kvp / gp [T, coff*hd] (compressed layers) and ikvp / igp [T, 2*ihd] (CSA), as feed_products
- * would make them from x; the steps and the pools are pdb_v4_cache_feed's. Does not advance len. */
-typedef struct pdb_v4_feed_rows {
-    float *kv;
-    const float *kvp, *gp, *ikvp, *igp;
-} pdb_v4_feed_rows;
+ * l's rows as pdb_v4_cache_feed would make them from x (kv normed, RoPE'd and rounded in place;
+ * only its last W rows are read); the steps and the pools are pdb_v4_cache_feed's. Does not
+ * advance len. */
 pdb_status pdb_v4_cache_feed_rows(const pdb_v4_model *m, pdb_v4_cache *c, int64_t l, const pdb_v4_feed_rows *r, int64_t T);
 
 /* ---- the pools as a store layout (pdb_v4_pools.c): shared by the decoder and the capture hook,
