@@ -22,6 +22,7 @@
  *     in M-invariant tiles (gemm_rows) and every grouped-expert call has one shape, so a
  *     position's values do not depend on how the prompt is cut into passes (tested bit for bit). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -980,31 +981,101 @@ static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const flo
     return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x, e->post, e->comb);
 }
 
-/* The host side of the hook: run it on every layer whose copy was queued but not yet handed
- * over, up to layer `upto` (exclusive), waiting for each copy. */
+/* The host side of the hook: a thread that hands layer l's copy to the hook once the pass has
+ * queued it (issued > l) and s_cap has finished it (ev_x), layers in order, while the pass's
+ * thread goes on queuing the next layers (the hook's host work, e.g. the decoder's cache feed,
+ * overlaps the device's). Shared state under mu: issued (written by the pass), done and the
+ * first failure st/msg (by the drainer), quit (either: stop handing layers over). A host slot is
+ * reused by layer l only once done > l - HOOK_SLOTS. */
 typedef struct hookq {
+    eng *e;
     const pdb_v4_hook *hook;
-    int64_t done, p0, n;
+    int64_t p0, n;
     int rows; /* the hook's products computed here (set_hook and hook->feed_rows), not its inputs copied */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t issued, done;
+    int quit, have_th;
+    pdb_status st;
+    char msg[1024];
+    pthread_t th;
 } hookq;
 
-static pdb_status hook_drain(eng *e, hookq *hq, int64_t upto) {
-    for (; hq->done < upto; hq->done++) {
-        int slot = (int)(hq->done % HOOK_SLOTS);
-        PDB_CU(cudaEventSynchronize(e->ev_x[slot]));
-        pdb_status s;
-        if (hq->rows) {
-            pdb_v4_feed_rows r = hook_rows(e, &e->Ls[hq->done], e->h_p[slot], hq->n);
-            s = hq->hook->feed_rows(hq->hook->user, hq->done, &r, hq->n, hq->p0);
+static pdb_status hook_layer(hookq *q, int64_t l) {
+    eng *e = q->e;
+    int slot = (int)(l % HOOK_SLOTS);
+    PDB_CU(cudaEventSynchronize(e->ev_x[slot]));
+    if (!q->rows) return q->hook->attn_input(q->hook->user, l, e->h_x[slot], q->n, q->p0);
+    pdb_v4_feed_rows r = hook_rows(e, &e->Ls[l], e->h_p[slot], q->n);
+    return q->hook->feed_rows(q->hook->user, l, &r, q->n, q->p0);
+}
+
+static void *hook_drainer(void *arg) {
+    hookq *q = (hookq *)arg;
+    pdb_status s = cudaSetDevice(q->e->device) == cudaSuccess ? PDB_OK : pdb_err_set(PDB_CUDA, "v4 engine: hook thread's device");
+    for (int64_t l = 0; !s && l < q->e->L; l++) {
+        pthread_mutex_lock(&q->mu);
+        while (q->issued <= l && !q->quit) pthread_cond_wait(&q->cv, &q->mu);
+        int quit = q->quit;
+        pthread_mutex_unlock(&q->mu);
+        if (quit) return NULL;
+        if ((s = hook_layer(q, l))) s = pdb_err_wrap(s, "v4 engine: the hook at layer %lld", (long long)l);
+        pthread_mutex_lock(&q->mu);
+        if (s) {
+            q->st = s, q->quit = 1;
+            snprintf(q->msg, sizeof q->msg, "%s", pdb_err_msg());
         } else
-            s = hq->hook->attn_input(hq->hook->user, hq->done, e->h_x[slot], hq->n, hq->p0);
-        if (s) return pdb_err_wrap(s, "v4 engine: the hook at layer %lld", (long long)hq->done);
+            q->done = l + 1;
+        pthread_cond_broadcast(&q->cv);
+        pthread_mutex_unlock(&q->mu);
     }
+    return NULL;
+}
+
+/* The pass's side: wait until the hook has taken layers < upto (or failed). */
+static pdb_status hookq_wait(hookq *q, int64_t upto) {
+    pthread_mutex_lock(&q->mu);
+    while (q->done < upto && !q->quit) pthread_cond_wait(&q->cv, &q->mu);
+    pdb_status s = q->st;
+    pthread_mutex_unlock(&q->mu);
+    return s ? pdb_err_set(s, "%s", q->msg) : q->quit ? pdb_err_set(PDB_INVALID, "v4 engine: the hook stopped") : PDB_OK;
+}
+
+static void hookq_issue(hookq *q, int64_t issued) {
+    pthread_mutex_lock(&q->mu);
+    q->issued = issued;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+static pdb_status hookq_start(hookq *q, eng *e, const pdb_v4_hook *hook, int64_t p0, int64_t n) {
+    memset(q, 0, sizeof *q);
+    q->e = e, q->hook = hook, q->p0 = p0, q->n = n, q->rows = hook->feed_rows && e->hook_w;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->cv, NULL);
+    if (pthread_create(&q->th, NULL, hook_drainer, q)) return pdb_err_set(PDB_NOMEM, "v4 engine: the hook's thread (pthread_create)");
+    q->have_th = 1;
     return PDB_OK;
 }
 
-/* One pass of n <= S tokens at the sequence's next positions. */
-static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook, float *logits) {
+/* End the drainer: after a good pass, once every layer is handed over; after a failed one
+ * (s), at once. Returns the pass's failure, else the hook's. */
+static pdb_status hookq_finish(hookq *q, pdb_status s) {
+    if (q->have_th) {
+        if (!s) s = hookq_wait(q, q->e->L);
+        pthread_mutex_lock(&q->mu);
+        q->quit = 1;
+        pthread_cond_broadcast(&q->cv);
+        pthread_mutex_unlock(&q->mu);
+        pthread_join(q->th, NULL);
+    }
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+    return s;
+}
+
+/* One pass of n <= S tokens at the sequence's next positions (the hook's thread hq running when hook). */
+static pdb_status forward_layers(eng *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook, hookq *hq, float *logits) {
     const int64_t H = e->H, hc = e->hc, p0 = e->len;
     const pdb_cuda_v4_hc hcc = hc_of(e);
     memcpy(e->h_ids, ids, sizeof(int32_t) * (size_t)n);
@@ -1013,22 +1084,22 @@ static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_
     PDB_TRY(mark(e, ST_EMBED));
     PDB_TRY(pdb_cuda_v4_embed_hc(e->s, e->ids, e->embed, e->dt, n, hc, H, e->hs));
     PDB_TRY(mark(e, ST_EMBED));
-    hookq hq = {hook, 0, p0, n, hook && hook->feed_rows && e->hook_w};
     for (int64_t l = 0; l < e->L; l++) {
         v4_dlayer *D = &e->Ls[l];
         PDB_TRY(hc_pre(e, &hcc, n, D->hca_fn, D->hca_base, D->hca_scale, D->attn_norm));
         PDB_TRY(mark(e, ST_HC));
         if (hook) { /* the attention input to a device slot, then to pinned host memory on s_cap */
             int slot = (int)(l % HOOK_SLOTS);
-            if (l >= HOOK_SLOTS) PDB_TRY(hook_drain(e, &hq, l - HOOK_SLOTS + 1)); /* the host slot is free */
+            if (l >= HOOK_SLOTS) PDB_TRY(hookq_wait(hq, l - HOOK_SLOTS + 1)); /* the host slot is free */
             float *xs = e->xh + slot * e->S * H;
             PDB_CU(cudaStreamWaitEvent(e->s, e->ev_x[slot], 0)); /* the device slot's last copy is done */
             PDB_CU(cudaMemcpyAsync(xs, e->x, sizeof(float) * (size_t)(n * H), cudaMemcpyDeviceToDevice, e->s));
             PDB_CU(cudaEventRecord(e->ev_ready[slot], e->s));
             PDB_CU(cudaStreamWaitEvent(e->s_cap, e->ev_ready[slot], 0));
-            if (hq.rows) PDB_TRY(hook_products(e, D, xs, n, e->ph + slot * e->S * e->NHmax, e->h_p[slot]));
+            if (hq->rows) PDB_TRY(hook_products(e, D, xs, n, e->ph + slot * e->S * e->NHmax, e->h_p[slot]));
             else PDB_CU(cudaMemcpyAsync(e->h_x[slot], xs, sizeof(float) * (size_t)(n * H), cudaMemcpyDeviceToHost, e->s_cap));
             PDB_CU(cudaEventRecord(e->ev_x[slot], e->s_cap));
+            hookq_issue(hq, l + 1);
             PDB_TRY(mark(e, ST_HOOK));
         }
         PDB_TRY(attention(e, D, p0, n));
@@ -1049,7 +1120,16 @@ static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_
         PDB_CU(cudaMemcpyAsync(logits, e->logits, sizeof(float) * (size_t)e->V, cudaMemcpyDeviceToHost, e->s));
         PDB_TRY(mark(e, ST_HEAD));
     }
-    if (hook) PDB_TRY(hook_drain(e, &hq, e->L));
+    return PDB_OK;
+}
+
+static pdb_status forward_pass(eng *e, const int32_t *ids, int64_t n, const pdb_v4_hook *hook, float *logits) {
+    hookq hq;
+    memset(&hq, 0, sizeof hq);
+    pdb_status s = hook ? hookq_start(&hq, e, hook, e->len, n) : PDB_OK;
+    if (!s) s = forward_layers(e, ids, n, hook, &hq, logits);
+    if (hook) s = hookq_finish(&hq, s);
+    PDB_TRY(s);
     PDB_CU(cudaStreamSynchronize(e->s));
     e->len += n;
     return pdb_cuda_prof_collect(&e->pf);
