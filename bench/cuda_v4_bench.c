@@ -9,6 +9,7 @@
  * predecessor took longer than the time budget is printed as skipped.
  * Usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR
  *                      [T,T,...] [PRECISION bf16|f32] [BUDGET_S] [FLAGS: profile,hook,moe-kernel]
+ *        cuda_v4_bench mm M,N,K [REPS]  (the hook's exact-order product's tiles beside cuBLAS SGEMM)
  * (hook: a hook that takes every layer's copy; hook-feed: the capture hook's products on the device with the
  * model's own hook weights (pdb_cuda_v4_engine_set_hook), and with a checkpoint (model DIR) the decoder's steps on the
  * host's cores into a pdb_v4_cache of official semantics, as the bridge runs them (seeded: the products' copies only);
@@ -24,6 +25,7 @@
 #include "pdb_config.h"
 #include "pdb_cuda.h"
 #include "pdb_cuda_v4_engine.h"
+#include "pdb_cuda_v4_probe.h"
 #include "pdb_make_model.h"
 #include "pdb_pool.h"
 #include "pdb_v4.h"
@@ -91,10 +93,31 @@ static pdb_status feed_hook(void *user, int64_t layer, const pdb_v4_feed_rows *r
     return PDB_OK;
 }
 
+/* mm M,N,K [REPS]: the capture hook's exact-order f32 product (pdb_cuda_v4_mm_exact), each block tile,
+ * beside cuBLAS's f32 SGEMM of the same shape in the same process. */
+static int bench_mm(int argc, char **argv) {
+    int64_t d[3] = {8192, 3072, 4096};
+    char *p = argv[2];
+    for (int i = 0; i < 3 && *p; i++, p += strspn(p, ",")) d[i] = strtoll(p, &p, 10);
+    int reps = argc > 3 ? atoi(argv[3]) : 10;
+    double ms[5] = {0};
+    int same[5] = {0};
+    if (pdb_cuda_v4_probe_mm_rate(d[0], d[1], d[2], reps, ms, same)) return die("mm");
+    double gf = 2.0 * (double)d[0] * (double)d[1] * (double)d[2] / 1e9;
+    for (int t = 0; t < 5; t++)
+        printf("cuda-v4-bench mm M=%lld N=%lld K=%lld kernel=%s ms=%.3f tflops=%.2f same_bits=%s\n", (long long)d[0],
+               (long long)d[1], (long long)d[2], t < 4 ? (const char *[]){"exact-32x32-kc64-cp4", "exact-16x32-kc128-cp16", "exact-16x32-kc256-cp16",
+                                                                          "exact-32x32-kc128-cp16"}[t]
+                                                    : "cublas-sgemm",
+               ms[t], gf / ms[t], t == 4 ? "n/a" : same[t] ? "yes" : "NO");
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[1], "mm")) return bench_mm(argc, argv);
     if (argc < 3 || (strcmp(argv[1], "seeded") && strcmp(argv[1], "model"))) {
         fprintf(stderr, "usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR [T,T,...] [bf16|f32] [BUDGET_S] "
-                        "[profile,hook]\n");
+                        "[profile,hook] | mm M,N,K [REPS]\n");
         return 2;
     }
     int seeded = !strcmp(argv[1], "seeded");

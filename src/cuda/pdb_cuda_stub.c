@@ -177,6 +177,10 @@ pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t coun
     (void)g, (void)u, (void)count, (void)limit, (void)bf16, (void)out;
     PDB_V4_PROBE_NONE;
 }
+pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double ms[5], int same[5]) {
+    (void)M, (void)N, (void)K, (void)reps, (void)ms, (void)same;
+    PDB_V4_PROBE_NONE;
+}
 #include "pdb_cuda_v4_attn_probe.h"
 pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
     (void)d, (void)tc, (void)gpu_ms;

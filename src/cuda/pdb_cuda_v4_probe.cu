@@ -270,3 +270,65 @@ extern "C" pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, i
         return down(out, dout, ob);
     });
 }
+
+/* Fills x[i] with a hash of i in [-1, 1) (the benchmark's operands: any values do). */
+__global__ void k_probe_fill(float *x, int64_t n, uint32_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        x[i] = (float)(h >> 8) / 8388608.0f - 1.0f;
+    }
+}
+
+/* *ne = 1 when some bits of x and y differ. */
+__global__ void k_probe_ne(const float *x, const float *y, int64_t n, int *ne) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        if (__float_as_uint(x[i]) != __float_as_uint(y[i])) *ne = 1;
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double *ms, int *same) {
+    return with_arena("v4 probe mm_rate", [&](arena *a) -> pdb_status {
+        float *A, *W, *C0, *C;
+        PDB_TRY(up(a, &A, NULL, fz(M * K)));
+        PDB_TRY(up(a, &W, NULL, fz(N * K)));
+        PDB_TRY(up(a, &C0, NULL, fz(M * N)));
+        PDB_TRY(up(a, &C, NULL, fz(M * N)));
+        k_probe_fill<<<1024, 256>>>(A, M * K, 1u);
+        k_probe_fill<<<1024, 256>>>(W, N * K, 2u);
+        PDB_CU_LAUNCH("probe fill");
+        pdb_cuda_blas b;
+        PDB_TRY(pdb_cuda_blas_open(&b, 0));
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        pdb_status s = PDB_OK;
+        for (int t = 0; !s && t <= PDB_CUDA_V4_MM_TILES; t++) { /* t == TILES: cuBLAS SGEMM, f32 (no TF32) */
+            float *out = t == 0 ? C0 : C;
+            for (int r = -1; !s && r < reps; r++) { /* r = -1: warm-up */
+                if (r == 0) cudaEventRecord(e0, 0);
+                s = t < PDB_CUDA_V4_MM_TILES ? pdb_cuda_v4_mm_exact_tile(t, 0, A, K, W, out, N, M, N, K)
+                                             : pdb_cuda_gemm(&b, PDB_CUDA_DT_F32, 1, M, N, K, 1.0f, A, K, 0, W, K, 0, 0.0f, out,
+                                                             N, 0, 1);
+            }
+            if (s) break;
+            cudaEventRecord(e1, 0);
+            cudaEventSynchronize(e1);
+            float f = 0;
+            cudaEventElapsedTime(&f, e0, e1);
+            ms[t] = f / (reps > 0 ? reps : 1);
+            if (t > 0 && t < PDB_CUDA_V4_MM_TILES) { /* the same bits as tile 0's */
+                int *d_ne;
+                if ((s = up(a, &d_ne, NULL, sizeof(int)))) break;
+                k_probe_ne<<<1024, 256>>>(C0, C, M * N, d_ne);
+                int ne = 0;
+                if ((s = down(&ne, d_ne, sizeof(int)))) break;
+                same[t] = ne == 0;
+            } else
+                same[t] = 1;
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        pdb_cuda_blas_close(&b);
+        return s;
+    });
+}

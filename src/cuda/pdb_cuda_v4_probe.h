@@ -61,6 +61,11 @@ pdb_status pdb_cuda_v4_probe_route(float *logits, const int32_t *ids, const int3
 /* g, u [count]; out [count]: bf16 bits (uint16) when bf16, else f32. */
 pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t count, float limit, int bf16, void *out);
 
+/* The exact-order product (pdb_cuda_v4_mm_exact) on random operands A [M, K] . W [N, K]^T: ms[t] the
+ * mean of reps launches with block tile t < PDB_CUDA_V4_MM_TILES (4), ms[4] cuBLAS's f32 SGEMM
+ * (no TF32) of the same shape; same[t] = 1 when tile t's C has tile 0's bits (same[0] = same[4] = 1). */
+pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double ms[5], int same[5]);
+
 #ifdef __cplusplus
 }
 #endif
