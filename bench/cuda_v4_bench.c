@@ -14,7 +14,7 @@
  * model's own hook weights (pdb_cuda_v4_engine_set_hook), and with a checkpoint (model DIR) the decoder's steps on the
  * host's cores into a pdb_v4_cache of official semantics, as the bridge runs them (seeded: the products' copies only);
  * moe-kernel: the routed experts on pdb_cuda_moe_gemm instead of
- * cuBLAS row-tile products; rows=N: the M-invariant GEMM tile, default 256, -1 one call per product;
+ * cuBLAS row-tile products; rows=N: the M-invariant GEMM tile, default 512, -1 one call per product;
  * attn-f32-keys: the attention kernel reading the f32 key rows instead of their bf16 mirrors). */
 #include <stdint.h>
 #include <stdio.h>
@@ -165,7 +165,7 @@ int main(int argc, char **argv) {
     printf("cuda-v4-bench device=\"%s\" weights=%s layers=%lld experts=%lld precision=%s hook=%s experts_on=%s weight_gb=%.2f "
            "gemm_rows=%lld attn_keys=%s create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
            hook ? "copy" : hook_feed ? (hm ? "feed" : "products") : "none", moe_kernel ? "moe_gemm" : "cublas_tiles",
-           pdb_cuda_v4_engine_weight_bytes(e) / 1e9, (long long)(gemm_rows ? gemm_rows : PDB_CUDA_GEMM_ROWS_DEFAULT),
+           pdb_cuda_v4_engine_weight_bytes(e) / 1e9, (long long)(gemm_rows ? gemm_rows : PDB_CUDA_V4_GEMM_ROWS_DEFAULT),
            f32_keys ? "f32" : "bf16",
            pdb_clock_now() - t0);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)Tmax);

@@ -434,7 +434,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     e->have_ev = 1;
     PDB_TRY(pdb_cuda_blas_open(&e->blas, e->s));
     e->have_blas = 1;
-    e->blas.tile_rows = o->gemm_rows < 0 ? 0 : o->gemm_rows > 0 ? o->gemm_rows : PDB_CUDA_GEMM_ROWS_DEFAULT;
+    e->blas.tile_rows = o->gemm_rows < 0 ? 0 : o->gemm_rows > 0 ? o->gemm_rows : PDB_CUDA_V4_GEMM_ROWS_DEFAULT;
     PDB_TRY(pdb_cuda_prof_init(&e->pf, e->prof ? 16 * (int)e->L + 16 : 0, stage_name, ST_N));
     PDB_TRY(pdb_rope_init(&e->rope_main, &c->rope, e->rd));
     pdb_status rs = pdb_rope_init(&e->rope_comp, &c->rope_compress, e->rd);

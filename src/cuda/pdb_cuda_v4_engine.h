@@ -20,10 +20,14 @@ extern "C" {
 #include "pdb_cuda_prefill.h"
 #include "pdb_v4.h"
 
+/* The products' M-invariant tile by default: the prefill server's pass (one block, 512 tokens by default)
+ * in one call per product (256-row tiles: 0.92x at 8K, H100, bench/results/issue21_session15.md). */
+enum { PDB_CUDA_V4_GEMM_ROWS_DEFAULT = 512 };
+
 typedef struct pdb_cuda_v4_engine_opts {
     pdb_cuda_prec prec;  /* BF16 (default) or F32; EXACT is refused (the exact path is pdb_cuda_v4's provider) */
     int64_t sub_chunk;   /* largest pass in tokens (scratch bound); 0 = 8192 */
-    int64_t gemm_rows;   /* M-invariant GEMM tile rows; 0 = PDB_CUDA_GEMM_ROWS_DEFAULT, -1 = one call per product */
+    int64_t gemm_rows;   /* M-invariant GEMM tile rows; 0 = PDB_CUDA_V4_GEMM_ROWS_DEFAULT, -1 = one call per product */
     int profile;         /* CUDA events around every stage (pdb_cuda_v4_engine_profile_take) */
     int moe_kernel;      /* bf16 routed experts on the own grouped kernel (pdb_cuda_moe_gemm) instead of cuBLAS
                             row-tile products (the default), for comparison */

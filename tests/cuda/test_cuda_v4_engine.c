@@ -85,7 +85,7 @@ static void test_without_gpu(void **st) {
  * NULL: one call). */
 static void run_engine(pdb_cuda_v4_engine *e, const int32_t *ids, const int64_t *calls, capture *c, float *logits) {
     PDB_TEST_OK(pdb_cuda_v4_engine_begin(e, T));
-    pdb_v4_hook h = {cap_fn, c};
+    pdb_v4_hook h = {cap_fn, c, NULL};
     int64_t at = 0;
     for (int i = 0; at < T; i++) {
         int64_t n = calls && calls[i] ? calls[i] : T - at;
@@ -116,7 +116,7 @@ static void test_engine(void **st) {
     float *lref = malloc(sizeof(float) * (size_t)V);
     pdb_v4_cache cc;
     PDB_TEST_OK(pdb_v4_cache_init(&cc, m, T, PDB_V4_SEM_EXACT));
-    pdb_v4_hook h = {cap_fn, &ref};
+    pdb_v4_hook h = {cap_fn, &ref, NULL};
     PDB_TEST_OK(pdb_v4_forward_hooked(m, &cc, ids, T, 0, lref, &h));
     pdb_v4_cache_free(&cc);
 
