@@ -16,7 +16,9 @@
  *     in front of its own rows (xa row F + t is position p0 + t) and the tail in front of its K=V
  *     rows, and saves both after the layer;
  *   - within a pass nothing returns to the host but the hook's copies (pinned ring of HOOK_SLOTS
- *     layers, each reused only after the host ran the hook on it), the MoE's row-tile count (one
+ *     layers, each reused only after the host ran the hook on it; with set_hook the decoder's
+ *     hook products in pdb_qmat's order instead of the attention input, and the hook run by a
+ *     thread of the pass, layers in order), the MoE's row-tile count (one
  *     synchronisation per MoE layer: the cuBLAS calls are issued from it) and the last logits;
  *   - all math is row-local or over a row's own cache rows (pdb_cuda_v4_kernels.h), the GEMMs run
  *     in M-invariant tiles (gemm_rows) and every grouped-expert call has one shape, so a

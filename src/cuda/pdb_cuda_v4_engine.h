@@ -53,9 +53,10 @@ pdb_status pdb_cuda_v4_engine_create_seeded(const pdb_config *cfg, uint64_t seed
 /* The capture hook's products on the device: per layer the decoder's hook weights (dm, a model of
  * any part: wkv, the compressor's and the indexer compressor's wkv / wgate, dequantized exactly and
  * held in f32; NULL: the engine's own, for a decoder with the engine's weights) are uploaded once,
- * and a forward whose hook has feed_rows gets each layer's products (f32 GEMMs on the copy stream,
- * no TF32: the CPU's products up to the order of the sums) instead of the attention input. Only
- * between sequences. PDB_INVALID: dm's shape is not the engine's. */
+ * and a forward whose hook has feed_rows gets each layer's products (f32 on the copy stream in
+ * pdb_qmat's order, pdb_cuda_v4_mm_exact: the CPU hook's bits) instead of the attention input; a
+ * thread of the forward hands them over layer by layer while the device runs on. Only between
+ * sequences. PDB_INVALID: dm's shape is not the engine's. */
 pdb_status pdb_cuda_v4_engine_set_hook(pdb_cuda_v4_engine *e, const pdb_v4_model *dm);
 /* The same products of given attention inputs x [n, H] (host, n <= the pass size) of layer l, into
  * *out (host memory valid until the next call or forward): the hook alone (hook_chunk). */

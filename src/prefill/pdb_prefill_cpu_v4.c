@@ -106,6 +106,7 @@ static pdb_status v4_hook_chunk(pdb_prefill_backend *be, const float *xn, int64_
     }
     /* the device's products of the given inputs, a pass at a time, through the decoder's steps */
     const int64_t S = pdb_cuda_v4_engine_pass_tokens(v->dev);
+    if (S <= 0) return pdb_err_set(PDB_INVALID, "prefill v4: hook chunk before the device engine's sequence began");
     for (int64_t t0 = 0; t0 < n; t0 += S) {
         int64_t tn = n - t0 < S ? n - t0 : S;
         for (int64_t l = 0; l < L; l++) {

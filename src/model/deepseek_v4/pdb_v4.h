@@ -233,14 +233,14 @@ typedef struct pdb_v4_step {
  * error the caches' state is unspecified. */
 pdb_status pdb_v4_forward_multi(const pdb_v4_model *m, const pdb_v4_step *steps, int n);
 
-/* The capture hook's view of a forward: called at every layer with that layer's attention input
- * x [T, H] (after the hyper-connection collapse and attn_norm) for positions p0..p0+T-1, before
- * the layer's attention runs. A non-OK status stops the forward. */
 /* The cache feed's products of one layer's T attention inputs (pdb_v4_cache_feed_rows). */
 typedef struct pdb_v4_feed_rows {
     float *kv;                          /* [T, hd] wkv (the feed normalises it in place) */
     const float *kvp, *gp, *ikvp, *igp; /* [T, coff*hd] compressor wkv / wgate; [T, 2*ihd] the indexer compressor's */
 } pdb_v4_feed_rows;
+/* The capture hook's view of a forward: called at every layer with that layer's attention input
+ * x [T, H] (after the hyper-connection collapse and attn_norm) for positions p0..p0+T-1, before
+ * the layer's attention runs. A non-OK status stops the forward. */
 typedef struct pdb_v4_hook {
     pdb_status (*attn_input)(void *user, int64_t layer, const float *x, int64_t T, int64_t p0);
     void *user;
