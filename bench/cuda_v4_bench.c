@@ -10,6 +10,8 @@
  * Usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR
  *                      [T,T,...] [PRECISION bf16|f32] [BUDGET_S] [FLAGS: profile,hook,moe-kernel]
  *        cuda_v4_bench mm M,N,K [REPS]  (the hook's exact-order product's tiles beside cuBLAS SGEMM)
+ *        cuda_v4_bench gemm [REPS]      (cuBLAS's speed and bits for the engine's product forms: tiles in sequence,
+ *                                        on several streams, batched; the experts' tiles per call or per expert)
  * (hook: a hook that takes every layer's copy; hook-feed: the capture hook's products on the device with the
  * model's own hook weights (pdb_cuda_v4_engine_set_hook), and with a checkpoint (model DIR) the decoder's steps on the
  * host's cores into a pdb_v4_cache of official semantics, as the bridge runs them (seeded: the products' copies only);
@@ -24,6 +26,7 @@
 #include "pdb_clock.h"
 #include "pdb_config.h"
 #include "pdb_cuda.h"
+#include "pdb_cuda_gemm_probe.h"
 #include "pdb_cuda_v4_engine.h"
 #include "pdb_cuda_v4_probe.h"
 #include "pdb_make_model.h"
@@ -113,11 +116,24 @@ static int bench_mm(int argc, char **argv) {
     return 0;
 }
 
+/* gemm [REPS]: pdb_cuda_probe_gemm_forms, one line per form. */
+static int bench_gemm(int argc, char **argv) {
+    pdb_gemm_form_row rows[48];
+    int n = 0;
+    pdb_status s = pdb_cuda_probe_gemm_forms(argc > 2 ? atoi(argv[2]) : 10, rows, 48, &n);
+    for (int i = 0; i < n; i++)
+        printf("cuda-v4-bench gemm %s M=%lld N=%lld K=%lld calls=%lld ms=%.3f tflops=%.1f same_bits=%s\n", rows[i].name,
+               (long long)rows[i].M, (long long)rows[i].N, (long long)rows[i].K, (long long)rows[i].calls, rows[i].ms,
+               rows[i].tflops, rows[i].same ? "yes" : "NO");
+    return s ? die("gemm") : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "mm")) return bench_mm(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "gemm")) return bench_gemm(argc, argv);
     if (argc < 3 || (strcmp(argv[1], "seeded") && strcmp(argv[1], "model"))) {
         fprintf(stderr, "usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR [T,T,...] [bf16|f32] [BUDGET_S] "
-                        "[profile,hook] | mm M,N,K [REPS]\n");
+                        "[profile,hook] | mm M,N,K [REPS] | gemm [REPS]\n");
         return 2;
     }
     int seeded = !strcmp(argv[1], "seeded");

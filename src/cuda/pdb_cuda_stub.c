@@ -181,6 +181,12 @@ pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, 
     (void)M, (void)N, (void)K, (void)reps, (void)ms, (void)same;
     PDB_V4_PROBE_NONE;
 }
+#include "pdb_cuda_gemm_probe.h"
+pdb_status pdb_cuda_probe_gemm_forms(int reps, pdb_gemm_form_row *rows, int cap, int *n) {
+    (void)reps, (void)rows, (void)cap;
+    *n = 0;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend (the gemm probe)");
+}
 #include "pdb_cuda_v4_attn_probe.h"
 pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
     (void)d, (void)tc, (void)gpu_ms;
