@@ -17,7 +17,9 @@
  * host's cores into a pdb_v4_cache of official semantics, as the bridge runs them (seeded: the products' copies only);
  * moe-kernel: the routed experts on pdb_cuda_moe_gemm instead of
  * cuBLAS row-tile products; rows=N: the M-invariant GEMM tile, default 512, -1 one call per product;
- * attn-f32-keys: the attention kernel reading the f32 key rows instead of their bf16 mirrors). */
+ * attn-f32-keys: the attention kernel reading the f32 key rows instead of their bf16 mirrors; tiles-seq: every
+ * M-invariant tile its own cuBLAS call instead of the checked batched form; chunk=N: passes of at most N tokens,
+ * default 8192). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +152,9 @@ int main(int argc, char **argv) {
     int profile = strstr(flags, "profile") != NULL, hook_feed = strstr(flags, "hook-feed") != NULL;
     int hook = !hook_feed && strstr(flags, "hook") != NULL;
     int moe_kernel = strstr(flags, "moe-kernel") != NULL, f32_keys = strstr(flags, "attn-f32-keys") != NULL;
+    int tiles_seq = strstr(flags, "tiles-seq") != NULL;
+    const char *chunk = strstr(flags, "chunk=");
+    int64_t sub_chunk = chunk ? atoll(chunk + 6) : 0;
     const char *rows = strstr(flags, "rows=");
     int64_t gemm_rows = rows ? atoll(rows + 5) : 0;
     char name[256];
@@ -157,7 +162,8 @@ int main(int argc, char **argv) {
     int64_t Tmax = 0;
     for (int64_t k = 0; k < nT; k++) Tmax = Ts[k] > Tmax ? Ts[k] : Tmax;
     pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile,
-                                 .moe_kernel = moe_kernel, .gemm_rows = gemm_rows, .attn_f32_keys = f32_keys};
+                                 .moe_kernel = moe_kernel, .gemm_rows = gemm_rows, .attn_f32_keys = f32_keys,
+                                 .gemm_tiles_sequential = tiles_seq, .sub_chunk = sub_chunk};
     pdb_cuda_v4_engine *e = NULL;
     pdb_v4_model *hm = NULL; /* hook-feed with a checkpoint: the decoder's model on the host */
     pdb_pool *pool = NULL;
@@ -179,10 +185,10 @@ int main(int argc, char **argv) {
     }
     if (hook_feed && (pdb_cuda_v4_engine_set_hook(e, hm) || pdb_pool_create(0, &pool))) return die("hook-feed");
     printf("cuda-v4-bench device=\"%s\" weights=%s layers=%lld experts=%lld precision=%s hook=%s experts_on=%s weight_gb=%.2f "
-           "gemm_rows=%lld attn_keys=%s create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
+           "gemm_rows=%lld tiles=%s pass_tokens=%lld attn_keys=%s create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
            hook ? "copy" : hook_feed ? (hm ? "feed" : "products") : "none", moe_kernel ? "moe_gemm" : "cublas_tiles",
            pdb_cuda_v4_engine_weight_bytes(e) / 1e9, (long long)(gemm_rows ? gemm_rows : PDB_CUDA_V4_GEMM_ROWS_DEFAULT),
-           f32_keys ? "f32" : "bf16",
+           tiles_seq ? "sequential" : "batched_checked", (long long)(sub_chunk > 0 ? sub_chunk : 8192), f32_keys ? "f32" : "bf16",
            pdb_clock_now() - t0);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)Tmax);
     if (!ids) return die("ids");
@@ -195,10 +201,15 @@ int main(int argc, char **argv) {
     pdb_v4_hook h = {null_hook, &sink, NULL};
     feed_ctx fc = {.m = hm};
     pdb_v4_hook hf = {NULL, &fc, feed_hook};
-    /* one untimed short prompt first: module loading, cuBLAS's first calls */
-    if (pdb_cuda_v4_engine_begin(e, 1024) || pdb_cuda_v4_engine_forward(e, ids, Tmax < 1024 ? Tmax : 1024, NULL, logits))
-        return die("warm-up");
+    /* one untimed prompt of one pass first (module loading, cuBLAS's first calls, the batched product
+     * forms' one-time checks) */
+    const int64_t pass = sub_chunk > 0 ? sub_chunk : 8192, warm = Tmax < pass ? Tmax : pass;
+    if (pdb_cuda_v4_engine_begin(e, warm) || pdb_cuda_v4_engine_forward(e, ids, warm, NULL, logits)) return die("warm-up");
     pdb_cuda_v4_engine_end(e);
+    int64_t checked = 0, rejected = 0;
+    pdb_cuda_v4_engine_gemm_forms(e, &checked, &rejected);
+    printf("cuda-v4-bench warm-up T=%lld gemm_forms_checked=%lld rejected=%lld\n", (long long)warm, (long long)checked,
+           (long long)rejected);
     double last = 0;
     for (int64_t k = 0; k < nT; k++) {
         int64_t T = Ts[k];

@@ -61,6 +61,8 @@ pdb_status pdb_cuda_blas_open(pdb_cuda_blas *b, cudaStream_t stream) {
 void pdb_cuda_blas_close(pdb_cuda_blas *b) {
     if (b->tail_a) cudaFree(b->tail_a);
     if (b->tail_c) cudaFree(b->tail_c);
+    if (b->check_c) cudaFree(b->check_c);
+    if (b->check_ne) cudaFree(b->check_ne);
     if (b->h && b->destroy) b->destroy(b->h);
     if (b->lib) dlclose(b->lib);
     memset(b, 0, sizeof *b);
@@ -104,11 +106,73 @@ pdb_status pdb_cuda_gemm_ptrs(pdb_cuda_blas *b, pdb_cuda_dt dt, int64_t M, int64
     return PDB_OK;
 }
 
-/* M-invariant product: full tiles of T = tile_rows rows in place; the last rem < T rows are
- * copied (whole row spans, so interleaved batches and other columns of C travel along) into
- * scratch with the same leading dimensions and strides, run as a T-row call, and copied back.
- * Every cuBLAS call therefore has the same (M = T, N, K, ld, strides, batch), hence the same
- * kernel, and a row's result is computed the same way wherever it sits. */
+/* *ne = 1 when tile rows [T, N] of x (ldx) and y (ldy) differ in some bit. */
+__global__ void k_tile_ne(const float *x, int64_t ldx, const float *y, int64_t ldy, int64_t T, int64_t N, int *ne) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < T * N; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / N, c = i - r * N;
+        if (__float_as_uint(x[r * ldx + c]) != __float_as_uint(y[r * ldy + c])) *ne = 1;
+    }
+}
+
+static pdb_cuda_tile_form *tile_form(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t T, int64_t N, int64_t K,
+                                     int64_t lda, int64_t ldb, int64_t ldc) {
+    for (int i = 0; i < b->nforms; i++) {
+        pdb_cuda_tile_form *f = &b->forms[i];
+        if (f->dt == (int)dt && f->b_is_nk == b_is_nk && f->T == T && f->N == N && f->K == K && f->lda == lda &&
+            f->ldb == ldb && f->ldc == ldc)
+            return f;
+    }
+    if (b->nforms == PDB_CUDA_TILE_FORMS) return NULL; /* table full: such shapes stay one call per tile */
+    pdb_cuda_tile_form *f = &b->forms[b->nforms++];
+    memset(f, 0, sizeof *f);
+    f->dt = (int)dt, f->b_is_nk = b_is_nk, f->T = T, f->N = N, f->K = K, f->lda = lda, f->ldb = ldb, f->ldc = ldc;
+    return f;
+}
+
+/* g full tiles from row r0: one strided-batched call when that form is (or is now) known to give
+ * each tile its single call's bits, else one call per tile. The check, the first time (shape, g)
+ * is met: the batched call, then each tile's single call into scratch, compared bit for bit (one
+ * synchronisation); a mismatch marks the pair bad and redoes the tiles one by one (beta is 0). */
+static pdb_status gemm_tiles(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t T, int64_t g, int64_t N, int64_t K,
+                             float alpha, const char *A, int64_t lda, const void *B, int64_t ldb, float beta, float *C,
+                             int64_t ldc, size_t esz) {
+    pdb_cuda_tile_form *f = g >= 2 && beta == 0.0f && !b->tiles_sequential ? tile_form(b, dt, b_is_nk, T, N, K, lda, ldb, ldc)
+                                                                        : NULL;
+    const uint64_t bit = f ? 1ull << (g - 1) : 0;
+    if (f && !(f->bad & bit)) {
+        PDB_TRY(pdb_cuda_gemm_whole(b, dt, b_is_nk, T, N, K, alpha, A, lda, T * lda, B, ldb, 0, beta, C, ldc, T * ldc, g));
+        if (f->ok & bit) return PDB_OK;
+        PDB_TRY(pdb_cuda_reserve((void **)&b->check_c, &b->check_c_cap, sizeof(float) * (size_t)(T * ldc)));
+        if (!b->check_ne) PDB_CU(cudaMalloc((void **)&b->check_ne, sizeof(int)));
+        PDB_CU(cudaMemsetAsync(b->check_ne, 0, sizeof(int), b->s));
+        for (int64_t t = 0; t < g; t++) {
+            PDB_TRY(pdb_cuda_gemm_whole(b, dt, b_is_nk, T, N, K, alpha, A + esz * (size_t)(t * T * lda), lda, 0, B, ldb, 0, beta,
+                                        b->check_c, ldc, 0, 1));
+            k_tile_ne<<<256, 256, 0, b->s>>>(C + t * T * ldc, ldc, b->check_c, ldc, T, N, b->check_ne);
+            PDB_CU_LAUNCH("gemm tile check");
+        }
+        int ne = 1;
+        PDB_CU(cudaMemcpyAsync(&ne, b->check_ne, sizeof(int), cudaMemcpyDeviceToHost, b->s));
+        PDB_CU(cudaStreamSynchronize(b->s));
+        b->forms_checked++;
+        if (!ne) {
+            f->ok |= bit;
+            return PDB_OK;
+        }
+        f->bad |= bit;
+        b->forms_rejected++;
+    }
+    for (int64_t t = 0; t < g; t++)
+        PDB_TRY(pdb_cuda_gemm_whole(b, dt, b_is_nk, T, N, K, alpha, A + esz * (size_t)(t * T * lda), lda, 0, B, ldb, 0, beta,
+                                    C + t * T * ldc, ldc, 0, 1));
+    return PDB_OK;
+}
+
+/* M-invariant product: full tiles of T = tile_rows rows in place (gemm_tiles, at most
+ * PDB_CUDA_TILE_BATCH_MAX per call); the last rem < T rows are copied (whole row spans, so
+ * interleaved batches and other columns of C travel along) into scratch with the same leading
+ * dimensions and strides, run as a T-row call, and copied back. Every tile is therefore computed
+ * as a single call of the same (M = T, N, K, ld, strides, batch) would compute it, wherever it sits. */
 pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
                          float *C, int64_t ldc, int64_t sc, int64_t batch) {
@@ -120,9 +184,16 @@ pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t 
                            (long long)sa, (long long)lda);
     size_t esz = dt == PDB_CUDA_DT_F32 ? 4 : 2;
     int64_t full = M / T * T, rem = M - full;
-    for (int64_t r0 = 0; r0 < full; r0 += T)
-        PDB_TRY(pdb_cuda_gemm_whole(b, dt, b_is_nk, T, N, K, alpha, (const char *)A + esz * (size_t)(r0 * lda), lda, sa,
-                                    B, ldb, sb, beta, C + r0 * ldc, ldc, sc, batch));
+    if (batch == 1) {
+        for (int64_t r0 = 0; r0 < full; r0 += T * PDB_CUDA_TILE_BATCH_MAX) {
+            int64_t g = (full - r0) / T < PDB_CUDA_TILE_BATCH_MAX ? (full - r0) / T : PDB_CUDA_TILE_BATCH_MAX;
+            PDB_TRY(gemm_tiles(b, dt, b_is_nk, T, g, N, K, alpha, (const char *)A + esz * (size_t)(r0 * lda), lda, B, ldb, beta,
+                               C + r0 * ldc, ldc, esz));
+        }
+    } else
+        for (int64_t r0 = 0; r0 < full; r0 += T)
+            PDB_TRY(pdb_cuda_gemm_whole(b, dt, b_is_nk, T, N, K, alpha, (const char *)A + esz * (size_t)(r0 * lda), lda, sa,
+                                        B, ldb, sb, beta, C + r0 * ldc, ldc, sc, batch));
     if (!rem) return PDB_OK;
     size_t a_row = esz * (size_t)((batch - 1) * sa + K), c_row = sizeof(float) * (size_t)((batch - 1) * sc + N);
     size_t a_need = esz * (size_t)((T - 1) * lda) + a_row, c_need = sizeof(float) * (size_t)((T - 1) * ldc) + c_row;

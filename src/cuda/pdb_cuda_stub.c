@@ -100,6 +100,10 @@ pdb_status pdb_cuda_v4_engine_hook_products(pdb_cuda_v4_engine *e, int64_t l, co
 int64_t pdb_cuda_v4_engine_pass_tokens(const pdb_cuda_v4_engine *e) { (void)e; return 0; }
 int64_t pdb_cuda_v4_engine_len(const pdb_cuda_v4_engine *e) { (void)e; return 0; }
 int64_t pdb_cuda_v4_engine_weight_bytes(const pdb_cuda_v4_engine *e) { (void)e; return 0; }
+void pdb_cuda_v4_engine_gemm_forms(const pdb_cuda_v4_engine *e, int64_t *checked, int64_t *rejected) {
+    (void)e;
+    *checked = *rejected = 0;
+}
 void pdb_cuda_v4_engine_profile_take(pdb_cuda_v4_engine *e, char *buf, size_t n) {
     (void)e;
     if (buf && n) buf[0] = 0;

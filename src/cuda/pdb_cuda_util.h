@@ -5,9 +5,10 @@
  * Invariants: every CUDA/cuBLAS call is checked and a failure becomes PDB_CUDA with
  * "file:line call: message" in pdb_err_msg(); nothing here exits or aborts; GEMMs accumulate in
  * f32 (CUBLAS_COMPUTE_32F, default math mode: no TF32 on f32 inputs); with tile_rows > 0 every
- * GEMM runs as cuBLAS calls of exactly tile_rows rows (the last tile padded through a scratch
+ * GEMM runs as cuBLAS products of exactly tile_rows rows (the last tile padded through a scratch
  * copy), so cuBLAS sees the same shape whatever M is and a row's result does not depend on how
- * many rows a call holds (chunked prefill = one-shot). */
+ * many rows a call holds (chunked prefill = one-shot); full tiles batched into one call only in
+ * forms checked on this device to give each tile its single call's bits. */
 #ifndef PDB_CUDA_UTIL_H
 #define PDB_CUDA_UTIL_H
 
@@ -83,14 +84,31 @@ void pdb_cuda_prof_free(pdb_cuda_prof *p);
 /* Element type of engine weights and GEMM operands on the device. */
 typedef enum pdb_cuda_dt { PDB_CUDA_DT_BF16 = 0, PDB_CUDA_DT_F32 = 1 } pdb_cuda_dt;
 
+/* A product shape whose full tiles may run as one strided-batched call (pdb_cuda_gemm): bit g-1 of
+ * ok (bad) says a call of g tiles was checked to give (not to give) each tile's single-call bits. */
+typedef struct pdb_cuda_tile_form {
+    int dt, b_is_nk;
+    int64_t T, N, K, lda, ldb, ldc;
+    uint64_t ok, bad;
+} pdb_cuda_tile_form;
+
+enum { PDB_CUDA_TILE_FORMS = 64, PDB_CUDA_TILE_BATCH_MAX = 64 /* tiles per batched call */ };
+
 typedef struct pdb_cuda_blas {
     void *lib; /* dlopen handle */
     cublasHandle_t h;
     cudaStream_t s;
     int64_t tile_rows;          /* > 0: M-invariant GEMMs in tiles of this many rows; 0: whole M */
+    int tiles_sequential;       /* 1: the full tiles as one call each (never batched) */
     void *tail_a;               /* scratch for the last, partial tile (device) */
     float *tail_c;
     size_t tail_a_cap, tail_c_cap; /* bytes */
+    float *check_c;             /* one tile's single-call C while a batched form is checked (device) */
+    size_t check_c_cap;
+    int *check_ne;              /* device flag: some bits differed */
+    pdb_cuda_tile_form forms[PDB_CUDA_TILE_FORMS];
+    int nforms;
+    int64_t forms_checked, forms_rejected; /* (shape, tile count) pairs checked / found to differ */
     cublasStatus_t (*create)(cublasHandle_t *);
     cublasStatus_t (*destroy)(cublasHandle_t);
     cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
@@ -117,7 +135,10 @@ void pdb_cuda_blas_close(pdb_cuda_blas *b);
  * b_is_nk: B is stored [N,K] (a PyTorch Linear weight; op(B) = B^T), else [K,N].
  * batch > 1: strided batches (element strides sa, sb, sc) interleaved within a row
  * ((batch - 1) * sa + K <= lda, likewise for C), as the per-head products are.
- * With b->tile_rows > 0 the product runs in M-invariant tiles (see above). */
+ * With b->tile_rows > 0 the product runs in M-invariant tiles (see above): when batch == 1, beta == 0
+ * and !tiles_sequential, g >= 2 full tiles run as one strided-batched call (B's stride 0) once that
+ * form was checked, the first time this (shape, g) is met, to give every tile the bits of its own
+ * single call (else, and for ever after for that pair, one call per tile). */
 pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
                          float *C, int64_t ldc, int64_t sc, int64_t batch);

@@ -437,6 +437,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     PDB_TRY(pdb_cuda_blas_open(&e->blas, e->s));
     e->have_blas = 1;
     e->blas.tile_rows = o->gemm_rows < 0 ? 0 : o->gemm_rows > 0 ? o->gemm_rows : PDB_CUDA_V4_GEMM_ROWS_DEFAULT;
+    e->blas.tiles_sequential = o->gemm_tiles_sequential;
     PDB_TRY(pdb_cuda_prof_init(&e->pf, e->prof ? 16 * (int)e->L + 16 : 0, stage_name, ST_N));
     PDB_TRY(pdb_rope_init(&e->rope_main, &c->rope, e->rd));
     pdb_status rs = pdb_rope_init(&e->rope_comp, &c->rope_compress, e->rd);
@@ -483,6 +484,9 @@ extern "C" pdb_status pdb_cuda_v4_engine_create_seeded(const pdb_config *cfg, ui
 extern "C" int64_t pdb_cuda_v4_engine_len(const eng *e) { return e->len; }
 extern "C" int64_t pdb_cuda_v4_engine_pass_tokens(const eng *e) { return e->cap ? e->S : 0; }
 extern "C" int64_t pdb_cuda_v4_engine_weight_bytes(const eng *e) { return e->weight_bytes; }
+extern "C" void pdb_cuda_v4_engine_gemm_forms(const eng *e, int64_t *checked, int64_t *rejected) {
+    *checked = e->blas.forms_checked, *rejected = e->blas.forms_rejected;
+}
 
 /* ======================================== the capture hook's products ======================================== */
 

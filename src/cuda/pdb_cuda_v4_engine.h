@@ -28,6 +28,9 @@ typedef struct pdb_cuda_v4_engine_opts {
     pdb_cuda_prec prec;  /* BF16 (default) or F32; EXACT is refused (the exact path is pdb_cuda_v4's provider) */
     int64_t sub_chunk;   /* largest pass in tokens (scratch bound); 0 = 8192 */
     int64_t gemm_rows;   /* M-invariant GEMM tile rows; 0 = PDB_CUDA_V4_GEMM_ROWS_DEFAULT, -1 = one call per product */
+    int gemm_tiles_sequential; /* 1: every full tile its own cuBLAS call (session 15's form), for comparison; 0: the
+                                  full tiles of a product batched into one call where that form was checked on this
+                                  device to give each tile's bits (pdb_cuda_gemm) */
     int profile;         /* CUDA events around every stage (pdb_cuda_v4_engine_profile_take) */
     int moe_kernel;      /* bf16 routed experts on the own grouped kernel (pdb_cuda_moe_gemm) instead of cuBLAS
                             row-tile products (the default), for comparison */
@@ -76,6 +79,9 @@ pdb_status pdb_cuda_v4_engine_forward(pdb_cuda_v4_engine *e, const int32_t *ids,
 int64_t pdb_cuda_v4_engine_pass_tokens(const pdb_cuda_v4_engine *e);
 /* Positions filled so far. */
 int64_t pdb_cuda_v4_engine_len(const pdb_cuda_v4_engine *e);
+/* The product forms checked so far (shape, tile count) and how many of them were refused (their
+ * tiles then run one call each). */
+void pdb_cuda_v4_engine_gemm_forms(const pdb_cuda_v4_engine *e, int64_t *checked, int64_t *rejected);
 /* Device bytes of the uploaded weights. */
 int64_t pdb_cuda_v4_engine_weight_bytes(const pdb_cuda_v4_engine *e);
 /* With opts.profile: "stage=ms ... total_ms=X" summed over the passes since the last take ("" otherwise). */

@@ -9,7 +9,8 @@
  * loaded from make-model's file of the same seed, bit for bit (f32 and bf16), and the bf16 engine chunked
  * as in (2) is its one shot bit for bit; (4) the bf16 engine is
  * the CPU's to bf16 accuracy (in norm: a top-k pick may differ where two index scores are within
- * bf16 error). */
+ * bf16 error); (5) with 16-row tiles, the products' full tiles batched into one call (the form
+ * checked on the device) give one call per tile's bits, in one shot and chunked as in (2). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -207,6 +208,35 @@ static void test_engine(void **st) {
         pdb_cuda_v4_engine_free(ef);
         pdb_cuda_v4_engine_free(es);
     }
+    /* (5) the products' full tiles batched into one call (the checked form, pdb_cuda_gemm): 16-row
+     * tiles, so a one-shot pass of 300 tokens batches 18 tiles and passes of 37 batch 2; both give the
+     * bits of every tile on its own call (tiles_sequential), in one shot and chunked */
+    float *lt[3];
+    capture ct[3];
+    int64_t checked = 0, rejected = 0;
+    for (int k = 0; k < 3; k++) {
+        pdb_cuda_v4_engine_opts ot = {.prec = PDB_CUDA_PREC_BF16, .gemm_rows = 16, .gemm_tiles_sequential = k == 2,
+                                      .sub_chunk = k == 1 ? 37 : 0};
+        pdb_cuda_v4_engine *et = NULL;
+        PDB_TEST_OK(pdb_cuda_v4_engine_create(m, 0, &ot, &et));
+        ct[k] = cap_new(cfg);
+        lt[k] = malloc(sizeof(float) * (size_t)V);
+        run_engine(et, ids, k == 1 ? calls : NULL, &ct[k], lt[k]);
+        if (k == 0) pdb_cuda_v4_engine_gemm_forms(et, &checked, &rejected);
+        pdb_cuda_v4_engine_free(et);
+    }
+    for (int k = 1; k < 3; k++) {
+        int64_t eqt = 0;
+        for (int64_t i = 0; i < NX; i++) eqt += ct[k].x[i] == ct[0].x[i];
+        printf("cuda-metric v4 engine bf16 16-row tiles, batched one shot (%lld forms checked, %lld refused) vs %s: "
+               "%lld/%lld hook values identical, logits %s\n", (long long)checked, (long long)rejected,
+               k == 1 ? "batched chunked (passes of 37; calls 100, 1, 63, rest)" : "one call per tile", (long long)eqt,
+               (long long)NX, memcmp(lt[k], lt[0], sizeof(float) * (size_t)V) ? "differ" : "identical");
+        assert_int_equal(eqt, NX);
+        assert_memory_equal(lt[k], lt[0], sizeof(float) * (size_t)V);
+    }
+    assert_true(checked > 0);
+    for (int k = 0; k < 3; k++) free(ct[k].x), free(lt[k]);
     free(ref.x), free(one.x), free(ch.x), free(lref), free(lone), free(lch);
     pdb_v4_free(m);
     pdb_test_rmrf(root);
