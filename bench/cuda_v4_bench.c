@@ -18,8 +18,8 @@
  * moe-kernel: the routed experts on pdb_cuda_moe_gemm instead of
  * cuBLAS row-tile products; rows=N: the M-invariant GEMM tile, default 512, -1 one call per product;
  * attn-f32-keys: the attention kernel reading the f32 key rows instead of their bf16 mirrors; tiles-seq: every
- * M-invariant tile its own cuBLAS call instead of the checked batched form; chunk=N: passes of at most N tokens,
- * default 8192). */
+ * M-invariant tile its own cuBLAS call instead of the checked batched form; chunk=N: passes of at most N tokens
+ * instead of the engine's default bound). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,10 +185,10 @@ int main(int argc, char **argv) {
     }
     if (hook_feed && (pdb_cuda_v4_engine_set_hook(e, hm) || pdb_pool_create(0, &pool))) return die("hook-feed");
     printf("cuda-v4-bench device=\"%s\" weights=%s layers=%lld experts=%lld precision=%s hook=%s experts_on=%s weight_gb=%.2f "
-           "gemm_rows=%lld tiles=%s pass_tokens=%lld attn_keys=%s create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
+           "gemm_rows=%lld tiles=%s pass_bound=%lld attn_keys=%s create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
            hook ? "copy" : hook_feed ? (hm ? "feed" : "products") : "none", moe_kernel ? "moe_gemm" : "cublas_tiles",
            pdb_cuda_v4_engine_weight_bytes(e) / 1e9, (long long)(gemm_rows ? gemm_rows : PDB_CUDA_V4_GEMM_ROWS_DEFAULT),
-           tiles_seq ? "sequential" : "batched_checked", (long long)(sub_chunk > 0 ? sub_chunk : 8192), f32_keys ? "f32" : "bf16",
+           tiles_seq ? "sequential" : "batched_checked", (long long)(sub_chunk > 0 ? sub_chunk : PDB_CUDA_V4_PASS_DEFAULT), f32_keys ? "f32" : "bf16",
            pdb_clock_now() - t0);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)Tmax);
     if (!ids) return die("ids");
@@ -201,14 +201,26 @@ int main(int argc, char **argv) {
     pdb_v4_hook h = {null_hook, &sink, NULL};
     feed_ctx fc = {.m = hm};
     pdb_v4_hook hf = {NULL, &fc, feed_hook};
-    /* one untimed prompt of one pass first (module loading, cuBLAS's first calls, the batched product
-     * forms' one-time checks) */
-    const int64_t pass = sub_chunk > 0 ? sub_chunk : 8192, warm = Tmax < pass ? Tmax : pass;
-    if (pdb_cuda_v4_engine_begin(e, warm) || pdb_cuda_v4_engine_forward(e, ids, warm, NULL, logits)) return die("warm-up");
+    /* untimed first: one pass of every length the timed prompts run (module loading, cuBLAS's first
+     * calls, the batched product forms' one-time checks, which depend on a pass's tile count) */
+    if (pdb_cuda_v4_engine_begin(e, Tmax)) return die("warm-up (begin)");
+    const int64_t bound = pdb_cuda_v4_engine_pass_tokens(e);
+    pdb_cuda_v4_engine_end(e);
+    int64_t warm[16], nw = 0;
+    for (int64_t k = 0; k < nT; k++) {
+        int64_t len[2] = {Ts[k] < bound ? Ts[k] : bound, Ts[k] > bound ? Ts[k] % bound : 0};
+        for (int j = 0; j < 2; j++) {
+            int seen = len[j] <= 0;
+            for (int64_t w = 0; w < nw && !seen; w++) seen = warm[w] == len[j];
+            if (!seen) warm[nw++] = len[j];
+        }
+    }
+    for (int64_t w = 0; w < nw; w++)
+        if (pdb_cuda_v4_engine_begin(e, warm[w]) || pdb_cuda_v4_engine_forward(e, ids, warm[w], NULL, logits)) return die("warm-up");
     pdb_cuda_v4_engine_end(e);
     int64_t checked = 0, rejected = 0;
     pdb_cuda_v4_engine_gemm_forms(e, &checked, &rejected);
-    printf("cuda-v4-bench warm-up T=%lld gemm_forms_checked=%lld rejected=%lld\n", (long long)warm, (long long)checked,
+    printf("cuda-v4-bench warm-up passes=%lld gemm_forms_checked=%lld rejected=%lld\n", (long long)nw, (long long)checked,
            (long long)rejected);
     double last = 0;
     for (int64_t k = 0; k < nT; k++) {
@@ -220,6 +232,7 @@ int main(int argc, char **argv) {
             continue;
         }
         if (pdb_cuda_v4_engine_begin(e, T)) return die("begin");
+        const int64_t pass = pdb_cuda_v4_engine_pass_tokens(e);
         if (hm) {
             if (pdb_v4_cache_init(&fc.c, hm, T, PDB_V4_SEM_OFFICIAL)) return die("hook cache");
             fc.c.exec.pool = pool;
@@ -232,8 +245,8 @@ int main(int argc, char **argv) {
         if (profile) pdb_cuda_v4_engine_profile_take(e, prof, sizeof prof);
         pdb_cuda_v4_engine_end(e);
         if (hm) pdb_v4_cache_free(&fc.c);
-        printf("cuda-v4-bench T=%lld time=%.3f tokens_per_s=%.0f model_gflop_per_token=%.3f tflops=%.1f logit0=%.6g\n",
-               (long long)T, last, T / last, gf, gf * T / last / 1e3, logits[0]);
+        printf("cuda-v4-bench T=%lld time=%.3f tokens_per_s=%.0f model_gflop_per_token=%.3f tflops=%.1f logit0=%.6g "
+               "pass_tokens=%lld\n", (long long)T, last, T / last, gf, gf * T / last / 1e3, logits[0], (long long)pass);
         if (profile) printf("cuda-v4-bench T=%lld profile_ms %s\n", (long long)T, prof);
         fflush(stdout);
     }

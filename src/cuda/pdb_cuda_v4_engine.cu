@@ -81,6 +81,7 @@ struct pdb_cuda_v4_engine {
     /* dims */
     int64_t H, hc, nh, hd, rd, qlr, G, olr, gin, W, nih, ihd, Ktop, E, Kx, I, V, L, F, NAmax, NBmax, rmax;
     int64_t sub_cfg, S, cap, len;
+    int sub_auto; /* sub_cfg is the default: begin falls back to PDB_CUDA_V4_PASS_FALLBACK when it does not fit */
     int64_t weight_bytes;
     void *embed, *head;
     float *norm, *hch_fn, *hch_base, *hch_scale;
@@ -407,7 +408,8 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     e->prof = o->profile;
     e->moe_kernel = o->moe_kernel;
     e->device = device;
-    e->sub_cfg = o->sub_chunk > 0 ? o->sub_chunk : 8192;
+    e->sub_cfg = o->sub_chunk > 0 ? o->sub_chunk : PDB_CUDA_V4_PASS_DEFAULT;
+    e->sub_auto = o->sub_chunk <= 0;
     e->H = c->hidden_size; e->hc = c->hc_mult; e->nh = c->num_heads; e->hd = c->head_dim;
     e->rd = c->qk_rope_head_dim; e->qlr = c->q_lora_rank; e->G = c->o_groups; e->olr = c->o_lora_rank;
     e->gin = e->nh * e->hd / (e->G ? e->G : 1); e->W = c->sliding_window; e->nih = c->index_n_heads;
@@ -616,10 +618,10 @@ static pdb_status rope_tables(eng *e, int64_t cap) {
     return PDB_OK;
 }
 
-static pdb_status begin_inner(eng *e, int64_t cap) {
+static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     PDB_CU(cudaSetDevice(e->device));
     e->cap = cap;
-    int64_t S = cap < e->sub_cfg ? cap : e->sub_cfg, H = e->H, hd = e->hd, I = e->I, Kx = e->Kx, E = e->E;
+    int64_t S = cap < sub ? cap : sub, H = e->H, hd = e->hd, I = e->I, Kx = e->Kx, E = e->E;
     e->S = S;
     const size_t f = sizeof(float);
     pdb_cuda_dlist *q = &e->seq;
@@ -716,7 +718,12 @@ extern "C" pdb_status pdb_cuda_v4_engine_begin(eng *e, int64_t max_tokens) {
     seq_free(e);
     if (max_tokens <= 0 || max_tokens > ((int64_t)1 << 31))
         return pdb_err_set(PDB_INVALID, "v4 engine: max_tokens %lld outside 1..2^31", (long long)max_tokens);
-    pdb_status s = begin_inner(e, max_tokens);
+    pdb_status s = begin_inner(e, max_tokens, e->sub_cfg);
+    if (s == PDB_CUDA && e->sub_auto && max_tokens > PDB_CUDA_V4_PASS_FALLBACK && e->sub_cfg > PDB_CUDA_V4_PASS_FALLBACK) {
+        seq_free(e); /* the larger pass's scratch did not fit: the smaller one */
+        cudaGetLastError();
+        s = begin_inner(e, max_tokens, PDB_CUDA_V4_PASS_FALLBACK);
+    }
     if (s) seq_free(e);
     return s;
 }
