@@ -197,7 +197,8 @@ pdb_status dense_group(probe *p, const char *group, pdb_cuda_dt dt, int64_t M, i
  * strided batch, the grouped call (one group per expert). */
 pdb_status expert_group(probe *p, int64_t I, int64_t H, const __nv_bfloat16 *X, const __nv_bfloat16 *W, float *C) {
     enum { TILES = 64, TR = 128, PER = 6 };
-    const int64_t M = TILES * TR, N2 = 2 * I, NE = (TILES + PER - 1) / PER;
+    enum { NE = (TILES + PER - 1) / PER /* experts */ };
+    const int64_t M = TILES * TR, N2 = 2 * I;
     pdb_cuda_blas *b = p->b;
     const void **P;
     PDB_TRY(dmalloc(p, &P, sizeof(void *) * 6 * TILES));
@@ -255,21 +256,19 @@ pdb_status expert_group(probe *p, int64_t I, int64_t H, const __nv_bfloat16 *X, 
         return PDB_OK;
     }));
     if (p->grouped) {
-        static cublasOperation_t ta[16], tb[16];
-        static int m[16], n[16], k[16], lda[16], ldb[16], ldc[16], gs[16];
-        static float al[16], be[16];
-        const void *gp[3 * 16];
+        cublasOperation_t ta[NE], tb[NE];
+        int m[NE], n[NE], k[NE], lda[NE], ldb[NE], ldc[NE], gs[NE];
+        float al[NE], be[NE];
+        const void *gp[3 * NE]; /* the groups' W, X and C pointers */
         for (int64_t ex = 0; ex < NE; ex++) {
             int64_t t0 = ex * PER, nt = TILES - t0 < PER ? TILES - t0 : PER;
             ta[ex] = CUBLAS_OP_T, tb[ex] = CUBLAS_OP_N, m[ex] = (int)N2, n[ex] = (int)(nt * TR), k[ex] = (int)H;
             lda[ex] = ldb[ex] = (int)H, ldc[ex] = (int)N2, gs[ex] = 1, al[ex] = 1.0f, be[ex] = 0.0f;
-            gp[0 * 16 + ex] = W + ex * N2 * H, gp[1 * 16 + ex] = X + t0 * TR * H, gp[2 * 16 + ex] = C + t0 * TR * N2;
+            gp[0 * NE + ex] = W + ex * N2 * H, gp[1 * NE + ex] = X + t0 * TR * H, gp[2 * NE + ex] = C + t0 * TR * N2;
         }
         const void **G;
         PDB_TRY(dmalloc(p, &G, sizeof gp));
-        const void *packed[3 * 16];
-        for (int i = 0; i < 3; i++) memcpy(packed + i * NE, gp + i * 16, sizeof(void *) * (size_t)NE);
-        PDB_CU(cudaMemcpy(G, packed, sizeof(void *) * 3 * (size_t)NE, cudaMemcpyHostToDevice));
+        PDB_CU(cudaMemcpy(G, gp, sizeof gp, cudaMemcpyHostToDevice));
         PDB_TRY(form(p, "experts_gate_up", "grouped_per_expert", M, N2, H, 1, C, M * N2, 0, [&]() -> pdb_status {
             PDB_CUBLAS(p->grouped(b[0].h, ta, tb, m, n, k, al, G, t, lda, G + NE, t, ldb, be, (void *const *)(G + 2 * NE),
                                   CUDA_R_32F, ldc, (int)NE, gs, CUBLAS_COMPUTE_32F));
