@@ -35,6 +35,14 @@
 #include "pdb_pool.h"
 #include "pdb_v4.h"
 
+/* FNV-1a 64 over the logits' bytes: two builds' runs on the same weights compare bit for bit. */
+static uint64_t logits_fnv(const float *v, int64_t n) {
+    const unsigned char *b = (const unsigned char *)v;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < sizeof(float) * (size_t)n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
 static int die(const char *what) {
     fprintf(stderr, "cuda_v4_bench: %s: %s\n", what, pdb_err_msg());
     return 1;
@@ -246,7 +254,8 @@ int main(int argc, char **argv) {
         pdb_cuda_v4_engine_end(e);
         if (hm) pdb_v4_cache_free(&fc.c);
         printf("cuda-v4-bench T=%lld time=%.3f tokens_per_s=%.0f model_gflop_per_token=%.3f tflops=%.1f logit0=%.6g "
-               "pass_tokens=%lld\n", (long long)T, last, T / last, gf, gf * T / last / 1e3, logits[0], (long long)pass);
+               "logits_fnv=%016llx pass_tokens=%lld\n", (long long)T, last, T / last, gf, gf * T / last / 1e3, logits[0],
+               (unsigned long long)logits_fnv(logits, cfg.vocab_size), (long long)pass);
         if (profile) printf("cuda-v4-bench T=%lld profile_ms %s\n", (long long)T, prof);
         fflush(stdout);
     }
