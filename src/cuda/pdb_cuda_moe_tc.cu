@@ -95,17 +95,35 @@ __global__ void __launch_bounds__(MG_THREADS)
  * its slots in slot order (a slot's rank among the slots routed to e), padding rows -1. Three
  * launches: ranks (a warp per expert scans the slots in order with ballots), the tile prefix (one
  * thread, E steps), the placement (a thread per slot). */
-__global__ void k_moe_rank(const int32_t *topk, int64_t S, int32_t *rank, int32_t *cnt) {
-    const int e = blockIdx.x, lane = threadIdx.x;
+/* Ranks of expert blockIdx.x's slots: the slots split into RK_WARPS contiguous segments (a warp
+ * each, a multiple of 32 long); a warp counts its segment's matches (ballots), the block takes the
+ * exclusive prefix of the counts, and each warp scans its segment again writing base + running
+ * count. The rank is a pure function of topk (the slot's place among e's slots in slot order). */
+enum { RK_WARPS = 32 };
+__global__ void __launch_bounds__(RK_WARPS * 32) k_moe_rank(const int32_t *topk, int64_t S, int32_t *rank, int32_t *cnt) {
+    __shared__ int32_t base[RK_WARPS + 1];
+    const int e = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int64_t seg = (S + 32 * RK_WARPS - 1) / (32 * RK_WARPS) * 32, b0 = w * seg, b1 = b0 + seg < S ? b0 + seg : S;
     int32_t run = 0;
-    for (int64_t b = 0; b < S; b += 32) {
+#pragma unroll 4
+    for (int64_t b = b0; b < b1; b += 32) run += __popc(__ballot_sync(0xffffffffu, b + lane < b1 && topk[b + lane] == e));
+    if (lane == 0) base[w + 1] = run;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        base[0] = 0;
+        for (int i = 1; i <= RK_WARPS; i++) base[i] += base[i - 1];
+    }
+    __syncthreads();
+    run = base[w];
+#pragma unroll 4
+    for (int64_t b = b0; b < b1; b += 32) {
         const int64_t sl = b + lane;
-        const bool mine = sl < S && topk[sl] == e;
+        const bool mine = sl < b1 && topk[sl] == e;
         const unsigned m = __ballot_sync(0xffffffffu, mine);
         if (mine) rank[sl] = run + __popc(m & ((1u << lane) - 1u));
         run += __popc(m);
     }
-    if (lane == 0) cnt[e] = run;
+    if (threadIdx.x == 0) cnt[e] = base[RK_WARPS];
 }
 
 __global__ void k_moe_tiles(const int32_t *cnt, int E, int T, int64_t ntmax, int32_t *start, int32_t *tile_e) {
@@ -133,6 +151,17 @@ __global__ void k_moe_gather_bf16(const float *src, const int32_t *src_row, int6
     int64_t r = i / H, c = i % H;
     int32_t s = src_row[r];
     dst[i] = __float2bfloat16_rn(s >= 0 ? src[(int64_t)s * H + c] : 0.0f);
+}
+
+/* The same with a block per row and 4 columns a thread (H % 4 == 0, 16-byte aligned rows). */
+__global__ void __launch_bounds__(256) k_moe_gather_bf16_v4(const float *src, const int32_t *src_row, int64_t H, __nv_bfloat16 *dst) {
+    const int64_t r = blockIdx.x;
+    const int32_t s = src_row[r];
+    for (int64_t c = threadIdx.x * 4; c < H; c += 4 * blockDim.x) {
+        const float4 v = s >= 0 ? *(const float4 *)(src + (int64_t)s * H + c) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        __nv_bfloat162 q[2] = {__floats2bfloat162_rn(v.x, v.y), __floats2bfloat162_rn(v.z, v.w)};
+        *(uint2 *)(dst + r * H + c) = *(const uint2 *)q;
+    }
 }
 
 /* out [count] bf16 = silu(g) * u with pdb_cuda_silu_mul's formula, then rounded once to bf16. */
@@ -170,7 +199,7 @@ pdb_status pdb_cuda_moe_layout(cudaStream_t s, const int32_t *topk, int64_t n, i
     if (S > INT32_MAX / 2 || E > 65535) return pdb_err_set(PDB_UNSUPPORTED, "moe layout: %lld slots, %lld experts", (long long)S, (long long)E);
     int32_t *rank = scratch, *cnt = scratch + S, *start = cnt + E;
     PDB_CU(cudaMemsetAsync(row_src, 0xff, sizeof(int32_t) * (size_t)(ntmax * PDB_CUDA_MOE_TILE), s)); /* -1: padding */
-    k_moe_rank<<<(unsigned)E, 32, 0, s>>>(topk, S, rank, cnt);
+    k_moe_rank<<<(unsigned)E, RK_WARPS * 32, 0, s>>>(topk, S, rank, cnt);
     PDB_CU_LAUNCH("moe layout (ranks)");
     k_moe_tiles<<<1, 1, 0, s>>>(cnt, (int)E, PDB_CUDA_MOE_TILE, ntmax, start, tile_e);
     PDB_CU_LAUNCH("moe layout (tiles)");
@@ -182,7 +211,9 @@ pdb_status pdb_cuda_moe_layout(cudaStream_t s, const int32_t *topk, int64_t n, i
 pdb_status pdb_cuda_moe_gather_bf16(cudaStream_t s, const float *src, const int32_t *src_row, int64_t R, int64_t H,
                                     void *dst) {
     if (R <= 0) return PDB_OK;
-    k_moe_gather_bf16<<<(unsigned)((R * H + 255) / 256), 256, 0, s>>>(src, src_row, R, H, (__nv_bfloat16 *)dst);
+    if (H % 4 == 0 && ((uintptr_t)src | (uintptr_t)dst) % 16 == 0 && R <= INT32_MAX)
+        k_moe_gather_bf16_v4<<<(unsigned)R, 256, 0, s>>>(src, src_row, H, (__nv_bfloat16 *)dst);
+    else k_moe_gather_bf16<<<(unsigned)((R * H + 255) / 256), 256, 0, s>>>(src, src_row, R, H, (__nv_bfloat16 *)dst);
     PDB_CU_LAUNCH("moe gather (bf16)");
     return PDB_OK;
 }

@@ -68,27 +68,42 @@ constexpr int HC_NT = 512;  /* threads per token */
 constexpr int HC_MAX = 8;   /* streams */
 constexpr int HC_MJ = 8;    /* mixing rows per pass over the streams */
 
+constexpr int HC_LD = 8;    /* loads a thread has in flight in each pass over the token's values */
+constexpr int HC_XR = 8;    /* x values a thread keeps in registers between the sum and the norm (H <= 4096) */
+
 /* One token's site (a block): head == 0: hc_pre (all (2+hc)*hc mixes, Sinkhorn, post / comb out);
  * head == 1: hc_head (hc mixes, pre only). Rows: token blockIdx.x of hs is rows[b] (rows != NULL) or b;
- * x row b. */
-__global__ void __launch_bounds__(HC_NT)
-    k_hc_site(int hc, int64_t H, int iters, float hc_eps, double eps, const float *hs, const int64_t *rows,
+ * x row b. MIXED: the mixes come as rawmix (the engine's GEMM), so the fn loop is compiled out and the
+ * block fits 3 to an SM. Every value a thread sums is the same element in the same order whatever
+ * the batching of its loads (HC_LD at a time, then summed in index order). HCT: hc fixed at compile
+ * time (4, V4's) or 0 (any hc <= HC_MAX); the arithmetic is the same. */
+template <bool MIXED, int HCT>
+__global__ void __launch_bounds__(HC_NT, MIXED ? 3 : 1)
+    k_hc_site(int hc_, int64_t H, int iters, float hc_eps, double eps, const float *hs, const int64_t *rows,
               const float *fn, const float *rawmix, int nm, const float *base, const float *scale, const float *norm,
               float *x, float *post, float *comb, int head) {
     __shared__ double red[HC_NT / 32 * HC_MJ];
     __shared__ float mix[(2 + HC_MAX) * HC_MAX], pre[HC_MAX];
+    const int hc = HCT ? HCT : hc_; /* HCT: the stream count fixed at compile time (V4's 4), 0: any */
     const int64_t b = blockIdx.x, row = rows ? rows[b] : b, N = (int64_t)hc * H;
     const float *h = hs + row * N;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     /* tmp = h * r (pdb_v4.c unweighted_norm) */
     double ss = 0;
-    for (int64_t i = tid; i < N; i += HC_NT) ss += (double)h[i] * (double)h[i];
+    for (int64_t i0 = tid; i0 < N; i0 += HC_LD * HC_NT) {
+        float v[HC_LD];
+#pragma unroll
+        for (int q = 0; q < HC_LD; q++) v[q] = i0 + q * HC_NT < N ? h[i0 + q * HC_NT] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < HC_LD; q++)
+            if (i0 + q * HC_NT < N) ss += (double)v[q] * (double)v[q];
+    }
     ss = block_sum_d<HC_NT>(ss, red);
     const float r = (float)(1.0 / sqrt(ss / (double)N + eps));
     /* mixes[j] = fn[j] . tmp in double, HC_MJ rows per pass (tmp recomputed identically each pass);
      * or, given rawmix = fn . h (the engine's GEMM), r * rawmix */
-    if (rawmix && tid < nm) mix[tid] = (float)((double)rawmix[b * nm + tid] * (double)r);
-    for (int j0 = 0; !rawmix && j0 < nm; j0 += HC_MJ) {
+    if (MIXED && tid < nm) mix[tid] = (float)((double)rawmix[b * nm + tid] * (double)r);
+    for (int j0 = 0; !MIXED && j0 < nm; j0 += HC_MJ) {
         double acc[HC_MJ];
 #pragma unroll
         for (int q = 0; q < HC_MJ; q++) acc[q] = 0;
@@ -114,11 +129,10 @@ __global__ void __launch_bounds__(HC_NT)
         }
     }
     __syncthreads();
-    if (tid == 0) /* pdb_v4.c hc_finish / hc_head: the weights */
-        for (int k = 0; k < hc; k++) pre[k] = __fadd_rn(dev_sigmoid(__fadd_rn(__fmul_rn(mix[k], scale[0]), base[k])), hc_eps);
-    if (!head && tid == 0)
-        for (int k = 0; k < hc; k++)
-            post[b * hc + k] = __fmul_rn(2.0f, dev_sigmoid(__fadd_rn(__fmul_rn(mix[hc + k], scale[1]), base[hc + k])));
+    /* pdb_v4.c hc_finish / hc_head: the weights, a lane each (pre on warp 1, post on warp 2, comb on warp 0) */
+    if (warp == 1 && lane < hc) pre[lane] = __fadd_rn(dev_sigmoid(__fadd_rn(__fmul_rn(mix[lane], scale[0]), base[lane])), hc_eps);
+    if (!head && warp == 2 && lane < hc)
+        post[b * hc + lane] = __fmul_rn(2.0f, dev_sigmoid(__fadd_rn(__fmul_rn(mix[hc + lane], scale[1]), base[hc + lane])));
     if (!head && warp == 0 && hc * hc <= 32) {
         /* comb on warp 0, lane i * hc + j holding element (i, j): every row / column sum is one lane's
          * sequential double sum over shuffled values in j / i order, so the arithmetic is the serial
@@ -180,21 +194,42 @@ __global__ void __launch_bounds__(HC_NT)
     }
     __syncthreads();
     /* x = sum_k pre[k] h[k] (double), then RMSNorm(x) * norm (pdb_math_rmsnorm) */
-    float *xo = x + b * H;
+    float *xo = x + b * H, pw[HC_MAX], xr[HC_XR];
+#pragma unroll
+    for (int k = 0; k < HC_MAX; k++) pw[k] = k < hc ? pre[k] : 0.0f;
     double s2 = 0;
-    for (int64_t d = tid; d < H; d += HC_NT) {
+#pragma unroll
+    for (int q = 0; q < HC_XR; q++) { /* d = tid + q * HC_NT: its hc values loaded together, x kept in xr */
+        const int64_t d = tid + (int64_t)q * HC_NT;
+        float v[HC_MAX];
+#pragma unroll
+        for (int k = 0; k < HC_MAX; k++) v[k] = d < H && k < hc ? h[k * H + d] : 0.0f;
         double s = 0;
-        for (int k = 0; k < hc; k++) s += (double)pre[k] * (double)h[k * H + d];
+#pragma unroll
+        for (int k = 0; k < HC_MAX; k++)
+            if (k < hc) s += (double)pw[k] * (double)v[k];
+        xr[q] = (float)s;
+        if (d < H) s2 += (double)xr[q] * (double)xr[q];
+    }
+    for (int64_t d = tid + (int64_t)HC_XR * HC_NT; d < H; d += HC_NT) { /* H > HC_XR * HC_NT: through xo */
+        double s = 0;
+        for (int k = 0; k < hc; k++) s += (double)pw[k] * (double)h[k * H + d];
         const float xv = (float)s;
         xo[d] = xv;
         s2 += (double)xv * (double)xv;
     }
     s2 = block_sum_d<HC_NT>(s2, red);
     const float r2 = (float)(1.0 / sqrt(s2 / (double)H + eps));
-    for (int64_t d = tid; d < H; d += HC_NT) xo[d] = __fmul_rn(norm[d], __fmul_rn(xo[d], r2)); /* own d's only */
+#pragma unroll
+    for (int q = 0; q < HC_XR; q++) {
+        const int64_t d = tid + (int64_t)q * HC_NT;
+        if (d < H) xo[d] = __fmul_rn(norm[d], __fmul_rn(xr[q], r2));
+    }
+    for (int64_t d = tid + (int64_t)HC_XR * HC_NT; d < H; d += HC_NT) xo[d] = __fmul_rn(norm[d], __fmul_rn(xo[d], r2)); /* own d's */
 }
 
-/* hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * old[j] (double). */
+/* hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * old[j] (double). Any hc: a thread per
+ * (t, d). */
 __global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const float *post, const float *comb) {
     const int64_t t = blockIdx.x, d = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (d >= H) return;
@@ -207,6 +242,41 @@ __global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const 
         double s = (double)post[t * hc + k] * o;
         for (int j = 0; j < hc; j++) s += (double)cb[j * hc + k] * (double)old[j];
         h[k * H + d] = (float)s;
+    }
+}
+
+/* The same for hc == HC (compile time) and H % 4 == 0: a thread owns 4 consecutive d's (16-byte loads
+ * and stores) and holds the token's post and comb in registers before its first store (the pointers
+ * are __restrict__: nothing it writes is read again), so all its loads are in flight at once; each
+ * element is the same expression in the same order as k_hc_post's. */
+template <int HC>
+__global__ void __launch_bounds__(256)
+    k_hc_post4(int64_t H, float *__restrict__ hs, const float *__restrict__ out, const float *__restrict__ post,
+               const float *__restrict__ comb) {
+    const int64_t t = blockIdx.x, d0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * 4;
+    if (d0 >= H) return;
+    float *h = hs + t * HC * H;
+    float pw[HC], cb[HC][HC], old[HC][4], o[4];
+#pragma unroll
+    for (int k = 0; k < HC; k++) pw[k] = post[t * HC + k];
+#pragma unroll
+    for (int j = 0; j < HC; j++)
+#pragma unroll
+        for (int k = 0; k < HC; k++) cb[j][k] = comb[(t * HC + j) * HC + k];
+#pragma unroll
+    for (int j = 0; j < HC; j++) *(float4 *)old[j] = *(const float4 *)(h + j * H + d0);
+    *(float4 *)o = *(const float4 *)(out + t * H + d0);
+#pragma unroll
+    for (int k = 0; k < HC; k++) {
+        float r[4];
+#pragma unroll
+        for (int v = 0; v < 4; v++) {
+            double s = (double)pw[k] * (double)o[v];
+#pragma unroll
+            for (int j = 0; j < HC; j++) s += (double)cb[j][k] * (double)old[j][v];
+            r[v] = (float)s;
+        }
+        *(float4 *)(h + k * H + d0) = *(const float4 *)r;
     }
 }
 
@@ -560,7 +630,7 @@ pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const flo
     PDB_TRY(hc_check(c, "v4 hc_pre"));
     if (n <= 0) return PDB_OK;
     const int hc = (int)c->hc;
-    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, fn, NULL, (2 + hc) * hc, base,
+    k_hc_site<false, 0><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, fn, NULL, (2 + hc) * hc, base,
                                             scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre");
     return PDB_OK;
@@ -572,8 +642,12 @@ pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, con
     PDB_TRY(hc_check(c, "v4 hc_pre"));
     if (n <= 0) return PDB_OK;
     const int hc = (int)c->hc;
-    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
-                                            base, scale, norm, x, post, comb, 0);
+    if (hc == 4)
+        k_hc_site<true, 4><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
+                                                       base, scale, norm, x, post, comb, 0);
+    else
+        k_hc_site<true, 0><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
+                                                       base, scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre (mixed)");
     return PDB_OK;
 }
@@ -583,7 +657,9 @@ pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *h
     PDB_TRY(hc_check(c, "v4 hc_post"));
     if (n <= 0) return PDB_OK;
     if (c->H > 65535LL * 256) return pdb_err_set(PDB_UNSUPPORTED, "v4 hc_post: H = %lld (at most 65535 * 256)", (long long)c->H);
-    k_hc_post<<<dim3((unsigned)n, grid1(c->H, 256)), 256, 0, s>>>((int)c->hc, c->H, hs, out, post, comb);
+    if (c->hc == 4 && c->H % 4 == 0 && ((uintptr_t)hs | (uintptr_t)out) % 16 == 0)
+        k_hc_post4<4><<<dim3((unsigned)n, grid1(c->H / 4, 256)), 256, 0, s>>>(c->H, hs, out, post, comb);
+    else k_hc_post<<<dim3((unsigned)n, grid1(c->H, 256)), 256, 0, s>>>((int)c->hc, c->H, hs, out, post, comb);
     PDB_CU_LAUNCH("v4 hc_post");
     return PDB_OK;
 }
@@ -592,7 +668,7 @@ pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const fl
                                const float *fn, const float *base, const float *scale, const float *norm, float *y) {
     PDB_TRY(hc_check(c, "v4 hc_head"));
     if (n <= 0) return PDB_OK;
-    k_hc_site<<<(unsigned)n, HC_NT, 0, s>>>((int)c->hc, c->H, 0, c->hc_eps, c->eps, hs, rows, fn, NULL, (int)c->hc, base,
+    k_hc_site<false, 0><<<(unsigned)n, HC_NT, 0, s>>>((int)c->hc, c->H, 0, c->hc_eps, c->eps, hs, rows, fn, NULL, (int)c->hc, base,
                                             scale, norm, y, NULL, NULL, 1);
     PDB_CU_LAUNCH("v4 hc_head");
     return PDB_OK;
