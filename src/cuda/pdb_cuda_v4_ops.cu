@@ -228,6 +228,106 @@ __global__ void __launch_bounds__(HC_NT, MIXED ? 3 : 1)
     for (int64_t d = tid + (int64_t)HC_XR * HC_NT; d < H; d += HC_NT) xo[d] = __fmul_rn(norm[d], __fmul_rn(xo[d], r2)); /* own d's */
 }
 
+/* The engine's pre-site for V4's shape (hc = 4, H = 512 * QH), in two kernels. k_hc_pre4: a block per
+ * token whose threads keep the token's N = 4 * H values in registers (thread tid holds element
+ * tid + 512 q, which is also every element its x columns d = tid + 512 q' read: q = q' + QH k), so
+ * the values are read from memory once; the norm factor, the mixes from rawmix, pre and post as in
+ * k_hc_site<true, .>, and the comb's pre-softmax values into comb for k_hc_comb4, which finishes the
+ * softmax and the Sinkhorn with a thread per token (the serial form of k_hc_site, so the same
+ * operations in the same order: nothing waits on a one-warp Sinkhorn inside the memory-bound
+ * block). Same values, bit for bit, as k_hc_site<true, .>. */
+template <int QH>
+__global__ void __launch_bounds__(HC_NT, 2)
+    k_hc_pre4(int64_t H, float hc_eps, double eps, const float *__restrict__ hs, const float *__restrict__ rawmix,
+              const float *base, const float *scale, const float *norm, float *__restrict__ x, float *post, float *comb) {
+    constexpr int HC = 4, NM = (2 + HC) * HC, QN = HC * QH;
+    __shared__ double red[HC_NT / 32];
+    __shared__ float mix[NM], pre[HC];
+    const int64_t b = blockIdx.x, N = (int64_t)HC * H;
+    const float *h = hs + b * N;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float v[QN];
+#pragma unroll
+    for (int q = 0; q < QN; q++) v[q] = h[tid + q * HC_NT];
+    double ss = 0;
+#pragma unroll
+    for (int q = 0; q < QN; q++) ss += (double)v[q] * (double)v[q];
+    ss = block_sum_d<HC_NT>(ss, red);
+    const float r = (float)(1.0 / sqrt(ss / (double)N + eps));
+    if (tid < NM) mix[tid] = (float)((double)rawmix[b * NM + tid] * (double)r);
+    __syncthreads();
+    if (warp == 1 && lane < HC) pre[lane] = __fadd_rn(dev_sigmoid(__fadd_rn(__fmul_rn(mix[lane], scale[0]), base[lane])), hc_eps);
+    if (warp == 2 && lane < HC)
+        post[b * HC + lane] = __fmul_rn(2.0f, dev_sigmoid(__fadd_rn(__fmul_rn(mix[HC + lane], scale[1]), base[HC + lane])));
+    if (warp == 0 && lane < HC * HC) comb[b * HC * HC + lane] = __fadd_rn(__fmul_rn(mix[2 * HC + lane], scale[2]), base[2 * HC + lane]);
+    __syncthreads();
+    float pw[HC], xr[QH];
+#pragma unroll
+    for (int k = 0; k < HC; k++) pw[k] = pre[k];
+    double s2 = 0;
+#pragma unroll
+    for (int q = 0; q < QH; q++) {
+        double s = 0;
+#pragma unroll
+        for (int k = 0; k < HC; k++) s += (double)pw[k] * (double)v[q + QH * k];
+        xr[q] = (float)s;
+        s2 += (double)xr[q] * (double)xr[q];
+    }
+    s2 = block_sum_d<HC_NT>(s2, red);
+    const float r2 = (float)(1.0 / sqrt(s2 / (double)H + eps));
+    float *xo = x + b * H;
+#pragma unroll
+    for (int q = 0; q < QH; q++) xo[tid + q * HC_NT] = __fmul_rn(norm[tid + q * HC_NT], __fmul_rn(xr[q], r2));
+}
+
+/* comb[t] (4 x 4, pre-softmax values from k_hc_pre4) -> the row softmax + hc_eps, then the Sinkhorn. */
+__global__ void k_hc_comb4(int64_t n, int iters, float hc_eps, float *comb) {
+    constexpr int HC = 4;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= n) return;
+    float cb[HC * HC];
+#pragma unroll
+    for (int i = 0; i < HC * HC; i++) cb[i] = comb[t * HC * HC + i];
+#pragma unroll
+    for (int i = 0; i < HC; i++) { /* rows: pdb_math_softmax, then + hc_eps */
+        float *rw = cb + i * HC, m = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < HC; j++) m = rw[j] > m ? rw[j] : m;
+        double s = 0;
+#pragma unroll
+        for (int j = 0; j < HC; j++) {
+            rw[j] = dev_exp(__fsub_rn(rw[j], m));
+            s += rw[j];
+        }
+        const float inv = (float)(1.0 / s);
+#pragma unroll
+        for (int j = 0; j < HC; j++) rw[j] = __fadd_rn(__fmul_rn(rw[j], inv), hc_eps);
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0)
+#pragma unroll
+            for (int i = 0; i < HC; i++) {
+                double s = 0;
+#pragma unroll
+                for (int j = 0; j < HC; j++) s += cb[i * HC + j];
+                const float dn = __fadd_rn((float)s, hc_eps);
+#pragma unroll
+                for (int j = 0; j < HC; j++) cb[i * HC + j] = __fdiv_rn(cb[i * HC + j], dn);
+            }
+#pragma unroll
+        for (int j = 0; j < HC; j++) {
+            double s = 0;
+#pragma unroll
+            for (int i = 0; i < HC; i++) s += cb[i * HC + j];
+            const float dn = __fadd_rn((float)s, hc_eps);
+#pragma unroll
+            for (int i = 0; i < HC; i++) cb[i * HC + j] = __fdiv_rn(cb[i * HC + j], dn);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < HC * HC; i++) comb[t * HC * HC + i] = cb[i];
+}
+
 /* hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * old[j] (double). Any hc: a thread per
  * (t, d). */
 __global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const float *post, const float *comb) {
@@ -642,10 +742,11 @@ pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, con
     PDB_TRY(hc_check(c, "v4 hc_pre"));
     if (n <= 0) return PDB_OK;
     const int hc = (int)c->hc;
-    if (hc == 4)
-        k_hc_site<true, 4><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
-                                                       base, scale, norm, x, post, comb, 0);
-    else
+    if (hc == 4 && c->H == 8 * HC_NT) { /* V4-Flash's shape */
+        k_hc_pre4<8><<<(unsigned)n, HC_NT, 0, s>>>(c->H, c->hc_eps, c->eps, hs, rawmix, base, scale, norm, x, post, comb);
+        PDB_CU_LAUNCH("v4 hc_pre (mixed, hc 4)");
+        k_hc_comb4<<<grid1(n, 128), 128, 0, s>>>(n, c->iters, c->hc_eps, comb);
+    } else
         k_hc_site<true, 0><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
                                                        base, scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre (mixed)");
