@@ -93,8 +93,8 @@ __global__ void __launch_bounds__(MG_THREADS)
 /* ================= the layout of the gathered rows, on the device (no host round trip) =================
  * The host version's layout exactly: expert e's rows start at T * (tiles of the experts before e),
  * its slots in slot order (a slot's rank among the slots routed to e), padding rows -1. Three
- * launches: ranks (a warp per expert scans the slots in order with ballots), the tile prefix (one
- * thread, E steps), the placement (a thread per slot). */
+ * launches: ranks (a block per expert), the tile prefix (one thread, E steps), the placement (a
+ * thread per slot). */
 /* Ranks of expert blockIdx.x's slots: the slots split into RK_WARPS contiguous segments (a warp
  * each, a multiple of 32 long); a warp counts its segment's matches (ballots), the block takes the
  * exclusive prefix of the counts, and each warp scans its segment again writing base + running

@@ -71,20 +71,61 @@ constexpr int HC_MJ = 8;    /* mixing rows per pass over the streams */
 constexpr int HC_LD = 8;    /* loads a thread has in flight in each pass over the token's values */
 constexpr int HC_XR = 8;    /* x values a thread keeps in registers between the sum and the norm (H <= 4096) */
 
+/* The comb matrix's serial form, in place on cb (hc x hc, pre-softmax values in): each row
+ * pdb_math_softmax + hc_eps, then iters Sinkhorn steps (rows from the second step on, then columns),
+ * every sum a double sum in index order. HCT: hc fixed at compile time (registers), 0: hc_ at run time. */
+template <int HCT> __device__ __forceinline__ void comb_sinkhorn(float *cb, int hc_, int iters, float hc_eps) {
+    const int hc = HCT ? HCT : hc_;
+#pragma unroll
+    for (int i = 0; i < hc; i++) { /* rows: pdb_math_softmax, then + hc_eps */
+        float *rw = cb + i * hc, m = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < hc; j++) m = rw[j] > m ? rw[j] : m;
+        double s = 0;
+#pragma unroll
+        for (int j = 0; j < hc; j++) {
+            rw[j] = dev_exp(__fsub_rn(rw[j], m));
+            s += rw[j];
+        }
+        const float inv = (float)(1.0 / s);
+#pragma unroll
+        for (int j = 0; j < hc; j++) rw[j] = __fadd_rn(__fmul_rn(rw[j], inv), hc_eps);
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0)
+#pragma unroll
+            for (int i = 0; i < hc; i++) {
+                double s = 0;
+#pragma unroll
+                for (int j = 0; j < hc; j++) s += cb[i * hc + j];
+                const float dn = __fadd_rn((float)s, hc_eps);
+#pragma unroll
+                for (int j = 0; j < hc; j++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
+            }
+#pragma unroll
+        for (int j = 0; j < hc; j++) {
+            double s = 0;
+#pragma unroll
+            for (int i = 0; i < hc; i++) s += cb[i * hc + j];
+            const float dn = __fadd_rn((float)s, hc_eps);
+#pragma unroll
+            for (int i = 0; i < hc; i++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
+        }
+    }
+}
+
 /* One token's site (a block): head == 0: hc_pre (all (2+hc)*hc mixes, Sinkhorn, post / comb out);
  * head == 1: hc_head (hc mixes, pre only). Rows: token blockIdx.x of hs is rows[b] (rows != NULL) or b;
  * x row b. MIXED: the mixes come as rawmix (the engine's GEMM), so the fn loop is compiled out and the
  * block fits 3 to an SM. Every value a thread sums is the same element in the same order whatever
- * the batching of its loads (HC_LD at a time, then summed in index order). HCT: hc fixed at compile
- * time (4, V4's) or 0 (any hc <= HC_MAX); the arithmetic is the same. */
-template <bool MIXED, int HCT>
+ * the batching of its loads (HC_LD at a time, then summed in index order). */
+template <bool MIXED>
 __global__ void __launch_bounds__(HC_NT, MIXED ? 3 : 1)
-    k_hc_site(int hc_, int64_t H, int iters, float hc_eps, double eps, const float *hs, const int64_t *rows,
+    k_hc_site(int hc, int64_t H, int iters, float hc_eps, double eps, const float *hs, const int64_t *rows,
               const float *fn, const float *rawmix, int nm, const float *base, const float *scale, const float *norm,
               float *x, float *post, float *comb, int head) {
     __shared__ double red[HC_NT / 32 * HC_MJ];
     __shared__ float mix[(2 + HC_MAX) * HC_MAX], pre[HC_MAX];
-    const int hc = HCT ? HCT : hc_; /* HCT: the stream count fixed at compile time (V4's 4), 0: any */
     const int64_t b = blockIdx.x, row = rows ? rows[b] : b, N = (int64_t)hc * H;
     const float *h = hs + row * N;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -135,8 +176,8 @@ __global__ void __launch_bounds__(HC_NT, MIXED ? 3 : 1)
         post[b * hc + lane] = __fmul_rn(2.0f, dev_sigmoid(__fadd_rn(__fmul_rn(mix[hc + lane], scale[1]), base[hc + lane])));
     if (!head && warp == 0 && hc * hc <= 32) {
         /* comb on warp 0, lane i * hc + j holding element (i, j): every row / column sum is one lane's
-         * sequential double sum over shuffled values in j / i order, so the arithmetic is the serial
-         * form's below, operation for operation, without its local-memory chain */
+         * sequential double sum over shuffled values in j / i order, so the arithmetic is comb_sinkhorn's
+         * (the serial form), operation for operation, without its local-memory chain */
         const int i = lane / hc, j = lane % hc, live = lane < hc * hc;
         float v = live ? __fadd_rn(__fmul_rn(mix[2 * hc + lane], scale[2]), base[2 * hc + lane]) : 0.0f;
         float m = -INFINITY; /* row softmax (pdb_math_softmax), then + hc_eps */
@@ -161,35 +202,8 @@ __global__ void __launch_bounds__(HC_NT, MIXED ? 3 : 1)
         if (live) comb[b * hc * hc + lane] = v;
     } else if (!head && tid == 0) {
         float cb[HC_MAX * HC_MAX];
-        for (int i = 0; i < hc; i++) { /* rows: pdb_math_softmax, then + hc_eps */
-            float *rw = cb + i * hc, m = -INFINITY;
-            for (int j = 0; j < hc; j++) {
-                rw[j] = __fadd_rn(__fmul_rn(mix[2 * hc + i * hc + j], scale[2]), base[2 * hc + i * hc + j]);
-                m = rw[j] > m ? rw[j] : m;
-            }
-            double s = 0;
-            for (int j = 0; j < hc; j++) {
-                rw[j] = dev_exp(__fsub_rn(rw[j], m));
-                s += rw[j];
-            }
-            const float inv = (float)(1.0 / s);
-            for (int j = 0; j < hc; j++) rw[j] = __fadd_rn(__fmul_rn(rw[j], inv), hc_eps);
-        }
-        for (int it = 0; it < iters; it++) {
-            if (it > 0)
-                for (int i = 0; i < hc; i++) {
-                    double s = 0;
-                    for (int j = 0; j < hc; j++) s += cb[i * hc + j];
-                    const float dn = __fadd_rn((float)s, hc_eps);
-                    for (int j = 0; j < hc; j++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
-                }
-            for (int j = 0; j < hc; j++) {
-                double s = 0;
-                for (int i = 0; i < hc; i++) s += cb[i * hc + j];
-                const float dn = __fadd_rn((float)s, hc_eps);
-                for (int i = 0; i < hc; i++) cb[i * hc + j] = __fdiv_rn(cb[i * hc + j], dn);
-            }
-        }
+        for (int i = 0; i < hc * hc; i++) cb[i] = __fadd_rn(__fmul_rn(mix[2 * hc + i], scale[2]), base[2 * hc + i]);
+        comb_sinkhorn<0>(cb, hc, iters, hc_eps);
         for (int i = 0; i < hc * hc; i++) comb[b * hc * hc + i] = cb[i];
     }
     __syncthreads();
@@ -232,10 +246,10 @@ __global__ void __launch_bounds__(HC_NT, MIXED ? 3 : 1)
  * token whose threads keep the token's N = 4 * H values in registers (thread tid holds element
  * tid + 512 q, which is also every element its x columns d = tid + 512 q' read: q = q' + QH k), so
  * the values are read from memory once; the norm factor, the mixes from rawmix, pre and post as in
- * k_hc_site<true, .>, and the comb's pre-softmax values into comb for k_hc_comb4, which finishes the
- * softmax and the Sinkhorn with a thread per token (the serial form of k_hc_site, so the same
- * operations in the same order: nothing waits on a one-warp Sinkhorn inside the memory-bound
- * block). Same values, bit for bit, as k_hc_site<true, .>. */
+ * k_hc_site<true>, and the comb's pre-softmax values into comb for k_hc_comb4, which finishes the
+ * softmax and the Sinkhorn with a thread per token (comb_sinkhorn, the serial form whose operations
+ * k_hc_site's warp form repeats in the same order: nothing waits on a one-warp Sinkhorn inside the memory-bound
+ * block). Same values, bit for bit, as k_hc_site<true>. */
 template <int QH>
 __global__ void __launch_bounds__(HC_NT, 2)
     k_hc_pre4(int64_t H, float hc_eps, double eps, const float *__restrict__ hs, const float *__restrict__ rawmix,
@@ -288,42 +302,7 @@ __global__ void k_hc_comb4(int64_t n, int iters, float hc_eps, float *comb) {
     float cb[HC * HC];
 #pragma unroll
     for (int i = 0; i < HC * HC; i++) cb[i] = comb[t * HC * HC + i];
-#pragma unroll
-    for (int i = 0; i < HC; i++) { /* rows: pdb_math_softmax, then + hc_eps */
-        float *rw = cb + i * HC, m = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < HC; j++) m = rw[j] > m ? rw[j] : m;
-        double s = 0;
-#pragma unroll
-        for (int j = 0; j < HC; j++) {
-            rw[j] = dev_exp(__fsub_rn(rw[j], m));
-            s += rw[j];
-        }
-        const float inv = (float)(1.0 / s);
-#pragma unroll
-        for (int j = 0; j < HC; j++) rw[j] = __fadd_rn(__fmul_rn(rw[j], inv), hc_eps);
-    }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0)
-#pragma unroll
-            for (int i = 0; i < HC; i++) {
-                double s = 0;
-#pragma unroll
-                for (int j = 0; j < HC; j++) s += cb[i * HC + j];
-                const float dn = __fadd_rn((float)s, hc_eps);
-#pragma unroll
-                for (int j = 0; j < HC; j++) cb[i * HC + j] = __fdiv_rn(cb[i * HC + j], dn);
-            }
-#pragma unroll
-        for (int j = 0; j < HC; j++) {
-            double s = 0;
-#pragma unroll
-            for (int i = 0; i < HC; i++) s += cb[i * HC + j];
-            const float dn = __fadd_rn((float)s, hc_eps);
-#pragma unroll
-            for (int i = 0; i < HC; i++) cb[i * HC + j] = __fdiv_rn(cb[i * HC + j], dn);
-        }
-    }
+    comb_sinkhorn<HC>(cb, HC, iters, hc_eps);
 #pragma unroll
     for (int i = 0; i < HC * HC; i++) comb[t * HC * HC + i] = cb[i];
 }
@@ -730,7 +709,7 @@ pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const flo
     PDB_TRY(hc_check(c, "v4 hc_pre"));
     if (n <= 0) return PDB_OK;
     const int hc = (int)c->hc;
-    k_hc_site<false, 0><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, fn, NULL, (2 + hc) * hc, base,
+    k_hc_site<false><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, fn, NULL, (2 + hc) * hc, base,
                                             scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre");
     return PDB_OK;
@@ -747,7 +726,7 @@ pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, con
         PDB_CU_LAUNCH("v4 hc_pre (mixed, hc 4)");
         k_hc_comb4<<<grid1(n, 128), 128, 0, s>>>(n, c->iters, c->hc_eps, comb);
     } else
-        k_hc_site<true, 0><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
+        k_hc_site<true><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
                                                        base, scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre (mixed)");
     return PDB_OK;
@@ -769,7 +748,7 @@ pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const fl
                                const float *fn, const float *base, const float *scale, const float *norm, float *y) {
     PDB_TRY(hc_check(c, "v4 hc_head"));
     if (n <= 0) return PDB_OK;
-    k_hc_site<false, 0><<<(unsigned)n, HC_NT, 0, s>>>((int)c->hc, c->H, 0, c->hc_eps, c->eps, hs, rows, fn, NULL, (int)c->hc, base,
+    k_hc_site<false><<<(unsigned)n, HC_NT, 0, s>>>((int)c->hc, c->H, 0, c->hc_eps, c->eps, hs, rows, fn, NULL, (int)c->hc, base,
                                             scale, norm, y, NULL, NULL, 1);
     PDB_CU_LAUNCH("v4 hc_head");
     return PDB_OK;
