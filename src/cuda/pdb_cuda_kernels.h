@@ -108,6 +108,9 @@ pdb_status pdb_cuda_moe_layout(cudaStream_t s, const int32_t *topk, int64_t n, i
 /* dst [R, H] bf16 = src rows src_row[R] (f32), zero rows where src_row < 0. */
 pdb_status pdb_cuda_moe_gather_bf16(cudaStream_t s, const float *src, const int32_t *src_row, int64_t R, int64_t H,
                                     void *dst);
+/* The same rows from a bf16 src [., H] (the engine's bf16 copy of x, whose values are src's f32 rounded:
+ * the bits pdb_cuda_moe_gather_bf16 gives from the f32 rows), copied as they are. */
+pdb_status pdb_cuda_moe_gather_rows16(cudaStream_t s, const void *src, const int32_t *src_row, int64_t R, int64_t H, void *dst);
 /* out [count] bf16 = silu(g) * u (pdb_cuda_silu_mul's f32 result, rounded to bf16). */
 pdb_status pdb_cuda_silu_mul_bf16(cudaStream_t s, const float *g, const float *u, void *out, int64_t count);
 /* C [M, N] (ldc) = (or, accumulate: C +) A [M, K] (lda) . W [N, K]^T (ldw), f32, each element

@@ -164,6 +164,20 @@ __global__ void __launch_bounds__(256) k_moe_gather_bf16_v4(const float *src, co
     }
 }
 
+/* dst [R, H] bf16: row r = bf16 row src_row[r] of src as is, or zeros where src_row[r] < 0; a block per
+ * row, 8 values (16 bytes) a thread when W8 (H % 8 == 0, 16-byte aligned rows), else one. */
+template <bool W8>
+__global__ void __launch_bounds__(256) k_moe_gather_rows16(const __nv_bfloat16 *src, const int32_t *src_row, int64_t H,
+                                                           __nv_bfloat16 *dst) {
+    const int64_t r = blockIdx.x;
+    const int32_t s = src_row[r];
+    if (W8) {
+        for (int64_t c = threadIdx.x * 8; c < H; c += 8 * blockDim.x)
+            *(uint4 *)(dst + r * H + c) = s >= 0 ? *(const uint4 *)(src + (int64_t)s * H + c) : make_uint4(0, 0, 0, 0);
+    } else
+        for (int64_t c = threadIdx.x; c < H; c += blockDim.x) dst[r * H + c] = s >= 0 ? src[(int64_t)s * H + c] : __float2bfloat16_rn(0.0f);
+}
+
 /* out [count] bf16 = silu(g) * u with pdb_cuda_silu_mul's formula, then rounded once to bf16. */
 __global__ void k_silu_mul_bf16(const float *g, const float *u, __nv_bfloat16 *out, int64_t count) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -215,6 +229,16 @@ pdb_status pdb_cuda_moe_gather_bf16(cudaStream_t s, const float *src, const int3
         k_moe_gather_bf16_v4<<<(unsigned)R, 256, 0, s>>>(src, src_row, H, (__nv_bfloat16 *)dst);
     else k_moe_gather_bf16<<<(unsigned)((R * H + 255) / 256), 256, 0, s>>>(src, src_row, R, H, (__nv_bfloat16 *)dst);
     PDB_CU_LAUNCH("moe gather (bf16)");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_moe_gather_rows16(cudaStream_t s, const void *src, const int32_t *src_row, int64_t R, int64_t H, void *dst) {
+    if (R <= 0) return PDB_OK;
+    if (R > INT32_MAX) return pdb_err_set(PDB_UNSUPPORTED, "moe gather (bf16 rows): %lld rows", (long long)R);
+    if (H % 8 == 0 && ((uintptr_t)src | (uintptr_t)dst) % 16 == 0)
+        k_moe_gather_rows16<true><<<(unsigned)R, 256, 0, s>>>((const __nv_bfloat16 *)src, src_row, H, (__nv_bfloat16 *)dst);
+    else k_moe_gather_rows16<false><<<(unsigned)R, 256, 0, s>>>((const __nv_bfloat16 *)src, src_row, H, (__nv_bfloat16 *)dst);
+    PDB_CU_LAUNCH("moe gather (bf16 rows)");
     return PDB_OK;
 }
 

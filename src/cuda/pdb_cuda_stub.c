@@ -125,6 +125,13 @@ pdb_status pdb_cuda_v4_probe_hc_pre(int64_t hc, int64_t H, int iters, float hc_e
     (void)norm, (void)x, (void)post, (void)comb;
     PDB_V4_PROBE_NONE;
 }
+pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int iters, float hc_eps, double eps, const float *hs,
+                                          int64_t n, const float *fn, const float *base, const float *scale,
+                                          const float *norm, float *x, uint16_t *x16, float *post, float *comb) {
+    (void)hc, (void)H, (void)iters, (void)hc_eps, (void)eps, (void)hs, (void)n, (void)fn, (void)base, (void)scale;
+    (void)norm, (void)x, (void)x16, (void)post, (void)comb;
+    PDB_V4_PROBE_NONE;
+}
 pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs, const float *out, const float *post,
                                      const float *comb, int64_t n) {
     (void)hc, (void)H, (void)hs, (void)out, (void)post, (void)comb, (void)n;
@@ -194,6 +201,11 @@ pdb_status pdb_cuda_probe_gemm_forms(int reps, pdb_gemm_form_row *rows, int cap,
 #include "pdb_cuda_v4_attn_probe.h"
 pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
     (void)d, (void)tc, (void)gpu_ms;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
+pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, const float *cs, int64_t rd, int64_t *differ_bf16,
+                                           int64_t *differ_f32) {
+    (void)d, (void)cs, (void)rd, (void)differ_bf16, (void)differ_f32;
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
 }
 #endif

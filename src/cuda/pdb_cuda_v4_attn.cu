@@ -418,18 +418,28 @@ static __device__ __forceinline__ void t16_issue(__nv_bfloat16 *dst, int ld, con
     }
 }
 
-/* NP: the 16-column pairs of O per warp (hd / 16 pairs over 8 warps, rounded up to the instantiation). */
-template <int NP>
+/* O's store: f32, or bf16 rounded to nearest even (pdb_cuda_convert's bits of the f32 value). */
+static __device__ __forceinline__ void st_pair(float *p, float a, float b) { *(float2 *)p = make_float2(a, b); }
+static __device__ __forceinline__ void st_pair(__nv_bfloat16 *p, float a, float b) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+}
+
+/* NP: the 16-column pairs of O per warp (hd / 16 pairs over 8 warps, rounded up to the instantiation).
+ * OT: O's element type; cs != NULL: each head's trailing rd dims of O rotated back by cs row L.pos0 + t
+ * before the store (heads_norm_rope's mode 0, sign -1: the same products in the same order). */
+static_assert(TC_Q == TC_K, "Q rows are issued as one key tile");
+template <int NP, typename OT>
 __global__ void __launch_bounds__(TC_THREADS, 1)
-    k_v4_attn_tc16(v4_klist16 L, const float *q, int64_t nh, int hd, const float *sinks, float scale, float *o) {
+    k_v4_attn_tc16(v4_klist16 L, const __nv_bfloat16 *q, int64_t nh, int hd, const float *sinks, float scale, OT *o,
+                   const float *cs, int rd) {
     extern __shared__ uint4 smem_t16[];
     const int ld = hd + 8;
     __nv_bfloat16 *Qs = (__nv_bfloat16 *)smem_t16, *Kb = Qs + TC_Q * ld, *Ps = Kb + 2 * TC_K * ld;
     float *mx_s = (float *)(Ps + TC_Q * T16_PLD), *l_s = mx_s + 2 * TC_Q; /* [wh][row] each */
     float *c_s = l_s + 2 * TC_Q;                                          /* [row]: this tile's correction */
     float *xs = c_s + 2 * TC_Q;                                           /* [warp][16][lane] */
-    const float **rowq = (const float **)(xs + T16_XS);
-    const __nv_bfloat16 **rowk = (const __nv_bfloat16 **)(rowq + TC_Q); /* [buffer][64] */
+    const __nv_bfloat16 **rowq = (const __nv_bfloat16 **)(xs + T16_XS);
+    const __nv_bfloat16 **rowk = rowq + TC_Q; /* [buffer][64] */
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
     const int qd = warp & 3, wk = warp >> 2, wr = 2 * (qd & 1) + wk, wh = qd >> 1, npair = hd / 16, r_lo = 16 * wr + g;
     const int ksteps = hd / 16, kbeg = wk ? ksteps / 2 : 0, kend = wk ? ksteps : ksteps / 2; /* S's k half */
@@ -448,9 +458,9 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     float l_lo = wh == 0 && t4 == 0 && sk_lo != -INFINITY ? 1.0f : 0.0f;
     float l_hi = wh == 0 && t4 == 0 && sk_hi != -INFINITY ? 1.0f : 0.0f;
     __syncthreads();
+    t16_issue(Qs, ld, rowq, hd, L.keys);
     t16_issue(Kb, ld, rowk, hd, L.keys);
     cp_commit();
-    tc_load_rows(Qs, ld, rowq, hd); /* f32 -> bf16 while tile 0 is in flight */
     /* per-lane ldmatrix offsets: Q / P (rows lane & 15, k 8 (lane >> 4)); K for S (keys lane & 7 +
      * 8 (lane >> 4), d 8 ((lane >> 3) & 1)); V (keys lane & 15, columns 8 (lane >> 4) of pair warp) */
     const int qoff = (32 * (qd & 1) + (lane & 15)) * ld + (lane >> 4) * 8;
@@ -612,7 +622,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
         const int r0 = 16 * mi + g;
         const int64_t hlo = h0 + r0, hhi = hlo + 8;
         const float inv_lo = 1.0f / (l_s[r0] + l_s[TC_Q + r0]), inv_hi = 1.0f / (l_s[r0 + 8] + l_s[TC_Q + r0 + 8]);
-        float *olo = o + (t * nh + hlo) * hd, *ohi = olo + 8 * (int64_t)hd;
+        OT *olo = o + (t * nh + hlo) * hd, *ohi = olo + 8 * (int64_t)hd;
 #pragma unroll
         for (int u = 0; u < NP; u++) {
             if (warp + 8 * u >= npair) continue;
@@ -620,8 +630,15 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
             for (int jj = 0; jj < 2; jj++) {
                 const int col = 16 * (warp + 8 * u) + 8 * jj + 2 * t4;
                 const float *a = oacc[mi][2 * u + jj];
-                if (hlo < nh) *(float2 *)(olo + col) = make_float2(a[0] * inv_lo, a[1] * inv_lo);
-                if (hhi < nh) *(float2 *)(ohi + col) = make_float2(a[2] * inv_hi, a[3] * inv_hi);
+                float v[4] = {a[0] * inv_lo, a[1] * inv_lo, a[2] * inv_hi, a[3] * inv_hi};
+                if (cs && col >= hd - rd) { /* the pair (col, col + 1) is rope pair (col - (hd - rd)) / 2 */
+                    const float *c = cs + (L.pos0 + t) * rd + (col - (hd - rd));
+                    const float cn = c[0], sn = -c[1];
+                    rot_pair(v, cn, sn);
+                    rot_pair(v + 2, cn, sn);
+                }
+                if (hlo < nh) st_pair(olo + col, v[0], v[1]);
+                if (hhi < nh) st_pair(ohi + col, v[2], v[3]);
             }
         }
     }
@@ -632,37 +649,48 @@ int pdb_cuda_v4_attention_tc16_fits(int64_t hd) {
     return v4tc16_smem(hd) <= (size_t)max_optin_smem();
 }
 
-template <int NP>
-static pdb_status launch_tc16(cudaStream_t s, const v4_klist16 &L, const float *q, int64_t n, int64_t nh, int64_t hd,
-                              const float *sinks, float scale, float *o) {
+template <int NP, typename OT>
+static pdb_status launch_tc16(cudaStream_t s, const v4_klist16 &L, const __nv_bfloat16 *q, int64_t n, int64_t nh, int64_t hd,
+                              const float *sinks, float scale, OT *o, const float *cs, int64_t rd) {
     size_t smem = v4tc16_smem(hd);
-    PDB_CU(cudaFuncSetAttribute(k_v4_attn_tc16<NP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    PDB_CU(cudaFuncSetAttribute(k_v4_attn_tc16<NP, OT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)n, (unsigned)((nh + TC_Q - 1) / TC_Q));
-    k_v4_attn_tc16<NP><<<grid, TC_THREADS, smem, s>>>(L, q, nh, (int)hd, sinks, scale, o);
+    k_v4_attn_tc16<NP, OT><<<grid, TC_THREADS, smem, s>>>(L, q, nh, (int)hd, sinks, scale, o, cs, (int)rd);
     PDB_CU_LAUNCH("v4 attention (tensor cores, bf16 keys)");
     return PDB_OK;
 }
 
-pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const float *q, const void *keys_bf16, int64_t lo,
+template <typename OT>
+static pdb_status launch_tc16_np(cudaStream_t s, const v4_klist16 &L, const __nv_bfloat16 *q, int64_t n, int64_t nh,
+                                 int64_t hd, const float *sinks, float scale, OT *o, const float *cs, int64_t rd) {
+    const int np = (int)((hd / 16 + 7) / 8); /* column pairs per warp */
+    if (np <= 1) return launch_tc16<1>(s, L, q, n, nh, hd, sinks, scale, o, cs, rd);
+    if (np <= 2) return launch_tc16<2>(s, L, q, n, nh, hd, sinks, scale, o, cs, rd);
+    return launch_tc16<4>(s, L, q, n, nh, hd, sinks, scale, o, cs, rd);
+}
+
+pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const void *keys_bf16, int64_t lo,
                                       const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K,
                                       int64_t rate, int64_t n, int64_t nh, int64_t hd, int64_t pos0, int64_t W,
-                                      const float *sinks, float scale, float *o) {
+                                      const float *sinks, float scale, const pdb_cuda_v4_attn_out *out) {
     if (n <= 0 || nh <= 0) return PDB_OK;
     if (!pdb_cuda_v4_attention_tc16_fits(hd))
         return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): head_dim %% 16 == 0 and <= %d with "
                            "its shared memory (%zu bytes) available required (got %lld)", TC_MAX_HD,
                            v4tc16_smem(hd > 0 ? hd : 0), (long long)hd);
-    if (((uintptr_t)q | (uintptr_t)keys_bf16 | (uintptr_t)comp_bf16) % 16 || (uintptr_t)o % 8 || !keys_bf16)
-        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): q, keys_bf16 and comp_bf16 must be "
+    if (((uintptr_t)q_bf16 | (uintptr_t)keys_bf16 | (uintptr_t)comp_bf16) % 16 || (uintptr_t)out->o % 8 || !keys_bf16)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): q_bf16, keys_bf16 and comp_bf16 must be "
                            "16-byte aligned (keys_bf16 not NULL), o 8-byte aligned");
+    if (out->cs && (out->rd < 0 || out->rd > hd || out->rd % 2))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): inverse rope over %lld dims (even, <= "
+                           "head_dim %lld)", (long long)out->rd, (long long)hd);
     if (n > INT32_MAX || (nh + TC_Q - 1) / TC_Q > 65535 || W <= 0 || pos0 < lo)
         return pdb_err_set(PDB_INVALID, "v4 attention (tensor cores, bf16 keys): bad shapes (n %lld, nh %lld, W %lld, "
                            "pos0 %lld, lo %lld)", (long long)n, (long long)nh, (long long)W, (long long)pos0,
                            (long long)lo);
     const v4_klist16 L = {(const __nv_bfloat16 *)keys_bf16, (const __nv_bfloat16 *)comp_bf16, sel, nsel, lo, K, rate,
                           pos0, W};
-    const int np = (int)((hd / 16 + 7) / 8); /* column pairs per warp */
-    if (np <= 1) return launch_tc16<1>(s, L, q, n, nh, hd, sinks, scale, o);
-    if (np <= 2) return launch_tc16<2>(s, L, q, n, nh, hd, sinks, scale, o);
-    return launch_tc16<4>(s, L, q, n, nh, hd, sinks, scale, o);
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)q_bf16;
+    if (out->bf16) return launch_tc16_np(s, L, q, n, nh, hd, sinks, scale, (__nv_bfloat16 *)out->o, out->cs, out->rd);
+    return launch_tc16_np(s, L, q, n, nh, hd, sinks, scale, (float *)out->o, out->cs, out->rd);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pdb_cuda_kernels.h"
 #include "pdb_cuda_v4_kernels.h"
 
 extern "C" {
@@ -13,7 +14,7 @@ extern "C" {
 
 typedef struct v4_probe_bufs {
     float *q, *keys, *comp, *sinks, *o;
-    uint16_t *keys16, *comp16; /* tc 2: bf16 bit patterns */
+    uint16_t *q16, *keys16, *comp16; /* tc 2: bf16 bit patterns */
     int32_t *sel, *nsel;
     cudaEvent_t e0, e1;
 } v4_probe_bufs;
@@ -47,21 +48,24 @@ static pdb_status up_bf16(uint16_t **dst, const float *src, int64_t count) {
 static pdb_status run_kernel(const pdb_v4_attn_desc *d, int tc, const v4_probe_bufs *b) {
     const int32_t *sel = d->sel ? b->sel : NULL, *nsel = d->sel ? b->nsel : NULL;
     int64_t rate = d->sel ? 0 : d->rate;
-    if (tc == 2)
-        return pdb_cuda_v4_attention_tc16(0, b->q, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, d->T, d->nh,
-                                          d->hd, d->p0, d->W, b->sinks, d->scale, b->o);
+    if (tc == 2) {
+        const pdb_cuda_v4_attn_out out = {b->o, 0, NULL, 0};
+        return pdb_cuda_v4_attention_tc16(0, b->q16, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, d->T, d->nh,
+                                          d->hd, d->p0, d->W, b->sinks, d->scale, &out);
+    }
     return tc ? pdb_cuda_v4_attention_tc(0, b->q, b->keys, d->lo, b->comp, sel, nsel, d->K, rate, d->T, d->nh, d->hd,
                                          d->p0, d->W, b->sinks, d->scale, b->o)
               : pdb_cuda_v4_attention(0, b->q, b->keys, d->lo, b->comp, sel, nsel, d->K, rate, d->T, d->nh, d->hd,
                                       d->p0, d->W, b->sinks, d->scale, b->o);
 }
 
-static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_probe_bufs *b) {
+static pdb_status upload(const pdb_v4_attn_desc *d, int tc, v4_probe_bufs *b) {
     const int64_t T = d->T, nh = d->nh, hd = d->hd, nkeys = d->p0 - d->lo + T;
     PDB_TRY(up((void **)&b->q, d->q, sizeof(float) * (size_t)(T * nh * hd)));
     PDB_TRY(up((void **)&b->keys, d->keys, sizeof(float) * (size_t)(nkeys * hd)));
     PDB_TRY(up((void **)&b->comp, d->comp, sizeof(float) * (size_t)((d->n_comp > 0 ? d->n_comp : 0) * hd)));
     if (tc == 2) {
+        PDB_TRY(up_bf16(&b->q16, d->q, T * nh * hd));
         PDB_TRY(up_bf16(&b->keys16, d->keys, nkeys * hd));
         PDB_TRY(up_bf16(&b->comp16, d->comp, (d->n_comp > 0 ? d->n_comp : 0) * hd));
     }
@@ -77,6 +81,11 @@ static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_pr
         PDB_TRY(up((void **)&b->sel, d->sel, sizeof(int32_t) * (size_t)(T * (d->K > 0 ? d->K : 0))));
     }
     PDB_CU(cudaMemset(b->o, 0, sizeof(float) * (size_t)(T * nh * hd)));
+    return PDB_OK;
+}
+
+static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_probe_bufs *b) {
+    PDB_TRY(upload(d, tc, b));
     PDB_TRY(run_kernel(d, tc, b)); /* untimed: first-launch costs */
     PDB_CU(cudaEventCreate(&b->e0));
     PDB_CU(cudaEventCreate(&b->e1));
@@ -87,8 +96,78 @@ static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_pr
     float ms = 0;
     PDB_CU(cudaEventElapsedTime(&ms, b->e0, b->e1));
     if (gpu_ms) *gpu_ms = ms;
-    PDB_CU(cudaMemcpy(d->o, b->o, sizeof(float) * (size_t)(T * nh * hd), cudaMemcpyDeviceToHost));
+    PDB_CU(cudaMemcpy(d->o, b->o, sizeof(float) * (size_t)(d->T * d->nh * d->hd), cudaMemcpyDeviceToHost));
     return PDB_OK;
+}
+
+static void free_bufs(v4_probe_bufs *b) {
+    cudaFree(b->q);
+    cudaFree(b->q16);
+    cudaFree(b->keys);
+    cudaFree(b->comp);
+    cudaFree(b->keys16);
+    cudaFree(b->comp16);
+    cudaFree(b->sinks);
+    cudaFree(b->o);
+    cudaFree(b->sel);
+    cudaFree(b->nsel);
+    if (b->e0) cudaEventDestroy(b->e0);
+    if (b->e1) cudaEventDestroy(b->e1);
+}
+
+/* The stored forms of tc16's O against the unfused path (f32 O, then heads_norm_rope's inverse
+ * rotation, then pdb_cuda_convert): o (scratch, 3 T nh hd floats on the device) and the counts. */
+static pdb_status rope_out(const pdb_v4_attn_desc *d, const float *cs, int64_t rd, v4_probe_bufs *b, float *dcs,
+                           float *dev, int64_t *differ_bf16, int64_t *differ_f32) {
+    const int64_t T = d->T, nh = d->nh, hd = d->hd, n = T * nh * hd;
+    PDB_TRY(upload(d, 2, b));
+    const int32_t *sel = d->sel ? b->sel : NULL, *nsel = d->sel ? b->nsel : NULL; /* after the upload made them */
+    const int64_t rate = d->sel ? 0 : d->rate;
+    PDB_CU(cudaMemcpy(dcs, cs, sizeof(float) * (size_t)((d->p0 + T) * rd), cudaMemcpyHostToDevice));
+    float *of = dev, *ref16 = dev + n, *o16 = dev + 2 * n; /* the bf16 forms use half of theirs */
+    PDB_TRY(run_kernel(d, 2, b));
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, b->o, nh * hd, b->o, nh * hd, T, nh, hd, rd, 0, NULL, dcs, d->p0, -1, 0.0));
+    PDB_TRY(pdb_cuda_convert(0, b->o, n, PDB_CUDA_DT_BF16, ref16));
+    const pdb_cuda_v4_attn_out f = {of, 0, dcs, rd}, h = {o16, 1, dcs, rd};
+    PDB_TRY(pdb_cuda_v4_attention_tc16(0, b->q16, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, T, nh, hd, d->p0,
+                                       d->W, b->sinks, d->scale, &f));
+    PDB_TRY(pdb_cuda_v4_attention_tc16(0, b->q16, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, T, nh, hd, d->p0,
+                                       d->W, b->sinks, d->scale, &h));
+    PDB_CU(cudaDeviceSynchronize());
+    uint32_t *hv = (uint32_t *)malloc(sizeof(uint32_t) * (size_t)(4 * n));
+    if (!hv) return pdb_err_set(PDB_NOMEM, "v4 attention probe: host copies [%lld]", (long long)(4 * n));
+    uint16_t *r16 = (uint16_t *)(hv + 2 * n), *g16 = r16 + n;
+    pdb_status st = PDB_OK;
+    if (cudaMemcpy(hv, b->o, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(hv + n, of, sizeof(float) * (size_t)n, cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(r16, ref16, 2 * (size_t)n, cudaMemcpyDeviceToHost) ||
+        cudaMemcpy(g16, o16, 2 * (size_t)n, cudaMemcpyDeviceToHost))
+        st = pdb_err_set(PDB_CUDA, "v4 attention probe: copying the outputs back: %s", cudaGetErrorString(cudaGetLastError()));
+    *differ_bf16 = *differ_f32 = 0;
+    for (int64_t i = 0; !st && i < n; i++) {
+        *differ_f32 += hv[i] != hv[n + i];
+        *differ_bf16 += r16[i] != g16[i];
+    }
+    free(hv);
+    return st;
+}
+
+pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, const float *cs, int64_t rd, int64_t *differ_bf16,
+                                           int64_t *differ_f32) {
+    if (!d || !cs || !differ_bf16 || !differ_f32 || d->T <= 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo ||
+        (d->sel && !d->nsel) || rd < 0 || rd > d->hd || rd % 2)
+        return pdb_err_set(PDB_INVALID, "v4 attention probe (rope out): bad desc or rd %lld", (long long)rd);
+    PDB_TRY(pdb_cuda_use_device(0, "v4 attention probe"));
+    v4_probe_bufs b;
+    memset(&b, 0, sizeof b);
+    float *dcs = NULL, *dev = NULL;
+    pdb_status st = up((void **)&dcs, NULL, sizeof(float) * (size_t)((d->p0 + d->T) * (rd > 0 ? rd : 1)));
+    if (!st) st = up((void **)&dev, NULL, sizeof(float) * (size_t)(3 * d->T * d->nh * d->hd));
+    if (!st) st = rope_out(d, cs, rd, &b, dcs, dev, differ_bf16, differ_f32);
+    cudaFree(dcs);
+    cudaFree(dev);
+    free_bufs(&b);
+    return st;
 }
 
 pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
@@ -99,16 +178,6 @@ pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu
     v4_probe_bufs b;
     memset(&b, 0, sizeof b);
     pdb_status st = probe(d, tc, gpu_ms, &b);
-    cudaFree(b.q);
-    cudaFree(b.keys);
-    cudaFree(b.comp);
-    cudaFree(b.keys16);
-    cudaFree(b.comp16);
-    cudaFree(b.sinks);
-    cudaFree(b.o);
-    cudaFree(b.sel);
-    cudaFree(b.nsel);
-    if (b.e0) cudaEventDestroy(b.e0);
-    if (b.e1) cudaEventDestroy(b.e1);
+    free_bufs(&b);
     return st;
 }

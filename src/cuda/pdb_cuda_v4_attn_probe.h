@@ -20,6 +20,13 @@ extern "C" {
  * gpu_ms (optional): the timed run's kernel time in milliseconds. */
 pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms);
 
+/* tc16's fused store (O's rope dims rotated back by cs rows p0 .. p0 + T - 1 of cs [p0 + T, rd],
+ * host), bf16 and f32, against the engine's former unfused path on the same launch inputs: f32 O,
+ * then pdb_cuda_v4_heads_norm_rope (mode 0, sign -1), then pdb_cuda_convert. *differ_bf16 /
+ * *differ_f32: the values whose bits differ (0 when the fused store is the same arithmetic). */
+pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, const float *cs, int64_t rd, int64_t *differ_bf16,
+                                           int64_t *differ_f32);
+
 #ifdef __cplusplus
 }
 #endif

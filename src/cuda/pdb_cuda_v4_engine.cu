@@ -43,7 +43,10 @@ extern "C" {
 
 /* ======================================== state ======================================== */
 
-enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */, HC_MIX_ROWS = 1024 };
+/* HC_MIX_ROWS: the hc mixes' cuBLAS tile where pdb_cuda_v4_hc_mix does not fit; ROUTER_ROWS: the router's
+ * f32 tile (cuBLAS runs it a tile per call, with split K: at 1024 rows a pass's router takes 0.76x the time of
+ * 512-row tiles, the same bits, issue21_session18) */
+enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */, HC_MIX_ROWS = 1024, ROUTER_ROWS = 1024 };
 /* the indexer's dot products per sub-block of tokens: at most this many bytes of f32 */
 static const size_t IDX_DOTS_BYTES = (size_t)1 << 30;
 /* the fused (tensor-core) indexer's score rows per sub-block: at most this many bytes */
@@ -81,7 +84,7 @@ struct pdb_cuda_v4_engine {
     /* dims */
     int64_t H, hc, nh, hd, rd, qlr, G, olr, gin, W, nih, ihd, Ktop, E, Kx, I, V, L, F, NAmax, NBmax, rmax;
     int64_t sub_cfg, S, cap, len;
-    int sub_auto; /* sub_cfg is the default: begin falls back to PDB_CUDA_V4_PASS_FALLBACK when it does not fit */
+    int sub_auto; /* sub_cfg is the default: begin halves it, down to PDB_CUDA_V4_PASS_FALLBACK, while it does not fit */
     int64_t weight_bytes;
     void *embed, *head;
     float *norm, *hch_fn, *hch_base, *hch_scale;
@@ -93,6 +96,7 @@ struct pdb_cuda_v4_engine {
     float *cs_main, *cs_comp;    /* rope tables [cs_cap, rd], kept across sequences (rope_tables) */
     int64_t cs_cap;
     void *cvt, *xe, *ikb, *keys16; /* keys16: the pass's keys as bf16 (the bf16-keys attention) */
+    void *x16;                     /* bf16 engine: x's bf16 copy from the pre-site, the operand of wa, the experts, shared */
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
     int64_t *lrow;
     int64_t Rmax, ntmax, ntpad, tb_max, cvt_n;
@@ -647,6 +651,7 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     }
     PDB_TRY(pdb_cuda_dalloc(q, &e->hs, f * (size_t)(S * e->hc * H), "streams"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->x, f * (size_t)(S * H), "x"));
+    if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(pdb_cuda_dalloc(q, &e->x16, 2 * (size_t)(S * H), "x (bf16)"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->post, f * (size_t)(S * e->hc), "post"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->comb, f * (size_t)(S * e->hc * e->hc), "comb"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->rawmix, f * (size_t)(S * (2 + e->hc) * e->hc), "hc mixes"));
@@ -718,11 +723,13 @@ extern "C" pdb_status pdb_cuda_v4_engine_begin(eng *e, int64_t max_tokens) {
     seq_free(e);
     if (max_tokens <= 0 || max_tokens > ((int64_t)1 << 31))
         return pdb_err_set(PDB_INVALID, "v4 engine: max_tokens %lld outside 1..2^31", (long long)max_tokens);
-    pdb_status s = begin_inner(e, max_tokens, e->sub_cfg);
-    if (s == PDB_CUDA && e->sub_auto && max_tokens > PDB_CUDA_V4_PASS_FALLBACK && e->sub_cfg > PDB_CUDA_V4_PASS_FALLBACK) {
-        seq_free(e); /* the larger pass's scratch did not fit: the smaller one */
+    int64_t bound = e->sub_cfg;
+    pdb_status s = begin_inner(e, max_tokens, bound);
+    while (s == PDB_CUDA && e->sub_auto && max_tokens > bound / 2 && bound / 2 >= PDB_CUDA_V4_PASS_FALLBACK) {
+        seq_free(e); /* the larger pass's scratch did not fit: half the pass */
         cudaGetLastError();
-        s = begin_inner(e, max_tokens, PDB_CUDA_V4_PASS_FALLBACK);
+        bound /= 2;
+        s = begin_inner(e, max_tokens, bound);
     }
     if (s) seq_free(e);
     return s;
@@ -811,11 +818,16 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
     const double eps = e->cfg.rms_norm_eps;
     float *xa = e->xa + F * NA; /* row t: position p0 + t; rows -F.. hold the history */
     if (D->rate) PDB_CU(cudaMemcpyAsync(e->xa, D->hist, sizeof(float) * (size_t)(F * NA), cudaMemcpyDeviceToDevice, e->s));
-    PDB_TRY(linear(e, e->x, H, n, H, D->wa, NA, xa, NA));
+    if (e->dt == PDB_CUDA_DT_BF16) /* x's bf16 copy from the pre-site */
+        PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, NA, H, 1.0f, e->x16, H, 0, D->wa, H, 0, 0.0f, xa, NA, 0, 1));
+    else PDB_TRY(linear(e, e->x, H, n, H, D->wa, NA, xa, NA));
     /* queries: q_norm, q_b (+ the indexer's), per-head unweighted norm, RoPE */
     PDB_TRY(pdb_cuda_rmsnorm_warp(e->s, xa, NA, D->q_norm, e->qn, e->qlr, n, e->qlr, eps));
     PDB_TRY(linear(e, e->qn, e->qlr, n, e->qlr, D->wb, D->NB, e->qb, D->NB));
-    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
+    if (e->attn_tc16) /* q as the attention kernel's bf16 operand (the bits it rounded f32 q to) */
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope_bf16(e->s, e->qb, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
+    else
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
     PDB_TRY(mark(e, ST_QKV));
     /* K=V rows behind the window's tail */
     int64_t lo = p0 - (W - 1) > 0 ? p0 - (W - 1) : 0;
@@ -841,28 +853,35 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
     float scale = (float)(1.0 / sqrt((double)hd));
     int csa = D->kind == PDB_V4_ATTN_CSA;
     int64_t hrate = D->kind == PDB_V4_ATTN_HCA ? D->rate : 0;
+    const void *A = e->o; /* wo_a's operand: o with its rope dims rotated back, in the engine's type */
     if (e->attn_tc16) { /* bf16 mirrors of this pass's key rows and of the entries it completed */
         const int64_t kr = (W - 1) + n, w0 = D->rate ? p0 / D->rate : 0, w1 = D->rate ? (p0 + n) / D->rate : 0;
         PDB_TRY(pdb_cuda_convert(e->s, e->keys, kr * hd, PDB_CUDA_DT_BF16, e->keys16));
         if (w1 > w0)
             PDB_TRY(pdb_cuda_convert(e->s, D->comp + w0 * hd, (w1 - w0) * hd, PDB_CUDA_DT_BF16, (char *)D->comp16 + 2 * w0 * hd));
         const void *k16 = (const char *)e->keys16 + 2 * ((W - 1) - (p0 - lo)) * hd;
+        /* (a bf16 engine's path) O rotated back and rounded in the kernel's store, straight into the
+         * staging buffer: the bits heads_norm_rope then pdb_cuda_convert gave */
+        if (n * nh * hd > e->cvt_n) return pdb_err_set(PDB_INVALID, "v4 engine: staging of %lld values", (long long)(n * nh * hd));
+        const pdb_cuda_v4_attn_out out = {e->cvt, 1, cs, rd};
         PDB_TRY(pdb_cuda_v4_attention_tc16(e->s, e->q, k16, lo, D->comp16, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
-                                           hrate, n, nh, hd, p0, W, D->sink, scale, e->o));
+                                           hrate, n, nh, hd, p0, W, D->sink, scale, &out));
+        A = out.o;
     } else if (e->attn_tc)
         PDB_TRY(pdb_cuda_v4_attention_tc(e->s, e->q, keys, lo, D->comp, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
                                          hrate, n, nh, hd, p0, W, D->sink, scale, e->o));
     else
         PDB_TRY(pdb_cuda_v4_attention(e->s, e->q, keys, lo, D->comp, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
                                       hrate, n, nh, hd, p0, W, D->sink, scale, e->o));
-    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->o, nh * hd, e->o, nh * hd, n, nh, hd, rd, 0, NULL, cs, p0, -1, eps));
+    if (!e->attn_tc16) {
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->o, nh * hd, e->o, nh * hd, n, nh, hd, rd, 0, NULL, cs, p0, -1, eps));
+        if (e->dt != PDB_CUDA_DT_F32) PDB_TRY(as_dt(e, e->o, n * nh * hd, &A));
+    }
     PDB_TRY(mark(e, ST_ATTN));
     /* the state the next pass reads: the last W-1 K=V rows and the last F positions' products */
     if (W > 1) PDB_CU(cudaMemcpyAsync(D->tail, e->keys + n * hd, sizeof(float) * (size_t)((W - 1) * hd), cudaMemcpyDeviceToDevice, e->s));
     if (D->rate) PDB_CU(cudaMemcpyAsync(D->hist, e->xa + n * NA, sizeof(float) * (size_t)(F * NA), cudaMemcpyDeviceToDevice, e->s));
     /* grouped low-rank output: group g's heads -> olr, then all groups -> H */
-    const void *A = e->o;
-    if (e->dt != PDB_CUDA_DT_F32) PDB_TRY(as_dt(e, e->o, n * nh * hd, &A));
     PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, e->olr, e->gin, 1.0f, A, nh * hd, e->gin, D->wo_a, e->gin, e->olr * e->gin,
                           0.0f, e->a, e->G * e->olr, e->olr, e->G));
     PDB_TRY(linear(e, e->a, e->G * e->olr, n, e->G * e->olr, D->wo_b, H, e->out, H));
@@ -927,17 +946,21 @@ static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
 static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     const int64_t H = e->H, I = e->I, E = e->E, Kx = e->Kx;
     const float limit = (float)e->cfg.swiglu_limit;
-    PDB_TRY(pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, E, H, 1.0f, e->x, H, 0, D->gate, H, 0, 0.0f, e->lg, E, 0, 1));
+    const int64_t tile = e->blas.tile_rows;
+    if (tile > 0) e->blas.tile_rows = ROUTER_ROWS;
+    pdb_status rs = pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, E, H, 1.0f, e->x, H, 0, D->gate, H, 0, 0.0f, e->lg, E, 0, 1);
+    e->blas.tile_rows = tile;
+    PDB_TRY(rs);
     PDB_TRY(pdb_cuda_v4_route(e->s, e->lg, e->ids, D->hash ? D->tid2eid : NULL, D->hash ? NULL : D->gate_bias, n, (int)E,
                               (int)Kx, (int)e->cfg.scoring_func, (float)e->cfg.routed_scaling_factor, e->idx, e->wt));
     PDB_TRY(pdb_cuda_moe_layout(e->s, e->idx, n, Kx, E, e->lay, e->row_src, e->slot_row, e->tile_e));
     PDB_TRY(mark(e, ST_ROUTER));
     const int64_t nt = pdb_cuda_moe_max_tiles(n * Kx, E), R = nt * PDB_CUDA_MOE_TILE, T = PDB_CUDA_MOE_TILE;
     if (e->dt == PDB_CUDA_DT_BF16 && !e->moe_kernel) {
-        PDB_TRY(pdb_cuda_moe_gather_bf16(e->s, e->x, e->row_src, R, H, e->xe));
+        PDB_TRY(pdb_cuda_moe_gather_rows16(e->s, e->x16, e->row_src, R, H, e->xe));
         PDB_TRY(experts_cublas(e, D, nt));
     } else if (e->dt == PDB_CUDA_DT_BF16) {
-        PDB_TRY(pdb_cuda_moe_gather_bf16(e->s, e->x, e->row_src, R, H, e->xe));
+        PDB_TRY(pdb_cuda_moe_gather_rows16(e->s, e->x16, e->row_src, R, H, e->xe));
         PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w1, e->g, e->tile_e, nt, I, H));
         PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w3, e->u, e->tile_e, nt, I, H));
         PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, R * I, limit, e->dt, e->xe)); /* xe's rows are consumed: reused */
@@ -967,8 +990,8 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     PDB_TRY(mark(e, ST_EXPERTS));
     const float *sh = NULL;
     if (e->cfg.n_shared_experts) {
-        const void *A; /* x as the operand once for both products */
-        PDB_TRY(as_dt(e, e->x, n * H, &A));
+        const void *A = e->x16; /* x as the operand once for both products: its bf16 copy, or itself */
+        if (e->dt == PDB_CUDA_DT_F32) PDB_TRY(as_dt(e, e->x, n * H, &A));
         PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, I, H, 1.0f, A, H, 0, D->sw1, H, 0, 0.0f, e->gs, I, 0, 1));
         PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, I, H, 1.0f, A, H, 0, D->sw3, H, 0, 0.0f, e->us, I, 0, 1));
         void *act = e->dt == PDB_CUDA_DT_BF16 ? e->cvt : (void *)e->gs; /* the SwiGLU in the operand type */
@@ -981,17 +1004,23 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     return mark(e, ST_SHARED);
 }
 
-/* A hyper-connection pre-site over the pass: the mixing products as one f32 GEMM (rawmix = hs .
- * fn^T: N = (2+hc)*hc is small and K = hc*H long, so it runs in M-invariant tiles of HC_MIX_ROWS,
- * fewer and larger than the other products' tiles), then the per-token rest. */
+/* A hyper-connection pre-site over the pass: the mixing products (rawmix = hs . fn^T, N = (2+hc)*hc
+ * small and K = hc*H long) on pdb_cuda_v4_hc_mix where it fits (a pass over hs at the copy bandwidth,
+ * M-invariant by construction), else one f32 cuBLAS GEMM in M-invariant tiles of HC_MIX_ROWS; then
+ * the per-token rest, which writes x and (bf16 engine) its bf16 copy x16. */
 static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const float *fn, const float *base, const float *scale,
                          const float *norm) {
     const int64_t nm = (2 + e->hc) * e->hc, N = e->hc * e->H, tile = e->blas.tile_rows;
-    if (tile > 0) e->blas.tile_rows = HC_MIX_ROWS;
-    pdb_status s = pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, nm, N, 1.0f, e->hs, N, 0, fn, N, 0, 0.0f, e->rawmix, nm, 0, 1);
-    e->blas.tile_rows = tile;
-    PDB_TRY(s);
-    return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x, e->post, e->comb);
+    if (pdb_cuda_v4_hc_mix_fits(e->hc, N))
+        PDB_TRY(pdb_cuda_v4_hc_mix(e->s, e->hc, e->hs, n, N, fn, e->rawmix));
+    else {
+        if (tile > 0) e->blas.tile_rows = HC_MIX_ROWS;
+        pdb_status s = pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, nm, N, 1.0f, e->hs, N, 0, fn, N, 0, 0.0f, e->rawmix, nm, 0, 1);
+        e->blas.tile_rows = tile;
+        PDB_TRY(s);
+    }
+    return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x,
+                                    e->dt == PDB_CUDA_DT_BF16 ? e->x16 : NULL, e->post, e->comb);
 }
 
 /* The host side of the hook: a thread that hands layer l's copy to the hook once the pass has

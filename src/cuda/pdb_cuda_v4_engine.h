@@ -23,15 +23,16 @@ extern "C" {
 /* The products' M-invariant tile by default: the prefill server's pass (one block, 512 tokens by default)
  * in one call per product (256-row tiles: 0.92x at 8K, H100, bench/results/issue21_session15.md). */
 enum { PDB_CUDA_V4_GEMM_ROWS_DEFAULT = 512 };
-/* The pass by default: 16384 tokens (each expert's weights serve twice the rows of an 8192-token pass:
- * the routed experts 1.40x, the pass 1.13x at 32K, V4-Flash shape, H100, issue21_session16), or 8192
- * where the larger pass's scratch does not fit beside the weights. Results do not depend on it. */
-enum { PDB_CUDA_V4_PASS_DEFAULT = 16384, PDB_CUDA_V4_PASS_FALLBACK = 8192 };
+/* The pass by default: 32768 tokens (each expert's weights serve more rows per 128-row tile and fewer
+ * tiles are half empty: 16384 over 8192 gave the routed experts 1.40x on the H100, issue21_session16;
+ * 32768 over 16384 the pass 1.03x at 32K and 128K on the H200, issue21_session18), halved down to 8192
+ * while the larger pass's scratch does not fit beside the weights. Results do not depend on it. */
+enum { PDB_CUDA_V4_PASS_DEFAULT = 32768, PDB_CUDA_V4_PASS_FALLBACK = 8192 };
 
 typedef struct pdb_cuda_v4_engine_opts {
     pdb_cuda_prec prec;  /* BF16 (default) or F32; EXACT is refused (the exact path is pdb_cuda_v4's provider) */
     int64_t sub_chunk;   /* largest pass in tokens (scratch bound); 0 = PDB_CUDA_V4_PASS_DEFAULT where the sequence's
-                            scratch fits the device's memory, else PDB_CUDA_V4_PASS_FALLBACK */
+                            scratch fits the device's memory, else its halves down to PDB_CUDA_V4_PASS_FALLBACK */
     int64_t gemm_rows;   /* M-invariant GEMM tile rows; 0 = PDB_CUDA_V4_GEMM_ROWS_DEFAULT, -1 = one call per product */
     int gemm_tiles_sequential; /* 1: every full tile its own cuBLAS call (session 15's form), for comparison; 0: the
                                   full tiles of a product batched into one call where that form was checked on this
@@ -71,8 +72,8 @@ pdb_status pdb_cuda_v4_engine_set_hook(pdb_cuda_v4_engine *e, const pdb_v4_model
 pdb_status pdb_cuda_v4_engine_hook_products(pdb_cuda_v4_engine *e, int64_t l, const float *x, int64_t n,
                                             pdb_v4_feed_rows *out);
 /* A new sequence of at most max_tokens positions (the previous one, if any, is dropped). With the
- * default pass bound, a scratch that does not fit at PDB_CUDA_V4_PASS_DEFAULT is retried at
- * PDB_CUDA_V4_PASS_FALLBACK before failing. */
+ * default pass bound, a scratch that does not fit at PDB_CUDA_V4_PASS_DEFAULT is retried at half the
+ * pass, down to PDB_CUDA_V4_PASS_FALLBACK, before failing. */
 pdb_status pdb_cuda_v4_engine_begin(pdb_cuda_v4_engine *e, int64_t max_tokens);
 /* n tokens at the sequence's next positions (passes of at most sub_chunk tokens). hook (NULL: none)
  * receives, for every pass and layer in order, that layer's attention input [T, H] (or with

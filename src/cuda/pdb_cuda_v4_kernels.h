@@ -19,6 +19,14 @@
 
 #include "pdb_cuda_util.h"
 
+/* The rotation of one pair (pdb_rope.c rope_rotate): a' = a c - b s, b' = a s + b c (shared by
+ * heads_norm_rope and the attention kernel's fused inverse rotation: the same bits). */
+static __device__ __forceinline__ void rot_pair(float *v, float c, float s) {
+    float a = v[0], b = v[1];
+    v[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    v[1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+}
+
 /* C [M, N] (row stride ldc) = A [M, K] (row stride lda) . W [N, K]^T in f32, every element in
  * pdb_qmat's order (lane j of 32 takes k = j mod 32 by fused multiply-adds in k order from 0, the
  * lanes folded 32->16->...->1 as lane i + lane i + half): bit-identical to pdb_v4_mm_ref and the CPU
@@ -59,10 +67,17 @@ pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const flo
                               float *comb);
 /* The same site given rawmix [n, (2+hc)*hc] = hs_t . fn[j] (unnormalised: the engine's f32 GEMM over the
  * pass), mixes[j] = r_t * rawmix[t, j] with r_t the unweighted norm's factor, the rest as hc_pre: its
- * values to f32 rounding, not its bits. */
+ * values to f32 rounding, not its bits. x16 (NULL: none): x's bf16 copy (__nv_bfloat16 [n, H], each value
+ * rounded to nearest even: pdb_cuda_convert's bits of x), the bf16 engine's operand. */
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n,
                                     const float *rawmix, const float *base, const float *scale, const float *norm,
-                                    float *x, float *post, float *comb);
+                                    float *x, void *x16, float *post, float *comb);
+/* rawmix [n, (2+hc)*hc] = hs [n, N] . fn [(2+hc)*hc, N]^T (N = hc*H) in f32, for hc 2 or 4 and N a multiple of 64
+ * (pdb_cuda_v4_hc_mix_fits; hs and fn 16-byte aligned, else PDB_UNSUPPORTED): each value sums its k in order
+ * within chunks of 64 (fused multiply-adds from 0), the chunks' sums in order, so a token's values depend on its
+ * row alone (M-invariant), not on cuBLAS's choice of kernel for the pass's shape. */
+int pdb_cuda_v4_hc_mix_fits(int64_t hc, int64_t N);
+pdb_status pdb_cuda_v4_hc_mix(cudaStream_t s, int64_t hc, const float *hs, int64_t n, int64_t N, const float *fn, float *rawmix);
 /* The post-site: hs[t, k, d] = post[t, k] * out[t, d] + sum_j comb[t, j, k] * hs_old[t, j, d] (double, j in
  * order), in place (each column reads only its own old values). */
 pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const float *out, const float *post,
@@ -81,6 +96,11 @@ pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const fl
 pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n,
                                        int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
                                        int64_t pos0, int sign, double eps);
+/* The same rows written as bf16 (dst __nv_bfloat16, ldd in elements): each value the f32 result
+ * rounded to nearest even, so dst holds pdb_cuda_convert's bits of the f32 form's output. */
+pdb_status pdb_cuda_v4_heads_norm_rope_bf16(cudaStream_t s, const float *src, int64_t ld, void *dst, int64_t ldd, int64_t n,
+                                            int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
+                                            int64_t pos0, int sign, double eps);
 
 /* A compressor's entries w = w0 .. w1-1 (pdb_v4.c compress_tokens): the rows of position p are kv
  * [(p - e0) * ld ..] and gate [(p - e0) * ld ..] (the raw projections, D = coff * dim values;
@@ -148,7 +168,8 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
                                     int64_t nh, int64_t hd, int64_t pos0, int64_t W, const float *sinks, float scale,
                                     float *o);
 /* attention_tc16: attention_tc's math (Q and P rounded to bf16, f32 accumulation, online softmax
- * over key tiles of 64, window then compressed) on bf16 copies of the key rows: keys_bf16 and
+ * over key tiles of 64, window then compressed) on bf16 q rows (q_bf16 [n, nh, hd]: attention_tc's
+ * q rounded to nearest even, as attention_tc rounds it) and bf16 copies of the key rows: keys_bf16 and
  * comp_bf16 are laid out exactly as keys and comp (__nv_bfloat16 [., hd], row r at r * hd; the
  * engine's mirrors, each value the f32 row's value rounded to nearest even, so the products equal
  * attention_tc's), 16-byte aligned (hd % 16 == 0 keeps every row 16-byte aligned); q 16-byte and o
@@ -158,10 +179,20 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
  * equally close to the reference; per (token, head) a fixed order, chunked = one shot bit for bit. PDB_UNSUPPORTED unless pdb_cuda_v4_attention_tc16_fits(hd)
  * (hd % 16 == 0, hd <= 512, shared memory 384 (hd + 8) + 28672 bytes: 228352 at hd 512). */
 int pdb_cuda_v4_attention_tc16_fits(int64_t hd);
-pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const float *q, const void *keys_bf16, int64_t lo,
+/* Where attention_tc16 writes O: o [n, nh, hd] f32, or (bf16) __nv_bfloat16 rounded to nearest even;
+ * cs != NULL: each head's trailing rd dims rotated back by cs row pos0 + t first (heads_norm_rope's
+ * mode 0, sign -1, with the same products), so that the bf16 form holds pdb_cuda_convert's bits of
+ * what attention then heads_norm_rope(sign -1) would give (the engine's operand of wo_a). */
+typedef struct pdb_cuda_v4_attn_out {
+    void *o;
+    int bf16;
+    const float *cs;
+    int64_t rd;
+} pdb_cuda_v4_attn_out;
+pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const void *keys_bf16, int64_t lo,
                                       const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K,
                                       int64_t rate, int64_t n, int64_t nh, int64_t hd, int64_t pos0, int64_t W,
-                                      const float *sinks, float scale, float *o);
+                                      const float *sinks, float scale, const pdb_cuda_v4_attn_out *out);
 
 /* Routing of n tokens (pdb_v4_route): logits [n, E] (the router product) -> scores in place
  * (scoring: pdb_v4_score: sqrt(softplus) (softplus(l) = l for l > 20, else log1p(exp(l))),

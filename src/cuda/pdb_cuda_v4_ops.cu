@@ -12,6 +12,8 @@
 #include <cuda_bf16.h>
 #include <math.h>
 
+#include "pdb_cuda_kernels.h"
+#include "pdb_cuda_mma.h"
 #include "pdb_cuda_v4_kernels.h"
 
 namespace {
@@ -38,13 +40,6 @@ template <int NT> __device__ __forceinline__ double block_sum_d(double v, double
 #pragma unroll
     for (int i = 0; i < NT / 32; i++) s += red[i];
     return s;
-}
-
-/* The rotation of one pair (pdb_rope.c rope_rotate): a' = a c - b s, b' = a s + b c. */
-__device__ __forceinline__ void rot_pair(float *v, float c, float s) {
-    float a = v[0], b = v[1];
-    v[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    v[1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
 }
 
 /* ======================================== embedding ======================================== */
@@ -253,7 +248,8 @@ __global__ void __launch_bounds__(HC_NT, MIXED ? 3 : 1)
 template <int QH>
 __global__ void __launch_bounds__(HC_NT, 2)
     k_hc_pre4(int64_t H, float hc_eps, double eps, const float *__restrict__ hs, const float *__restrict__ rawmix,
-              const float *base, const float *scale, const float *norm, float *__restrict__ x, float *post, float *comb) {
+              const float *base, const float *scale, const float *norm, float *__restrict__ x, __nv_bfloat16 *__restrict__ x16,
+              float *post, float *comb) {
     constexpr int HC = 4, NM = (2 + HC) * HC, QN = HC * QH;
     __shared__ double red[HC_NT / 32];
     __shared__ float mix[NM], pre[HC];
@@ -291,7 +287,89 @@ __global__ void __launch_bounds__(HC_NT, 2)
     const float r2 = (float)(1.0 / sqrt(s2 / (double)H + eps));
     float *xo = x + b * H;
 #pragma unroll
-    for (int q = 0; q < QH; q++) xo[tid + q * HC_NT] = __fmul_rn(norm[tid + q * HC_NT], __fmul_rn(xr[q], r2));
+    for (int q = 0; q < QH; q++) {
+        const float y = __fmul_rn(norm[tid + q * HC_NT], __fmul_rn(xr[q], r2));
+        xo[tid + q * HC_NT] = y;
+        if (x16) x16[b * H + tid + q * HC_NT] = __float2bfloat16_rn(y);
+    }
+}
+
+/* The pre-sites' mixing products rawmix [n, NM] = hs [n, N] . fn [NM, N]^T in f32 (NM = 8 JU: hc 2 or 4),
+ * a block per MX_BM tokens streaming K in chunks of MX_BK through a 3-stage cp.async pipeline.
+ * Thread (ti, tj) (tj = lane % 8, ti = 4 warp + lane / 8) owns tokens 2 ti, 2 ti + 1 and mixes
+ * tj + 8 m: per chunk each of its sums starts at 0 and adds its k in order by fused multiply-adds,
+ * then joins the running total in chunk order. Every value therefore depends on its token's row
+ * alone, in an order fixed by k (M-invariant: chunked = one shot); smem rows padded by 4 floats so
+ * the float4 reads of a warp's 4 tokens and 8 mixes fall in distinct banks. */
+constexpr int MX_BM = 64, MX_BK = 64, MX_LD = MX_BK + 4, MX_ST = 3, MX_NT = 256;
+
+template <int JU>
+__global__ void __launch_bounds__(MX_NT, 2)
+    k_hc_mix(int64_t n, int64_t N, const float *__restrict__ hs, const float *__restrict__ fn, float *__restrict__ out) {
+    constexpr int NM = 8 * JU, STAGE = (MX_BM + NM) * MX_LD, C4 = MX_BK / 4;
+    extern __shared__ float4 smx[];
+    float *S = (float *)smx;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, tj = lane & 7, ti = warp * 4 + (lane >> 3);
+    const int64_t t0 = (int64_t)blockIdx.x * MX_BM, nchunk = N / MX_BK;
+    auto issue = [&](int64_t c) {
+        float *hsS = S + (c % MX_ST) * STAGE, *fnS = hsS + MX_BM * MX_LD;
+        const int64_t k0 = c * MX_BK;
+        for (int i = tid; i < MX_BM * C4; i += MX_NT) {
+            const int r = i / C4, q = i % C4;
+            const bool ok = t0 + r < n;
+            cp16(hsS + r * MX_LD + 4 * q, ok ? hs + (t0 + r) * N + k0 + 4 * q : hs, ok);
+        }
+        for (int i = tid; i < NM * C4; i += MX_NT) {
+            const int r = i / C4, q = i % C4;
+            cp16(fnS + r * MX_LD + 4 * q, fn + r * N + k0 + 4 * q, true);
+        }
+    };
+    float tot[2][JU];
+#pragma unroll
+    for (int m = 0; m < JU; m++) tot[0][m] = tot[1][m] = 0.0f;
+    issue(0);
+    cp_commit();
+    if (nchunk > 1) issue(1);
+    cp_commit();
+    for (int64_t c = 0; c < nchunk; c++) {
+        cp_wait<1>();
+        __syncthreads(); /* chunk c landed; every thread is done with chunk c - 1's stage, which c + 2 reuses */
+        if (c + 2 < nchunk) issue(c + 2);
+        cp_commit();
+        const float *hsS = S + (c % MX_ST) * STAGE, *fnS = hsS + MX_BM * MX_LD;
+        const float *a0p = hsS + (2 * ti) * MX_LD, *a1p = a0p + MX_LD;
+        float acc[2][JU];
+#pragma unroll
+        for (int m = 0; m < JU; m++) acc[0][m] = acc[1][m] = 0.0f;
+#pragma unroll 4
+        for (int k = 0; k < MX_BK; k += 4) {
+            const float4 a0 = *(const float4 *)(a0p + k), a1 = *(const float4 *)(a1p + k);
+#pragma unroll
+            for (int m = 0; m < JU; m++) {
+                const float4 b = *(const float4 *)(fnS + (tj + 8 * m) * MX_LD + k);
+                acc[0][m] = fmaf(a0.x, b.x, acc[0][m]);
+                acc[0][m] = fmaf(a0.y, b.y, acc[0][m]);
+                acc[0][m] = fmaf(a0.z, b.z, acc[0][m]);
+                acc[0][m] = fmaf(a0.w, b.w, acc[0][m]);
+                acc[1][m] = fmaf(a1.x, b.x, acc[1][m]);
+                acc[1][m] = fmaf(a1.y, b.y, acc[1][m]);
+                acc[1][m] = fmaf(a1.z, b.z, acc[1][m]);
+                acc[1][m] = fmaf(a1.w, b.w, acc[1][m]);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < JU; m++) {
+            tot[0][m] = __fadd_rn(tot[0][m], acc[0][m]);
+            tot[1][m] = __fadd_rn(tot[1][m], acc[1][m]);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int64_t t = t0 + 2 * ti + u;
+        if (t < n)
+#pragma unroll
+            for (int m = 0; m < JU; m++) out[t * NM + tj + 8 * m] = tot[u][m];
+    }
 }
 
 /* comb[t] (4 x 4, pre-softmax values from k_hc_pre4) -> the row softmax + hc_eps, then the Sinkhorn. */
@@ -371,11 +449,16 @@ static pdb_status hc_check(const pdb_cuda_v4_hc *c, const char *who) {
 constexpr int HN_WARPS = 4;
 constexpr int HN_MAXD = 1024;
 
+static __device__ __forceinline__ void st_val(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void st_val(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
 /* A warp per (token, head): v into the warp's shared row, its norm, then the rotation of its
- * trailing rd dims, written to dst. Reads of v finish (into shared) before any write, so dst ==
- * src is safe. */
+ * trailing rd dims, written to dst (OT float, or __nv_bfloat16: each value rounded to nearest even,
+ * the bits pdb_cuda_convert gives the f32 row). Reads of v finish (into shared) before any write,
+ * so dst == src is safe. */
+template <typename OT>
 __global__ void __launch_bounds__(HN_WARPS * 32)
-    k_heads_norm_rope(const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n, int64_t nh, int hd, int rd,
+    k_heads_norm_rope(const float *src, int64_t ld, OT *dst, int64_t ldd, int64_t n, int64_t nh, int hd, int rd,
                       int mode, const float *w, const float *cs, int64_t pos0, int sign, double eps) {
     __shared__ float buf[HN_WARPS][HN_MAXD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -383,7 +466,8 @@ __global__ void __launch_bounds__(HN_WARPS * 32)
     if (task >= n * nh) return;
     const int64_t t = task / nh, hh = task % nh;
     const float *v = src + t * ld + hh * hd;
-    float *o = dst + t * ldd + hh * hd, *b = buf[warp];
+    OT *o = dst + t * ldd + hh * hd;
+    float *b = buf[warp];
     double ss = 0;
     for (int i = lane; i < hd; i += 32) {
         b[i] = v[i];
@@ -402,7 +486,7 @@ __global__ void __launch_bounds__(HN_WARPS * 32)
         rot_pair(b + hd - rd + 2 * i, c[2 * i], sn);
     }
     __syncwarp();
-    for (int i = lane; i < hd; i += 32) o[i] = b[i];
+    for (int i = lane; i < hd; i += 32) st_val(o + i, b[i]);
 }
 
 /* ======================================== compressor ======================================== */
@@ -715,21 +799,45 @@ pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const flo
     return PDB_OK;
 }
 
+int pdb_cuda_v4_hc_mix_fits(int64_t hc, int64_t N) { return (hc == 2 || hc == 4) && N > 0 && N % MX_BK == 0; }
+
+pdb_status pdb_cuda_v4_hc_mix(cudaStream_t s, int64_t hc, const float *hs, int64_t n, int64_t N, const float *fn, float *rawmix) {
+    if (!pdb_cuda_v4_hc_mix_fits(hc, N) || ((uintptr_t)hs | (uintptr_t)fn) % 16)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 hc_mix: hc %lld (2 or 4), N %lld (a multiple of %d), hs and fn 16-byte aligned",
+                           (long long)hc, (long long)N, MX_BK);
+    if (n <= 0) return PDB_OK;
+    const unsigned grid = (unsigned)((n + MX_BM - 1) / MX_BM);
+    if (hc == 4) {
+        const size_t smem = sizeof(float) * (size_t)(MX_ST * (MX_BM + 24) * MX_LD);
+        PDB_CU(cudaFuncSetAttribute(k_hc_mix<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        k_hc_mix<3><<<grid, MX_NT, smem, s>>>(n, N, hs, fn, rawmix);
+    } else {
+        const size_t smem = sizeof(float) * (size_t)(MX_ST * (MX_BM + 8) * MX_LD);
+        PDB_CU(cudaFuncSetAttribute(k_hc_mix<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        k_hc_mix<1><<<grid, MX_NT, smem, s>>>(n, N, hs, fn, rawmix);
+    }
+    PDB_CU_LAUNCH("v4 hc_mix");
+    return PDB_OK;
+}
+
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *rawmix,
-                                    const float *base, const float *scale, const float *norm, float *x, float *post,
+                                    const float *base, const float *scale, const float *norm, float *x, void *x16, float *post,
                                     float *comb) {
     PDB_TRY(hc_check(c, "v4 hc_pre"));
     if (n <= 0) return PDB_OK;
     const int hc = (int)c->hc;
     if (hc == 4 && c->H == 8 * HC_NT) { /* V4-Flash's shape */
-        k_hc_pre4<8><<<(unsigned)n, HC_NT, 0, s>>>(c->H, c->hc_eps, c->eps, hs, rawmix, base, scale, norm, x, post, comb);
+        k_hc_pre4<8><<<(unsigned)n, HC_NT, 0, s>>>(c->H, c->hc_eps, c->eps, hs, rawmix, base, scale, norm, x,
+                                                   (__nv_bfloat16 *)x16, post, comb);
         PDB_CU_LAUNCH("v4 hc_pre (mixed, hc 4)");
         k_hc_comb4<<<grid1(n, 128), 128, 0, s>>>(n, c->iters, c->hc_eps, comb);
-    } else
-        k_hc_site<true><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc,
-                                                       base, scale, norm, x, post, comb, 0);
+        PDB_CU_LAUNCH("v4 hc_pre (mixed, comb)");
+        return PDB_OK;
+    }
+    k_hc_site<true><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc, base,
+                                                   scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre (mixed)");
-    return PDB_OK;
+    return x16 ? pdb_cuda_convert(s, x, n * c->H, PDB_CUDA_DT_BF16, x16) : PDB_OK;
 }
 
 pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const float *out, const float *post,
@@ -754,17 +862,30 @@ pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const fl
     return PDB_OK;
 }
 
-pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n,
-                                       int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
-                                       int64_t pos0, int sign, double eps) {
+template <typename OT>
+static pdb_status heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, OT *dst, int64_t ldd, int64_t n, int64_t nh,
+                                  int64_t hd, int64_t rd, int mode, const float *w, const float *cs, int64_t pos0, int sign,
+                                  double eps) {
     if (hd < 1 || hd > HN_MAXD || rd < 0 || rd > hd || rd % 2 || mode < 0 || mode > 2 || (mode == 2 && !w))
         return pdb_err_set(PDB_UNSUPPORTED, "v4 heads_norm_rope: hd %lld (1 .. %d), rd %lld (even, <= hd), mode %d (0 .. 2, "
                            "2 needs w)", (long long)hd, HN_MAXD, (long long)rd, mode);
     if (n <= 0 || nh <= 0) return PDB_OK;
-    k_heads_norm_rope<<<grid1(n * nh, HN_WARPS), HN_WARPS * 32, 0, s>>>(src, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode,
-                                                                        w, cs, pos0, sign, eps);
+    k_heads_norm_rope<OT><<<grid1(n * nh, HN_WARPS), HN_WARPS * 32, 0, s>>>(src, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode,
+                                                                            w, cs, pos0, sign, eps);
     PDB_CU_LAUNCH("v4 heads_norm_rope");
     return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n,
+                                       int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
+                                       int64_t pos0, int sign, double eps) {
+    return heads_norm_rope(s, src, ld, dst, ldd, n, nh, hd, rd, mode, w, cs, pos0, sign, eps);
+}
+
+pdb_status pdb_cuda_v4_heads_norm_rope_bf16(cudaStream_t s, const float *src, int64_t ld, void *dst, int64_t ldd, int64_t n,
+                                            int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
+                                            int64_t pos0, int sign, double eps) {
+    return heads_norm_rope(s, src, ld, (__nv_bfloat16 *)dst, ldd, n, nh, hd, rd, mode, w, cs, pos0, sign, eps);
 }
 
 pdb_status pdb_cuda_v4_compress(cudaStream_t s, const float *kv, const float *gate, int64_t ld, int64_t e0,

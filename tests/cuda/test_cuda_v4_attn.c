@@ -8,7 +8,9 @@
  * hd 512, W 128, K 512, T 256, pos0 4096: 10 tiles). Asserted: max |o_gpu - o_ref| / max |o_ref|
  * <= 1e-5 (f32) and <= 1e-2 (both bf16 tensor-core paths; the host emulation, tests/cuda/emu,
  * gives <= 1e-6 and <= 3.6e-3 on its shapes, tc16's error = tc's to 4 digits); a chunked run (two launches
- * at p0 and p0 + T1) bit-identical to the one-shot run for every kernel. Prints
+ * at p0 and p0 + T1) bit-identical to the one-shot run for every kernel; tc16's fused store (O's
+ * rope dims rotated back, then f32 or bf16: the engine's wo_a operand) bit-identical to f32 O, then
+ * heads_norm_rope (sign -1), then pdb_cuda_convert, on three shapes. Prints
  * "v4attn-metric ..." lines (errors, the V4-Flash case's GPU ms and TFLOP/s = 4 nh hd keys T / s
  * for tc and tc16, and their ratio).
  * Without a GPU (pdb_cuda_device_count() == 0) each GPU test prints "skipped: no GPU" and passes;
@@ -243,6 +245,39 @@ static void test_hca(void **state) {
     case_free(&c);
 }
 
+/* tc16's fused store (inverse RoPE then f32 or bf16) = f32 O, heads_norm_rope (sign -1), convert: bit for bit. */
+static void test_rope_out(void **state) {
+    (void)state;
+    if (!have_gpu()) return;
+    struct { int kind; int64_t nh, hd, W, K, rate, lo, p0, T, rd; } cases[] = {
+        {KIND_SLIDING, 16, 128, 8, 0, 0, 13, 20, 41, 64},
+        {KIND_CSA, 80, 512, 70, 150, 0, 5, 200, 24, 64},
+        {KIND_HCA, 16, 80, 8, 0, 4, 3, 300, 40, 16},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        v4case c;
+        case_make(&c, cases[k].kind, cases[k].nh, cases[k].hd, cases[k].W, cases[k].K, cases[k].rate, cases[k].lo, cases[k].p0,
+                  cases[k].T, 51 + (uint64_t)k, 0);
+        const int64_t rd = cases[k].rd, P = c.d.p0 + c.d.T;
+        float *cs = malloc(sizeof(float) * (size_t)(P * rd));
+        assert_true(cs != NULL);
+        for (int64_t p = 0; p < P; p++)
+            for (int64_t i = 0; i < rd / 2; i++) {
+                double a = (double)p * pow(10000.0, -2.0 * (double)i / (double)rd);
+                cs[p * rd + 2 * i] = (float)cos(a);
+                cs[p * rd + 2 * i + 1] = (float)sin(a);
+            }
+        int64_t d16 = -1, d32 = -1;
+        PDB_TEST_OK(pdb_cuda_v4_attn_probe_rope_out(&c.d, cs, rd, &d16, &d32));
+        printf("v4attn-metric rope-out case %zu: differing bf16 %lld f32 %lld of %lld\n", k, (long long)d16, (long long)d32,
+               (long long)(c.d.T * c.d.nh * c.d.hd));
+        assert_int_equal(d16, 0);
+        assert_int_equal(d32, 0);
+        free(cs);
+        case_free(&c);
+    }
+}
+
 static void test_v4_flash_size(void **state) {
     (void)state;
     if (!have_gpu()) return;
@@ -265,6 +300,7 @@ int main(void) {
         cmocka_unit_test(test_sliding),
         cmocka_unit_test(test_csa),
         cmocka_unit_test(test_hca),
+        cmocka_unit_test(test_rope_out),
         cmocka_unit_test(test_v4_flash_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,8 @@
  * through the host-array probes of pdb_cuda_v4_probe.h) against plain C references written here
  * from pdb_cuda_v4_kernels.h's spec (routing: the CPU's own pdb_v4_route), on seeded random
  * inputs of small and V4-Flash-like sizes: embed_hc (bf16 / f32), hc_pre (hc 2 / 4, H 64 / 4096,
- * Sinkhorn 1 / 20 iterations), hc_post, hc_head, heads_norm_rope (every mode, both signs, padded
+ * Sinkhorn 1 / 20 iterations; and the engine's form, hc_mix then hc_pre_mixed, over 1 to 3 blocks of 64
+ * tokens, its bf16 copy of x exactly x rounded), hc_post, hc_head, heads_norm_rope (every mode, both signs, padded
  * rows; nh 64, hd 512, rd 64), compress (CSA r 4 coff 2, HCA r 128 coff 1, dims 32 / 128 / 512),
  * index_reduce (untouched rows included), topk (ties at the threshold, nv <= K rows, nv 3000 / K
  * 512, one row of 262144 keys), route (each scoring, bias, hash) and swiglu (clipped or not, f32 /
@@ -224,6 +225,38 @@ static void run_hc_pre(int64_t hc, int64_t H, int iters, int64_t n) {
     free(hs), free(fn), free(base), free(norm), free(x), free(post), free(comb), free(rx), free(rpost), free(rcomb);
 }
 
+/* The engine's form (pdb_cuda_v4_hc_mix, then hc_pre_mixed with x's bf16 copy) against the same reference; x16
+ * must be x rounded to nearest even bit for bit. n spans several 64-token blocks and a partial one. */
+static void run_hc_pre_mixed(int64_t hc, int64_t H, int iters, int64_t n) {
+    const int64_t N = hc * H, nm = (2 + hc) * hc;
+    const float hc_eps = 1e-6f;
+    const double eps = 1e-6;
+    float *hs = frandv(n * N, 2.0f), *fn = frandv(nm * N, 0.05f), *base = frandv(nm, 1.0f), *norm = frandv(H, 1.0f);
+    float scale[3] = {0.7f, 0.4f, 1.3f};
+    float *x = fzero(n * H), *post = fzero(n * hc), *comb = fzero(n * hc * hc);
+    float *rx = fzero(n * H), *rpost = fzero(n * hc), *rcomb = fzero(n * hc * hc);
+    uint16_t *x16 = calloc((size_t)(n * H), sizeof(uint16_t));
+    assert_non_null(x16);
+    for (int64_t t = 0; t < n; t++)
+        ref_hc_pre1(hc, H, iters, hc_eps, eps, hs + t * N, fn, base, scale, norm, rx + t * H, rpost + t * hc,
+                    rcomb + t * hc * hc);
+    PDB_TEST_OK(pdb_cuda_v4_probe_hc_pre_mixed(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, x, x16, post, comb));
+    printf(" hc_pre (mixed) hc %lld H %lld iters %d n %lld\n", (long long)hc, (long long)H, iters, (long long)n);
+    check_close("hc_pre (mixed) x", x, rx, n * H, 2e-5, 2e-6);
+    check_close("hc_pre (mixed) post", post, rpost, n * hc, 2e-5, 1e-6);
+    check_close("hc_pre (mixed) comb", comb, rcomb, n * hc * hc, 2e-5, 1e-6);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n * H; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, 4);
+        u += 0x7fffu + ((u >> 16) & 1u); /* nearest even (x is finite) */
+        bad += x16[i] != (uint16_t)(u >> 16);
+    }
+    assert_int_equal(bad, 0);
+    free(hs), free(fn), free(base), free(norm), free(x), free(post), free(comb), free(rx), free(rpost), free(rcomb);
+    free(x16);
+}
+
 static void test_hc_pre(void **st) {
     (void)st;
     PDB_TEST_NEED_GPU();
@@ -231,6 +264,9 @@ static void test_hc_pre(void **st) {
     run_hc_pre(3, 100, 5, 2);
     run_hc_pre(4, 4096, 20, 4);
     run_hc_pre(8, 512, 20, 2);
+    run_hc_pre_mixed(2, 64, 5, 3);
+    run_hc_pre_mixed(4, 64, 20, 70);
+    run_hc_pre_mixed(4, 4096, 20, 131);
 }
 
 static void test_hc_post(void **st) {

@@ -1,0 +1,12 @@
+# Session 18 call 1: attention's q as bf16 from heads_norm_rope, O's inverse rope + bf16 in the
+# attention kernel's store (the same bits): tests, then HEAD (54d8bb7) and this build alternating
+# on the same seeded weights, then ncu per kernel on this build.
+source scripts/pdb_carry.sh && pdb_carry_unpack .cache/devcarry_old && mv /tmp/devcarry /tmp/devcarry_old; OLD=/tmp/devcarry_old
+pdb_carry_unpack .cache/devcarry; B=$CARRY/bin
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > $OUT/gpu.txt; cat $OUT/gpu.txt
+for t in test_cuda_v4_attn test_cuda_v4_ops test_cuda_v4_engine test_prefill_cuda_v4; do $B/$t > $OUT/$t.log 2>&1; echo "$t rc=$?"; grep -E "PASSED|FAILED|rope-out" $OUT/$t.log | tail -5; done
+python3 bench/gpu_prefill.py ceiling 2>&1 | tee $OUT/ceiling.log
+for r in 1 2; do for b in $OLD/bin $B; do echo "[$b]"; $b/cuda_v4_bench seeded v4-flash 4 256 3 8192,32768,131072 bf16 60 profile; done; done 2>&1 | tee $OUT/bench_4x256.log | grep -E "^\[|time|fnv" | cut -c1-220
+timeout 240 ncu --clock-control none --cache-control none --csv --page raw --metrics gpu__time_duration.sum,dram__bytes.sum \
+  $B/cuda_v4_bench seeded v4-flash 2 256 3 16384 bf16 60 > $OUT/ncu.csv 2> $OUT/ncu.err; echo "ncu rc=$?"
+python3 bench/results/issue21_session17/ncu_sum.py $OUT/ncu.csv > $OUT/ncu_summary.txt; head -40 $OUT/ncu_summary.txt
