@@ -287,10 +287,13 @@ __global__ void __launch_bounds__(HC_NT, 2)
     const float r2 = (float)(1.0 / sqrt(s2 / (double)H + eps));
     float *xo = x + b * H;
 #pragma unroll
-    for (int q = 0; q < QH; q++) {
-        const float y = __fmul_rn(norm[tid + q * HC_NT], __fmul_rn(xr[q], r2));
-        xo[tid + q * HC_NT] = y;
-        if (x16) x16[b * H + tid + q * HC_NT] = __float2bfloat16_rn(y);
+    for (int q = 0; q < QH; q++) xr[q] = __fmul_rn(norm[tid + q * HC_NT], __fmul_rn(xr[q], r2));
+#pragma unroll
+    for (int q = 0; q < QH; q++) xo[tid + q * HC_NT] = xr[q];
+    if (x16) {
+        __nv_bfloat16 *xo16 = x16 + b * H;
+#pragma unroll
+        for (int q = 0; q < QH; q++) xo16[tid + q * HC_NT] = __float2bfloat16_rn(xr[q]);
     }
 }
 
