@@ -45,13 +45,14 @@ static pdb_status up_bf16(uint16_t **dst, const float *src, int64_t count) {
     return st;
 }
 
-static pdb_status run_kernel(const pdb_v4_attn_desc *d, int tc, const v4_probe_bufs *b) {
+/* The kernel on the uploaded buffers; tc 2's O goes to out (NULL: b->o, f32, no rotation). */
+static pdb_status run_kernel(const pdb_v4_attn_desc *d, int tc, const v4_probe_bufs *b, const pdb_cuda_v4_attn_out *out) {
     const int32_t *sel = d->sel ? b->sel : NULL, *nsel = d->sel ? b->nsel : NULL;
     int64_t rate = d->sel ? 0 : d->rate;
     if (tc == 2) {
-        const pdb_cuda_v4_attn_out out = {b->o, 0, NULL, 0};
+        const pdb_cuda_v4_attn_out plain = {b->o, 0, NULL, 0};
         return pdb_cuda_v4_attention_tc16(0, b->q16, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, d->T, d->nh,
-                                          d->hd, d->p0, d->W, b->sinks, d->scale, &out);
+                                          d->hd, d->p0, d->W, b->sinks, d->scale, out ? out : &plain);
     }
     return tc ? pdb_cuda_v4_attention_tc(0, b->q, b->keys, d->lo, b->comp, sel, nsel, d->K, rate, d->T, d->nh, d->hd,
                                          d->p0, d->W, b->sinks, d->scale, b->o)
@@ -86,11 +87,11 @@ static pdb_status upload(const pdb_v4_attn_desc *d, int tc, v4_probe_bufs *b) {
 
 static pdb_status probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms, v4_probe_bufs *b) {
     PDB_TRY(upload(d, tc, b));
-    PDB_TRY(run_kernel(d, tc, b)); /* untimed: first-launch costs */
+    PDB_TRY(run_kernel(d, tc, b, NULL)); /* untimed: first-launch costs */
     PDB_CU(cudaEventCreate(&b->e0));
     PDB_CU(cudaEventCreate(&b->e1));
     PDB_CU(cudaEventRecord(b->e0, 0));
-    PDB_TRY(run_kernel(d, tc, b));
+    PDB_TRY(run_kernel(d, tc, b, NULL));
     PDB_CU(cudaEventRecord(b->e1, 0));
     PDB_CU(cudaEventSynchronize(b->e1));
     float ms = 0;
@@ -121,18 +122,14 @@ static pdb_status rope_out(const pdb_v4_attn_desc *d, const float *cs, int64_t r
                            float *dev, int64_t *differ_bf16, int64_t *differ_f32) {
     const int64_t T = d->T, nh = d->nh, hd = d->hd, n = T * nh * hd;
     PDB_TRY(upload(d, 2, b));
-    const int32_t *sel = d->sel ? b->sel : NULL, *nsel = d->sel ? b->nsel : NULL; /* after the upload made them */
-    const int64_t rate = d->sel ? 0 : d->rate;
     PDB_CU(cudaMemcpy(dcs, cs, sizeof(float) * (size_t)((d->p0 + T) * rd), cudaMemcpyHostToDevice));
     float *of = dev, *ref16 = dev + n, *o16 = dev + 2 * n; /* the bf16 forms use half of theirs */
-    PDB_TRY(run_kernel(d, 2, b));
+    PDB_TRY(run_kernel(d, 2, b, NULL));
     PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, b->o, nh * hd, b->o, nh * hd, T, nh, hd, rd, 0, NULL, dcs, d->p0, -1, 0.0));
     PDB_TRY(pdb_cuda_convert(0, b->o, n, PDB_CUDA_DT_BF16, ref16));
     const pdb_cuda_v4_attn_out f = {of, 0, dcs, rd}, h = {o16, 1, dcs, rd};
-    PDB_TRY(pdb_cuda_v4_attention_tc16(0, b->q16, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, T, nh, hd, d->p0,
-                                       d->W, b->sinks, d->scale, &f));
-    PDB_TRY(pdb_cuda_v4_attention_tc16(0, b->q16, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, T, nh, hd, d->p0,
-                                       d->W, b->sinks, d->scale, &h));
+    PDB_TRY(run_kernel(d, 2, b, &f));
+    PDB_TRY(run_kernel(d, 2, b, &h));
     PDB_CU(cudaDeviceSynchronize());
     uint32_t *hv = (uint32_t *)malloc(sizeof(uint32_t) * (size_t)(4 * n));
     if (!hv) return pdb_err_set(PDB_NOMEM, "v4 attention probe: host copies [%lld]", (long long)(4 * n));

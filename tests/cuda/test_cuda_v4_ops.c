@@ -204,30 +204,9 @@ static void ref_hc_pre1(int64_t hc, int64_t H, int iters, float hc_eps, double e
     free(tmp);
 }
 
-static void run_hc_pre(int64_t hc, int64_t H, int iters, int64_t n) {
-    const int64_t N = hc * H, nm = (2 + hc) * hc;
-    const float hc_eps = 1e-6f;
-    const double eps = 1e-6;
-    float *hs = frandv(n * N, 2.0f), *fn = frandv(nm * N, 0.05f), *base = frandv(nm, 1.0f), *norm = frandv(H, 1.0f);
-    float scale[3] = {0.7f, 0.4f, 1.3f};
-    float *x = fzero(n * H), *post = fzero(n * hc), *comb = fzero(n * hc * hc);
-    float *rx = fzero(n * H), *rpost = fzero(n * hc), *rcomb = fzero(n * hc * hc);
-    for (int64_t t = 0; t < n; t++)
-        ref_hc_pre1(hc, H, iters, hc_eps, eps, hs + t * N, fn, base, scale, norm, rx + t * H, rpost + t * hc,
-                    rcomb + t * hc * hc);
-    PDB_TEST_OK(pdb_cuda_v4_probe_hc_pre(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, x, post, comb));
-    char what[96];
-    printf(" hc_pre hc %lld H %lld iters %d n %lld\n", (long long)hc, (long long)H, iters, (long long)n);
-    snprintf(what, sizeof what, "hc_pre x");
-    check_close(what, x, rx, n * H, 2e-5, 2e-6);
-    check_close("hc_pre post", post, rpost, n * hc, 2e-5, 1e-6);
-    check_close("hc_pre comb", comb, rcomb, n * hc * hc, 2e-5, 1e-6);
-    free(hs), free(fn), free(base), free(norm), free(x), free(post), free(comb), free(rx), free(rpost), free(rcomb);
-}
-
-/* The engine's form (pdb_cuda_v4_hc_mix, then hc_pre_mixed with x's bf16 copy) against the same reference; x16
- * must be x rounded to nearest even bit for bit. n spans several 64-token blocks and a partial one. */
-static void run_hc_pre_mixed(int64_t hc, int64_t H, int iters, int64_t n) {
+/* mixed 0: the header's hc_pre; 1: the engine's form (pdb_cuda_v4_hc_mix, then hc_pre_mixed with x's bf16
+ * copy), whose x16 must be x rounded to nearest even bit for bit. */
+static void run_hc_pre(int64_t hc, int64_t H, int iters, int64_t n, int mixed) {
     const int64_t N = hc * H, nm = (2 + hc) * hc;
     const float hc_eps = 1e-6f;
     const double eps = 1e-6;
@@ -240,19 +219,28 @@ static void run_hc_pre_mixed(int64_t hc, int64_t H, int iters, int64_t n) {
     for (int64_t t = 0; t < n; t++)
         ref_hc_pre1(hc, H, iters, hc_eps, eps, hs + t * N, fn, base, scale, norm, rx + t * H, rpost + t * hc,
                     rcomb + t * hc * hc);
-    PDB_TEST_OK(pdb_cuda_v4_probe_hc_pre_mixed(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, x, x16, post, comb));
-    printf(" hc_pre (mixed) hc %lld H %lld iters %d n %lld\n", (long long)hc, (long long)H, iters, (long long)n);
-    check_close("hc_pre (mixed) x", x, rx, n * H, 2e-5, 2e-6);
-    check_close("hc_pre (mixed) post", post, rpost, n * hc, 2e-5, 1e-6);
-    check_close("hc_pre (mixed) comb", comb, rcomb, n * hc * hc, 2e-5, 1e-6);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n * H; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, 4);
-        u += 0x7fffu + ((u >> 16) & 1u); /* nearest even (x is finite) */
-        bad += x16[i] != (uint16_t)(u >> 16);
+    if (mixed)
+        PDB_TEST_OK(pdb_cuda_v4_probe_hc_pre_mixed(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, x, x16, post, comb));
+    else PDB_TEST_OK(pdb_cuda_v4_probe_hc_pre(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, x, post, comb));
+    const char *form = mixed ? "hc_pre (mixed)" : "hc_pre";
+    char what[96];
+    printf(" %s hc %lld H %lld iters %d n %lld\n", form, (long long)hc, (long long)H, iters, (long long)n);
+    snprintf(what, sizeof what, "%s x", form);
+    check_close(what, x, rx, n * H, 2e-5, 2e-6);
+    snprintf(what, sizeof what, "%s post", form);
+    check_close(what, post, rpost, n * hc, 2e-5, 1e-6);
+    snprintf(what, sizeof what, "%s comb", form);
+    check_close(what, comb, rcomb, n * hc * hc, 2e-5, 1e-6);
+    if (mixed) {
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n * H; i++) {
+            uint32_t u;
+            memcpy(&u, x + i, 4);
+            u += 0x7fffu + ((u >> 16) & 1u); /* nearest even (x is finite) */
+            bad += x16[i] != (uint16_t)(u >> 16);
+        }
+        assert_int_equal(bad, 0);
     }
-    assert_int_equal(bad, 0);
     free(hs), free(fn), free(base), free(norm), free(x), free(post), free(comb), free(rx), free(rpost), free(rcomb);
     free(x16);
 }
@@ -260,13 +248,13 @@ static void run_hc_pre_mixed(int64_t hc, int64_t H, int iters, int64_t n) {
 static void test_hc_pre(void **st) {
     (void)st;
     PDB_TEST_NEED_GPU();
-    run_hc_pre(2, 64, 1, 3);
-    run_hc_pre(3, 100, 5, 2);
-    run_hc_pre(4, 4096, 20, 4);
-    run_hc_pre(8, 512, 20, 2);
-    run_hc_pre_mixed(2, 64, 5, 3);
-    run_hc_pre_mixed(4, 64, 20, 70);
-    run_hc_pre_mixed(4, 4096, 20, 131);
+    run_hc_pre(2, 64, 1, 3, 0);
+    run_hc_pre(3, 100, 5, 2, 0);
+    run_hc_pre(4, 4096, 20, 4, 0);
+    run_hc_pre(8, 512, 20, 2, 0);
+    run_hc_pre(2, 64, 5, 3, 1);
+    run_hc_pre(4, 64, 20, 70, 1);
+    run_hc_pre(4, 4096, 20, 131, 1);
 }
 
 static void test_hc_post(void **st) {
