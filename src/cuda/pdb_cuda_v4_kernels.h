@@ -132,14 +132,12 @@ pdb_status pdb_cuda_v4_index_reduce(cudaStream_t s, const float *dots, int64_t l
  * bf16, nearest even, for the product) and keys_bf16 [nv, ihd] (__nv_bfloat16, 16-byte aligned,
  * rows 0 .. (pos0 + n) / r - 1 readable): for tokens with nv_t > K only, score [t * lds + w] =
  * sscale * sum_h wt[t * nih + h] * relu(q_th . key_w) for w < nv_t (others untouched); the dot
- * on tensor cores (mma m16n8k16, f32 accumulation in ascending d), wt * relu in f32, the head sum
- * in f32 in a FIXED order that depends only on h (nih rounded up to a power of two nihp; G = 32 for
- * ihd <= 128, else 16; nihp >= G: per group of G heads, heads h + h+8 of each 16, (G 32) the two 16s
- * added, then an xor tree over h bits 0..2, then the groups in order; nihp < G: h = 0 .. nih - 1 in
- * order), never on n, pos0 or the token's block: chunked = one shot bit for bit. Any nv (key tiles
- * of 64 over grid.y).
- * PDB_UNSUPPORTED unless pdb_cuda_v4_index_scores_tc_fits(nih, ihd) (nih <= 128, ihd % 16 == 0,
- * 16 <= ihd <= 256). */
+ * on tensor cores (mma m16n8k16, f32 accumulation in ascending d), the head sum in f32 in a FIXED
+ * order that depends only on h (D46: per lane c = 0..3 of a quad, s = fma(wt[h], relu(dot), s) from
+ * 0 over h = 8 j + 2 c + b in (j, b) order, then (s_0 + s_1) + (s_2 + s_3)), never on n, pos0 or the
+ * token's block: chunked = one shot bit for bit. Any nv (key tiles of 64 over grid.y).
+ * PDB_UNSUPPORTED unless pdb_cuda_v4_index_scores_tc_fits(nih, ihd) (nih <= 64, ihd % 16 == 0,
+ * 16 <= ihd <= 256); q and keys_bf16 16-byte aligned. */
 int pdb_cuda_v4_index_scores_tc_fits(int64_t nih, int64_t ihd);
 pdb_status pdb_cuda_v4_index_scores_tc(cudaStream_t s, const float *q, const float *wt, const void *keys_bf16,
                                        int64_t n, int64_t nih, int64_t ihd, int64_t pos0, int64_t r, int64_t K,

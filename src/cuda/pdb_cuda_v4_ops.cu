@@ -559,7 +559,7 @@ __global__ void k_index_reduce(const float *dots, int64_t ld, const float *wt, i
     score[t * lds + w] = __fmul_rn(sscale, acc);
 }
 
-constexpr int TK_NT = 1024;
+constexpr int TK_NT = 1024, TK_WARPS = TK_NT / 32, TK_BINS = 2048, TK_HIST = TK_BINS + 32;
 
 /* Order-preserving key of a float (no NaN; -0 as +0, so equal floats get equal keys). */
 __device__ __forceinline__ uint32_t fkey(float f) {
@@ -568,48 +568,62 @@ __device__ __forceinline__ uint32_t fkey(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* Exclusive prefix sum of v over the block (TK_NT threads); *total gets the block's sum.
- * scan: shared [TK_NT / 32 + 1]. */
-__device__ __forceinline__ uint32_t block_excl_scan(uint32_t v, uint32_t *scan, uint32_t *total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    uint32_t x = v;
+/* The radix select's digits: 11, 11 and 10 bits from the top. */
+__device__ __forceinline__ int tk_shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
+__device__ __forceinline__ int tk_bins(int pass) { return pass == 2 ? 1024 : 2048; }
+/* A bin's slot: one pad word after every nb / 32 bins, so that tk_pick's lanes (nb / 32 bins apart)
+ * read distinct banks. */
+__device__ __forceinline__ int tk_slot(int d, int nb) { return d + d / (nb / 32); }
+
+/* Warp 0: the digit d of the need-th largest key among the histogram's nb bins (hist at tk_slot; from the top:
+ * the first d, descending, with hist[nb - 1] + .. + hist[d] >= need; 0 when none) and need minus the
+ * count of the bins above d. Lane l sums bins nb - 1 - per l .. down, an inclusive shuffle scan over the
+ * lanes finds the lane where the running count reaches need, that lane walks its own bins. */
+__device__ __forceinline__ void tk_pick(const uint32_t *hist, int nb, uint32_t need, uint32_t *digit, uint32_t *rest) {
+    const int lane = threadIdx.x & 31, per = nb / 32, hi = nb - 1 - per * lane;
+    uint32_t s = 0;
+    for (int i = 0; i < per; i++) s += hist[tk_slot(hi - i, nb)];
+    uint32_t p = s;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t y = __shfl_up_sync(FULL, x, o);
-        if (lane >= o) x += y;
+        const uint32_t y = __shfl_up_sync(FULL, p, o);
+        if (lane >= o) p += y;
     }
-    __syncthreads();
-    if (lane == 31) scan[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        uint32_t s = lane < TK_NT / 32 ? scan[lane] : 0, z = s;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const uint32_t y = __shfl_up_sync(FULL, z, o);
-            if (lane >= o) z += y;
+    const unsigned hit = __ballot_sync(FULL, p >= need);
+    if (!hit) { /* fewer matching keys than need (never, by the caller's invariant): digit 0 */
+        if (lane == 31) *digit = 0, *rest = need - (p - hist[tk_slot(0, nb)]);
+        return;
+    }
+    if (lane == __ffs(hit) - 1) {
+        uint32_t above = p - s;
+        int d = hi;
+        for (; d > hi - per + 1; d--) {
+            const uint32_t h = hist[tk_slot(d, nb)];
+            if (above + h >= need) break;
+            above += h;
         }
-        if (lane < TK_NT / 32) scan[lane] = z - s; /* exclusive warp offsets */
-        if (lane == 31) scan[TK_NT / 32] = z;
+        *digit = (uint32_t)d;
+        *rest = need - above;
     }
-    __syncthreads();
-    *total = scan[TK_NT / 32];
-    return scan[warp] + x - v;
 }
 
-/* A block per token: the K-th largest key T by a 4 x 8-bit radix select, then in ascending w every
- * w with key > T and the first `need` with key == T, placed by block prefix sums (deterministic).
- * CACHE: the row's keys are read once into dynamic shared memory (nv <= the launch's cache size),
- * else every pass re-reads the scores. The histogram's atomics are aggregated per warp (lanes with
- * the same digit add once: the top byte is shared by most keys of a row). */
+/* A block per token: the K-th largest key T by an 11 + 11 + 10-bit radix select, then in ascending w
+ * every w with key > T and the first `need` with key == T (deterministic). CACHE: the row's keys are
+ * read once into dynamic shared memory (nv <= the launch's cache size) as the first histogram is
+ * counted, else every pass re-reads the scores. The histogram's atomics are aggregated per warp (lanes
+ * with the same digit add once: the top digit is shared by most keys of a row). The placement: warp j
+ * takes the contiguous keys [j seg, (j + 1) seg) and counts its keys > T and == T (ballots), a scan
+ * over the warps gives each its offsets, and a second walk places w at (keys > T before w) +
+ * min(keys == T before w, need). */
 template <bool CACHE>
 __global__ void __launch_bounds__(TK_NT)
-    k_topk(const float *score, int64_t lds, int64_t pos0, int64_t r, int64_t K, int32_t *sel, int32_t *nsel) {
+    k_topk(const float *__restrict__ score, int64_t lds, int64_t pos0, int64_t r, int64_t K, int32_t *sel, int32_t *nsel) {
     extern __shared__ uint32_t kc[]; /* CACHE: [nv] keys */
-    __shared__ uint32_t hist[256];
-    __shared__ uint32_t scan[TK_NT / 32 + 1];
+    __shared__ uint32_t hist[TK_HIST];
+    __shared__ uint32_t gcnt[TK_WARPS], ecnt[TK_WARPS];
     __shared__ uint32_t sh_digit, sh_need;
     const int64_t t = blockIdx.x, nv = (pos0 + t + 1) / r;
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int32_t *out = sel + t * K;
     if (nv <= K) {
         for (int64_t i = threadIdx.x; i < nv; i += TK_NT) out[i] = (int32_t)i;
@@ -617,55 +631,73 @@ __global__ void __launch_bounds__(TK_NT)
         return;
     }
     const float *sc = score + t * lds;
-    if (CACHE)
-        for (int64_t w = threadIdx.x; w < nv; w += TK_NT) kc[w] = fkey(sc[w]);
     uint32_t prefix = 0, mask = 0, need = (uint32_t)K; /* need: rank of T among keys matching the prefix */
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += TK_NT) hist[i] = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        const int shift = tk_shift(pass), nb = tk_bins(pass);
+        for (int i = threadIdx.x; i < TK_HIST; i += TK_NT) hist[i] = 0;
         __syncthreads();
-        for (int64_t base = 0; base < nv; base += TK_NT) { /* whole warps: every lane reaches the match */
-            const int64_t w = base + threadIdx.x;
-            uint32_t dg = 256; /* none */
-            if (w < nv) {
-                const uint32_t k = CACHE ? kc[w] : fkey(sc[w]);
-                if ((k & mask) == prefix) dg = (k >> shift) & 255u;
+        constexpr int U = 4; /* keys per thread per step: U loads in flight */
+        for (int64_t base = 0; base < nv; base += U * TK_NT) { /* whole warps: every lane reaches the match */
+            uint32_t k[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t w = base + u * TK_NT + threadIdx.x;
+                k[u] = w < nv ? (CACHE && pass ? kc[w] : fkey(sc[w])) : 0;
             }
-            const unsigned same = __match_any_sync(FULL, dg);
-            if (dg < 256 && lane == __ffs(same) - 1) atomicAdd(&hist[dg], (uint32_t)__popc(same));
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t w = base + u * TK_NT + threadIdx.x;
+                uint32_t dg = TK_BINS; /* none */
+                if (w < nv) {
+                    if (CACHE && !pass) kc[w] = k[u];
+                    if ((k[u] & mask) == prefix) dg = (k[u] >> shift) & (uint32_t)(nb - 1);
+                }
+                const unsigned same = __match_any_sync(FULL, dg);
+                if (dg < TK_BINS && lane == __ffs(same) - 1) atomicAdd(&hist[tk_slot((int)dg, nb)], (uint32_t)__popc(same));
+            }
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            uint32_t above = 0;
-            int dg = 255;
-            for (; dg > 0; dg--) {
-                if (above + hist[dg] >= need) break;
-                above += hist[dg];
-            }
-            sh_digit = (uint32_t)dg;
-            sh_need = need - above;
-        }
+        if (warp == 0) tk_pick(hist, nb, need, &sh_digit, &sh_need);
         __syncthreads();
         prefix |= sh_digit << shift;
-        mask |= 255u << shift;
+        mask |= (uint32_t)(nb - 1) << shift;
         need = sh_need;
-        __syncthreads();
     }
     /* prefix is T; need = how many w with key == T are taken (the lowest ones) */
-    uint32_t gt_run = 0, eq_run = 0;
-    for (int64_t base = 0; base < nv; base += TK_NT) {
-        const int64_t w = base + threadIdx.x;
-        uint32_t gt = 0, eq = 0;
-        if (w < nv) {
-            const uint32_t k = CACHE ? kc[w] : fkey(sc[w]);
-            gt = k > prefix;
-            eq = k == prefix;
+    const int64_t seg = (nv + 32 * TK_WARPS - 1) / (32 * TK_WARPS) * 32, w0 = warp * seg,
+                  w1 = w0 + seg < nv ? w0 + seg : nv;
+    const unsigned below = (1u << lane) - 1u;
+    uint32_t ng = 0, ne = 0;
+    for (int64_t base = w0; base < w1; base += 32) {
+        const int64_t w = base + lane;
+        const uint32_t k = w < w1 ? (CACHE ? kc[w] : fkey(sc[w])) : 0;
+        ng += __popc(__ballot_sync(FULL, w < w1 && k > prefix));
+        ne += __popc(__ballot_sync(FULL, w < w1 && k == prefix));
+    }
+    if (lane == 0) gcnt[warp] = ng, ecnt[warp] = ne;
+    __syncthreads();
+    if (warp == 0) { /* exclusive scans of the warps' counts */
+        const uint32_t g = gcnt[lane], e = ecnt[lane];
+        uint32_t gs = g, es = e;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const uint32_t y = __shfl_up_sync(FULL, gs, o), z = __shfl_up_sync(FULL, es, o);
+            if (lane >= o) gs += y, es += z;
         }
-        uint32_t tot;
-        const uint32_t ex = block_excl_scan(gt | (eq << 16), scan, &tot); /* < 2^16 each per chunk */
-        const uint32_t gb = gt_run + (ex & 0xFFFFu), eb = eq_run + (ex >> 16);
-        if (gt || (eq && eb < need)) out[gb + (eb < need ? eb : need)] = (int32_t)w;
-        gt_run += tot & 0xFFFFu;
-        eq_run += tot >> 16;
+        gcnt[lane] = gs - g;
+        ecnt[lane] = es - e;
+    }
+    __syncthreads();
+    uint32_t gb = gcnt[warp], eb = ecnt[warp];
+    for (int64_t base = w0; base < w1; base += 32) {
+        const int64_t w = base + lane;
+        const uint32_t k = w < w1 ? (CACHE ? kc[w] : fkey(sc[w])) : 0;
+        const bool gt = w < w1 && k > prefix, eq = w < w1 && k == prefix;
+        const unsigned bg = __ballot_sync(FULL, gt), be = __ballot_sync(FULL, eq);
+        const uint32_t g_before = gb + __popc(bg & below), e_before = eb + __popc(be & below);
+        if (gt || (eq && e_before < need)) out[g_before + (e_before < need ? e_before : need)] = (int32_t)w;
+        gb += __popc(bg);
+        eb += __popc(be);
     }
     if (threadIdx.x == 0) nsel[t] = (int32_t)K;
 }
@@ -934,8 +966,10 @@ pdb_status pdb_cuda_v4_topk(cudaStream_t s, const float *score, int64_t lds, int
     int dev = 0, optin = 0;
     PDB_CU(cudaGetDevice(&dev));
     PDB_CU(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes fa;
+    PDB_CU(cudaFuncGetAttributes(&fa, k_topk<true>));
     const size_t cache = sizeof(uint32_t) * (size_t)nvmax;
-    if (nvmax > K && cache + 4096 <= (size_t)optin) {
+    if (nvmax > K && cache + fa.sharedSizeBytes <= (size_t)optin) {
         PDB_CU(cudaFuncSetAttribute(k_topk<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cache));
         k_topk<true><<<(unsigned)n, TK_NT, cache, s>>>(score, lds, pos0, r, K, sel, nsel);
     } else

@@ -3,13 +3,14 @@
  * reference of the same math written here from pdb_cuda_v4_kernels.h's spec: q and keys rounded to
  * bf16 (nearest even), dots, wt * relu and the head sum in double. Shapes: nih 8 / ihd 64 / K 4,
  * nih 1 (padded rows), nih 3 / ihd 48 (padded heads, ihd not a power of two), the wide reductions
- * (nih 16, 32, 64; nih 128 with ihd 256), pos0 > 0, n not a multiple of a block's token count, and
+ * (nih 16, 32, 64; nih 64 with ihd 256), pos0 > 0, n not a multiple of a block's token count, and
  * V4-Flash size (nih 64, ihd 128, K 512, n 512 at pos0 16384; a sample of rows checked) with its GPU
  * time and TFLOP/s, plus the four n = 8192 launches of a 32K-token prompt (timed; a few rows
  * checked). Scores: |gpu - ref| <= 1e-4 max|ref| per case; entries the kernel must not touch
  * (tokens with nv_t <= K, keys w >= nv_t) stay exactly as given. Chunk invariance: a launch of
  * n = 37 rows equals the same rows inside a launch of n = 300, bit for bit. Without a GPU the
- * probe must fail with a message and the GPU checks print "skipped: no GPU" and pass. */
+ * probe must fail with a message and the GPU checks print "skipped: no GPU" and pass; unsupported
+ * shapes (ihd 40, nih 128) fail with PDB_UNSUPPORTED and write nothing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -181,7 +182,7 @@ static void test_small(void **st) {
         {41, 16, 128, 300, 4, 20}, /* two tokens per warp */
         {23, 32, 128, 700, 4, 64}, /* a token a warp */
         {9, 64, 128, 2000, 4, 512},
-        {5, 128, 256, 1500, 4, 100}, /* one m-tile a warp, a token over 8 warps */
+        {5, 64, 256, 1500, 4, 100},  /* ihd 256: 16 k steps */
         {7, 20, 192, 900, 4, 30},
         {260, 2, 16, 0, 1, 0},       /* K 0: every key of every token */
         {50, 4, 256, 10, 1, 5},      /* few heads, one m-tile a warp */
@@ -201,6 +202,12 @@ static void test_unsupported(void **st) {
     for (int i = 0; i < 16; i++) score[i] = UNTOUCHED;
     pdb_status s = pdb_cuda_v4_probe_index_scores_tc(q, wt, keys, 1, 1, 40, 7, 1, 0, 1.0f, score, 16, 1, NULL);
     printf("ihd 40: %s: %s\n", pdb_status_str(s), pdb_err_msg());
+    assert_int_equal(s, PDB_UNSUPPORTED);
+    assert_true(score[0] == UNTOUCHED);
+    float q2[128 * 16] = {0}, wt2[128] = {0};
+    uint16_t keys2[8 * 16] = {0};
+    s = pdb_cuda_v4_probe_index_scores_tc(q2, wt2, keys2, 1, 128, 16, 7, 1, 0, 1.0f, score, 16, 1, NULL);
+    printf("nih 128: %s: %s\n", pdb_status_str(s), pdb_err_msg());
     assert_int_equal(s, PDB_UNSUPPORTED);
     assert_true(score[0] == UNTOUCHED);
 }

@@ -6,7 +6,8 @@
  * tokens, its bf16 copy of x exactly x rounded), hc_post, hc_head, heads_norm_rope (every mode, both signs, padded
  * rows; nh 64, hd 512, rd 64), compress (CSA r 4 coff 2, HCA r 128 coff 1, dims 32 / 128 / 512),
  * index_reduce (untouched rows included), topk (ties at the threshold, nv <= K rows, nv 3000 / K
- * 512, one row of 262144 keys), route (each scoring, bias, hash) and swiglu (clipped or not, f32 /
+ * 512, a 128K prompt's rows (32K keys) and 50,000 in shared memory,
+ * one row of 262144 keys from global memory), route (each scoring, bias, hash) and swiglu (clipped or not, f32 /
  * bf16). Floats: |gpu - ref| <= rtol |ref| + atol max|ref| per array; integers exactly. Without a
  * GPU (pdb_cuda_device_count() == 0) each probe must fail with a message, and the GPU checks print
  * "skipped: no GPU" and pass. */
@@ -513,7 +514,10 @@ static void test_topk(void **st) {
         run_topk(8, 11992, 4, 512, kind);     /* nv 2998 .. 3000 (V4-Flash: K 512) */
         run_topk(3, 4 * 5000, 4, 2048, kind); /* K 2048 */
     }
-    run_topk(1, 262143, 1, 512, 0); /* one row of 262144 keys */
+    run_topk(16, 131072 - 16, 4, 512, 0); /* a 128K prompt's last rows: 32K keys in shared memory */
+    run_topk(16, 131072 - 16, 4, 512, 1);
+    run_topk(4, 4 * 50000, 4, 512, 0);    /* 200 KB of keys in shared memory */
+    run_topk(1, 262143, 1, 512, 0); /* one row of 262144 keys (read from global memory) */
     run_topk(1, 262143, 1, 512, 1);
 }
 
