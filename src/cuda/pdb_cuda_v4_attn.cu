@@ -391,7 +391,9 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
  * copies are issued before tile i's S = Q K^T and land while tile i's S, softmax and P V run. For
  * O warp w owns all 64 rows and the 16-column pairs w, w + 8, .. of hd (each V fragment feeds 4
  * row tiles: half the shared-memory traffic of a 16-row warp tile). Fragments by ldmatrix (Q, K,
- * P: x4; V: x4.trans). The softmax state: m (running max, starts at the sink) in registers, the
+ * P: x4; V: x4.trans). The softmax state: m (running max, starts at the sink; it moves only when a
+ * tile's row maximum exceeds it by more than T16_LAZY, so P <= e^T16_LAZY and the correction is
+ * exactly 1, its products skipped, while it stays: D46) in registers, the
  * same in the two warps of a row group (both take the max of the same shared partials); the
  * correction factors through shared memory to the O warps; l kept per thread over its own
  * columns (the sink's 1 in the thread of wh 0, t4 0), summed at the end in a fixed order (xor over
@@ -399,6 +401,8 @@ pdb_status pdb_cuda_v4_attention_tc(cudaStream_t s, const float *q, const float 
  * the order of every sum is fixed by key index and dimension alone. */
 
 enum { T16_PLD = TC_K + 8, T16_XS = 8 * 16 * 32 /* the S halves' exchange: 16 values per lane per warp */ };
+/* How far (natural log) a tile's row maximum may exceed the running one before the running one moves. */
+constexpr float T16_LAZY = 8.0f;
 
 static size_t v4tc16_smem(int64_t hd) {
     int64_t ld = hd + 8;
@@ -549,9 +553,12 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
             mx_s[wh * TC_Q + r_lo + 8] = mhi;
         }
         __syncthreads(); /* B: both halves' row maxima (and rowk of tile kb + 2 TC_K) are in */
-        const float nlo = fmaxf(m_lo, fmaxf(mx_s[r_lo], mx_s[TC_Q + r_lo]));
-        const float nhi = fmaxf(m_hi, fmaxf(mx_s[r_lo + 8], mx_s[TC_Q + r_lo + 8]));
-        const float clo = m_lo == -INFINITY ? 0.0f : expf(m_lo - nlo), chi = m_hi == -INFINITY ? 0.0f : expf(m_hi - nhi);
+        /* the running max moves only when the tile's exceeds it by more than T16_LAZY (then P <= e^T16_LAZY;
+         * the softmax does not depend on the reference, and c = 1 exactly while it stays) */
+        const float tlo = fmaxf(mx_s[r_lo], mx_s[TC_Q + r_lo]), thi = fmaxf(mx_s[r_lo + 8], mx_s[TC_Q + r_lo + 8]);
+        const float nlo = tlo > m_lo + T16_LAZY ? tlo : m_lo, nhi = thi > m_hi + T16_LAZY ? thi : m_hi;
+        const float clo = nlo == m_lo ? 1.0f : m_lo == -INFINITY ? 0.0f : expf(m_lo - nlo);
+        const float chi = nhi == m_hi ? 1.0f : m_hi == -INFINITY ? 0.0f : expf(m_hi - nhi);
         m_lo = nlo;
         m_hi = nhi;
         float slo = 0.0f, shi = 0.0f;
@@ -578,14 +585,25 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
             c_s[r_lo + 8] = chi;
         }
         __syncthreads(); /* C: P of all 64 columns and every row's correction are in */
-        /* O = O * corr + P V (V = the same tile, the warp's column pairs, all 64 rows) */
+        /* O = O * corr + P V (V = the same tile, the warp's column pairs, all 64 rows); the products
+         * are skipped when every row's correction is exactly 1 (the same values) */
+        {
+            float cf[4][2];
+            bool ones = true;
 #pragma unroll
-        for (int mi = 0; mi < 4; mi++) {
-            const float c0 = c_s[16 * mi + g], c1 = c_s[16 * mi + g + 8];
-#pragma unroll
-            for (int j = 0; j < 2 * NP; j++) {
-                oacc[mi][j][0] *= c0; oacc[mi][j][1] *= c0; oacc[mi][j][2] *= c1; oacc[mi][j][3] *= c1;
+            for (int mi = 0; mi < 4; mi++) {
+                cf[mi][0] = c_s[16 * mi + g];
+                cf[mi][1] = c_s[16 * mi + g + 8];
+                ones = ones && cf[mi][0] == 1.0f && cf[mi][1] == 1.0f;
             }
+            if (!__all_sync(0xffffffffu, ones))
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+                    for (int j = 0; j < 2 * NP; j++) {
+                        oacc[mi][j][0] *= cf[mi][0]; oacc[mi][j][1] *= cf[mi][0];
+                        oacc[mi][j][2] *= cf[mi][1]; oacc[mi][j][3] *= cf[mi][1];
+                    }
         }
 #pragma unroll
         for (int kk = 0; kk < TC_K / 16; kk++) {

@@ -35,8 +35,9 @@ size_t ix_smem(int64_t ihd, int nhp) {
     return sizeof(__nv_bfloat16) * (size_t)(ihd + 8) * (size_t)(IX_TQ * nhp + 2 * IX_BN);
 }
 
-/* NT: n-tiles (8 heads) per token (nhp = 8 NT); KS: most k steps (ihd / 16 <= KS). */
-template <int NT, int KS>
+/* NT: n-tiles (8 heads) per token (nhp = 8 NT); KS: most k steps (ihd / 16 <= KS); EX: ihd == 16 KS
+ * (the k loop has no bound to test: its fragment loads can be issued ahead). */
+template <int NT, int KS, bool EX>
 __global__ void __launch_bounds__(IX_NT, 2)
     k_v4_index_tc(const float *__restrict__ q, const float *__restrict__ wt, const __nv_bfloat16 *__restrict__ keys,
                   int64_t n, int nih, int ihd, int64_t pos0, int64_t r, int64_t K, float sscale,
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(IX_NT, 2)
             for (int j = 0; j < NT; j++) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
-            if (kk < nks) {
+            if (EX || kk < nks) {
                 uint32_t a[2][4], b[NT / 2][4];
                 ldm_x4(kt + kk * 16, a[0]);
                 ldm_x4(kt + 16 * ld + kk * 16, a[1]);
@@ -168,7 +169,10 @@ struct ix_cfg {
 
 template <int NT> void ix_pick_ks(int64_t ihd, ix_cfg *c) {
     c->nhp = 8 * NT;
-    c->fn = ihd <= 64 ? k_v4_index_tc<NT, 4> : ihd <= 128 ? k_v4_index_tc<NT, 8> : k_v4_index_tc<NT, 16>;
+    if (ihd == 64) c->fn = k_v4_index_tc<NT, 4, true>;
+    else if (ihd == 128) c->fn = k_v4_index_tc<NT, 8, true>;
+    else if (ihd == 256) c->fn = k_v4_index_tc<NT, 16, true>;
+    else c->fn = ihd < 64 ? k_v4_index_tc<NT, 4, false> : ihd < 128 ? k_v4_index_tc<NT, 8, false> : k_v4_index_tc<NT, 16, false>;
 }
 
 bool ix_pick(int64_t nih, int64_t ihd, ix_cfg *c) {
