@@ -19,6 +19,7 @@
  *     at the end l = exp(sink - m_final) + sum of the (bf16-rounded) P. P is rounded to bf16
  *     before P V and l sums the rounded values.
  *   k_v4_attn_tc16: k_v4_attn_tc's math on bf16 copies of the key rows (the engine's mirrors),
+ *     except that its running max moves only past e^8 (the same softmax, other roundings),
  *     streamed into shared memory by cp.async with two tile buffers (the next tile's copy
  *     overlaps this tile's compute), ldmatrix fragments, S split over hd halves in 32 x 32 warp
  *     tiles, O by column pairs over all 64 rows per warp (its own comment below).
