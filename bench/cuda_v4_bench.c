@@ -4,7 +4,8 @@
  * (the same file a peer runs). Prints one "cuda-v4-bench ..." line per run with tok/s and the
  * model's GFLOP per token at that length (counted from the config: every matrix product, the
  * attention's scores and values over the keys each position reads, the indexer's scores), and
- * with "profile" the device time per stage.
+ * with "profile" the device time per stage; device_gb is the device memory in use after the pass
+ * (before the sequence's buffers are freed), engine_gb that minus what was in use before the engine.
  * Invariant: every number printed was measured (or counted) in this process; a run whose
  * predecessor took longer than the time budget is printed as skipped.
  * Usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR
@@ -167,6 +168,8 @@ int main(int argc, char **argv) {
     int64_t gemm_rows = rows ? atoll(rows + 5) : 0;
     char name[256];
     if (!pdb_cuda_device_count(name, sizeof name)) { printf("cuda-v4-bench skipped: no GPU\n"); return 0; }
+    long long used0 = 0, used = 0, total = 0;
+    pdb_cuda_memory_used(&used0, &total); /* the context (and any other process's) before the engine */
     int64_t Tmax = 0;
     for (int64_t k = 0; k < nT; k++) Tmax = Ts[k] > Tmax ? Ts[k] : Tmax;
     pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile,
@@ -251,11 +254,13 @@ int main(int argc, char **argv) {
         if (pdb_cuda_v4_engine_forward(e, ids, T, hook ? &h : hook_feed ? &hf : NULL, logits)) return die("forward");
         last = pdb_clock_now() - s;
         if (profile) pdb_cuda_v4_engine_profile_take(e, prof, sizeof prof);
+        pdb_cuda_memory_used(&used, &total);
         pdb_cuda_v4_engine_end(e);
         if (hm) pdb_v4_cache_free(&fc.c);
         printf("cuda-v4-bench T=%lld time=%.3f tokens_per_s=%.0f model_gflop_per_token=%.3f tflops=%.1f logit0=%.6g "
-               "logits_fnv=%016llx pass_tokens=%lld\n", (long long)T, last, T / last, gf, gf * T / last / 1e3, logits[0],
-               (unsigned long long)logits_fnv(logits, cfg.vocab_size), (long long)pass);
+               "logits_fnv=%016llx pass_tokens=%lld device_gb=%.2f engine_gb=%.2f of %.2f\n", (long long)T, last, T / last, gf,
+               gf * T / last / 1e3, logits[0], (unsigned long long)logits_fnv(logits, cfg.vocab_size), (long long)pass,
+               used / 1e9, (used - used0) / 1e9, total / 1e9);
         if (profile) printf("cuda-v4-bench T=%lld profile_ms %s\n", (long long)T, prof);
         fflush(stdout);
     }

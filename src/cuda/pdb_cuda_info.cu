@@ -58,4 +58,12 @@ int pdb_cuda_device_count(char *name, int name_len) {
     }
     return n;
 }
+
+void pdb_cuda_memory_used(long long *used, long long *total) {
+    size_t fr = 0, tot = 0;
+    *used = *total = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) { cudaGetLastError(); return; }
+    *used = (long long)(tot - fr);
+    *total = (long long)tot;
+}
 }

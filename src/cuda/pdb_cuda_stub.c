@@ -3,6 +3,7 @@
 #ifndef PDB_HAVE_CUDA
 int pdb_cuda_built(void) { return 0; }
 int pdb_cuda_device_count(char *name, int name_len) { if (name && name_len > 0) name[0] = 0; return 0; }
+void pdb_cuda_memory_used(long long *used, long long *total) { *used = *total = 0; }
 #endif
 
 #ifndef PDB_HAVE_CUDA
