@@ -575,6 +575,17 @@ __device__ __forceinline__ int tk_bins(int pass) { return pass == 2 ? 1024 : 204
  * read distinct banks. */
 __device__ __forceinline__ int tk_slot(int d, int nb) { return d + d / (nb / 32); }
 
+/* Inclusive prefix sum of v over the warp's lanes (lane 0 first). */
+__device__ __forceinline__ uint32_t warp_incl_scan(uint32_t v) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(FULL, v, o);
+        if (lane >= o) v += y;
+    }
+    return v;
+}
+
 /* Warp 0: the digit d of the need-th largest key among the histogram's nb bins (hist at tk_slot; from the top:
  * the first d, descending, with hist[nb - 1] + .. + hist[d] >= need; 0 when none) and need minus the
  * count of the bins above d. Lane l sums bins nb - 1 - per l .. down, an inclusive shuffle scan over the
@@ -583,12 +594,7 @@ __device__ __forceinline__ void tk_pick(const uint32_t *hist, int nb, uint32_t n
     const int lane = threadIdx.x & 31, per = nb / 32, hi = nb - 1 - per * lane;
     uint32_t s = 0;
     for (int i = 0; i < per; i++) s += hist[tk_slot(hi - i, nb)];
-    uint32_t p = s;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const uint32_t y = __shfl_up_sync(FULL, p, o);
-        if (lane >= o) p += y;
-    }
+    const uint32_t p = warp_incl_scan(s);
     const unsigned hit = __ballot_sync(FULL, p >= need);
     if (!hit) { /* fewer matching keys than need (never, by the caller's invariant): digit 0 */
         if (lane == 31) *digit = 0, *rest = need - (p - hist[tk_slot(0, nb)]);
@@ -667,10 +673,11 @@ __global__ void __launch_bounds__(TK_NT)
     const int64_t seg = (nv + 32 * TK_WARPS - 1) / (32 * TK_WARPS) * 32, w0 = warp * seg,
                   w1 = w0 + seg < nv ? w0 + seg : nv;
     const unsigned below = (1u << lane) - 1u;
+    auto seg_key = [&](int64_t w) -> uint32_t { return w < w1 ? (CACHE ? kc[w] : fkey(sc[w])) : 0; };
     uint32_t ng = 0, ne = 0;
     for (int64_t base = w0; base < w1; base += 32) {
         const int64_t w = base + lane;
-        const uint32_t k = w < w1 ? (CACHE ? kc[w] : fkey(sc[w])) : 0;
+        const uint32_t k = seg_key(w);
         ng += __popc(__ballot_sync(FULL, w < w1 && k > prefix));
         ne += __popc(__ballot_sync(FULL, w < w1 && k == prefix));
     }
@@ -678,20 +685,14 @@ __global__ void __launch_bounds__(TK_NT)
     __syncthreads();
     if (warp == 0) { /* exclusive scans of the warps' counts */
         const uint32_t g = gcnt[lane], e = ecnt[lane];
-        uint32_t gs = g, es = e;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const uint32_t y = __shfl_up_sync(FULL, gs, o), z = __shfl_up_sync(FULL, es, o);
-            if (lane >= o) gs += y, es += z;
-        }
-        gcnt[lane] = gs - g;
-        ecnt[lane] = es - e;
+        gcnt[lane] = warp_incl_scan(g) - g;
+        ecnt[lane] = warp_incl_scan(e) - e;
     }
     __syncthreads();
     uint32_t gb = gcnt[warp], eb = ecnt[warp];
     for (int64_t base = w0; base < w1; base += 32) {
         const int64_t w = base + lane;
-        const uint32_t k = w < w1 ? (CACHE ? kc[w] : fkey(sc[w])) : 0;
+        const uint32_t k = seg_key(w);
         const bool gt = w < w1 && k > prefix, eq = w < w1 && k == prefix;
         const unsigned bg = __ballot_sync(FULL, gt), be = __ballot_sync(FULL, eq);
         const uint32_t g_before = gb + __popc(bg & below), e_before = eb + __popc(be & below);
