@@ -18,7 +18,8 @@
  * host's cores into a pdb_v4_cache of official semantics, as the bridge runs them (seeded: the products' copies only);
  * moe-kernel: the routed experts on pdb_cuda_moe_gemm instead of
  * cuBLAS row-tile products; rows=N: the M-invariant GEMM tile, default 512, -1 one call per product;
- * attn-f32-keys: the attention kernel reading the f32 key rows instead of their bf16 mirrors; tiles-seq: every
+ * attn-f32-keys: the attention kernel reading the f32 key rows instead of their bf16 mirrors; attn-mma-sync: the
+ * mma.sync kernel on the bf16 mirrors (tc16) instead of the warpgroup one where that fits; tiles-seq: every
  * M-invariant tile its own cuBLAS call instead of the checked batched form; chunk=N: passes of at most N tokens
  * instead of the engine's default bound). */
 #include <stdint.h>
@@ -161,6 +162,7 @@ int main(int argc, char **argv) {
     int profile = strstr(flags, "profile") != NULL, hook_feed = strstr(flags, "hook-feed") != NULL;
     int hook = !hook_feed && strstr(flags, "hook") != NULL;
     int moe_kernel = strstr(flags, "moe-kernel") != NULL, f32_keys = strstr(flags, "attn-f32-keys") != NULL;
+    int mma_sync = strstr(flags, "attn-mma-sync") != NULL;
     int tiles_seq = strstr(flags, "tiles-seq") != NULL;
     const char *chunk = strstr(flags, "chunk=");
     int64_t sub_chunk = chunk ? atoll(chunk + 6) : 0;
@@ -174,7 +176,7 @@ int main(int argc, char **argv) {
     for (int64_t k = 0; k < nT; k++) Tmax = Ts[k] > Tmax ? Ts[k] : Tmax;
     pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile,
                                  .moe_kernel = moe_kernel, .gemm_rows = gemm_rows, .attn_f32_keys = f32_keys,
-                                 .gemm_tiles_sequential = tiles_seq, .sub_chunk = sub_chunk};
+                                 .attn_mma_sync = mma_sync, .gemm_tiles_sequential = tiles_seq, .sub_chunk = sub_chunk};
     pdb_cuda_v4_engine *e = NULL;
     pdb_v4_model *hm = NULL; /* hook-feed with a checkpoint: the decoder's model on the host */
     pdb_pool *pool = NULL;
@@ -199,7 +201,7 @@ int main(int argc, char **argv) {
            "gemm_rows=%lld tiles=%s pass_bound=%lld attn_keys=%s create_s=%.1f\n", name, seeded ? "seeded" : argv[2], (long long)cfg.num_layers, (long long)cfg.n_routed_experts, prec,
            hook ? "copy" : hook_feed ? (hm ? "feed" : "products") : "none", moe_kernel ? "moe_gemm" : "cublas_tiles",
            pdb_cuda_v4_engine_weight_bytes(e) / 1e9, (long long)(gemm_rows ? gemm_rows : PDB_CUDA_V4_GEMM_ROWS_DEFAULT),
-           tiles_seq ? "sequential" : "batched_checked", (long long)(sub_chunk > 0 ? sub_chunk : PDB_CUDA_V4_PASS_DEFAULT), f32_keys ? "f32" : "bf16",
+           tiles_seq ? "sequential" : "batched_checked", (long long)(sub_chunk > 0 ? sub_chunk : PDB_CUDA_V4_PASS_DEFAULT), f32_keys ? "f32" : mma_sync ? "bf16_mma_sync" : "bf16",
            pdb_clock_now() - t0);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)Tmax);
     if (!ids) return die("ids");

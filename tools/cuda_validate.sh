@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cuda_validate: build the CUDA backend, its tests (V2 backend, V4 products) and the prefill benchmark
-# (sm_90), then run them
+# (sm_90a), then run them
 # on a GPU machine, writing logs to $OUT (default .cache/cuda-out). Invariant: prints only what the
 # programs measured; on a machine without a GPU the test passes with "skipped: no GPU" lines and
 # the bench prints "skipped".
@@ -19,7 +19,7 @@ V4_TESTS="test_cuda_v4_ops test_cuda_v4_attn test_cuda_v4_index test_cuda_v4_eng
 V4_BENCH="cuda_v4_bench"
 
 build() {
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
   cmake --build "$BUILD" --target test_cuda_prefill test_prefill_cuda_v4 $V4_TESTS $V4_BENCH bench_prefill_memory cuda_prefill_bench \
     cuda_attn_bench pdbridge
   pdb_carry_pack "$CARRY" "$BUILD/test_cuda_prefill" "$BUILD/test_prefill_cuda_v4" "$BUILD/cuda_prefill_bench" "$BUILD/cuda_attn_bench" \

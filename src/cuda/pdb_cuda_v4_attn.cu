@@ -31,6 +31,7 @@
 
 #include "pdb_cuda_mma.h"
 #include "pdb_cuda_v4_kernels.h"
+#include "pdb_cuda_wgmma.h"
 
 /* ------------------------------------------------------------------ the key list of a token */
 
@@ -688,6 +689,21 @@ static pdb_status launch_tc16_np(cudaStream_t s, const v4_klist16 &L, const __nv
     return launch_tc16<4>(s, L, q, n, nh, hd, sinks, scale, o, cs, rd);
 }
 
+/* The bf16 entry points' shared argument checks (who: the kernel's name in the message). */
+static pdb_status bf16_args(const char *who, const void *q_bf16, const void *keys_bf16, const void *comp_bf16, int64_t n,
+                            int64_t nh, int64_t hd, int64_t pos0, int64_t W, int64_t lo, const pdb_cuda_v4_attn_out *out) {
+    if (((uintptr_t)q_bf16 | (uintptr_t)keys_bf16 | (uintptr_t)comp_bf16) % 16 || (uintptr_t)out->o % 8 || !keys_bf16)
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (%s): q_bf16, keys_bf16 and comp_bf16 must be 16-byte aligned "
+                           "(keys_bf16 not NULL), o 8-byte aligned", who);
+    if (out->cs && (out->rd < 0 || out->rd > hd || out->rd % 2))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (%s): inverse rope over %lld dims (even, <= head_dim %lld)", who,
+                           (long long)out->rd, (long long)hd);
+    if (n > INT32_MAX || (nh + TC_Q - 1) / TC_Q > 65535 || W <= 0 || pos0 < lo)
+        return pdb_err_set(PDB_INVALID, "v4 attention (%s): bad shapes (n %lld, nh %lld, W %lld, pos0 %lld, lo %lld)", who,
+                           (long long)n, (long long)nh, (long long)W, (long long)pos0, (long long)lo);
+    return PDB_OK;
+}
+
 pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const void *keys_bf16, int64_t lo,
                                       const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K,
                                       int64_t rate, int64_t n, int64_t nh, int64_t hd, int64_t pos0, int64_t W,
@@ -697,19 +713,245 @@ pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const 
         return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): head_dim %% 16 == 0 and <= %d with "
                            "its shared memory (%zu bytes) available required (got %lld)", TC_MAX_HD,
                            v4tc16_smem(hd > 0 ? hd : 0), (long long)hd);
-    if (((uintptr_t)q_bf16 | (uintptr_t)keys_bf16 | (uintptr_t)comp_bf16) % 16 || (uintptr_t)out->o % 8 || !keys_bf16)
-        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): q_bf16, keys_bf16 and comp_bf16 must be "
-                           "16-byte aligned (keys_bf16 not NULL), o 8-byte aligned");
-    if (out->cs && (out->rd < 0 || out->rd > hd || out->rd % 2))
-        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): inverse rope over %lld dims (even, <= "
-                           "head_dim %lld)", (long long)out->rd, (long long)hd);
-    if (n > INT32_MAX || (nh + TC_Q - 1) / TC_Q > 65535 || W <= 0 || pos0 < lo)
-        return pdb_err_set(PDB_INVALID, "v4 attention (tensor cores, bf16 keys): bad shapes (n %lld, nh %lld, W %lld, "
-                           "pos0 %lld, lo %lld)", (long long)n, (long long)nh, (long long)W, (long long)pos0,
-                           (long long)lo);
+    PDB_TRY(bf16_args("tensor cores, bf16 keys", q_bf16, keys_bf16, comp_bf16, n, nh, hd, pos0, W, lo, out));
     const v4_klist16 L = {(const __nv_bfloat16 *)keys_bf16, (const __nv_bfloat16 *)comp_bf16, sel, nsel, lo, K, rate,
                           pos0, W};
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)q_bf16;
     if (out->bf16) return launch_tc16_np(s, L, q, n, nh, hd, sinks, scale, (__nv_bfloat16 *)out->o, out->cs, out->rd);
     return launch_tc16_np(s, L, q, n, nh, hd, sinks, scale, (float *)out->o, out->cs, out->rd);
+}
+
+/* ------------------------------------------------------------------ warpgroup MMA (sm_90a), head_dim 512
+ * k_v4_attn_wg: tc16's block (64 query rows = heads h0 .. h0 + 63 of one token, key tiles of 64 in
+ * list order, bf16 key rows streamed by cp.async into two tile buffers) on Hopper's wgmma, two
+ * warpgroups. Q and the key tiles sit in shared memory in the 128B-swizzled layout
+ * (pdb_cuda_wgmma.h; 8 regions of 64 rows x 64 dims each, 64 KB a tile). Per tile:
+ *   S: warpgroup wg computes the partial Q K^T over dims 256 wg .. + 255 (16 m64n64k16, both
+ *     operands from shared memory); the two partials are exchanged through shared memory and
+ *     each warpgroup adds them (half 0 + half 1: the same float in both), so both hold the whole
+ *     64 x 64 score tile in the same accumulator layout.
+ *   softmax: in registers, identically in both warpgroups (a row's 64 columns are the 4 threads of
+ *     a quad: its max by two xor shuffles); tc16's lazy running max (T16_LAZY) and sink state; P
+ *     rounded to bf16 straight into the A fragments of the next product (the accumulator layout of
+ *     S is the register layout of A).
+ *   O: warpgroup wg owns O's dims 256 wg .. + 255 (64 x 256 f32, 128 registers a thread) and adds
+ *     P V over 4 m64n256k16 (A = P from registers, B = the same key tile, N-major).
+ * Two barriers a tile (the tile landed; the S partials exchanged). l: each thread over its own
+ * columns, then the quad's xor tree. Per (token, head) every sum's order is fixed by the key index
+ * and the dimension, never by the launch: chunked = one shot. */
+
+enum { WG_HD = 512, WG_THREADS = 256, WG_TILE = TC_K * WG_HD * 2 /* bytes: 64 rows, 8 swizzled regions */,
+       WG_REGION = TC_K * 128 /* one 64-dim region of a tile */, WG_XS = 32 * 128 /* floats per warpgroup */ };
+
+static size_t v4wg_smem(void) {
+    return 1024 /* alignment slack */ + 3 * (size_t)WG_TILE + sizeof(float) * 2 * WG_XS + sizeof(void *) * 3 * TC_K;
+}
+
+#if PDB_WGMMA_DEVICE
+/* The 64 rows src[r] (NULL: zero-filled, dummy is read from instead and reads nothing) of 512 bf16
+ * into the swizzled tile dst: warp w takes rows w, w + 8, .., a lane 16-byte chunks lane, lane + 32. */
+static __device__ __forceinline__ void wg_issue(uint8_t *dst, const __nv_bfloat16 *const *src, const __nv_bfloat16 *dummy) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int r = warp; r < TC_K; r += WG_THREADS / 32) {
+        const __nv_bfloat16 *row = src[r];
+#pragma unroll
+        for (int c = lane; c < WG_HD / 8; c += 32) cp16(dst + sw128_off(r, 8 * c, TC_K), row ? row + c * 8 : dummy, row != NULL);
+    }
+}
+#endif
+
+template <typename OT>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    k_v4_attn_wg(v4_klist16 L, const __nv_bfloat16 *q, int64_t nh, const float *sinks, float scale, OT *o, const float *cs,
+                 int rd) {
+#if PDB_WGMMA_DEVICE
+    extern __shared__ uint8_t smem_wg[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_wg);
+    uint8_t *Qs = smem_wg + ((1024 - (raw & 1023)) & 1023), *Kb = Qs + WG_TILE; /* 1024-byte aligned */
+    float *xs = (float *)(Kb + 2 * WG_TILE);                                     /* [warpgroup][32][128] */
+    const __nv_bfloat16 **rowk = (const __nv_bfloat16 **)(xs + 2 * WG_XS);     /* [buffer][64] */
+    const __nv_bfloat16 **rowq = rowk + 2 * TC_K;
+    const uint32_t qaddr = (uint32_t)__cvta_generic_to_shared(Qs), kaddr = qaddr + WG_TILE;
+    const int tid = threadIdx.x, wg = tid >> 7, wt = tid & 127, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int r_lo = 16 * (wt >> 5) + g; /* this thread's rows: r_lo and r_lo + 8 */
+    const int64_t t = blockIdx.x, h0 = (int64_t)blockIdx.y * TC_Q;
+    int64_t wrow0, nw, nc;
+    v4_list(L, t, wrow0, nw, nc);
+    const int64_t nk = nw + nc; /* >= 1: the window holds position p itself */
+    if (tid < TC_Q) {
+        int64_t h = h0 + tid;
+        rowq[tid] = h < nh ? q + (t * nh + h) * WG_HD : NULL;
+        rowk[tid] = tid < nk ? v4_row(L, t, tid, wrow0, nw, WG_HD) : NULL;
+        rowk[TC_K + tid] = TC_K + tid < nk ? v4_row(L, t, TC_K + tid, wrow0, nw, WG_HD) : NULL;
+    }
+    const float sk_lo = h0 + r_lo < nh ? sinks[h0 + r_lo] : 0.0f, sk_hi = h0 + r_lo + 8 < nh ? sinks[h0 + r_lo + 8] : 0.0f;
+    float m_lo = sk_lo, m_hi = sk_hi;
+    float l_lo = t4 == 0 && sk_lo != -INFINITY ? 1.0f : 0.0f, l_hi = t4 == 0 && sk_hi != -INFINITY ? 1.0f : 0.0f;
+    __syncthreads();
+    wg_issue(Qs, rowq, L.keys);
+    wg_issue(Kb, rowk, L.keys);
+    cp_commit();
+    float oacc[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) oacc[i] = 0.0f;
+    int buf = 0;
+    for (int64_t kb = 0; kb < nk; kb += TC_K, buf ^= 1) {
+        cp_wait<0>();
+        fence_async_shared();
+        __syncthreads(); /* A: tile kb landed (and Q); everyone is done with the other buffer and xs */
+        const uint32_t ka = kaddr + buf * WG_TILE;
+        if (kb + TC_K < nk) wg_issue(Kb + (buf ^ 1) * WG_TILE, rowk + (buf ^ 1) * TC_K, L.keys);
+        cp_commit();
+        /* tile kb + 2 TC_K's row of thread tid (< TC_K): its sel entry loaded now, used after S */
+        const int64_t ni = kb + 2 * TC_K + tid;
+        int32_t ne = 0;
+        if (tid < TC_K && L.sel && ni >= nw && ni < nk) ne = L.sel[t * L.K + (ni - nw)];
+        /* S's partial over dims 256 wg ..: k-step 16 wg + k is region (16 wg + k) / 4, bytes 32 ((16 wg + k) % 4) in */
+        float sacc[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) sacc[i] = 0.0f;
+        wg_fence();
+#pragma unroll
+        for (int k = 0; k < 16; k++) {
+            const int ks = 16 * wg + k;
+            const uint32_t off = (uint32_t)((ks >> 2) * WG_REGION + (ks & 3) * 32);
+            wgmma_64x64_ss(sacc, gmma_desc(qaddr + off, 16, 1024), gmma_desc(ka + off, 16, 1024), 1);
+        }
+        wg_commit();
+        wg_wait<0>();
+        float *mine = xs + wg * WG_XS, *other = xs + (wg ^ 1) * WG_XS;
+#pragma unroll
+        for (int i = 0; i < 32; i++) mine[i * 128 + wt] = sacc[i];
+        if (tid < TC_K)
+            rowk[buf * TC_K + tid] = ni >= nk ? NULL
+                                     : ni < nw ? L.keys + (wrow0 + ni) * WG_HD
+                                               : L.comp + (L.sel ? (int64_t)ne : ni - nw) * WG_HD;
+        __syncthreads(); /* X: both partials are in */
+        /* half 0 + half 1, scale, mask the columns past nk, the rows' maxima (a row = the quad's 64 columns) */
+        float mlo = -INFINITY, mhi = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = 4 * j + e;
+                const float v = kb + 8 * j + 2 * t4 + (e & 1) < nk ? (sacc[i] + other[i * 128 + wt]) * scale : -INFINITY;
+                sacc[i] = v;
+                if (e < 2) mlo = fmaxf(mlo, v);
+                else mhi = fmaxf(mhi, v);
+            }
+        mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, 1));
+        mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, 2));
+        mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, 1));
+        mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, 2));
+        /* the lazy running max (tc16's: it moves only past e^T16_LAZY) */
+        const float nlo = mlo > m_lo + T16_LAZY ? mlo : m_lo, nhi = mhi > m_hi + T16_LAZY ? mhi : m_hi;
+        const float clo = nlo == m_lo ? 1.0f : m_lo == -INFINITY ? 0.0f : expf(m_lo - nlo);
+        const float chi = nhi == m_hi ? 1.0f : m_hi == -INFINITY ? 0.0f : expf(m_hi - nhi);
+        m_lo = nlo;
+        m_hi = nhi;
+        /* P in bf16 as the A fragments: k-step kk = columns 16 kk ..: {lo, hi} of n8 tile 2 kk, then of 2 kk + 1 */
+        uint32_t pa[4][4];
+        float slo = 0.0f, shi = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float *v = sacc + 4 * j;
+            const float p0 = v[0] == -INFINITY ? 0.0f : expf(v[0] - nlo), p1 = v[1] == -INFINITY ? 0.0f : expf(v[1] - nlo);
+            const float p2 = v[2] == -INFINITY ? 0.0f : expf(v[2] - nhi), p3 = v[3] == -INFINITY ? 0.0f : expf(v[3] - nhi);
+            const __nv_bfloat162 plo = __floats2bfloat162_rn(p0, p1), phi = __floats2bfloat162_rn(p2, p3);
+            const float2 flo = __bfloat1622float2(plo), fhi = __bfloat1622float2(phi);
+            slo += flo.x;
+            slo += flo.y;
+            shi += fhi.x;
+            shi += fhi.y;
+            pa[j >> 1][2 * (j & 1)] = *(const uint32_t *)&plo;
+            pa[j >> 1][2 * (j & 1) + 1] = *(const uint32_t *)&phi;
+        }
+        l_lo = l_lo * clo + slo;
+        l_hi = l_hi * chi + shi;
+        if (clo != 1.0f || chi != 1.0f)
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                oacc[4 * j] *= clo; oacc[4 * j + 1] *= clo; oacc[4 * j + 2] *= chi; oacc[4 * j + 3] *= chi;
+            }
+        /* O (dims 256 wg ..) += P V: keys 16 kk .. are bytes 2048 kk into the tile's regions 4 wg .. 4 wg + 3 */
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            wgmma_64x256_rs_tb(oacc, pa[kk], gmma_desc(ka + 4 * wg * WG_REGION + kk * 2048, WG_REGION, 1024), 1);
+        wg_commit();
+        wg_wait<0>();
+    }
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    const int64_t hlo = h0 + r_lo, hhi = hlo + 8;
+    const float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
+    OT *olo = o + (t * nh + hlo) * WG_HD, *ohi = olo + 8 * (int64_t)WG_HD;
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        const int col = 256 * wg + 8 * j + 2 * t4;
+        float v[4] = {oacc[4 * j] * inv_lo, oacc[4 * j + 1] * inv_lo, oacc[4 * j + 2] * inv_hi, oacc[4 * j + 3] * inv_hi};
+        if (cs && col >= WG_HD - rd) { /* the pair (col, col + 1) is rope pair (col - (hd - rd)) / 2 */
+            const float *c = cs + (L.pos0 + t) * rd + (col - (WG_HD - rd));
+            const float cn = c[0], sn = -c[1];
+            rot_pair(v, cn, sn);
+            rot_pair(v + 2, cn, sn);
+        }
+        if (hlo < nh) st_pair(olo + col, v[0], v[1]);
+        if (hhi < nh) st_pair(ohi + col, v[2], v[3]);
+    }
+#else
+    (void)L, (void)q, (void)nh, (void)sinks, (void)scale, (void)o, (void)cs, (void)rd;
+    __trap(); /* never launched: pdb_cuda_v4_attention_wg_fits is 0 without sm_90a code */
+#endif
+}
+
+int pdb_cuda_wgmma_usable(void) {
+#ifdef PDB_CUDA_WGMMA
+    static int usable = -1;
+    if (usable < 0) {
+        int dev = 0, major = 0, minor = 0;
+        usable = cudaGetDevice(&dev) == cudaSuccess &&
+                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                 cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
+                 minor == 0;
+        cudaGetLastError();
+    }
+    return usable;
+#else
+    return 0;
+#endif
+}
+
+int pdb_cuda_v4_attention_wg_fits(int64_t hd) {
+    return hd == WG_HD && pdb_cuda_wgmma_usable() && v4wg_smem() <= (size_t)max_optin_smem();
+}
+
+template <typename OT>
+static pdb_status launch_wg(cudaStream_t s, const v4_klist16 &L, const __nv_bfloat16 *q, int64_t n, int64_t nh,
+                            const float *sinks, float scale, OT *o, const float *cs, int64_t rd) {
+    const size_t smem = v4wg_smem();
+    PDB_CU(cudaFuncSetAttribute(k_v4_attn_wg<OT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)n, (unsigned)((nh + TC_Q - 1) / TC_Q));
+    k_v4_attn_wg<OT><<<grid, WG_THREADS, smem, s>>>(L, q, nh, sinks, scale, o, cs, (int)rd);
+    PDB_CU_LAUNCH("v4 attention (warpgroup MMA)");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_attention_wg(cudaStream_t s, const void *q_bf16, const void *keys_bf16, int64_t lo,
+                                    const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate,
+                                    int64_t n, int64_t nh, int64_t hd, int64_t pos0, int64_t W, const float *sinks,
+                                    float scale, const pdb_cuda_v4_attn_out *out) {
+    if (n <= 0 || nh <= 0) return PDB_OK;
+    if (!pdb_cuda_v4_attention_wg_fits(hd))
+        return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (warpgroup MMA): head_dim %d (got %lld), an sm_90a build on a "
+                           "compute capability 9.0 device and %zu bytes of shared memory required", WG_HD, (long long)hd,
+                           v4wg_smem());
+    PDB_TRY(bf16_args("warpgroup MMA", q_bf16, keys_bf16, comp_bf16, n, nh, hd, pos0, W, lo, out));
+    const v4_klist16 L = {(const __nv_bfloat16 *)keys_bf16, (const __nv_bfloat16 *)comp_bf16, sel, nsel, lo, K, rate,
+                          pos0, W};
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)q_bf16;
+    if (out->bf16) return launch_wg(s, L, q, n, nh, sinks, scale, (__nv_bfloat16 *)out->o, out->cs, out->rd);
+    return launch_wg(s, L, q, n, nh, sinks, scale, (float *)out->o, out->cs, out->rd);
 }

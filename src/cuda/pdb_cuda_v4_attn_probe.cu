@@ -1,6 +1,6 @@
 /* pdb_cuda_v4_attn_probe: a V4 attention kernel alone on a host desc (pdb_cuda_v4_attn_probe.h).
  * Invariant: the device copies are exactly the desc's arrays (nsel narrowed to int32, which the
- * kernels take; for tc 2 the keys and comp rows rounded to bf16, nearest even, on the host, the
+ * kernels take; for tc 2 and 3 the keys and comp rows rounded to bf16, nearest even, on the host, the
  * engine's mirrors); a failure on any step frees everything and names the step. */
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,7 @@ extern "C" {
 
 typedef struct v4_probe_bufs {
     float *q, *keys, *comp, *sinks, *o;
-    uint16_t *q16, *keys16, *comp16; /* tc 2: bf16 bit patterns */
+    uint16_t *q16, *keys16, *comp16; /* tc 2, 3: bf16 bit patterns */
     int32_t *sel, *nsel;
     cudaEvent_t e0, e1;
 } v4_probe_bufs;
@@ -45,14 +45,15 @@ static pdb_status up_bf16(uint16_t **dst, const float *src, int64_t count) {
     return st;
 }
 
-/* The kernel on the uploaded buffers; tc 2's O goes to out (NULL: b->o, f32, no rotation). */
+/* The kernel on the uploaded buffers; tc 2's / 3's O goes to out (NULL: b->o, f32, no rotation). */
 static pdb_status run_kernel(const pdb_v4_attn_desc *d, int tc, const v4_probe_bufs *b, const pdb_cuda_v4_attn_out *out) {
     const int32_t *sel = d->sel ? b->sel : NULL, *nsel = d->sel ? b->nsel : NULL;
     int64_t rate = d->sel ? 0 : d->rate;
-    if (tc == 2) {
+    if (tc >= 2) {
         const pdb_cuda_v4_attn_out plain = {b->o, 0, NULL, 0};
-        return pdb_cuda_v4_attention_tc16(0, b->q16, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, d->T, d->nh,
-                                          d->hd, d->p0, d->W, b->sinks, d->scale, out ? out : &plain);
+        return (tc == 3 ? pdb_cuda_v4_attention_wg : pdb_cuda_v4_attention_tc16)(
+            0, b->q16, b->keys16, d->lo, b->comp16, sel, nsel, d->K, rate, d->T, d->nh, d->hd, d->p0, d->W, b->sinks,
+            d->scale, out ? out : &plain);
     }
     return tc ? pdb_cuda_v4_attention_tc(0, b->q, b->keys, d->lo, b->comp, sel, nsel, d->K, rate, d->T, d->nh, d->hd,
                                          d->p0, d->W, b->sinks, d->scale, b->o)
@@ -65,7 +66,7 @@ static pdb_status upload(const pdb_v4_attn_desc *d, int tc, v4_probe_bufs *b) {
     PDB_TRY(up((void **)&b->q, d->q, sizeof(float) * (size_t)(T * nh * hd)));
     PDB_TRY(up((void **)&b->keys, d->keys, sizeof(float) * (size_t)(nkeys * hd)));
     PDB_TRY(up((void **)&b->comp, d->comp, sizeof(float) * (size_t)((d->n_comp > 0 ? d->n_comp : 0) * hd)));
-    if (tc == 2) {
+    if (tc >= 2) {
         PDB_TRY(up_bf16(&b->q16, d->q, T * nh * hd));
         PDB_TRY(up_bf16(&b->keys16, d->keys, nkeys * hd));
         PDB_TRY(up_bf16(&b->comp16, d->comp, (d->n_comp > 0 ? d->n_comp : 0) * hd));
@@ -116,20 +117,20 @@ static void free_bufs(v4_probe_bufs *b) {
     if (b->e1) cudaEventDestroy(b->e1);
 }
 
-/* The stored forms of tc16's O against the unfused path (f32 O, then heads_norm_rope's inverse
+/* The stored forms of tc16's (tc 2) or wg's (tc 3) O against the unfused path (f32 O, then heads_norm_rope's inverse
  * rotation, then pdb_cuda_convert): o (scratch, 3 T nh hd floats on the device) and the counts. */
-static pdb_status rope_out(const pdb_v4_attn_desc *d, const float *cs, int64_t rd, v4_probe_bufs *b, float *dcs,
+static pdb_status rope_out(const pdb_v4_attn_desc *d, int tc, const float *cs, int64_t rd, v4_probe_bufs *b, float *dcs,
                            float *dev, int64_t *differ_bf16, int64_t *differ_f32) {
     const int64_t T = d->T, nh = d->nh, hd = d->hd, n = T * nh * hd;
-    PDB_TRY(upload(d, 2, b));
+    PDB_TRY(upload(d, tc, b));
     PDB_CU(cudaMemcpy(dcs, cs, sizeof(float) * (size_t)((d->p0 + T) * rd), cudaMemcpyHostToDevice));
     float *of = dev, *ref16 = dev + n, *o16 = dev + 2 * n; /* the bf16 forms use half of theirs */
-    PDB_TRY(run_kernel(d, 2, b, NULL));
+    PDB_TRY(run_kernel(d, tc, b, NULL));
     PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, b->o, nh * hd, b->o, nh * hd, T, nh, hd, rd, 0, NULL, dcs, d->p0, -1, 0.0));
     PDB_TRY(pdb_cuda_convert(0, b->o, n, PDB_CUDA_DT_BF16, ref16));
     const pdb_cuda_v4_attn_out f = {of, 0, dcs, rd}, h = {o16, 1, dcs, rd};
-    PDB_TRY(run_kernel(d, 2, b, &f));
-    PDB_TRY(run_kernel(d, 2, b, &h));
+    PDB_TRY(run_kernel(d, tc, b, &f));
+    PDB_TRY(run_kernel(d, tc, b, &h));
     PDB_CU(cudaDeviceSynchronize());
     uint32_t *hv = (uint32_t *)malloc(sizeof(uint32_t) * (size_t)(4 * n));
     if (!hv) return pdb_err_set(PDB_NOMEM, "v4 attention probe: host copies [%lld]", (long long)(4 * n));
@@ -149,9 +150,9 @@ static pdb_status rope_out(const pdb_v4_attn_desc *d, const float *cs, int64_t r
     return st;
 }
 
-pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, const float *cs, int64_t rd, int64_t *differ_bf16,
-                                           int64_t *differ_f32) {
-    if (!d || !cs || !differ_bf16 || !differ_f32 || d->T <= 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo ||
+pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, int tc, const float *cs, int64_t rd,
+                                           int64_t *differ_bf16, int64_t *differ_f32) {
+    if (!d || (tc != 2 && tc != 3) || !cs || !differ_bf16 || !differ_f32 || d->T <= 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo ||
         (d->sel && !d->nsel) || rd < 0 || rd > d->hd || rd % 2)
         return pdb_err_set(PDB_INVALID, "v4 attention probe (rope out): bad desc or rd %lld", (long long)rd);
     PDB_TRY(pdb_cuda_use_device(0, "v4 attention probe"));
@@ -160,7 +161,7 @@ pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, const floa
     float *dcs = NULL, *dev = NULL;
     pdb_status st = up((void **)&dcs, NULL, sizeof(float) * (size_t)((d->p0 + d->T) * (rd > 0 ? rd : 1)));
     if (!st) st = up((void **)&dev, NULL, sizeof(float) * (size_t)(3 * d->T * d->nh * d->hd));
-    if (!st) st = rope_out(d, cs, rd, &b, dcs, dev, differ_bf16, differ_f32);
+    if (!st) st = rope_out(d, tc, cs, rd, &b, dcs, dev, differ_bf16, differ_f32);
     cudaFree(dcs);
     cudaFree(dev);
     free_bufs(&b);
@@ -168,7 +169,7 @@ pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, const floa
 }
 
 pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu_ms) {
-    if (!d || tc < 0 || tc > 2 || d->T < 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo || (d->sel && !d->nsel))
+    if (!d || tc < 0 || tc > 3 || d->T < 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo || (d->sel && !d->nsel))
         return pdb_err_set(PDB_INVALID, "v4 attention probe: bad desc");
     if (d->T == 0) return PDB_OK;
     PDB_TRY(pdb_cuda_use_device(0, "v4 attention probe"));

@@ -72,7 +72,7 @@ struct pdb_cuda_v4_engine {
     pdb_config cfg;
     pdb_cuda_dt dt;
     size_t esz;
-    int attn_tc, attn_tc16, idx_tc, prof, moe_kernel; /* tensor-core attention (f32 / bf16 key rows), indexer scores;
+    int attn_tc, attn_tc16, attn_wg, idx_tc, prof, moe_kernel; /* tensor-core attention (f32 / bf16 key rows), indexer scores;
                                                            opts.moe_kernel */
     int device;
     cudaStream_t s, s_cap;
@@ -429,6 +429,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
         return pdb_err_set(PDB_UNSUPPORTED, "v4 engine: n_shared_experts %lld (one is supported)", (long long)c->n_shared_experts);
     e->attn_tc = e->dt == PDB_CUDA_DT_BF16 && pdb_cuda_v4_attention_tc_fits(e->hd);
     e->attn_tc16 = e->dt == PDB_CUDA_DT_BF16 && !o->attn_f32_keys && pdb_cuda_v4_attention_tc16_fits(e->hd);
+    e->attn_wg = e->attn_tc16 && !o->attn_mma_sync && pdb_cuda_v4_attention_wg_fits(e->hd);
     e->idx_tc = e->dt == PDB_CUDA_DT_BF16 && e->nih > 0 && pdb_cuda_v4_index_scores_tc_fits(e->nih, e->ihd);
     PDB_TRY(pdb_cuda_use_device(device, "v4 engine"));
     PDB_CU(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking));
@@ -864,8 +865,9 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
          * staging buffer: the bits heads_norm_rope then pdb_cuda_convert gave */
         if (n * nh * hd > e->cvt_n) return pdb_err_set(PDB_INVALID, "v4 engine: staging of %lld values", (long long)(n * nh * hd));
         const pdb_cuda_v4_attn_out out = {e->cvt, 1, cs, rd};
-        PDB_TRY(pdb_cuda_v4_attention_tc16(e->s, e->q, k16, lo, D->comp16, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
-                                           hrate, n, nh, hd, p0, W, D->sink, scale, &out));
+        PDB_TRY((e->attn_wg ? pdb_cuda_v4_attention_wg : pdb_cuda_v4_attention_tc16)(
+            e->s, e->q, k16, lo, D->comp16, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop, hrate, n, nh, hd, p0, W, D->sink,
+            scale, &out));
         A = out.o;
     } else if (e->attn_tc)
         PDB_TRY(pdb_cuda_v4_attention_tc(e->s, e->q, keys, lo, D->comp, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,

@@ -191,6 +191,17 @@ pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const 
                                       const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K,
                                       int64_t rate, int64_t n, int64_t nh, int64_t hd, int64_t pos0, int64_t W,
                                       const float *sinks, float scale, const pdb_cuda_v4_attn_out *out);
+/* attention_wg: attention_tc16's contract and math (the same lazy max, sink state and bf16 P) on
+ * Hopper's warpgroup MMA (pdb_cuda_v4_attn.cu's k_v4_attn_wg): not bit-identical to tc16 (other
+ * accumulation orders inside the products), equally close to the reference; per (token, head) a
+ * fixed order, chunked = one shot bit for bit. PDB_UNSUPPORTED unless pdb_cuda_v4_attention_wg_fits(hd):
+ * hd == 512, this build has sm_90a code (PDB_CUDA_WGMMA) and the device is compute capability 9.0. */
+int pdb_cuda_wgmma_usable(void);
+int pdb_cuda_v4_attention_wg_fits(int64_t hd);
+pdb_status pdb_cuda_v4_attention_wg(cudaStream_t s, const void *q_bf16, const void *keys_bf16, int64_t lo,
+                                    const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate,
+                                    int64_t n, int64_t nh, int64_t hd, int64_t pos0, int64_t W, const float *sinks,
+                                    float scale, const pdb_cuda_v4_attn_out *out);
 
 /* Routing of n tokens (pdb_v4_route): logits [n, E] (the router product) -> scores in place
  * (scoring: pdb_v4_score: sqrt(softplus) (softplus(l) = l for l > 20, else log1p(exp(l))),

@@ -1,18 +1,19 @@
 /* test_cuda_v4_attn: the V4 attention kernels (pdb_cuda_v4_attention, f32 on CUDA cores,
- * pdb_cuda_v4_attention_tc, bf16 tensor cores, and pdb_cuda_v4_attention_tc16, the same on bf16
- * key rows (the probe rounds the keys); src/cuda/pdb_cuda_v4_attn.cu) against the CPU
+ * pdb_cuda_v4_attention_tc, bf16 tensor cores, pdb_cuda_v4_attention_tc16, the same on bf16
+ * key rows (the probe rounds the keys), and pdb_cuda_v4_attention_wg, tc16's math on warpgroup MMA
+ * (hd 512 on sm_90a, else "unsupported"); src/cuda/pdb_cuda_v4_attn.cu) against the CPU
  * contract pdb_v4_attn_ref, through pdb_cuda_v4_attn_probe, on seeded random inputs of the three
  * layer kinds: sliding only, CSA (sel with random distinct entries, nsel varying incl. 0 and < K)
  * and HCA (rate 4 / 8), on small shapes (nh 4, 16, 64, 80; hd 64, 80, 128, 512; W 8, 40, 70;
  * key lists of 1 to 4 tiles of 64; lo > 0; pos0 > 0) and one V4-Flash-sized CSA case (nh 64,
  * hd 512, W 128, K 512, T 256, pos0 4096: 10 tiles). Asserted: max |o_gpu - o_ref| / max |o_ref|
- * <= 1e-5 (f32) and <= 1e-2 (both bf16 tensor-core paths; the host emulation, tests/cuda/emu,
+ * <= 1e-5 (f32) and <= 1e-2 (the bf16 tensor-core paths; the host emulation, tests/cuda/emu,
  * gives <= 1e-6 and <= 3.6e-3 on its shapes, tc16's error = tc's to 4 digits); a chunked run (two launches
- * at p0 and p0 + T1) bit-identical to the one-shot run for every kernel; tc16's fused store (O's
+ * at p0 and p0 + T1) bit-identical to the one-shot run for every kernel; tc16's and wg's fused store (O's
  * rope dims rotated back, then f32 or bf16: the engine's wo_a operand) bit-identical to f32 O, then
- * heads_norm_rope (sign -1), then pdb_cuda_convert, on three shapes. Prints
+ * heads_norm_rope (sign -1), then pdb_cuda_convert, on four shapes. Prints
  * "v4attn-metric ..." lines (errors, the V4-Flash case's GPU ms and TFLOP/s = 4 nh hd keys T / s
- * for tc and tc16, and their ratio).
+ * for tc, tc16 and wg, and their ratios).
  * Without a GPU (pdb_cuda_device_count() == 0) each GPU test prints "skipped: no GPU" and passes;
  * test_harness_cpu (the chunk split, on the reference alone) runs everywhere. */
 #include <math.h>
@@ -131,10 +132,10 @@ static void run_chunked(const v4case *c, int tc, int64_t T1, float *out) {
     run_desc(&b, tc);
 }
 
-static const char *const kname[3] = {"f32", "tc", "tc16"};
+static const char *const kname[4] = {"f32", "tc", "tc16", "wg"};
 
-/* ref vs f32 vs tc vs tc16 (the tc paths when they fit), the chunked runs bit-identical to the
- * one-shot; returns the kernels' ms through tc_ms[0..2] when asked (0: unsupported). */
+/* ref vs f32 vs tc vs tc16 vs wg (the tensor-core paths when they fit), the chunked runs bit-identical
+ * to the one-shot; returns the kernels' ms through tc_ms[0..3] when asked (0: unsupported). */
 static void check_case(const char *name, v4case *c, double *tc_ms, int chunk_check) {
     int64_t n = c->d.T * c->d.nh * c->d.hd;
     float *ref = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
@@ -143,7 +144,7 @@ static void check_case(const char *name, v4case *c, double *tc_ms, int chunk_che
     pdb_v4_attn_desc d = c->d;
     d.o = ref;
     PDB_TEST_OK(pdb_v4_attn_ref(&d, NULL));
-    for (int tc = 0; tc < 3; tc++) {
+    for (int tc = 0; tc < 4; tc++) {
         d = c->d;
         d.o = got;
         double ms = 0;
@@ -202,6 +203,10 @@ static void test_sliding(void **state) {
     case_make(&c, KIND_SLIDING, 80, 64, 8, 0, 0, 2, 6, 37, 3, 0);
     check_case("sliding nh80 hd64 lo2", &c, NULL, 1);
     case_free(&c);
+    /* hd 512 (the warpgroup kernel's): two head blocks, one partial; a window of 3 tiles */
+    case_make(&c, KIND_SLIDING, 96, 512, 150, 0, 0, 9, 170, 30, 4, 0);
+    check_case("sliding nh96 hd512 W150 lo9", &c, NULL, 1);
+    case_free(&c);
 }
 
 static void test_csa(void **state) {
@@ -243,9 +248,13 @@ static void test_hca(void **state) {
     case_make(&c, KIND_HCA, 16, 80, 8, 0, 4, 3, 300, 40, 24, 0);
     check_case("hca nh16 hd80 r4 lo3", &c, NULL, 1);
     case_free(&c);
+    case_make(&c, KIND_HCA, 64, 512, 20, 0, 4, 2, 500, 33, 25, 0);
+    check_case("hca nh64 hd512 W20 r4 lo2", &c, NULL, 1);
+    case_free(&c);
 }
 
-/* tc16's fused store (inverse RoPE then f32 or bf16) = f32 O, heads_norm_rope (sign -1), convert: bit for bit. */
+/* tc16's and wg's fused store (inverse RoPE then f32 or bf16) = f32 O, heads_norm_rope (sign -1), convert: bit for
+ * bit (wg: the hd 512 cases). */
 static void test_rope_out(void **state) {
     (void)state;
     if (!have_gpu()) return;
@@ -253,6 +262,7 @@ static void test_rope_out(void **state) {
         {KIND_SLIDING, 16, 128, 8, 0, 0, 13, 20, 41, 64},
         {KIND_CSA, 80, 512, 70, 150, 0, 5, 200, 24, 64},
         {KIND_HCA, 16, 80, 8, 0, 4, 3, 300, 40, 16},
+        {KIND_HCA, 64, 512, 20, 0, 4, 2, 500, 33, 64},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         v4case c;
@@ -267,12 +277,19 @@ static void test_rope_out(void **state) {
                 cs[p * rd + 2 * i] = (float)cos(a);
                 cs[p * rd + 2 * i + 1] = (float)sin(a);
             }
-        int64_t d16 = -1, d32 = -1;
-        PDB_TEST_OK(pdb_cuda_v4_attn_probe_rope_out(&c.d, cs, rd, &d16, &d32));
-        printf("v4attn-metric rope-out case %zu: differing bf16 %lld f32 %lld of %lld\n", k, (long long)d16, (long long)d32,
-               (long long)(c.d.T * c.d.nh * c.d.hd));
-        assert_int_equal(d16, 0);
-        assert_int_equal(d32, 0);
+        for (int tc = 2; tc < 4; tc++) {
+            int64_t d16 = -1, d32 = -1;
+            pdb_status st = pdb_cuda_v4_attn_probe_rope_out(&c.d, tc, cs, rd, &d16, &d32);
+            if (tc == 3 && st == PDB_UNSUPPORTED) {
+                printf("v4attn-metric rope-out case %zu wg: unsupported (%s)\n", k, pdb_err_msg());
+                continue;
+            }
+            PDB_TEST_OK(st);
+            printf("v4attn-metric rope-out case %zu %s: differing bf16 %lld f32 %lld of %lld\n", k, kname[tc], (long long)d16,
+                   (long long)d32, (long long)(c.d.T * c.d.nh * c.d.hd));
+            assert_int_equal(d16, 0);
+            assert_int_equal(d32, 0);
+        }
         free(cs);
         case_free(&c);
     }
@@ -284,13 +301,14 @@ static void test_v4_flash_size(void **state) {
     v4case c;
     const int64_t nh = 64, hd = 512, W = 128, K = 512, T = 256, p0 = 4096;
     case_make(&c, KIND_CSA, nh, hd, W, K, 0, 0, p0, T, 31, 1);
-    double ms[3] = {0, 0, 0};
+    double ms[4] = {0, 0, 0, 0};
     check_case("v4flash nh64 hd512 W128 K512 T256", &c, ms, 1);
     const double flop = 4.0 * (double)nh * (double)hd * (double)(W + K) * (double)T;
-    for (int k = 1; k < 3; k++)
+    for (int k = 1; k < 4; k++)
         if (ms[k] > 0)
             printf("v4attn-metric v4flash %s: %.4f ms, %.1f TFLOP/s\n", kname[k], ms[k], flop / (ms[k] * 1e-3) / 1e12);
     if (ms[1] > 0 && ms[2] > 0) printf("v4attn-metric v4flash tc16 / tc speedup %.2fx\n", ms[1] / ms[2]);
+    if (ms[2] > 0 && ms[3] > 0) printf("v4attn-metric v4flash wg / tc16 speedup %.2fx\n", ms[2] / ms[3]);
     case_free(&c);
 }
 
