@@ -743,19 +743,25 @@ pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const 
 enum { WG_HD = 512, WG_THREADS = 256, WG_TILE = TC_K * WG_HD * 2 /* bytes: 64 rows, 8 swizzled regions */,
        WG_REGION = TC_K * 128 /* one 64-dim region of a tile */, WG_XS = 32 * 128 /* floats per warpgroup */ };
 
+static_assert(WG_THREADS == 256 && TC_K == 64, "wg_issue: 8 warps, rows w + 8 i of a 64-row tile");
+
 static size_t v4wg_smem(void) {
     return 1024 /* alignment slack */ + 3 * (size_t)WG_TILE + sizeof(float) * 2 * WG_XS + sizeof(void *) * 3 * TC_K;
 }
 
 #if PDB_WGMMA_DEVICE
 /* The 64 rows src[r] (NULL: zero-filled, dummy is read from instead and reads nothing) of 512 bf16
- * into the swizzled tile dst: warp w takes rows w, w + 8, .., a lane 16-byte chunks lane, lane + 32. */
+ * into the swizzled tile dst: warp w takes rows w + 8 i (so r % 8 = w), a lane the 16-byte chunks
+ * lane and lane + 32 of each (regions lane / 8 and lane / 8 + 4, chunk lane % 8): one offset per
+ * thread plus constants. */
 static __device__ __forceinline__ void wg_issue(uint8_t *dst, const __nv_bfloat16 *const *src, const __nv_bfloat16 *dummy) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = warp; r < TC_K; r += WG_THREADS / 32) {
-        const __nv_bfloat16 *row = src[r];
+    uint8_t *d = dst + (lane >> 3) * WG_REGION + warp * 128 + (((lane & 7) ^ warp) << 4);
 #pragma unroll
-        for (int c = lane; c < WG_HD / 8; c += 32) cp16(dst + sw128_off(r, 8 * c, TC_K), row ? row + c * 8 : dummy, row != NULL);
+    for (int i = 0; i < TC_K / 8; i++) {
+        const __nv_bfloat16 *row = src[warp + 8 * i];
+#pragma unroll
+        for (int j = 0; j < 2; j++) cp16(d + i * 1024 + j * 4 * WG_REGION, row ? row + (lane + 32 * j) * 8 : dummy, row != NULL);
     }
 }
 #endif
@@ -784,8 +790,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         rowk[tid] = tid < nk ? v4_row(L, t, tid, wrow0, nw, WG_HD) : NULL;
         rowk[TC_K + tid] = TC_K + tid < nk ? v4_row(L, t, TC_K + tid, wrow0, nw, WG_HD) : NULL;
     }
+    /* the softmax in base 2: scores and the running max m in units of log2(e) (exp(x) = 2^(x log2 e)) */
+    const float scale2 = scale * 1.4426950408889634f, lazy2 = T16_LAZY * 1.4426950408889634f;
     const float sk_lo = h0 + r_lo < nh ? sinks[h0 + r_lo] : 0.0f, sk_hi = h0 + r_lo + 8 < nh ? sinks[h0 + r_lo + 8] : 0.0f;
-    float m_lo = sk_lo, m_hi = sk_hi;
+    float m_lo = sk_lo * 1.4426950408889634f, m_hi = sk_hi * 1.4426950408889634f;
     float l_lo = t4 == 0 && sk_lo != -INFINITY ? 1.0f : 0.0f, l_hi = t4 == 0 && sk_hi != -INFINITY ? 1.0f : 0.0f;
     __syncthreads();
     wg_issue(Qs, rowq, L.keys);
@@ -800,13 +808,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         fence_async_shared();
         __syncthreads(); /* A: tile kb landed (and Q); everyone is done with the other buffer and xs */
         const uint32_t ka = kaddr + buf * WG_TILE;
-        if (kb + TC_K < nk) wg_issue(Kb + (buf ^ 1) * WG_TILE, rowk + (buf ^ 1) * TC_K, L.keys);
-        cp_commit();
-        /* tile kb + 2 TC_K's row of thread tid (< TC_K): its sel entry loaded now, used after S */
-        const int64_t ni = kb + 2 * TC_K + tid;
-        int32_t ne = 0;
-        if (tid < TC_K && L.sel && ni >= nw && ni < nk) ne = L.sel[t * L.K + (ni - nw)];
-        /* S's partial over dims 256 wg ..: k-step 16 wg + k is region (16 wg + k) / 4, bytes 32 ((16 wg + k) % 4) in */
+        /* S's partial over dims 256 wg ..: k-step 16 wg + k is region (16 wg + k) / 4, bytes 32 ((16 wg + k) % 4) in;
+         * issued first, so that the next tile's copies and the sel load below run beside it */
         float sacc[32];
 #pragma unroll
         for (int i = 0; i < 32; i++) sacc[i] = 0.0f;
@@ -818,46 +821,60 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             wgmma_64x64_ss(sacc, gmma_desc(qaddr + off, 16, 1024), gmma_desc(ka + off, 16, 1024), 1);
         }
         wg_commit();
-        wg_wait<0>();
-        float *mine = xs + wg * WG_XS, *other = xs + (wg ^ 1) * WG_XS;
-#pragma unroll
-        for (int i = 0; i < 32; i++) mine[i * 128 + wt] = sacc[i];
-        if (tid < TC_K)
+        if (kb + TC_K < nk) wg_issue(Kb + (buf ^ 1) * WG_TILE, rowk + (buf ^ 1) * TC_K, L.keys);
+        cp_commit();
+        /* tile kb + 2 TC_K's row of thread tid (< TC_K) */
+        const int64_t ni = kb + 2 * TC_K + tid;
+        if (tid < TC_K) {
+            int32_t ne = 0;
+            if (L.sel && ni >= nw && ni < nk) ne = L.sel[t * L.K + (ni - nw)];
             rowk[buf * TC_K + tid] = ni >= nk ? NULL
                                      : ni < nw ? L.keys + (wrow0 + ni) * WG_HD
                                                : L.comp + (L.sel ? (int64_t)ne : ni - nw) * WG_HD;
-        __syncthreads(); /* X: both partials are in */
-        /* half 0 + half 1, scale, mask the columns past nk, the rows' maxima (a row = the quad's 64 columns) */
+        }
+        wg_wait<0>();
+        float4 *mine = (float4 *)(xs + wg * WG_XS), *other = (float4 *)(xs + (wg ^ 1) * WG_XS);
+#pragma unroll
+        for (int q4 = 0; q4 < 8; q4++) mine[q4 * 128 + wt] = make_float4(sacc[4 * q4], sacc[4 * q4 + 1], sacc[4 * q4 + 2], sacc[4 * q4 + 3]);
+        __syncthreads(); /* X: both partials are in (and rowk of tile kb + 2 TC_K) */
+        /* half 0 + half 1 (the same float in both warpgroups), scaled; the columns past nk masked */
+#pragma unroll
+        for (int q4 = 0; q4 < 8; q4++) {
+            const float4 x = other[q4 * 128 + wt];
+            sacc[4 * q4] = (sacc[4 * q4] + x.x) * scale2;
+            sacc[4 * q4 + 1] = (sacc[4 * q4 + 1] + x.y) * scale2;
+            sacc[4 * q4 + 2] = (sacc[4 * q4 + 2] + x.z) * scale2;
+            sacc[4 * q4 + 3] = (sacc[4 * q4 + 3] + x.w) * scale2;
+        }
+        if (kb + TC_K > nk)
+#pragma unroll
+            for (int i = 0; i < 32; i++)
+                if (kb + 8 * (i >> 2) + 2 * t4 + (i & 1) >= nk) sacc[i] = -INFINITY;
+        /* the rows' maxima (a row = the quad's 64 columns) */
         float mlo = -INFINITY, mhi = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = 4 * j + e;
-                const float v = kb + 8 * j + 2 * t4 + (e & 1) < nk ? (sacc[i] + other[i * 128 + wt]) * scale : -INFINITY;
-                sacc[i] = v;
-                if (e < 2) mlo = fmaxf(mlo, v);
-                else mhi = fmaxf(mhi, v);
-            }
+        for (int j = 0; j < 8; j++) {
+            mlo = fmaxf(mlo, fmaxf(sacc[4 * j], sacc[4 * j + 1]));
+            mhi = fmaxf(mhi, fmaxf(sacc[4 * j + 2], sacc[4 * j + 3]));
+        }
         mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, 1));
         mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, 2));
         mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, 1));
         mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, 2));
-        /* the lazy running max (tc16's: it moves only past e^T16_LAZY) */
-        const float nlo = mlo > m_lo + T16_LAZY ? mlo : m_lo, nhi = mhi > m_hi + T16_LAZY ? mhi : m_hi;
-        const float clo = nlo == m_lo ? 1.0f : m_lo == -INFINITY ? 0.0f : expf(m_lo - nlo);
-        const float chi = nhi == m_hi ? 1.0f : m_hi == -INFINITY ? 0.0f : expf(m_hi - nhi);
+        /* the lazy running max (tc16's rule: it moves only past e^T16_LAZY; then P <= e^T16_LAZY) */
+        const float nlo = mlo > m_lo + lazy2 ? mlo : m_lo, nhi = mhi > m_hi + lazy2 ? mhi : m_hi;
+        const float clo = nlo == m_lo ? 1.0f : ex2_approx(m_lo - nlo), chi = nhi == m_hi ? 1.0f : ex2_approx(m_hi - nhi);
         m_lo = nlo;
         m_hi = nhi;
-        /* P in bf16 as the A fragments: k-step kk = columns 16 kk ..: {lo, hi} of n8 tile 2 kk, then of 2 kk + 1 */
+        /* P = 2^(s - m) in bf16 as the A fragments (2^-inf = 0): k-step kk = columns 16 kk ..: {lo, hi} of n8
+         * tile 2 kk, then of 2 kk + 1 */
         uint32_t pa[4][4];
         float slo = 0.0f, shi = 0.0f;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             const float *v = sacc + 4 * j;
-            const float p0 = v[0] == -INFINITY ? 0.0f : expf(v[0] - nlo), p1 = v[1] == -INFINITY ? 0.0f : expf(v[1] - nlo);
-            const float p2 = v[2] == -INFINITY ? 0.0f : expf(v[2] - nhi), p3 = v[3] == -INFINITY ? 0.0f : expf(v[3] - nhi);
-            const __nv_bfloat162 plo = __floats2bfloat162_rn(p0, p1), phi = __floats2bfloat162_rn(p2, p3);
+            const __nv_bfloat162 plo = __floats2bfloat162_rn(ex2_approx(v[0] - nlo), ex2_approx(v[1] - nlo));
+            const __nv_bfloat162 phi = __floats2bfloat162_rn(ex2_approx(v[2] - nhi), ex2_approx(v[3] - nhi));
             const float2 flo = __bfloat1622float2(plo), fhi = __bfloat1622float2(phi);
             slo += flo.x;
             slo += flo.y;
