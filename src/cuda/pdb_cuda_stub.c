@@ -152,6 +152,13 @@ pdb_status pdb_cuda_v4_probe_heads_norm_rope(float *x, int64_t ld, int64_t n, in
     (void)eps;
     PDB_V4_PROBE_NONE;
 }
+pdb_status pdb_cuda_v4_probe_heads_norm_rope_in16(const uint16_t *x, int64_t ld, int64_t n, int64_t nh, int64_t hd,
+                                                  int64_t rd, int mode, const float *w, const float *cs, int64_t pos0,
+                                                  int sign, double eps, int bf16_out, void *y) {
+    (void)x, (void)ld, (void)n, (void)nh, (void)hd, (void)rd, (void)mode, (void)w, (void)cs, (void)pos0, (void)sign;
+    (void)eps, (void)bf16_out, (void)y;
+    PDB_V4_PROBE_NONE;
+}
 pdb_status pdb_cuda_v4_probe_compress(const float *kv, const float *gate, int64_t nrows, int64_t ld, int64_t e0,
                                       const float *ape, const float *norm, int64_t r, int64_t dim, int coff, int64_t w0,
                                       int64_t w1, const float *cs, int64_t rd, double eps, float *out) {
@@ -186,6 +193,11 @@ pdb_status pdb_cuda_v4_probe_route(float *logits, const int32_t *ids, const int3
     PDB_V4_PROBE_NONE;
 }
 pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t count, float limit, int bf16, void *out) {
+    (void)g, (void)u, (void)count, (void)limit, (void)bf16, (void)out;
+    PDB_V4_PROBE_NONE;
+}
+pdb_status pdb_cuda_v4_probe_swiglu_in16(const uint16_t *g, const uint16_t *u, int64_t count, float limit, int bf16,
+                                         void *out) {
     (void)g, (void)u, (void)count, (void)limit, (void)bf16, (void)out;
     PDB_V4_PROBE_NONE;
 }

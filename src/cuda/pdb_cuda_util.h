@@ -4,7 +4,8 @@
  * and the row-major GEMM wrapper every engine matrix product goes through.
  * Invariants: every CUDA/cuBLAS call is checked and a failure becomes PDB_CUDA with
  * "file:line call: message" in pdb_err_msg(); nothing here exits or aborts; GEMMs accumulate in
- * f32 (CUBLAS_COMPUTE_32F, default math mode: no TF32 on f32 inputs); with tile_rows > 0 every
+ * f32 (CUBLAS_COMPUTE_32F, default math mode: no TF32 on f32 inputs) and write f32 C, or (the _ct
+ * forms, bf16 operands only) bf16 C rounded once from that f32 sum; with tile_rows > 0 every
  * GEMM runs as cuBLAS products of exactly tile_rows rows (the last tile padded through a scratch
  * copy), so cuBLAS sees the same shape whatever M is and a row's result does not depend on how
  * many rows a call holds (chunked prefill = one-shot); full tiles batched into one call only in
@@ -87,7 +88,7 @@ typedef enum pdb_cuda_dt { PDB_CUDA_DT_BF16 = 0, PDB_CUDA_DT_F32 = 1 } pdb_cuda_
 /* A product shape whose full tiles may run as one strided-batched call (pdb_cuda_gemm): bit g-1 of
  * ok (bad) says a call of g tiles was checked to give (not to give) each tile's single-call bits. */
 typedef struct pdb_cuda_tile_form {
-    int dt, b_is_nk;
+    int dt, ct, b_is_nk; /* operands' and C's types */
     int64_t T, N, K, lda, ldb, ldc;
     uint64_t ok, bad;
 } pdb_cuda_tile_form;
@@ -101,9 +102,9 @@ typedef struct pdb_cuda_blas {
     int64_t tile_rows;          /* > 0: M-invariant GEMMs in tiles of this many rows; 0: whole M */
     int tiles_sequential;       /* 1: the full tiles as one call each (never batched) */
     void *tail_a;               /* scratch for the last, partial tile (device) */
-    float *tail_c;
+    void *tail_c;
     size_t tail_a_cap, tail_c_cap; /* bytes */
-    float *check_c;             /* one tile's single-call C while a batched form is checked (device) */
+    void *check_c;              /* one tile's single-call C while a batched form is checked (device) */
     size_t check_c_cap;
     int *check_ne;              /* device flag: some bits differed */
     pdb_cuda_tile_form forms[PDB_CUDA_TILE_FORMS];
@@ -142,10 +143,21 @@ void pdb_cuda_blas_close(pdb_cuda_blas *b);
 pdb_status pdb_cuda_gemm(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K, float alpha,
                          const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb, float beta,
                          float *C, int64_t ldc, int64_t sc, int64_t batch);
+/* The same with C of type ct (ldc, sc in elements): PDB_CUDA_DT_F32 is pdb_cuda_gemm; PDB_CUDA_DT_BF16
+ * (dt bf16 only, else PDB_INVALID) has cuBLAS round each f32 sum to bf16 (nearest even) as it stores
+ * it: half C's bytes, for products read once by an elementwise kernel. Tiles, batching and the
+ * batched form's check (per (dt, ct, shape, g)) as pdb_cuda_gemm's. */
+pdb_status pdb_cuda_gemm_ct(pdb_cuda_blas *b, pdb_cuda_dt dt, pdb_cuda_dt ct, int b_is_nk, int64_t M, int64_t N, int64_t K,
+                            float alpha, const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
+                            float beta, void *C, int64_t ldc, int64_t sc, int64_t batch);
 /* Row-major C_i [M, N] (ldc, f32) = A_i [M, K] (lda, dt) . B_i [N, K]^T (ldb, dt) for i < batch, the
  * pointers in device arrays (one cuBLAS call: a grouped product, e.g. one tile of rows per expert). */
 pdb_status pdb_cuda_gemm_ptrs(pdb_cuda_blas *b, pdb_cuda_dt dt, int64_t M, int64_t N, int64_t K, const void *const *A,
                               int64_t lda, const void *const *B, int64_t ldb, float *const *C, int64_t ldc, int64_t batch);
+/* The same with C_i of type ct (as pdb_cuda_gemm_ct: bf16 C beside bf16 operands only). */
+pdb_status pdb_cuda_gemm_ptrs_ct(pdb_cuda_blas *b, pdb_cuda_dt dt, pdb_cuda_dt ct, int64_t M, int64_t N, int64_t K,
+                                 const void *const *A, int64_t lda, const void *const *B, int64_t ldb, void *const *C,
+                                 int64_t ldc, int64_t batch);
 /* The same product as one cuBLAS call whatever M is (for products whose M never varies, e.g. the
  * one-row lm_head). */
 pdb_status pdb_cuda_gemm_whole(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, int64_t M, int64_t N, int64_t K,

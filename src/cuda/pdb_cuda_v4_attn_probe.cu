@@ -126,7 +126,7 @@ static pdb_status rope_out(const pdb_v4_attn_desc *d, int tc, const float *cs, i
     PDB_CU(cudaMemcpy(dcs, cs, sizeof(float) * (size_t)((d->p0 + T) * rd), cudaMemcpyHostToDevice));
     float *of = dev, *ref16 = dev + n, *o16 = dev + 2 * n; /* the bf16 forms use half of theirs */
     PDB_TRY(run_kernel(d, tc, b, NULL));
-    PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, b->o, nh * hd, b->o, nh * hd, T, nh, hd, rd, 0, NULL, dcs, d->p0, -1, 0.0));
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, b->o, PDB_CUDA_DT_F32, nh * hd, b->o, nh * hd, T, nh, hd, rd, 0, NULL, dcs, d->p0, -1, 0.0));
     PDB_TRY(pdb_cuda_convert(0, b->o, n, PDB_CUDA_DT_BF16, ref16));
     const pdb_cuda_v4_attn_out f = {of, 0, dcs, rd}, h = {o16, 1, dcs, rd};
     PDB_TRY(run_kernel(d, tc, b, &f));

@@ -5,7 +5,9 @@
  * grouped output products -> post-site; then the MoE sub-block the same way) -> forward (passes,
  * the hook fed as each layer's copy lands) -> head.
  * State and invariants:
- *   - every weight is on the device in dt (bf16 or f32) for the engine's life; per layer the
+ *   - every weight is on the device in dt (bf16 or f32) for the engine's life; activations are f32
+ *     but for the products an elementwise kernel reads once (q_b, the experts' gate / up: pdt, gdt),
+ *     which a bf16 engine has cuBLAS store as bf16; per layer the
  *     products reading the attention input x are ONE matrix wa = [wq_a | wkv | comp.wkv |
  *     comp.wgate | icomp.wkv | icomp.wgate | idx_wproj] (rows in that order) and those reading
  *     the query latent ONE matrix wb = [wq_b | idx_wq_b];
@@ -91,8 +93,13 @@ struct pdb_cuda_v4_engine {
     v4_dlayer *Ls;
     pdb_cuda_dlist wts, seq;
     /* sequence scratch (device) */
-    float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *qb, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
-    float *lg, *wt, *g, *u, *ye, *sh, *gs, *us, *ylast, *logits;
+    float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
+    float *lg, *wt, *ye, *sh, *ylast, *logits;
+    /* products read once, by an elementwise kernel (the q heads' norm + rope, the SwiGLUs): of type pdt (the
+     * engine's dt: a bf16 engine has cuBLAS round them to bf16 as it stores them, half the bytes written and
+     * read), the routed experts' g, u of gdt (pdt, but f32 from the own grouped kernel, opts.moe_kernel) */
+    void *qb, *g, *u, *gs, *us;
+    pdb_cuda_dt pdt, gdt;
     float *cs_main, *cs_comp;    /* rope tables [cs_cap, rd], kept across sequences (rope_tables) */
     int64_t cs_cap;
     void *cvt, *xe, *ikb, *keys16; /* keys16: the pass's keys as bf16 (the bf16-keys attention) */
@@ -411,6 +418,8 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     e->esz = e->dt == PDB_CUDA_DT_F32 ? 4 : 2;
     e->prof = o->profile;
     e->moe_kernel = o->moe_kernel;
+    e->pdt = e->dt;
+    e->gdt = e->dt == PDB_CUDA_DT_BF16 && !e->moe_kernel ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32;
     e->device = device;
     e->sub_cfg = o->sub_chunk > 0 ? o->sub_chunk : PDB_CUDA_V4_PASS_DEFAULT;
     e->sub_auto = o->sub_chunk <= 0;
@@ -658,7 +667,8 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     PDB_TRY(pdb_cuda_dalloc(q, &e->rawmix, f * (size_t)(S * (2 + e->hc) * e->hc), "hc mixes"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->xa, f * (size_t)((e->F + S) * e->NAmax), "fused products"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->qn, f * (size_t)(S * e->qlr), "q latent"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->qb, f * (size_t)(S * e->NBmax), "q products"));
+    const size_t psz = e->pdt == PDB_CUDA_DT_BF16 ? 2 : f, gsz = e->gdt == PDB_CUDA_DT_BF16 ? 2 : f;
+    PDB_TRY(pdb_cuda_dalloc(q, &e->qb, psz * (size_t)(S * e->NBmax), "q products"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->q, f * (size_t)(S * e->nh * hd), "q"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->keys, f * (size_t)((e->W - 1 + S) * hd), "keys"));
     if (e->attn_tc16) PDB_TRY(pdb_cuda_dalloc(q, &e->keys16, 2 * (size_t)((e->W - 1 + S) * hd), "keys (bf16)"));
@@ -691,14 +701,14 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     PDB_TRY(pdb_cuda_dalloc(q, &e->row_src, sizeof(int32_t) * (size_t)e->Rmax, "moe rows"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->slot_row, sizeof(int32_t) * (size_t)(S * Kx), "moe slots"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->tile_e, sizeof(int32_t) * (size_t)e->ntmax, "moe tiles"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->g, f * (size_t)(e->Rmax * I), "expert gate"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->u, f * (size_t)(e->Rmax * I), "expert up"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->g, gsz * (size_t)(e->Rmax * I), "expert gate"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->u, gsz * (size_t)(e->Rmax * I), "expert up"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->ye, f * (size_t)(e->Rmax * H), "expert out"));
     int64_t wide = H > I ? H : I;
     PDB_TRY(pdb_cuda_dalloc(q, &e->xe, (e->dt == PDB_CUDA_DT_F32 ? f : 2) * (size_t)(e->Rmax * wide), "expert rows"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->sh, f * (size_t)(S * H), "shared out"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->gs, f * (size_t)(S * I), "shared gate"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->us, f * (size_t)(S * I), "shared up"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->gs, psz * (size_t)(S * I), "shared gate"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->us, psz * (size_t)(S * I), "shared up"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->ylast, f * (size_t)H, "head input"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->logits, f * (size_t)e->V, "logits"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->ids, sizeof(int32_t) * (size_t)S, "ids"));
@@ -754,15 +764,21 @@ static pdb_status as_dt(eng *e, const float *x, int64_t count, const void **out)
     return PDB_OK;
 }
 
-/* y [n, N] (ldy) = x [n, K] (ldx, f32) . W [N, K]^T (dt). */
-static pdb_status linear(eng *e, const float *x, int64_t ldx, int64_t n, int64_t K, const void *W, int64_t N, float *y,
-                         int64_t ldy) {
+/* y [n, N] (ldy, of type yt: f32, or bf16 in a bf16 engine) = x [n, K] (ldx, f32) . W [N, K]^T (dt). */
+static pdb_status linear_to(eng *e, const float *x, int64_t ldx, int64_t n, int64_t K, const void *W, int64_t N,
+                            pdb_cuda_dt yt, void *y, int64_t ldy) {
     const void *A = x;
     if (e->dt != PDB_CUDA_DT_F32) {
         if (ldx != K) return pdb_err_set(PDB_INVALID, "v4 engine: strided bf16 operand");
         PDB_TRY(as_dt(e, x, n * K, &A));
     }
-    return pdb_cuda_gemm(&e->blas, e->dt, 1, n, N, K, 1.0f, A, ldx, 0, W, K, 0, 0.0f, y, ldy, 0, 1);
+    return pdb_cuda_gemm_ct(&e->blas, e->dt, yt, 1, n, N, K, 1.0f, A, ldx, 0, W, K, 0, 0.0f, y, ldy, 0, 1);
+}
+
+/* The same into f32 y. */
+static pdb_status linear(eng *e, const float *x, int64_t ldx, int64_t n, int64_t K, const void *W, int64_t N, float *y,
+                         int64_t ldy) {
+    return linear_to(e, x, ldx, n, K, W, N, PDB_CUDA_DT_F32, y, ldy);
 }
 
 static pdb_cuda_v4_hc hc_of(const eng *e) {
@@ -784,8 +800,9 @@ static pdb_cuda_v4_hc hc_of(const eng *e) {
  * shot). */
 static pdb_status indexer(eng *e, const v4_dlayer *D, const float *cs, int64_t p0, int64_t n) {
     int64_t nih = e->nih, ihd = e->ihd, r = D->rate, K = e->Ktop, nvc = e->cap / r + 1, nv_all = (p0 + n) / r;
-    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb + e->nh * e->hd, D->NB, e->iq, nih * ihd, n, nih, ihd, e->rd, 0, NULL, cs,
-                                        p0, 1, e->cfg.rms_norm_eps));
+    const void *iqb = (const char *)e->qb + (e->pdt == PDB_CUDA_DT_BF16 ? 2 : 4) * (size_t)(e->nh * e->hd); /* the indexer's q_b */
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, iqb, e->pdt, D->NB, e->iq, nih * ihd, n, nih, ihd, e->rd, 0, NULL, cs, p0, 1,
+                                        e->cfg.rms_norm_eps));
     PDB_CU(cudaMemcpy2DAsync(e->iw, sizeof(float) * (size_t)nih, e->xa + e->F * D->NA + (D->NA - nih), sizeof(float) * (size_t)D->NA,
                              sizeof(float) * (size_t)nih, (size_t)n, cudaMemcpyDeviceToDevice, e->s));
     const void *keys = D->ikeys;
@@ -824,17 +841,18 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
     else PDB_TRY(linear(e, e->x, H, n, H, D->wa, NA, xa, NA));
     /* queries: q_norm, q_b (+ the indexer's), per-head unweighted norm, RoPE */
     PDB_TRY(pdb_cuda_rmsnorm_warp(e->s, xa, NA, D->q_norm, e->qn, e->qlr, n, e->qlr, eps));
-    PDB_TRY(linear(e, e->qn, e->qlr, n, e->qlr, D->wb, D->NB, e->qb, D->NB));
+    PDB_TRY(linear_to(e, e->qn, e->qlr, n, e->qlr, D->wb, D->NB, e->pdt, e->qb, D->NB)); /* bf16 engine: bf16 products */
     if (e->attn_tc16) /* q as the attention kernel's bf16 operand (the bits it rounded f32 q to) */
-        PDB_TRY(pdb_cuda_v4_heads_norm_rope_bf16(e->s, e->qb, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope_bf16(e->s, e->qb, e->pdt, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1,
+                                                 eps));
     else
-        PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb, e->pdt, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
     PDB_TRY(mark(e, ST_QKV));
     /* K=V rows behind the window's tail */
     int64_t lo = p0 - (W - 1) > 0 ? p0 - (W - 1) : 0;
     if (W > 1) PDB_CU(cudaMemcpyAsync(e->keys, D->tail, sizeof(float) * (size_t)((W - 1) * hd), cudaMemcpyDeviceToDevice, e->s));
     float *krow = e->keys + (W - 1) * hd;
-    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, xa + e->qlr, NA, krow, hd, n, 1, hd, rd, 2, D->kv_norm, cs, p0, 1, eps));
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, xa + e->qlr, PDB_CUDA_DT_F32, NA, krow, hd, n, 1, hd, rd, 2, D->kv_norm, cs, p0, 1, eps));
     /* compressed entries (and index keys) of the windows this pass completes */
     if (D->rate) {
         int64_t w0 = p0 / D->rate, w1 = (p0 + n) / D->rate;
@@ -876,7 +894,7 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
         PDB_TRY(pdb_cuda_v4_attention(e->s, e->q, keys, lo, D->comp, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop,
                                       hrate, n, nh, hd, p0, W, D->sink, scale, e->o));
     if (!e->attn_tc16) {
-        PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->o, nh * hd, e->o, nh * hd, n, nh, hd, rd, 0, NULL, cs, p0, -1, eps));
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->o, PDB_CUDA_DT_F32, nh * hd, e->o, nh * hd, n, nh, hd, rd, 0, NULL, cs, p0, -1, eps));
         if (e->dt != PDB_CUDA_DT_F32) PDB_TRY(as_dt(e, e->o, n * nh * hd, &A));
     }
     PDB_TRY(mark(e, ST_ATTN));
@@ -900,10 +918,10 @@ __global__ void k_gather_rows(const float *src, const int32_t *rows, int64_t R, 
 
 /* The grouped experts' operand pointers for every row tile i < ntpad (tile_e[i] < 0 or i >= nt, this
  * pass's tile bound: a dummy tile on expert 0 whose rows nobody reads): P[k * ntpad + i] for k = 0 A (xe, [T, H] tiles),
- * 1 w1[e], 2 w3[e], 3 g, 4 u, 5 A of w2 (xe again, [T, I] tiles), 6 w2[e], 7 ye. */
+ * 1 w1[e], 2 w3[e], 3 g, 4 u (gsz bytes a value), 5 A of w2 (xe again, [T, I] tiles), 6 w2[e], 7 ye. */
 __global__ void k_moe_ptrs(const int32_t *tile_e, int64_t nt, int64_t ntpad, int64_t E, const char *xe, const char *w1,
-                           const char *w3, const char *w2, float *g, float *u, float *ye, int64_t I, int64_t H, int64_t esz,
-                           const void **P) {
+                           const char *w3, const char *w2, char *g, char *u, int64_t gsz, float *ye, int64_t I, int64_t H,
+                           int64_t esz, const void **P) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, T = PDB_CUDA_MOE_TILE;
     if (i >= ntpad) return;
     int64_t x = i < nt ? tile_e[i] : -1; /* tile_e past this pass's nt tiles is stale or never written */
@@ -911,8 +929,8 @@ __global__ void k_moe_ptrs(const int32_t *tile_e, int64_t nt, int64_t ntpad, int
     P[0 * ntpad + i] = xe + i * T * H * esz;
     P[1 * ntpad + i] = w1 + x * I * H * esz;
     P[2 * ntpad + i] = w3 + x * I * H * esz;
-    P[3 * ntpad + i] = g + i * T * I;
-    P[4 * ntpad + i] = u + i * T * I;
+    P[3 * ntpad + i] = g + i * T * I * gsz;
+    P[4 * ntpad + i] = u + i * T * I * gsz;
     P[5 * ntpad + i] = xe + i * T * I * esz;
     P[6 * ntpad + i] = w2 + x * H * I * esz;
     P[7 * ntpad + i] = ye + i * T * H;
@@ -920,13 +938,15 @@ __global__ void k_moe_ptrs(const int32_t *tile_e, int64_t nt, int64_t ntpad, int
 
 /* The routed experts as cuBLAS products of one row tile each, MOE_GROUP tiles per call (the last
  * call padded with dummy tiles): every call has the same shape, so a row's result does not
- * depend on the routing of the rows beside it. The tile count comes back to the host (one
+ * depend on the routing of the rows beside it. g and u are bf16 (gdt: cuBLAS rounds each f32 sum
+ * once as it stores it), read once by the SwiGLU. The tile count comes back to the host (one
  * synchronisation per MoE layer). */
 static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
     const int64_t H = e->H, I = e->I, T = PDB_CUDA_MOE_TILE, np = e->ntpad;
     k_moe_ptrs<<<(unsigned)((np + 127) / 128), 128, 0, e->s>>>(e->tile_e, nt, np, e->E, (const char *)e->xe, (const char *)D->w1,
-                                                              (const char *)D->w3, (const char *)D->w2, e->g, e->u, e->ye, I, H,
-                                                              (int64_t)e->esz, e->ptrs);
+                                                              (const char *)D->w3, (const char *)D->w2, (char *)e->g, (char *)e->u,
+                                                              e->gdt == PDB_CUDA_DT_BF16 ? 2 : 4, e->ye, I, H, (int64_t)e->esz,
+                                                              e->ptrs);
     PDB_CU_LAUNCH("expert pointers");
     PDB_CU(cudaMemcpyAsync(e->h_tiles, e->tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyDeviceToHost, e->s));
     PDB_CU(cudaStreamSynchronize(e->s));
@@ -934,10 +954,12 @@ static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
     while (used < nt && e->h_tiles[used] >= 0) used++;
     const void *const *P = e->ptrs;
     for (int64_t g0 = 0; g0 < used; g0 += MOE_GROUP) {
-        PDB_TRY(pdb_cuda_gemm_ptrs(&e->blas, e->dt, T, I, H, P + g0, H, P + np + g0, H, (float *const *)(P + 3 * np + g0), I, MOE_GROUP));
-        PDB_TRY(pdb_cuda_gemm_ptrs(&e->blas, e->dt, T, I, H, P + g0, H, P + 2 * np + g0, H, (float *const *)(P + 4 * np + g0), I, MOE_GROUP));
+        PDB_TRY(pdb_cuda_gemm_ptrs_ct(&e->blas, e->dt, e->gdt, T, I, H, P + g0, H, P + np + g0, H, (void *const *)(P + 3 * np + g0), I,
+                                      MOE_GROUP));
+        PDB_TRY(pdb_cuda_gemm_ptrs_ct(&e->blas, e->dt, e->gdt, T, I, H, P + g0, H, P + 2 * np + g0, H, (void *const *)(P + 4 * np + g0), I,
+                                      MOE_GROUP));
     }
-    PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, used * T * I, (float)e->cfg.swiglu_limit, e->dt, e->xe));
+    PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, e->gdt, used * T * I, (float)e->cfg.swiglu_limit, e->dt, e->xe));
     for (int64_t g0 = 0; g0 < used; g0 += MOE_GROUP)
         PDB_TRY(pdb_cuda_gemm_ptrs(&e->blas, e->dt, T, H, I, P + 5 * np + g0, I, P + 6 * np + g0, I, (float *const *)(P + 7 * np + g0), H,
                                    MOE_GROUP));
@@ -963,12 +985,12 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
         PDB_TRY(experts_cublas(e, D, nt));
     } else if (e->dt == PDB_CUDA_DT_BF16) {
         PDB_TRY(pdb_cuda_moe_gather_rows16(e->s, e->x16, e->row_src, R, H, e->xe));
-        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w1, e->g, e->tile_e, nt, I, H));
-        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w3, e->u, e->tile_e, nt, I, H));
-        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, R * I, limit, e->dt, e->xe)); /* xe's rows are consumed: reused */
+        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w1, (float *)e->g, e->tile_e, nt, I, H)); /* f32 g, u (gdt) */
+        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w3, (float *)e->u, e->tile_e, nt, I, H));
+        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, e->gdt, R * I, limit, e->dt, e->xe)); /* xe's rows are consumed: reused */
         PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w2, e->ye, e->tile_e, nt, H, I));
     } else { /* f32: one cuBLAS product per row tile, its expert read back */
-        float *xe = (float *)e->xe;
+        float *xe = (float *)e->xe, *g = (float *)e->g, *u = (float *)e->u;
         k_gather_rows<<<(unsigned)R, 256, 0, e->s>>>(e->x, e->row_src, R, H, xe);
         PDB_CU_LAUNCH("expert rows");
         PDB_CU(cudaMemcpyAsync(e->h_tiles, e->tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyDeviceToHost, e->s));
@@ -978,14 +1000,14 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
             if (x < 0) continue;
             if (x >= E) return pdb_err_set(PDB_CUDA, "v4 engine: expert %d of tile %lld out of range", x, (long long)i);
             const float *w1 = (const float *)D->w1 + x * I * H, *w3 = (const float *)D->w3 + x * I * H;
-            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, I, H, 1.0f, xe + i * T * H, H, 0, w1, H, 0, 0.0f, e->g + i * T * I, I, 0, 1));
-            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, I, H, 1.0f, xe + i * T * H, H, 0, w3, H, 0, 0.0f, e->u + i * T * I, I, 0, 1));
+            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, I, H, 1.0f, xe + i * T * H, H, 0, w1, H, 0, 0.0f, g + i * T * I, I, 0, 1));
+            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, I, H, 1.0f, xe + i * T * H, H, 0, w3, H, 0, 0.0f, u + i * T * I, I, 0, 1));
         }
-        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, R * I, limit, e->dt, e->g));
+        PDB_TRY(pdb_cuda_v4_swiglu(e->s, g, u, e->gdt, R * I, limit, e->dt, g));
         for (int64_t i = 0; i < nt; i++) {
             int32_t x = e->h_tiles[i];
             if (x < 0) continue;
-            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, H, I, 1.0f, e->g + i * T * I, I, 0, (const float *)D->w2 + x * H * I, I, 0,
+            PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, H, I, 1.0f, g + i * T * I, I, 0, (const float *)D->w2 + x * H * I, I, 0,
                                         0.0f, e->ye + i * T * H, H, 0, 1));
         }
     }
@@ -994,10 +1016,11 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     if (e->cfg.n_shared_experts) {
         const void *A = e->x16; /* x as the operand once for both products: its bf16 copy, or itself */
         if (e->dt == PDB_CUDA_DT_F32) PDB_TRY(as_dt(e, e->x, n * H, &A));
-        PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, I, H, 1.0f, A, H, 0, D->sw1, H, 0, 0.0f, e->gs, I, 0, 1));
-        PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, I, H, 1.0f, A, H, 0, D->sw3, H, 0, 0.0f, e->us, I, 0, 1));
-        void *act = e->dt == PDB_CUDA_DT_BF16 ? e->cvt : (void *)e->gs; /* the SwiGLU in the operand type */
-        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, n * I, limit, e->dt, act));
+        /* gs, us of pdt (bf16 engine: bf16, read once by the SwiGLU) */
+        PDB_TRY(pdb_cuda_gemm_ct(&e->blas, e->dt, e->pdt, 1, n, I, H, 1.0f, A, H, 0, D->sw1, H, 0, 0.0f, e->gs, I, 0, 1));
+        PDB_TRY(pdb_cuda_gemm_ct(&e->blas, e->dt, e->pdt, 1, n, I, H, 1.0f, A, H, 0, D->sw3, H, 0, 0.0f, e->us, I, 0, 1));
+        void *act = e->dt == PDB_CUDA_DT_BF16 ? e->cvt : e->gs; /* the SwiGLU in the operand type */
+        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, e->pdt, n * I, limit, e->dt, act));
         PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, H, I, 1.0f, act, I, 0, D->sw2, I, 0, 0.0f, e->sh, H, 0, 1));
         sh = e->sh;
     }

@@ -88,19 +88,20 @@ pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const fl
                                const float *fn, const float *base, const float *scale, const float *norm, float *y);
 
 /* Rows of heads, in place or into dst: for token t (position pos0 + t) and head h, the vector v =
- * src[t * ld + h * hd .. + hd) is
+ * src[t * ld + h * hd .. + hd) (src of type sdt: f32, or bf16 widened to f32 as it is read, the
+ * same f32 math after) is
  *   mode 0: left as is; mode 1: v / sqrt(mean(v^2) + eps) (unweighted, double sum);
  *   mode 2: RMSNorm(v) * w (w [hd]);
  * then its trailing rd dims are rotated by cs row pos0 + t (sign +1) or its inverse (sign -1), and
- * written to dst[t * ldd + h * hd ..]. dst == src is allowed (ldd == ld). */
-pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n,
-                                       int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
-                                       int64_t pos0, int sign, double eps);
+ * written to dst[t * ldd + h * hd ..]. dst == src is allowed (ldd == ld, sdt f32). */
+pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const void *src, pdb_cuda_dt sdt, int64_t ld, float *dst, int64_t ldd,
+                                       int64_t n, int64_t nh, int64_t hd, int64_t rd, int mode, const float *w,
+                                       const float *cs, int64_t pos0, int sign, double eps);
 /* The same rows written as bf16 (dst __nv_bfloat16, ldd in elements): each value the f32 result
  * rounded to nearest even, so dst holds pdb_cuda_convert's bits of the f32 form's output. */
-pdb_status pdb_cuda_v4_heads_norm_rope_bf16(cudaStream_t s, const float *src, int64_t ld, void *dst, int64_t ldd, int64_t n,
-                                            int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
-                                            int64_t pos0, int sign, double eps);
+pdb_status pdb_cuda_v4_heads_norm_rope_bf16(cudaStream_t s, const void *src, pdb_cuda_dt sdt, int64_t ld, void *dst,
+                                            int64_t ldd, int64_t n, int64_t nh, int64_t hd, int64_t rd, int mode,
+                                            const float *w, const float *cs, int64_t pos0, int sign, double eps);
 
 /* A compressor's entries w = w0 .. w1-1 (pdb_v4.c compress_tokens): the rows of position p are kv
  * [(p - e0) * ld ..] and gate [(p - e0) * ld ..] (the raw projections, D = coff * dim values;
@@ -213,8 +214,10 @@ pdb_status pdb_cuda_v4_route(cudaStream_t s, float *logits, const int32_t *ids, 
                              float *wt);
 
 /* out [count] (dt) = silu(g') * u' with g' = min(g, limit), u' = clamp(u, -limit, limit) when
- * limit > 0 (else g, u), silu(a) = a / (1 + exp(-a)) (f32); bf16 rounds to nearest even. */
-pdb_status pdb_cuda_v4_swiglu(cudaStream_t s, const float *g, const float *u, int64_t count, float limit,
+ * limit > 0 (else g, u), silu(a) = a / (1 + exp(-a)) (f32); bf16 rounds to nearest even. g, u
+ * [count] of type gdt (bf16: widened to f32 as read, the same f32 math). out == g is allowed
+ * when gdt == dt. */
+pdb_status pdb_cuda_v4_swiglu(cudaStream_t s, const void *g, const void *u, pdb_cuda_dt gdt, int64_t count, float limit,
                               pdb_cuda_dt dt, void *out);
 
 #endif

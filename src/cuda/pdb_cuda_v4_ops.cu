@@ -455,25 +455,26 @@ constexpr int HN_MAXD = 1024;
 static __device__ __forceinline__ void st_val(float *p, float v) { *p = v; }
 static __device__ __forceinline__ void st_val(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
-/* A warp per (token, head): v into the warp's shared row, its norm, then the rotation of its
- * trailing rd dims, written to dst (OT float, or __nv_bfloat16: each value rounded to nearest even,
- * the bits pdb_cuda_convert gives the f32 row). Reads of v finish (into shared) before any write,
- * so dst == src is safe. */
-template <typename OT>
+/* A warp per (token, head): v into the warp's shared row (IT float, or __nv_bfloat16 widened to
+ * f32 there: the f32 math from then on), its norm, then the rotation of its trailing rd dims,
+ * written to dst (OT float, or __nv_bfloat16: each value rounded to nearest even, the bits
+ * pdb_cuda_convert gives the f32 row). Reads of v finish (into shared) before any write, so
+ * dst == src is safe (same types). */
+template <typename IT, typename OT>
 __global__ void __launch_bounds__(HN_WARPS * 32)
-    k_heads_norm_rope(const float *src, int64_t ld, OT *dst, int64_t ldd, int64_t n, int64_t nh, int hd, int rd,
+    k_heads_norm_rope(const IT *src, int64_t ld, OT *dst, int64_t ldd, int64_t n, int64_t nh, int hd, int rd,
                       int mode, const float *w, const float *cs, int64_t pos0, int sign, double eps) {
     __shared__ float buf[HN_WARPS][HN_MAXD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t task = (int64_t)blockIdx.x * HN_WARPS + warp;
     if (task >= n * nh) return;
     const int64_t t = task / nh, hh = task % nh;
-    const float *v = src + t * ld + hh * hd;
+    const IT *v = src + t * ld + hh * hd;
     OT *o = dst + t * ldd + hh * hd;
     float *b = buf[warp];
     double ss = 0;
     for (int i = lane; i < hd; i += 32) {
-        b[i] = v[i];
+        b[i] = ld_f(v, i);
         ss += (double)b[i] * (double)b[i];
     }
     if (mode) {
@@ -797,9 +798,11 @@ template <> __device__ __forceinline__ void st_f<__nv_bfloat16>(__nv_bfloat16 *p
     p[i] = __float2bfloat16_rn(v);
 }
 
-template <typename T> __global__ void k_swiglu(const float *g, const float *u, int64_t count, float limit, T *out) {
+/* IT: g's and u's type (float, or __nv_bfloat16 widened to f32 in registers); T: out's. */
+template <typename IT, typename T>
+__global__ void k_swiglu(const IT *g, const IT *u, int64_t count, float limit, T *out) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
-        float a = g[i], b = u[i];
+        float a = ld_f(g, i), b = ld_f(u, i);
         if (limit > 0) {
             a = fminf(a, limit);
             b = fminf(fmaxf(b, -limit), limit);
@@ -899,29 +902,33 @@ pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const fl
 }
 
 template <typename OT>
-static pdb_status heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, OT *dst, int64_t ldd, int64_t n, int64_t nh,
-                                  int64_t hd, int64_t rd, int mode, const float *w, const float *cs, int64_t pos0, int sign,
-                                  double eps) {
+static pdb_status heads_norm_rope(cudaStream_t s, const void *src, pdb_cuda_dt sdt, int64_t ld, OT *dst, int64_t ldd,
+                                  int64_t n, int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
+                                  int64_t pos0, int sign, double eps) {
     if (hd < 1 || hd > HN_MAXD || rd < 0 || rd > hd || rd % 2 || mode < 0 || mode > 2 || (mode == 2 && !w))
         return pdb_err_set(PDB_UNSUPPORTED, "v4 heads_norm_rope: hd %lld (1 .. %d), rd %lld (even, <= hd), mode %d (0 .. 2, "
                            "2 needs w)", (long long)hd, HN_MAXD, (long long)rd, mode);
     if (n <= 0 || nh <= 0) return PDB_OK;
-    k_heads_norm_rope<OT><<<grid1(n * nh, HN_WARPS), HN_WARPS * 32, 0, s>>>(src, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode,
-                                                                            w, cs, pos0, sign, eps);
+    if (sdt == PDB_CUDA_DT_BF16)
+        k_heads_norm_rope<__nv_bfloat16, OT><<<grid1(n * nh, HN_WARPS), HN_WARPS * 32, 0, s>>>(
+            (const __nv_bfloat16 *)src, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode, w, cs, pos0, sign, eps);
+    else
+        k_heads_norm_rope<float, OT><<<grid1(n * nh, HN_WARPS), HN_WARPS * 32, 0, s>>>(
+            (const float *)src, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode, w, cs, pos0, sign, eps);
     PDB_CU_LAUNCH("v4 heads_norm_rope");
     return PDB_OK;
 }
 
-pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const float *src, int64_t ld, float *dst, int64_t ldd, int64_t n,
-                                       int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
-                                       int64_t pos0, int sign, double eps) {
-    return heads_norm_rope(s, src, ld, dst, ldd, n, nh, hd, rd, mode, w, cs, pos0, sign, eps);
+pdb_status pdb_cuda_v4_heads_norm_rope(cudaStream_t s, const void *src, pdb_cuda_dt sdt, int64_t ld, float *dst, int64_t ldd,
+                                       int64_t n, int64_t nh, int64_t hd, int64_t rd, int mode, const float *w,
+                                       const float *cs, int64_t pos0, int sign, double eps) {
+    return heads_norm_rope(s, src, sdt, ld, dst, ldd, n, nh, hd, rd, mode, w, cs, pos0, sign, eps);
 }
 
-pdb_status pdb_cuda_v4_heads_norm_rope_bf16(cudaStream_t s, const float *src, int64_t ld, void *dst, int64_t ldd, int64_t n,
-                                            int64_t nh, int64_t hd, int64_t rd, int mode, const float *w, const float *cs,
-                                            int64_t pos0, int sign, double eps) {
-    return heads_norm_rope(s, src, ld, (__nv_bfloat16 *)dst, ldd, n, nh, hd, rd, mode, w, cs, pos0, sign, eps);
+pdb_status pdb_cuda_v4_heads_norm_rope_bf16(cudaStream_t s, const void *src, pdb_cuda_dt sdt, int64_t ld, void *dst,
+                                            int64_t ldd, int64_t n, int64_t nh, int64_t hd, int64_t rd, int mode,
+                                            const float *w, const float *cs, int64_t pos0, int sign, double eps) {
+    return heads_norm_rope(s, src, sdt, ld, (__nv_bfloat16 *)dst, ldd, n, nh, hd, rd, mode, w, cs, pos0, sign, eps);
 }
 
 pdb_status pdb_cuda_v4_compress(cudaStream_t s, const float *kv, const float *gate, int64_t ld, int64_t e0,
@@ -992,13 +999,17 @@ pdb_status pdb_cuda_v4_route(cudaStream_t s, float *logits, const int32_t *ids, 
     return PDB_OK;
 }
 
-pdb_status pdb_cuda_v4_swiglu(cudaStream_t s, const float *g, const float *u, int64_t count, float limit,
+pdb_status pdb_cuda_v4_swiglu(cudaStream_t s, const void *g, const void *u, pdb_cuda_dt gdt, int64_t count, float limit,
                               pdb_cuda_dt dt, void *out) {
     if (count <= 0) return PDB_OK;
     unsigned gr = grid1(count, 256);
     if (gr > 65535u * 16) gr = 65535u * 16;
-    if (dt == PDB_CUDA_DT_BF16) k_swiglu<<<gr, 256, 0, s>>>(g, u, count, limit, (__nv_bfloat16 *)out);
-    else k_swiglu<<<gr, 256, 0, s>>>(g, u, count, limit, (float *)out);
+    const float *gf = (const float *)g, *uf = (const float *)u;
+    const __nv_bfloat16 *gb = (const __nv_bfloat16 *)g, *ub = (const __nv_bfloat16 *)u;
+    if (gdt == PDB_CUDA_DT_BF16 && dt == PDB_CUDA_DT_BF16) k_swiglu<<<gr, 256, 0, s>>>(gb, ub, count, limit, (__nv_bfloat16 *)out);
+    else if (gdt == PDB_CUDA_DT_BF16) k_swiglu<<<gr, 256, 0, s>>>(gb, ub, count, limit, (float *)out);
+    else if (dt == PDB_CUDA_DT_BF16) k_swiglu<<<gr, 256, 0, s>>>(gf, uf, count, limit, (__nv_bfloat16 *)out);
+    else k_swiglu<<<gr, 256, 0, s>>>(gf, uf, count, limit, (float *)out);
     PDB_CU_LAUNCH("v4 swiglu");
     return PDB_OK;
 }

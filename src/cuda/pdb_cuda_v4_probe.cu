@@ -176,9 +176,33 @@ extern "C" pdb_status pdb_cuda_v4_probe_heads_norm_rope(float *x, int64_t ld, in
         PDB_TRY(up(a, &dx, x, fz(n * ld)));
         if (w) PDB_TRY(up(a, &dw, w, fz(hd)));
         PDB_TRY(up(a, &dcs, cs, fz((pos0 + n) * rd)));
-        PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, dx, ld, dx, ld, n, nh, hd, rd, mode, dw, dcs, pos0, sign, eps));
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, dx, PDB_CUDA_DT_F32, ld, dx, ld, n, nh, hd, rd, mode, dw, dcs, pos0, sign, eps));
         PDB_TRY(finish());
         return down(x, dx, fz(n * ld));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_heads_norm_rope_in16(const uint16_t *x, int64_t ld, int64_t n, int64_t nh, int64_t hd,
+                                                             int64_t rd, int mode, const float *w, const float *cs,
+                                                             int64_t pos0, int sign, double eps, int bf16_out, void *y) {
+    return with_arena("v4 probe heads_norm_rope (bf16 rows)", [&](arena *a) -> pdb_status {
+        uint16_t *dx;
+        float *dw = NULL, *dcs;
+        void *dy;
+        const int64_t ldd = nh * hd;
+        const size_t yb = (bf16_out ? 2 : 4) * (size_t)(n * ldd);
+        PDB_TRY(up(a, &dx, x, 2 * (size_t)(n * ld)));
+        if (w) PDB_TRY(up(a, &dw, w, fz(hd)));
+        PDB_TRY(up(a, &dcs, cs, fz((pos0 + n) * rd)));
+        PDB_TRY(up(a, &dy, NULL, yb));
+        if (bf16_out)
+            PDB_TRY(pdb_cuda_v4_heads_norm_rope_bf16(0, dx, PDB_CUDA_DT_BF16, ld, dy, ldd, n, nh, hd, rd, mode, dw, dcs, pos0,
+                                                     sign, eps));
+        else
+            PDB_TRY(pdb_cuda_v4_heads_norm_rope(0, dx, PDB_CUDA_DT_BF16, ld, (float *)dy, ldd, n, nh, hd, rd, mode, dw, dcs, pos0,
+                                                sign, eps));
+        PDB_TRY(finish());
+        return down(y, dy, yb);
     });
 }
 
@@ -294,7 +318,22 @@ extern "C" pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, i
         PDB_TRY(up(a, &dg, g, fz(count)));
         PDB_TRY(up(a, &du, u, fz(count)));
         PDB_TRY(up(a, &dout, NULL, ob));
-        PDB_TRY(pdb_cuda_v4_swiglu(0, dg, du, count, limit, bf16 ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32, dout));
+        PDB_TRY(pdb_cuda_v4_swiglu(0, dg, du, PDB_CUDA_DT_F32, count, limit, bf16 ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32, dout));
+        PDB_TRY(finish());
+        return down(out, dout, ob);
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_swiglu_in16(const uint16_t *g, const uint16_t *u, int64_t count, float limit,
+                                                   int bf16, void *out) {
+    return with_arena("v4 probe swiglu (bf16 g, u)", [&](arena *a) -> pdb_status {
+        uint16_t *dg, *du;
+        void *dout;
+        const size_t ob = (bf16 ? 2 : 4) * (size_t)count;
+        PDB_TRY(up(a, &dg, g, 2 * (size_t)count));
+        PDB_TRY(up(a, &du, u, 2 * (size_t)count));
+        PDB_TRY(up(a, &dout, NULL, ob));
+        PDB_TRY(pdb_cuda_v4_swiglu(0, dg, du, PDB_CUDA_DT_BF16, count, limit, bf16 ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32, dout));
         PDB_TRY(finish());
         return down(out, dout, ob);
     });

@@ -41,6 +41,12 @@ pdb_status pdb_cuda_v4_probe_hc_head(int64_t hc, int64_t H, float hc_eps, double
 pdb_status pdb_cuda_v4_probe_heads_norm_rope(float *x, int64_t ld, int64_t n, int64_t nh, int64_t hd, int64_t rd,
                                              int mode, const float *w, const float *cs, int64_t pos0, int sign,
                                              double eps);
+/* The bf16-row form (the bf16 engine's q_b products): x [n, ld] bf16 bits (uint16), read only; y [n, nh * hd]
+ * out (the heads packed: ldd = nh * hd), f32 (pdb_cuda_v4_heads_norm_rope) or, bf16_out, bf16 bits
+ * (pdb_cuda_v4_heads_norm_rope_bf16). */
+pdb_status pdb_cuda_v4_probe_heads_norm_rope_in16(const uint16_t *x, int64_t ld, int64_t n, int64_t nh, int64_t hd,
+                                                  int64_t rd, int mode, const float *w, const float *cs, int64_t pos0,
+                                                  int sign, double eps, int bf16_out, void *y);
 /* kv, gate [nrows, ld] (rows of positions e0 ..), ape [r, coff*dim], norm [dim], cs [w1 * r, rd];
  * out [w1, dim] in/out (rows w0 .. w1-1 written). */
 pdb_status pdb_cuda_v4_probe_compress(const float *kv, const float *gate, int64_t nrows, int64_t ld, int64_t e0,
@@ -65,6 +71,10 @@ pdb_status pdb_cuda_v4_probe_route(float *logits, const int32_t *ids, const int3
                                    float *wt);
 /* g, u [count]; out [count]: bf16 bits (uint16) when bf16, else f32. */
 pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t count, float limit, int bf16, void *out);
+
+/* g, u [count] bf16 bits (uint16: the bf16 engine's expert products); out [count]: bf16 bits when bf16, else f32. */
+pdb_status pdb_cuda_v4_probe_swiglu_in16(const uint16_t *g, const uint16_t *u, int64_t count, float limit, int bf16,
+                                         void *out);
 
 /* The exact-order product (pdb_cuda_v4_mm_exact) on random operands A [M, K] . W [N, K]^T: ms[t] the
  * mean of reps launches with block tile t < PDB_CUDA_V4_MM_TILES (4), ms[4] cuBLAS's f32 SGEMM

@@ -4,11 +4,12 @@
  * inputs of small and V4-Flash-like sizes: embed_hc (bf16 / f32), hc_pre (hc 2 / 4, H 64 / 4096,
  * Sinkhorn 1 / 20 iterations; and the engine's form, hc_mix then hc_pre_mixed, over 1 to 3 blocks of 64
  * tokens, its bf16 copy of x exactly x rounded), hc_post, hc_head, heads_norm_rope (every mode, both signs, padded
- * rows; nh 64, hd 512, rd 64), compress (CSA r 4 coff 2, HCA r 128 coff 1, dims 32 / 128 / 512),
+ * rows; nh 64, hd 512, rd 64; bf16 rows in, f32 or bf16 out: bit for bit the f32 rows' results, rounded for
+ * bf16), compress (CSA r 4 coff 2, HCA r 128 coff 1, dims 32 / 128 / 512),
  * index_reduce (untouched rows included), topk (ties at the threshold, nv <= K rows, nv 3000 / K
  * 512, a 128K prompt's rows (32K keys) and 50,000 in shared memory,
  * one row of 262144 keys from global memory), route (each scoring, bias, hash) and swiglu (clipped or not, f32 /
- * bf16). Floats: |gpu - ref| <= rtol |ref| + atol max|ref| per array; integers exactly. Without a
+ * bf16; bf16 g, u in: bit for bit the f32 inputs' results on the same values). Floats: |gpu - ref| <= rtol |ref| + atol max|ref| per array; integers exactly. Without a
  * GPU (pdb_cuda_device_count() == 0) each probe must fail with a message, and the GPU checks print
  * "skipped: no GPU" and pass. */
 #include <setjmp.h>
@@ -334,6 +335,33 @@ static void run_heads(int64_t n, int64_t nh, int64_t hd, int64_t rd, int64_t pad
     free(x), free(ref), free(w), free(cs);
 }
 
+/* bf16 rows in (the bf16 engine's q_b products): the f32 path on the same (bf16-representable) values,
+ * bit for bit, into packed heads; the bf16 output is those f32 results rounded to nearest even. */
+static void run_heads16(int64_t n, int64_t nh, int64_t hd, int64_t rd, int64_t pad, int mode, int sign, int64_t pos0) {
+    const int64_t ld = nh * hd + pad, ldd = nh * hd;
+    const double eps = 1e-6;
+    float *x = frandv(n * ld, 3.0f), *w = frandv(hd, 1.5f), *cs = rope_table(pos0 + n, rd), *y = fzero(n * ldd);
+    uint16_t *x16 = malloc(sizeof(uint16_t) * (size_t)(n * ld)), *y16 = malloc(sizeof(uint16_t) * (size_t)(n * ldd));
+    assert_non_null(x16), assert_non_null(y16);
+    for (int64_t i = 0; i < n * ld; i++) x[i] = bf2f(x16[i] = f2bf(x[i]));
+    PDB_TEST_OK(pdb_cuda_v4_probe_heads_norm_rope_in16(x16, ld, n, nh, hd, rd, mode, mode == 2 ? w : NULL, cs, pos0, sign, eps,
+                                                       0, y));
+    PDB_TEST_OK(pdb_cuda_v4_probe_heads_norm_rope_in16(x16, ld, n, nh, hd, rd, mode, mode == 2 ? w : NULL, cs, pos0, sign, eps,
+                                                       1, y16));
+    PDB_TEST_OK(pdb_cuda_v4_probe_heads_norm_rope(x, ld, n, nh, hd, rd, mode, mode == 2 ? w : NULL, cs, pos0, sign, eps));
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t j = 0; j < ldd; j++) {
+            const float f = x[t * ld + j], g = y[t * ldd + j];
+            if (memcmp(&f, &g, sizeof f))
+                fail_msg("heads bf16 in m%d s%+d (%lld, %lld): %.9g, f32 rows %.9g", mode, sign, (long long)t, (long long)j,
+                         (double)g, (double)f);
+            if (y16[t * ldd + j] != f2bf(f))
+                fail_msg("heads bf16 in/out m%d s%+d (%lld, %lld): %04x, f32 rows rounded %04x", mode, sign, (long long)t,
+                         (long long)j, y16[t * ldd + j], f2bf(f));
+        }
+    free(x), free(w), free(cs), free(y), free(x16), free(y16);
+}
+
 static void test_heads_norm_rope(void **st) {
     (void)st;
     PDB_TEST_NEED_GPU();
@@ -341,10 +369,13 @@ static void test_heads_norm_rope(void **st) {
         for (int sign = -1; sign <= 1; sign += 2) {
             run_heads(5, 3, 64, 16, 0, mode, sign, 7);
             run_heads(3, 2, 40, 10, 5, mode, sign, 0); /* padded rows, rd not a multiple of 32 */
+            run_heads16(3, 2, 40, 10, 5, mode, sign, 0);
         }
     run_heads(4, 64, 512, 64, 0, 1, 1, 1000);
     run_heads(4, 64, 512, 64, 0, 0, -1, 1000);
     run_heads(2, 64, 512, 64, 0, 2, 1, 33);
+    run_heads16(4, 64, 512, 64, 8192, 1, 1, 1000); /* the engine's q heads: rows of q_b with the indexer's part beside */
+    run_heads16(4, 64, 128, 64, 0, 0, 1, 1000);    /* the indexer's heads */
 }
 
 /* ---------------------------------------- compress ---------------------------------------- */
@@ -602,7 +633,23 @@ static void test_swiglu(void **st) {
         printf("  swiglu bf16 limit %g: %lld of %lld differ by one ulp\n", limit, (long long)diff, (long long)n);
         assert_true(diff * 1000 <= n); /* only where the f32 value sits on a rounding boundary */
     }
-    free(g), free(u), free(ref), free(out), free(ob);
+    /* bf16 g, u (the bf16 engine's products): the f32 inputs' results on the same values, bit for bit */
+    uint16_t *g16 = malloc(sizeof(uint16_t) * (size_t)n), *u16 = malloc(sizeof(uint16_t) * (size_t)n);
+    uint16_t *ob16 = malloc(sizeof(uint16_t) * (size_t)n);
+    float *out16 = fzero(n);
+    assert_non_null(g16), assert_non_null(u16), assert_non_null(ob16);
+    for (int64_t i = 0; i < n; i++) g[i] = bf2f(g16[i] = f2bf(g[i])), u[i] = bf2f(u16[i] = f2bf(u[i]));
+    for (int li = 0; li < 2; li++) {
+        float limit = li ? 7.0f : 0.0f;
+        PDB_TEST_OK(pdb_cuda_v4_probe_swiglu(g, u, n, limit, 0, out));
+        PDB_TEST_OK(pdb_cuda_v4_probe_swiglu(g, u, n, limit, 1, ob));
+        PDB_TEST_OK(pdb_cuda_v4_probe_swiglu_in16(g16, u16, n, limit, 0, out16));
+        PDB_TEST_OK(pdb_cuda_v4_probe_swiglu_in16(g16, u16, n, limit, 1, ob16));
+        assert_memory_equal(out16, out, sizeof(float) * (size_t)n);
+        assert_memory_equal(ob16, ob, sizeof(uint16_t) * (size_t)n);
+        printf("  swiglu bf16 g, u limit %g: f32 and bf16 outputs identical to the f32 inputs'\n", limit);
+    }
+    free(g), free(u), free(ref), free(out), free(ob), free(g16), free(u16), free(ob16), free(out16);
 }
 
 int main(void) {
