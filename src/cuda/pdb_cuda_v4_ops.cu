@@ -299,17 +299,20 @@ __global__ void __launch_bounds__(HC_NT, 2)
 
 /* The pre-sites' mixing products rawmix [n, NM] = hs [n, N] . fn [NM, N]^T in f32 (NM = 8 JU: hc 2 or 4),
  * a block per MX_BM tokens streaming K in chunks of MX_BK through a 3-stage cp.async pipeline.
- * Thread (ti, tj) (tj = lane % 8, ti = 4 warp + lane / 8) owns tokens 2 ti, 2 ti + 1 and mixes
+ * Thread (ti, tj) (tj = lane % 8, ti = 4 warp + lane / 8) owns tokens ti + 16 u (u < MX_TPT) and mixes
  * tj + 8 m: per chunk each of its sums starts at 0 and adds its k in order by fused multiply-adds,
  * then joins the running total in chunk order. Every value therefore depends on its token's row
- * alone, in an order fixed by k (M-invariant: chunked = one shot); smem rows padded by 4 floats so
- * the float4 reads of a warp's 4 tokens and 8 mixes fall in distinct banks. */
-constexpr int MX_BM = 64, MX_BK = 64, MX_LD = MX_BK + 4, MX_ST = 3, MX_NT = 256;
+ * alone, in an order fixed by k (M-invariant: chunked = one shot). A thread's 4 tokens x JU mixes
+ * take 4 + JU float4 reads of shared memory per 4 k (the kernel is bound by those reads, not by
+ * DRAM); smem rows padded by 4 floats so that a warp's 4 consecutive token rows and 8 mix rows fall
+ * in distinct banks. */
+constexpr int MX_BM = 64, MX_BK = 64, MX_LD = MX_BK + 4, MX_ST = 3, MX_NT = 128, MX_TPT = MX_BM / 16;
 
 template <int JU>
-__global__ void __launch_bounds__(MX_NT, 2)
+__global__ void __launch_bounds__(MX_NT, 3)
     k_hc_mix(int64_t n, int64_t N, const float *__restrict__ hs, const float *__restrict__ fn, float *__restrict__ out) {
     constexpr int NM = 8 * JU, STAGE = (MX_BM + NM) * MX_LD, C4 = MX_BK / 4;
+    static_assert(MX_NT == 128 && MX_BM == 16 * MX_TPT, "16 token groups x 8 mix groups");
     extern __shared__ float4 smx[];
     float *S = (float *)smx;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, tj = lane & 7, ti = warp * 4 + (lane >> 3);
@@ -327,9 +330,11 @@ __global__ void __launch_bounds__(MX_NT, 2)
             cp16(fnS + r * MX_LD + 4 * q, fn + r * N + k0 + 4 * q, true);
         }
     };
-    float tot[2][JU];
+    float tot[MX_TPT][JU];
 #pragma unroll
-    for (int m = 0; m < JU; m++) tot[0][m] = tot[1][m] = 0.0f;
+    for (int u = 0; u < MX_TPT; u++)
+#pragma unroll
+        for (int m = 0; m < JU; m++) tot[u][m] = 0.0f;
     issue(0);
     cp_commit();
     if (nchunk > 1) issue(1);
@@ -340,35 +345,37 @@ __global__ void __launch_bounds__(MX_NT, 2)
         if (c + 2 < nchunk) issue(c + 2);
         cp_commit();
         const float *hsS = S + (c % MX_ST) * STAGE, *fnS = hsS + MX_BM * MX_LD;
-        const float *a0p = hsS + (2 * ti) * MX_LD, *a1p = a0p + MX_LD;
-        float acc[2][JU];
+        const float *ap = hsS + ti * MX_LD;
+        float acc[MX_TPT][JU];
 #pragma unroll
-        for (int m = 0; m < JU; m++) acc[0][m] = acc[1][m] = 0.0f;
+        for (int u = 0; u < MX_TPT; u++)
+#pragma unroll
+            for (int m = 0; m < JU; m++) acc[u][m] = 0.0f;
 #pragma unroll 4
         for (int k = 0; k < MX_BK; k += 4) {
-            const float4 a0 = *(const float4 *)(a0p + k), a1 = *(const float4 *)(a1p + k);
+            float4 a[MX_TPT], b[JU];
 #pragma unroll
-            for (int m = 0; m < JU; m++) {
-                const float4 b = *(const float4 *)(fnS + (tj + 8 * m) * MX_LD + k);
-                acc[0][m] = fmaf(a0.x, b.x, acc[0][m]);
-                acc[0][m] = fmaf(a0.y, b.y, acc[0][m]);
-                acc[0][m] = fmaf(a0.z, b.z, acc[0][m]);
-                acc[0][m] = fmaf(a0.w, b.w, acc[0][m]);
-                acc[1][m] = fmaf(a1.x, b.x, acc[1][m]);
-                acc[1][m] = fmaf(a1.y, b.y, acc[1][m]);
-                acc[1][m] = fmaf(a1.z, b.z, acc[1][m]);
-                acc[1][m] = fmaf(a1.w, b.w, acc[1][m]);
-            }
+            for (int u = 0; u < MX_TPT; u++) a[u] = *(const float4 *)(ap + 16 * u * MX_LD + k);
+#pragma unroll
+            for (int m = 0; m < JU; m++) b[m] = *(const float4 *)(fnS + (tj + 8 * m) * MX_LD + k);
+#pragma unroll
+            for (int u = 0; u < MX_TPT; u++)
+#pragma unroll
+                for (int m = 0; m < JU; m++) {
+                    acc[u][m] = fmaf(a[u].x, b[m].x, acc[u][m]);
+                    acc[u][m] = fmaf(a[u].y, b[m].y, acc[u][m]);
+                    acc[u][m] = fmaf(a[u].z, b[m].z, acc[u][m]);
+                    acc[u][m] = fmaf(a[u].w, b[m].w, acc[u][m]);
+                }
         }
 #pragma unroll
-        for (int m = 0; m < JU; m++) {
-            tot[0][m] = __fadd_rn(tot[0][m], acc[0][m]);
-            tot[1][m] = __fadd_rn(tot[1][m], acc[1][m]);
-        }
+        for (int u = 0; u < MX_TPT; u++)
+#pragma unroll
+            for (int m = 0; m < JU; m++) tot[u][m] = __fadd_rn(tot[u][m], acc[u][m]);
     }
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
-        const int64_t t = t0 + 2 * ti + u;
+    for (int u = 0; u < MX_TPT; u++) {
+        const int64_t t = t0 + ti + 16 * u;
         if (t < n)
 #pragma unroll
             for (int m = 0; m < JU; m++) out[t * NM + tj + 8 * m] = tot[u][m];
