@@ -1,6 +1,7 @@
 # Session 21 call 3: NEW2 = call 2's NEW + k_hc_mix with 4 tokens x 3 mixes a thread (128 threads, the same
 # order per value: the logits hash must not move) and test_prefill_cuda_v4's error diagnostics. Tests of
-# NEW2, then BASE / PREV (call 2's NEW) / NEW2 at 32K and 128K on 4 layers x 256 experts, BASE again.
+# NEW2, then BASE / PREV (call 2's NEW) / NEW2 at 32K and 128K on 4 layers x 256 experts, BASE again, the bf16
+# ceiling; on a card of > 100 GB 8 layers x 256 experts NEW2 at 8K / 32K / 128K and the ceiling again.
 source scripts/pdb_carry.sh
 pdb_carry_unpack .cache/devcarry_base && mv /tmp/devcarry /tmp/devcarry_base; BASE=/tmp/devcarry_base/bin
 pdb_carry_unpack .cache/devcarry_prev && mv /tmp/devcarry /tmp/devcarry_prev; PREV=/tmp/devcarry_prev/bin
@@ -13,3 +14,8 @@ grep -E "^== |PASSED|FAILED|Failure|device engine|hc_mix" $T | cut -c1-240
 for b in "$BASE" "$PREV" "$B" "$BASE"; do echo "[$b]"; timeout 150 $b/cuda_v4_bench seeded v4-flash 4 256 3 32768,131072 bf16 60 profile; done 2>&1 \
   | tee $OUT/bench_4x256.log | grep -E "^\[|time=|profile" | cut -c1-250
 python3 bench/gpu_prefill.py ceiling 2>&1 | tee $OUT/ceiling.log
+MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+if [ "$MEM" -gt 100000 ]; then
+  timeout 200 $B/cuda_v4_bench seeded v4-flash 8 256 3 8192,32768,131072 bf16 60 profile 2>&1 | tee $OUT/bench_8x256.log | grep -E "time=|profile" | cut -c1-250
+  python3 bench/gpu_prefill.py ceiling 2>&1 | tee -a $OUT/ceiling.log
+fi
