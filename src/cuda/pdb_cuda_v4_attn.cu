@@ -64,6 +64,27 @@ static __device__ __forceinline__ const KT *v4_row(const v4_klist_t<KT> &L, int6
     return L.comp + e * hd;
 }
 
+/* The bf16 kernels' first row pointers (threads tid < 64 of the block): rowq[tid] = head h0 + tid's q
+ * row of token t (NULL past nh), rowk[tid] and rowk[64 + tid] = key tid and 64 + tid of its list
+ * (NULL past nk): the first two tiles. */
+static __device__ __forceinline__ void v4_rows_first(const v4_klist16 &L, const __nv_bfloat16 *q, int64_t t, int64_t h0,
+                                                     int64_t nh, int hd, int64_t wrow0, int64_t nw, int64_t nk,
+                                                     const __nv_bfloat16 **rowq, const __nv_bfloat16 **rowk) {
+    const int tid = threadIdx.x;
+    if (tid >= 64) return;
+    const int64_t h = h0 + tid;
+    rowq[tid] = h < nh ? q + (t * nh + h) * hd : NULL;
+    rowk[tid] = tid < nk ? v4_row(L, t, tid, wrow0, nw, hd) : NULL;
+    rowk[64 + tid] = 64 + tid < nk ? v4_row(L, t, 64 + tid, wrow0, nw, hd) : NULL;
+}
+
+/* Key ni's row (NULL past nk) with its sel entry ne already loaded (ni >= nw on a CSA list): v4_row
+ * split so that the load can be issued early and used later. */
+static __device__ __forceinline__ const __nv_bfloat16 *v4_row_loaded(const v4_klist16 &L, int64_t ni, int64_t nk,
+                                                                    int64_t wrow0, int64_t nw, int32_t ne, int hd) {
+    return ni >= nk ? NULL : ni < nw ? L.keys + (wrow0 + ni) * hd : L.comp + (L.sel ? (int64_t)ne : ni - nw) * hd;
+}
+
 /* ------------------------------------------------------------------ f32 on CUDA cores */
 
 enum { F32_THREADS = 256, F32_HPT = 8 };
@@ -453,12 +474,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     int64_t wrow0, nw, nc;
     v4_list(L, t, wrow0, nw, nc);
     const int64_t nk = nw + nc; /* >= 1: the window holds position p itself */
-    if (tid < TC_Q) {
-        int64_t h = h0 + tid;
-        rowq[tid] = h < nh ? q + (t * nh + h) * hd : NULL;
-        rowk[tid] = tid < nk ? v4_row(L, t, tid, wrow0, nw, hd) : NULL;
-        rowk[TC_K + tid] = TC_K + tid < nk ? v4_row(L, t, TC_K + tid, wrow0, nw, hd) : NULL;
-    }
+    v4_rows_first(L, q, t, h0, nh, hd, wrow0, nw, nk, rowq, rowk);
     const float sk_lo = h0 + r_lo < nh ? sinks[h0 + r_lo] : 0.0f, sk_hi = h0 + r_lo + 8 < nh ? sinks[h0 + r_lo + 8] : 0.0f;
     float m_lo = sk_lo, m_hi = sk_hi;
     float l_lo = wh == 0 && t4 == 0 && sk_lo != -INFINITY ? 1.0f : 0.0f;
@@ -522,9 +538,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
                 sacc[j][e] = wk ? hacc[1][j][e] : hacc[0][j][e];
             }
         if (tid < TC_K)
-            rowk[buf * TC_K + tid] = ni >= nk ? NULL
-                                     : ni < nw ? L.keys + (wrow0 + ni) * hd
-                                               : L.comp + (L.sel ? (int64_t)ne : ni - nw) * hd;
+            rowk[buf * TC_K + tid] = v4_row_loaded(L, ni, nk, wrow0, nw, ne, hd);
         __syncthreads(); /* X: the S halves are exchanged */
         {
             const float *px = xs + ((warp ^ 4) * 16) * 32 + lane;
@@ -784,12 +798,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     int64_t wrow0, nw, nc;
     v4_list(L, t, wrow0, nw, nc);
     const int64_t nk = nw + nc; /* >= 1: the window holds position p itself */
-    if (tid < TC_Q) {
-        int64_t h = h0 + tid;
-        rowq[tid] = h < nh ? q + (t * nh + h) * WG_HD : NULL;
-        rowk[tid] = tid < nk ? v4_row(L, t, tid, wrow0, nw, WG_HD) : NULL;
-        rowk[TC_K + tid] = TC_K + tid < nk ? v4_row(L, t, TC_K + tid, wrow0, nw, WG_HD) : NULL;
-    }
+    v4_rows_first(L, q, t, h0, nh, WG_HD, wrow0, nw, nk, rowq, rowk);
     /* the softmax in base 2: scores and the running max m in units of log2(e) (exp(x) = 2^(x log2 e)) */
     const float scale2 = scale * 1.4426950408889634f, lazy2 = T16_LAZY * 1.4426950408889634f;
     const float sk_lo = h0 + r_lo < nh ? sinks[h0 + r_lo] : 0.0f, sk_hi = h0 + r_lo + 8 < nh ? sinks[h0 + r_lo + 8] : 0.0f;
@@ -828,9 +837,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         if (tid < TC_K) {
             int32_t ne = 0;
             if (L.sel && ni >= nw && ni < nk) ne = L.sel[t * L.K + (ni - nw)];
-            rowk[buf * TC_K + tid] = ni >= nk ? NULL
-                                     : ni < nw ? L.keys + (wrow0 + ni) * WG_HD
-                                               : L.comp + (L.sel ? (int64_t)ne : ni - nw) * WG_HD;
+            rowk[buf * TC_K + tid] = v4_row_loaded(L, ni, nk, wrow0, nw, ne, WG_HD);
         }
         wg_wait<0>();
         float4 *mine = (float4 *)(xs + wg * WG_XS), *other = (float4 *)(xs + (wg ^ 1) * WG_XS);
