@@ -77,8 +77,6 @@ static pdb_status c_type(pdb_cuda_dt dt, pdb_cuda_dt ct, cudaDataType *t) {
     return PDB_OK;
 }
 
-static size_t c_size(pdb_cuda_dt ct) { return ct == PDB_CUDA_DT_BF16 ? 2 : 4; }
-
 /* Column-major view: C^T [N, M] = op(B)^T [N, K] @ A^T [K, M]. A row-major [M,K] (lda) is a
  * column-major [K,M]; B stored [N,K] is a column-major [K,N], transposed to [N,K]; B stored
  * [K,N] is a column-major [N,K] as is. */
@@ -164,7 +162,7 @@ static pdb_cuda_tile_form *tile_form(pdb_cuda_blas *b, pdb_cuda_dt dt, pdb_cuda_
 static pdb_status gemm_tiles(pdb_cuda_blas *b, pdb_cuda_dt dt, pdb_cuda_dt ct, int b_is_nk, int64_t T, int64_t g, int64_t N,
                              int64_t K, float alpha, const char *A, int64_t lda, const void *B, int64_t ldb, float beta, char *C,
                              int64_t ldc, size_t esz) {
-    const size_t csz = c_size(ct);
+    const size_t csz = pdb_cuda_dt_size(ct);
     pdb_cuda_tile_form *f = g >= 2 && beta == 0.0f && !b->tiles_sequential
                                 ? tile_form(b, dt, ct, b_is_nk, T, N, K, lda, ldb, ldc)
                                 : NULL;
@@ -218,7 +216,7 @@ pdb_status pdb_cuda_gemm_ct(pdb_cuda_blas *b, pdb_cuda_dt dt, pdb_cuda_dt ct, in
     if (batch > 1 && ((batch - 1) * sa + K > lda || (batch - 1) * sc + N > ldc))
         return pdb_err_set(PDB_INVALID, "gemm: batches not interleaved within a row (sa %lld, lda %lld)",
                            (long long)sa, (long long)lda);
-    size_t esz = dt == PDB_CUDA_DT_F32 ? 4 : 2, csz = c_size(ct);
+    size_t esz = pdb_cuda_dt_size(dt), csz = pdb_cuda_dt_size(ct);
     char *Cb = (char *)C;
     int64_t full = M / T * T, rem = M - full;
     if (batch == 1) {

@@ -157,7 +157,7 @@ pdb_status form(probe *p, const char *group, const char *name, int64_t M, int64_
 pdb_status dense_group(probe *p, const char *group, pdb_cuda_dt dt, int64_t M, int64_t N, int64_t K, int64_t T,
                        const void *A, const void *W, float *C) {
     pdb_cuda_blas *b = p->b;
-    size_t esz = dt == PDB_CUDA_DT_F32 ? 4 : 2;
+    size_t esz = pdb_cuda_dt_size(dt);
     const int64_t nt = M / T;
     char nm[40];
     snprintf(nm, sizeof nm, "tiles%lld", (long long)T);

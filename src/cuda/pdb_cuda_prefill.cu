@@ -801,7 +801,7 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_config *cf, const pdb_st
     int prec = co ? (int)co->prec : PDB_CUDA_PREC_BF16;
     c->exact = prec == PDB_CUDA_PREC_EXACT;
     c->dt = prec == PDB_CUDA_PREC_F32 || c->exact ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
-    c->esz = c->dt == PDB_CUDA_DT_F32 ? 4 : 2;
+    c->esz = pdb_cuda_dt_size(c->dt);
     c->sub_cfg = co && co->sub_chunk > 0 ? co->sub_chunk : 8192;
     c->page = co && co->page_tokens > 0 ? co->page_tokens : 64;
     c->prof = co && co->profile;

@@ -15,6 +15,7 @@
 
 #include <cublas_api.h>
 #include <cuda_runtime.h>
+#include <stddef.h>
 #include <stdint.h>
 
 extern "C" {
@@ -84,6 +85,8 @@ void pdb_cuda_prof_free(pdb_cuda_prof *p);
 
 /* Element type of engine weights and GEMM operands on the device. */
 typedef enum pdb_cuda_dt { PDB_CUDA_DT_BF16 = 0, PDB_CUDA_DT_F32 = 1 } pdb_cuda_dt;
+/* Bytes per element of type dt. */
+static inline size_t pdb_cuda_dt_size(pdb_cuda_dt dt) { return dt == PDB_CUDA_DT_F32 ? 4 : 2; }
 
 /* A product shape whose full tiles may run as one strided-batched call (pdb_cuda_gemm): bit g-1 of
  * ok (bad) says a call of g tiles was checked to give (not to give) each tile's single-call bits. */

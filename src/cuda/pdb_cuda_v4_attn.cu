@@ -451,6 +451,24 @@ static __device__ __forceinline__ void st_pair(__nv_bfloat16 *p, float a, float 
     *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
 }
 
+/* One accumulator fragment's O store: a[0..1] row lo, a[2..3] row hi, columns col, col + 1 of a head,
+ * divided by the rows' denominators (inv_lo, inv_hi); cs_t != NULL (token t's cs row): a column pair
+ * among the trailing rd of hd rotated back first (heads_norm_rope's mode 0, sign -1: the same products);
+ * stored where the row's head exists. */
+template <typename OT>
+static __device__ __forceinline__ void o_store(OT *olo, OT *ohi, bool lo_ok, bool hi_ok, int col, const float *a, float inv_lo,
+                                               float inv_hi, const float *cs_t, int hd, int rd) {
+    float v[4] = {a[0] * inv_lo, a[1] * inv_lo, a[2] * inv_hi, a[3] * inv_hi};
+    if (cs_t && col >= hd - rd) { /* the pair (col, col + 1) is rope pair (col - (hd - rd)) / 2 */
+        const float *c = cs_t + (col - (hd - rd));
+        const float cn = c[0], sn = -c[1];
+        rot_pair(v, cn, sn);
+        rot_pair(v + 2, cn, sn);
+    }
+    if (lo_ok) st_pair(olo + col, v[0], v[1]);
+    if (hi_ok) st_pair(ohi + col, v[2], v[3]);
+}
+
 /* NP: the 16-column pairs of O per warp (hd / 16 pairs over 8 warps, rounded up to the instantiation).
  * OT: O's element type; cs != NULL: each head's trailing rd dims of O rotated back by cs row L.pos0 + t
  * before the store (heads_norm_rope's mode 0, sign -1: the same products in the same order). */
@@ -661,19 +679,9 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
         for (int u = 0; u < NP; u++) {
             if (warp + 8 * u >= npair) continue;
 #pragma unroll
-            for (int jj = 0; jj < 2; jj++) {
-                const int col = 16 * (warp + 8 * u) + 8 * jj + 2 * t4;
-                const float *a = oacc[mi][2 * u + jj];
-                float v[4] = {a[0] * inv_lo, a[1] * inv_lo, a[2] * inv_hi, a[3] * inv_hi};
-                if (cs && col >= hd - rd) { /* the pair (col, col + 1) is rope pair (col - (hd - rd)) / 2 */
-                    const float *c = cs + (L.pos0 + t) * rd + (col - (hd - rd));
-                    const float cn = c[0], sn = -c[1];
-                    rot_pair(v, cn, sn);
-                    rot_pair(v + 2, cn, sn);
-                }
-                if (hlo < nh) st_pair(olo + col, v[0], v[1]);
-                if (hhi < nh) st_pair(ohi + col, v[2], v[3]);
-            }
+            for (int jj = 0; jj < 2; jj++)
+                o_store(olo, ohi, hlo < nh, hhi < nh, 16 * (warp + 8 * u) + 8 * jj + 2 * t4, oacc[mi][2 * u + jj], inv_lo,
+                        inv_hi, cs ? cs + (L.pos0 + t) * rd : NULL, hd, rd);
         }
     }
 }
@@ -913,18 +921,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const float inv_lo = 1.0f / l_lo, inv_hi = 1.0f / l_hi;
     OT *olo = o + (t * nh + hlo) * WG_HD, *ohi = olo + 8 * (int64_t)WG_HD;
 #pragma unroll
-    for (int j = 0; j < 32; j++) {
-        const int col = 256 * wg + 8 * j + 2 * t4;
-        float v[4] = {oacc[4 * j] * inv_lo, oacc[4 * j + 1] * inv_lo, oacc[4 * j + 2] * inv_hi, oacc[4 * j + 3] * inv_hi};
-        if (cs && col >= WG_HD - rd) { /* the pair (col, col + 1) is rope pair (col - (hd - rd)) / 2 */
-            const float *c = cs + (L.pos0 + t) * rd + (col - (WG_HD - rd));
-            const float cn = c[0], sn = -c[1];
-            rot_pair(v, cn, sn);
-            rot_pair(v + 2, cn, sn);
-        }
-        if (hlo < nh) st_pair(olo + col, v[0], v[1]);
-        if (hhi < nh) st_pair(ohi + col, v[2], v[3]);
-    }
+    for (int j = 0; j < 32; j++)
+        o_store(olo, ohi, hlo < nh, hhi < nh, 256 * wg + 8 * j + 2 * t4, oacc + 4 * j, inv_lo, inv_hi,
+                cs ? cs + (L.pos0 + t) * rd : NULL, WG_HD, rd);
 #else
     (void)L, (void)q, (void)nh, (void)sinks, (void)scale, (void)o, (void)cs, (void)rd;
     __trap(); /* never launched: pdb_cuda_v4_attention_wg_fits is 0 without sm_90a code */

@@ -6,7 +6,7 @@
  * the hook fed as each layer's copy lands) -> head.
  * State and invariants:
  *   - every weight is on the device in dt (bf16 or f32) for the engine's life; activations are f32
- *     but for the products an elementwise kernel reads once (q_b, the experts' gate / up: pdt, gdt),
+ *     but for the products an elementwise kernel reads once (q_b, the experts' gate / up: dt, gdt),
  *     which a bf16 engine has cuBLAS store as bf16; per layer the
  *     products reading the attention input x are ONE matrix wa = [wq_a | wkv | comp.wkv |
  *     comp.wgate | icomp.wkv | icomp.wgate | idx_wproj] (rows in that order) and those reading
@@ -95,11 +95,11 @@ struct pdb_cuda_v4_engine {
     /* sequence scratch (device) */
     float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
     float *lg, *wt, *ye, *sh, *ylast, *logits;
-    /* products read once, by an elementwise kernel (the q heads' norm + rope, the SwiGLUs): of type pdt (the
-     * engine's dt: a bf16 engine has cuBLAS round them to bf16 as it stores them, half the bytes written and
-     * read), the routed experts' g, u of gdt (pdt, but f32 from the own grouped kernel, opts.moe_kernel) */
+    /* products read once, by an elementwise kernel (the q heads' norm + rope, the SwiGLUs): of the engine's dt
+     * (a bf16 engine has cuBLAS round them to bf16 as it stores them, half the bytes written and read), the
+     * routed experts' g, u of gdt (dt, but f32 from the own grouped kernel, opts.moe_kernel) */
     void *qb, *g, *u, *gs, *us;
-    pdb_cuda_dt pdt, gdt;
+    pdb_cuda_dt gdt;
     float *cs_main, *cs_comp;    /* rope tables [cs_cap, rd], kept across sequences (rope_tables) */
     int64_t cs_cap;
     void *cvt, *xe, *ikb, *keys16; /* keys16: the pass's keys as bf16 (the bf16-keys attention) */
@@ -415,10 +415,9 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
         return pdb_err_set(PDB_INVALID, "v4 engine: the model holds only the capture hook's weights (pdb_v4_load_part)");
     e->cfg = *c;
     e->dt = o->prec == PDB_CUDA_PREC_F32 ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
-    e->esz = e->dt == PDB_CUDA_DT_F32 ? 4 : 2;
+    e->esz = pdb_cuda_dt_size(e->dt);
     e->prof = o->profile;
     e->moe_kernel = o->moe_kernel;
-    e->pdt = e->dt;
     e->gdt = e->dt == PDB_CUDA_DT_BF16 && !e->moe_kernel ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32;
     e->device = device;
     e->sub_cfg = o->sub_chunk > 0 ? o->sub_chunk : PDB_CUDA_V4_PASS_DEFAULT;
@@ -667,7 +666,7 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     PDB_TRY(pdb_cuda_dalloc(q, &e->rawmix, f * (size_t)(S * (2 + e->hc) * e->hc), "hc mixes"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->xa, f * (size_t)((e->F + S) * e->NAmax), "fused products"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->qn, f * (size_t)(S * e->qlr), "q latent"));
-    const size_t psz = e->pdt == PDB_CUDA_DT_BF16 ? 2 : f, gsz = e->gdt == PDB_CUDA_DT_BF16 ? 2 : f;
+    const size_t psz = e->esz, gsz = pdb_cuda_dt_size(e->gdt);
     PDB_TRY(pdb_cuda_dalloc(q, &e->qb, psz * (size_t)(S * e->NBmax), "q products"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->q, f * (size_t)(S * e->nh * hd), "q"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->keys, f * (size_t)((e->W - 1 + S) * hd), "keys"));
@@ -800,8 +799,8 @@ static pdb_cuda_v4_hc hc_of(const eng *e) {
  * shot). */
 static pdb_status indexer(eng *e, const v4_dlayer *D, const float *cs, int64_t p0, int64_t n) {
     int64_t nih = e->nih, ihd = e->ihd, r = D->rate, K = e->Ktop, nvc = e->cap / r + 1, nv_all = (p0 + n) / r;
-    const void *iqb = (const char *)e->qb + (e->pdt == PDB_CUDA_DT_BF16 ? 2 : 4) * (size_t)(e->nh * e->hd); /* the indexer's q_b */
-    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, iqb, e->pdt, D->NB, e->iq, nih * ihd, n, nih, ihd, e->rd, 0, NULL, cs, p0, 1,
+    const void *iqb = (const char *)e->qb + e->esz * (size_t)(e->nh * e->hd); /* the indexer's q_b */
+    PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, iqb, e->dt, D->NB, e->iq, nih * ihd, n, nih, ihd, e->rd, 0, NULL, cs, p0, 1,
                                         e->cfg.rms_norm_eps));
     PDB_CU(cudaMemcpy2DAsync(e->iw, sizeof(float) * (size_t)nih, e->xa + e->F * D->NA + (D->NA - nih), sizeof(float) * (size_t)D->NA,
                              sizeof(float) * (size_t)nih, (size_t)n, cudaMemcpyDeviceToDevice, e->s));
@@ -841,12 +840,12 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
     else PDB_TRY(linear(e, e->x, H, n, H, D->wa, NA, xa, NA));
     /* queries: q_norm, q_b (+ the indexer's), per-head unweighted norm, RoPE */
     PDB_TRY(pdb_cuda_rmsnorm_warp(e->s, xa, NA, D->q_norm, e->qn, e->qlr, n, e->qlr, eps));
-    PDB_TRY(linear_to(e, e->qn, e->qlr, n, e->qlr, D->wb, D->NB, e->pdt, e->qb, D->NB)); /* bf16 engine: bf16 products */
+    PDB_TRY(linear_to(e, e->qn, e->qlr, n, e->qlr, D->wb, D->NB, e->dt, e->qb, D->NB)); /* bf16 engine: bf16 products */
     if (e->attn_tc16) /* q as the attention kernel's bf16 operand (the bits it rounded f32 q to) */
-        PDB_TRY(pdb_cuda_v4_heads_norm_rope_bf16(e->s, e->qb, e->pdt, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1,
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope_bf16(e->s, e->qb, e->dt, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1,
                                                  eps));
     else
-        PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb, e->pdt, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
+        PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb, e->dt, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
     PDB_TRY(mark(e, ST_QKV));
     /* K=V rows behind the window's tail */
     int64_t lo = p0 - (W - 1) > 0 ? p0 - (W - 1) : 0;
@@ -945,7 +944,7 @@ static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
     const int64_t H = e->H, I = e->I, T = PDB_CUDA_MOE_TILE, np = e->ntpad;
     k_moe_ptrs<<<(unsigned)((np + 127) / 128), 128, 0, e->s>>>(e->tile_e, nt, np, e->E, (const char *)e->xe, (const char *)D->w1,
                                                               (const char *)D->w3, (const char *)D->w2, (char *)e->g, (char *)e->u,
-                                                              e->gdt == PDB_CUDA_DT_BF16 ? 2 : 4, e->ye, I, H, (int64_t)e->esz,
+                                                              (int64_t)pdb_cuda_dt_size(e->gdt), e->ye, I, H, (int64_t)e->esz,
                                                               e->ptrs);
     PDB_CU_LAUNCH("expert pointers");
     PDB_CU(cudaMemcpyAsync(e->h_tiles, e->tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyDeviceToHost, e->s));
@@ -1016,11 +1015,11 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
     if (e->cfg.n_shared_experts) {
         const void *A = e->x16; /* x as the operand once for both products: its bf16 copy, or itself */
         if (e->dt == PDB_CUDA_DT_F32) PDB_TRY(as_dt(e, e->x, n * H, &A));
-        /* gs, us of pdt (bf16 engine: bf16, read once by the SwiGLU) */
-        PDB_TRY(pdb_cuda_gemm_ct(&e->blas, e->dt, e->pdt, 1, n, I, H, 1.0f, A, H, 0, D->sw1, H, 0, 0.0f, e->gs, I, 0, 1));
-        PDB_TRY(pdb_cuda_gemm_ct(&e->blas, e->dt, e->pdt, 1, n, I, H, 1.0f, A, H, 0, D->sw3, H, 0, 0.0f, e->us, I, 0, 1));
+        /* gs, us of dt (bf16 engine: bf16, read once by the SwiGLU) */
+        PDB_TRY(pdb_cuda_gemm_ct(&e->blas, e->dt, e->dt, 1, n, I, H, 1.0f, A, H, 0, D->sw1, H, 0, 0.0f, e->gs, I, 0, 1));
+        PDB_TRY(pdb_cuda_gemm_ct(&e->blas, e->dt, e->dt, 1, n, I, H, 1.0f, A, H, 0, D->sw3, H, 0, 0.0f, e->us, I, 0, 1));
         void *act = e->dt == PDB_CUDA_DT_BF16 ? e->cvt : e->gs; /* the SwiGLU in the operand type */
-        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, e->pdt, n * I, limit, e->dt, act));
+        PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->gs, e->us, e->dt, n * I, limit, e->dt, act));
         PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, H, I, 1.0f, act, I, 0, D->sw2, I, 0, 0.0f, e->sh, H, 0, 1));
         sh = e->sh;
     }
