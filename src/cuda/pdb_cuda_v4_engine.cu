@@ -900,10 +900,13 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
     /* the state the next pass reads: the last W-1 K=V rows and the last F positions' products */
     if (W > 1) PDB_CU(cudaMemcpyAsync(D->tail, e->keys + n * hd, sizeof(float) * (size_t)((W - 1) * hd), cudaMemcpyDeviceToDevice, e->s));
     if (D->rate) PDB_CU(cudaMemcpyAsync(D->hist, e->xa + n * NA, sizeof(float) * (size_t)(F * NA), cudaMemcpyDeviceToDevice, e->s));
-    /* grouped low-rank output: group g's heads -> olr, then all groups -> H */
-    PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, e->olr, e->gin, 1.0f, A, nh * hd, e->gin, D->wo_a, e->gin, e->olr * e->gin,
-                          0.0f, e->a, e->G * e->olr, e->olr, e->G));
-    PDB_TRY(linear(e, e->a, e->G * e->olr, n, e->G * e->olr, D->wo_b, H, e->out, H));
+    /* grouped low-rank output: group g's heads -> olr, then all groups -> H. a is stored in the engine's
+     * type (bf16: cuBLAS rounds each f32 sum to nearest even as it stores it, the bits pdb_cuda_convert
+     * gave the f32 row), read once as wo_b's operand */
+    PDB_TRY(pdb_cuda_gemm_ct(&e->blas, e->dt, e->dt, 1, n, e->olr, e->gin, 1.0f, A, nh * hd, e->gin, D->wo_a, e->gin,
+                             e->olr * e->gin, 0.0f, e->a, e->G * e->olr, e->olr, e->G));
+    PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, H, e->G * e->olr, 1.0f, e->a, e->G * e->olr, 0, D->wo_b, e->G * e->olr, 0, 0.0f,
+                          e->out, H, 0, 1));
     return mark(e, ST_OPROJ);
 }
 
@@ -965,8 +968,8 @@ static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
     return PDB_OK;
 }
 
-/* The MoE sub-block: x [n, H] -> out [n, H]. */
-static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
+/* The MoE sub-block on x [n, H]: the routed experts' rows and the shared expert's, which the post-site combines. */
+static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n, pdb_cuda_v4_moe_rows *rows) {
     const int64_t H = e->H, I = e->I, E = e->E, Kx = e->Kx;
     const float limit = (float)e->cfg.swiglu_limit;
     const int64_t tile = e->blas.tile_rows;
@@ -1023,8 +1026,7 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n) {
         PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, H, I, 1.0f, act, I, 0, D->sw2, I, 0, 0.0f, e->sh, H, 0, 1));
         sh = e->sh;
     }
-    PDB_CU(cudaMemsetAsync(e->out, 0, sizeof(float) * (size_t)(n * H), e->s));
-    PDB_TRY(pdb_cuda_moe_combine(e->s, e->ye, e->slot_row, e->wt, sh, n, Kx, H, e->out));
+    *rows = (pdb_cuda_v4_moe_rows){e->ye, e->slot_row, e->wt, sh, Kx}; /* combined by the post-site */
     return mark(e, ST_SHARED);
 }
 
@@ -1172,8 +1174,9 @@ static pdb_status forward_layers(eng *e, const int32_t *ids, int64_t n, const pd
         PDB_TRY(pdb_cuda_v4_hc_post(e->s, &hcc, e->hs, e->out, e->post, e->comb, n));
         PDB_TRY(hc_pre(e, &hcc, n, D->hcf_fn, D->hcf_base, D->hcf_scale, D->ffn_norm));
         PDB_TRY(mark(e, ST_HC));
-        PDB_TRY(moe(e, D, n));
-        PDB_TRY(pdb_cuda_v4_hc_post(e->s, &hcc, e->hs, e->out, e->post, e->comb, n));
+        pdb_cuda_v4_moe_rows mr;
+        PDB_TRY(moe(e, D, n, &mr));
+        PDB_TRY(pdb_cuda_v4_hc_post_moe(e->s, &hcc, e->hs, &mr, e->post, e->comb, n, e->out));
         PDB_TRY(mark(e, ST_HC));
     }
     if (logits) {

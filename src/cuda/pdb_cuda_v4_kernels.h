@@ -82,6 +82,20 @@ pdb_status pdb_cuda_v4_hc_mix(cudaStream_t s, int64_t hc, const float *hs, int64
  * order), in place (each column reads only its own old values). */
 pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const float *out, const float *post,
                                const float *comb, int64_t n);
+/* The MoE sub-block's output rows as pdb_cuda_moe_combine reads them: ye [slots, H] (f32), slot_row and wt
+ * [n, K], shared [n, H] or NULL. */
+typedef struct pdb_cuda_v4_moe_rows {
+    const float *ye;
+    const int32_t *slot_row;
+    const float *wt;
+    const float *shared;
+    int64_t K;
+} pdb_cuda_v4_moe_rows;
+/* The post-site after the MoE: pdb_cuda_v4_hc_post of out = pdb_cuda_moe_combine(m) into a zeroed row, with the
+ * same bits; at hc 4 (H % 4 == 0, 16-byte aligned rows) out is made per column inside the post-site and never
+ * stored, else it is made in out [n, H] first. */
+pdb_status pdb_cuda_v4_hc_post_moe(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const pdb_cuda_v4_moe_rows *m,
+                                   const float *post, const float *comb, int64_t n, float *out);
 /* The final collapse of tokens rows[i] (device int64 [n]) of hs: y[i] = RMSNorm(sum_k pre[k] * hs_t[k]) * norm with
  * pre[k] = sigmoid(mix[k] * scale[0] + base[k]) + hc_eps, mix = fn [hc, hc*H] . tmp (tmp as in hc_pre). */
 pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, const int64_t *rows, int64_t n,

@@ -416,10 +416,13 @@ __global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const 
  * and stores) and holds the token's post and comb in registers before its first store (the pointers
  * are __restrict__: nothing it writes is read again), so all its loads are in flight at once; each
  * element is the same expression in the same order as k_hc_post's. */
-template <int HC>
+/* MOE: out's row is not read but made here as pdb_cuda_moe_combine makes it into a zeroed row
+ * (0 + (sum_k ye[slot_k] * wt_k in order, + shared), every step rounded as there: the same bits),
+ * so the MoE site's output never goes through DRAM. */
+template <int HC, bool MOE>
 __global__ void __launch_bounds__(256)
     k_hc_post4(int64_t H, float *__restrict__ hs, const float *__restrict__ out, const float *__restrict__ post,
-               const float *__restrict__ comb) {
+               const float *__restrict__ comb, pdb_cuda_v4_moe_rows m) {
     const int64_t t = blockIdx.x, d0 = ((int64_t)blockIdx.y * blockDim.x + threadIdx.x) * 4;
     if (d0 >= H) return;
     float *h = hs + t * HC * H;
@@ -432,7 +435,25 @@ __global__ void __launch_bounds__(256)
         for (int k = 0; k < HC; k++) cb[j][k] = comb[(t * HC + j) * HC + k];
 #pragma unroll
     for (int j = 0; j < HC; j++) *(float4 *)old[j] = *(const float4 *)(h + j * H + d0);
-    *(float4 *)o = *(const float4 *)(out + t * H + d0);
+    if (MOE) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t k = 0; k < m.K; k++) {
+            const float w = m.wt[t * m.K + k];
+            const float4 y = *(const float4 *)(m.ye + (int64_t)m.slot_row[t * m.K + k] * H + d0);
+            acc[0] = __fadd_rn(acc[0], __fmul_rn(y.x, w));
+            acc[1] = __fadd_rn(acc[1], __fmul_rn(y.y, w));
+            acc[2] = __fadd_rn(acc[2], __fmul_rn(y.z, w));
+            acc[3] = __fadd_rn(acc[3], __fmul_rn(y.w, w));
+        }
+        if (m.shared) {
+            const float4 sv = *(const float4 *)(m.shared + t * H + d0);
+            acc[0] = __fadd_rn(acc[0], sv.x), acc[1] = __fadd_rn(acc[1], sv.y);
+            acc[2] = __fadd_rn(acc[2], sv.z), acc[3] = __fadd_rn(acc[3], sv.w);
+        }
+#pragma unroll
+        for (int v = 0; v < 4; v++) o[v] = __fadd_rn(0.0f, acc[v]);
+    } else
+        *(float4 *)o = *(const float4 *)(out + t * H + d0);
 #pragma unroll
     for (int k = 0; k < HC; k++) {
         float r[4];
@@ -892,10 +913,26 @@ pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *h
     if (n <= 0) return PDB_OK;
     if (c->H > 65535LL * 256) return pdb_err_set(PDB_UNSUPPORTED, "v4 hc_post: H = %lld (at most 65535 * 256)", (long long)c->H);
     if (c->hc == 4 && c->H % 4 == 0 && ((uintptr_t)hs | (uintptr_t)out) % 16 == 0)
-        k_hc_post4<4><<<dim3((unsigned)n, grid1(c->H / 4, 256)), 256, 0, s>>>(c->H, hs, out, post, comb);
+        k_hc_post4<4, false><<<dim3((unsigned)n, grid1(c->H / 4, 256)), 256, 0, s>>>(c->H, hs, out, post, comb,
+                                                                                      pdb_cuda_v4_moe_rows{});
     else k_hc_post<<<dim3((unsigned)n, grid1(c->H, 256)), 256, 0, s>>>((int)c->hc, c->H, hs, out, post, comb);
     PDB_CU_LAUNCH("v4 hc_post");
     return PDB_OK;
+}
+
+pdb_status pdb_cuda_v4_hc_post_moe(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const pdb_cuda_v4_moe_rows *m,
+                                   const float *post, const float *comb, int64_t n, float *out) {
+    PDB_TRY(hc_check(c, "v4 hc_post (moe)"));
+    if (n <= 0) return PDB_OK;
+    if (c->hc == 4 && c->H % 4 == 0 && c->H <= 65535LL * 256 &&
+        ((uintptr_t)hs | (uintptr_t)m->ye | (uintptr_t)m->shared) % 16 == 0) {
+        k_hc_post4<4, true><<<dim3((unsigned)n, grid1(c->H / 4, 256)), 256, 0, s>>>(c->H, hs, NULL, post, comb, *m);
+        PDB_CU_LAUNCH("v4 hc_post (moe)");
+        return PDB_OK;
+    }
+    PDB_CU(cudaMemsetAsync(out, 0, sizeof(float) * (size_t)(n * c->H), s));
+    PDB_TRY(pdb_cuda_moe_combine(s, m->ye, m->slot_row, m->wt, m->shared, n, m->K, c->H, out));
+    return pdb_cuda_v4_hc_post(s, c, hs, out, post, comb, n);
 }
 
 pdb_status pdb_cuda_v4_hc_head(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, const int64_t *rows, int64_t n,

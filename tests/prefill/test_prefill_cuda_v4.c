@@ -228,11 +228,18 @@ static void test_attention_matches_reference(void **st) {
 
 enum { BS = 128, T = 2 * BS + 44, NB = T / BS };
 
+/* How far a device engine's blocks may be from the decoder's: the worst value, as a fraction of the
+ * blocks' largest; the norm of the difference over the norm of the decoder's blocks; the fraction of
+ * values off by more than 2% of the largest. */
+typedef struct block_bound {
+    double worst, norm, far;
+} block_bound;
+
 /* The backend's segments for ids against the decoder's own blocks, in chunks of 7, 45, 130 and one
  * shot. Precision exact: the decoder's math, every byte identical. bf16 / f32: the device-resident
  * engine, not the decoder's math, so its blocks (exact semantics: every value an f32) are the
- * decoder's within `bound` of the blocks' largest value. */
-static void check_blocks(const char *hf, const char *dec, const int32_t *ids, pdb_cuda_prec prec, double bound) {
+ * decoder's within bound bd. */
+static void check_blocks(const char *hf, const char *dec, const int32_t *ids, pdb_cuda_prec prec, block_bound bd) {
     uint64_t bytes;
     char *ref = pdb_test_decoder_blocks(dec, ids, NB, BS, &bytes);
     pdb_config cfg;
@@ -281,8 +288,11 @@ static void check_blocks(const char *hf, const char *dec, const int32_t *ids, pd
                (long long)chunks[k], sqrt(d2 / (b2 > 0 ? b2 : 1)), (unsigned long long)far, (unsigned long long)nv,
                (unsigned long long)(imax % (bytes / 4)), (unsigned long long)(bytes / 4));
         printf("cuda-metric v4 device engine %s chunk=%lld: %d blocks, worst difference %.3g of the largest value %.3g "
-               "(bound %.3g)\n", prec == PDB_CUDA_PREC_F32 ? "f32" : "bf16", (long long)chunks[k], NB, dmax / bmax, bmax, bound);
-        assert_true(dmax / bmax < bound);
+               "(bounds: worst %.3g, norm %.3g, far %.3g)\n", prec == PDB_CUDA_PREC_F32 ? "f32" : "bf16", (long long)chunks[k], NB,
+               dmax / bmax, bmax, bd.worst, bd.norm, bd.far);
+        assert_true(dmax / bmax < bd.worst);
+        assert_true(sqrt(d2 / (b2 > 0 ? b2 : 1)) < bd.norm);
+        assert_true((double)far <= bd.far * (double)nv);
     }
     be->destroy(be);
     pdb_st_close(e);
@@ -376,10 +386,15 @@ static void test_blocks_match_decoder(void **st) {
     PDB_TEST_OK(pdb_quantize_model_ex(hf, dx, "none", "exact", 0));
     int32_t ids[T];
     pdb_test_ids(ids, T, 1000, 23);
-    check_blocks(hf, dn, ids, PDB_CUDA_PREC_EXACT, 0);
-    check_blocks(hf, dx, ids, PDB_CUDA_PREC_EXACT, 0);
-    check_blocks(hf, dx, ids, PDB_CUDA_PREC_F32, 1e-4);
-    check_blocks(hf, dx, ids, PDB_CUDA_PREC_BF16, 0.1);
+    const block_bound exact = {0, 0, 0};
+    check_blocks(hf, dn, ids, PDB_CUDA_PREC_EXACT, exact);
+    check_blocks(hf, dx, ids, PDB_CUDA_PREC_EXACT, exact);
+    /* f32: the decoder's choices everywhere, every value close */
+    check_blocks(hf, dx, ids, PDB_CUDA_PREC_F32, (block_bound){1e-4, 1e-4, 0});
+    /* bf16: close in norm, but an expert or indexer pick that bf16 operands flip (tiny routes 2 of 8 experts
+     * and keeps 4 of up to 75 compressed entries a token) moves the values it feeds by up to ~25% of the
+     * largest (docs/cuda.md, D48): a bound on the worst value alone measures which picks flipped */
+    check_blocks(hf, dx, ids, PDB_CUDA_PREC_BF16, (block_bound){0.25, 0.03, 0.01});
     check_hook(hf, dx);
     check_hook(hf, dn);
     pdb_test_rmrf(root);
