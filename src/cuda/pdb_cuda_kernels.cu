@@ -75,6 +75,29 @@ pdb_status pdb_cuda_convert(cudaStream_t s, const float *src, int64_t count, pdb
     return PDB_OK;
 }
 
+/* hi = bf16(x), lo = bf16(x - hi) (both nearest even; hi NULL: not written): x = hi + lo to ~2^-16 of |x|.
+ * *lo_nonzero (NULL: not kept) becomes 1 if any lo is not zero. */
+__global__ void k_split_bf16(const float *src, int64_t count, __nv_bfloat16 *hi, __nv_bfloat16 *lo, int *lo_nonzero) {
+    int nz = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        const float v = src[i];
+        const __nv_bfloat16 h = __float2bfloat16_rn(v), l = __float2bfloat16_rn(__fsub_rn(v, __bfloat162float(h)));
+        if (hi) hi[i] = h;
+        lo[i] = l;
+        nz |= __bfloat162float(l) != 0.0f;
+    }
+    if (lo_nonzero && __syncthreads_or(nz) && threadIdx.x == 0) atomicOr(lo_nonzero, 1);
+}
+
+pdb_status pdb_cuda_split_bf16(cudaStream_t s, const float *src, int64_t count, void *hi, void *lo, int *lo_nonzero) {
+    if (count <= 0) return PDB_OK;
+    unsigned g = grid1(count, 256);
+    if (g > 65535u * 16) g = 65535u * 16;
+    k_split_bf16<<<g, 256, 0, s>>>(src, count, (__nv_bfloat16 *)hi, (__nv_bfloat16 *)lo, lo_nonzero);
+    PDB_CU_LAUNCH("split_bf16");
+    return PDB_OK;
+}
+
 __global__ void k_silu_mul(const float *g, const float *u, float *out, int64_t count) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         float x = g[i];

@@ -36,6 +36,11 @@ pdb_status pdb_cuda_rmsnorm_warp(cudaStream_t s, const float *x, int64_t ldx, co
                                  int64_t n, int64_t C, double eps);
 /* dst [count] of dt from src f32 (bf16: round to nearest even); returns dst (or src for f32). */
 pdb_status pdb_cuda_convert(cudaStream_t s, const float *src, int64_t count, pdb_cuda_dt dt, void *dst);
+/* A two-term bf16 split of f32 src: hi [count] = bf16(src) (NULL: not written), lo = bf16(src - hi), both
+ * nearest even, so that src = hi + lo to about 2^-16 of |src| (a product over hi and lo terms on bf16 tensor
+ * cores reads src nearly at f32 precision). lo_nonzero (device int, NULL: not kept) is or-ed with 1 if any lo
+ * is not zero (src already bf16 values: all lo are zero). */
+pdb_status pdb_cuda_split_bf16(cudaStream_t s, const float *src, int64_t count, void *hi, void *lo, int *lo_nonzero);
 /* Engine latent rows for n tokens at positions pos0..: cache row = [RMSNorm(kva[:kvl]) * norm |
  * RoPE(kva[kvl:])], and qlat[t, h, kvl:] = RoPE(q[t, h, nope:]). cs: [n, rope] (cos[rope/2] then
  * sin[rope/2] per token, attention factor included). */

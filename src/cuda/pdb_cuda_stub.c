@@ -128,9 +128,10 @@ pdb_status pdb_cuda_v4_probe_hc_pre(int64_t hc, int64_t H, int iters, float hc_e
 }
 pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int iters, float hc_eps, double eps, const float *hs,
                                           int64_t n, const float *fn, const float *base, const float *scale,
-                                          const float *norm, float *x, uint16_t *x16, float *post, float *comb) {
+                                          const float *norm, float *x, uint16_t *x16, uint16_t *x16lo, float *post,
+                                          float *comb) {
     (void)hc, (void)H, (void)iters, (void)hc_eps, (void)eps, (void)hs, (void)n, (void)fn, (void)base, (void)scale;
-    (void)norm, (void)x, (void)x16, (void)post, (void)comb;
+    (void)norm, (void)x, (void)x16, (void)x16lo, (void)post, (void)comb;
     PDB_V4_PROBE_NONE;
 }
 pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs, const float *out, const float *post,

@@ -61,7 +61,9 @@ typedef struct v4_dlayer {
     float *hca_fn, *hca_base, *hca_scale, *hcf_fn, *hcf_base, *hcf_scale;
     float *c_ape, *c_norm, *ic_ape, *ic_norm;
     void *wa, *wb, *wo_a, *wo_b;
-    float *gate, *gate_bias;
+    float *gate, *gate_bias;     /* gate: the f32 engine's router */
+    void *gate16;                /* bf16 engine: the router as pdb_cuda_split_bf16's [hi; lo], bf16 [2, E, H] */
+    int gate_lo;                 /* some lo of gate16 is not zero (else the router was bf16 values: lo unused) */
     int32_t *tid2eid;
     void *w1, *w3, *w2, *sw1, *sw3, *sw2;
     float *hw;                   /* the capture hook's weights, f32 [NH, H]: the decoder's wkv | comp.wkv | comp.wgate |
@@ -104,6 +106,7 @@ struct pdb_cuda_v4_engine {
     int64_t cs_cap;
     void *cvt, *xe, *ikb, *keys16; /* keys16: the pass's keys as bf16 (the bf16-keys attention) */
     void *x16;                     /* bf16 engine: x's bf16 copy from the pre-site, the operand of wa, the experts, shared */
+    void *x16lo;                   /* bf16 engine: bf16(x - x16) from the MoE's pre-site, the router's second term */
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
     int64_t *lrow;
     int64_t Rmax, ntmax, ntpad, tb_max, cvt_n;
@@ -297,12 +300,31 @@ static pdb_status load_layer(eng *e, const pdb_v4_model *m, const seedctx *sc, i
     W(D->wo_a, 0, L ? &L->wo_a : NULL, WO_A, 0, e->G * e->olr, e->gin);
     PDB_TRY(alloc_w(e, &D->wo_b, H * e->G * e->olr, "wo_b"));
     W(D->wo_b, 0, L ? &L->wo_b : NULL, WO_B, 0, H, e->G * e->olr);
-    /* MoE: the router in f32, experts stacked [E, I, H] / [E, H, I] */
+    /* MoE: the router in f32 (bf16 engine: split into bf16 hi and lo, the same 4 bytes a value), experts
+     * stacked [E, I, H] / [E, H, I] */
     {
         wsrc w_ = sc ? src_seed(sc, PDB_V4_T_GATE, l, 0, LIN(H)) : src_q(L ? &L->gate : NULL);
-        PDB_TRY(pdb_cuda_dalloc(&e->wts, &D->gate, sizeof(float) * (size_t)(e->E * H), "router"));
         e->weight_bytes += 4 * e->E * H;
-        PDB_TRY(put_w(e, D->gate, 0, &w_, e->E, H, 1));
+        if (e->dt == PDB_CUDA_DT_BF16) {
+            PDB_TRY(pdb_cuda_dalloc(&e->wts, &D->gate16, 4 * (size_t)(e->E * H), "router (bf16 hi, lo)"));
+            float *g32 = NULL;
+            int *nz = NULL, hnz = 0;
+            if (cudaMalloc((void **)&g32, sizeof(float) * (size_t)(e->E * H) + 16) != cudaSuccess)
+                return pdb_err_set(PDB_NOMEM, "v4 engine: router staging (%lld values)", (long long)(e->E * H));
+            nz = (int *)(g32 + e->E * H);
+            pdb_status s = cudaMemsetAsync(nz, 0, sizeof(int), e->s) == cudaSuccess ? PDB_OK : pdb_err_set(PDB_CUDA, "router flag");
+            if (!s) s = put_w(e, g32, 0, &w_, e->E, H, 1);
+            if (!s) s = pdb_cuda_split_bf16(e->s, g32, e->E * H, D->gate16, (char *)D->gate16 + 2 * (size_t)(e->E * H), nz);
+            if (!s && cudaMemcpyAsync(&hnz, nz, sizeof(int), cudaMemcpyDeviceToHost, e->s) != cudaSuccess)
+                s = pdb_err_set(PDB_CUDA, "v4 engine: router split flag");
+            if (!s && cudaStreamSynchronize(e->s) != cudaSuccess) s = pdb_err_set(PDB_CUDA, "v4 engine: router split");
+            cudaFree(g32);
+            PDB_TRY(s);
+            D->gate_lo = hnz != 0;
+        } else {
+            PDB_TRY(pdb_cuda_dalloc(&e->wts, &D->gate, sizeof(float) * (size_t)(e->E * H), "router"));
+            PDB_TRY(put_w(e, D->gate, 0, &w_, e->E, H, 1));
+        }
     }
     if (D->hash) {
         int32_t *t = (int32_t *)malloc(sizeof(int32_t) * (size_t)(e->V * e->Kx));
@@ -660,7 +682,10 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     }
     PDB_TRY(pdb_cuda_dalloc(q, &e->hs, f * (size_t)(S * e->hc * H), "streams"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->x, f * (size_t)(S * H), "x"));
-    if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(pdb_cuda_dalloc(q, &e->x16, 2 * (size_t)(S * H), "x (bf16)"));
+    if (e->dt == PDB_CUDA_DT_BF16) {
+        PDB_TRY(pdb_cuda_dalloc(q, &e->x16, 2 * (size_t)(S * H), "x (bf16)"));
+        PDB_TRY(pdb_cuda_dalloc(q, &e->x16lo, 2 * (size_t)(S * H), "x (bf16 low half)"));
+    }
     PDB_TRY(pdb_cuda_dalloc(q, &e->post, f * (size_t)(S * e->hc), "post"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->comb, f * (size_t)(S * e->hc * e->hc), "comb"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->rawmix, f * (size_t)(S * (2 + e->hc) * e->hc), "hc mixes"));
@@ -974,7 +999,15 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n, pdb_cuda_v4_moe_row
     const float limit = (float)e->cfg.swiglu_limit;
     const int64_t tile = e->blas.tile_rows;
     if (tile > 0) e->blas.tile_rows = ROUTER_ROWS;
-    pdb_status rs = pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, E, H, 1.0f, e->x, H, 0, D->gate, H, 0, 0.0f, e->lg, E, 0, 1);
+    pdb_status rs;
+    if (e->dt == PDB_CUDA_DT_BF16) { /* x . gate^T at near-f32 precision on the tensor cores, small terms first:
+                                      * lo(x) . hi(g) [+ hi(x) . lo(g)] + hi(x) . hi(g) (D48) */
+        const void *gh = D->gate16, *gl = (const char *)D->gate16 + 2 * (size_t)(E * H);
+        rs = pdb_cuda_gemm(&e->blas, e->dt, 1, n, E, H, 1.0f, e->x16lo, H, 0, gh, H, 0, 0.0f, e->lg, E, 0, 1);
+        if (!rs && D->gate_lo) rs = pdb_cuda_gemm(&e->blas, e->dt, 1, n, E, H, 1.0f, e->x16, H, 0, gl, H, 0, 1.0f, e->lg, E, 0, 1);
+        if (!rs) rs = pdb_cuda_gemm(&e->blas, e->dt, 1, n, E, H, 1.0f, e->x16, H, 0, gh, H, 0, 1.0f, e->lg, E, 0, 1);
+    } else
+        rs = pdb_cuda_gemm(&e->blas, PDB_CUDA_DT_F32, 1, n, E, H, 1.0f, e->x, H, 0, D->gate, H, 0, 0.0f, e->lg, E, 0, 1);
     e->blas.tile_rows = tile;
     PDB_TRY(rs);
     PDB_TRY(pdb_cuda_v4_route(e->s, e->lg, e->ids, D->hash ? D->tid2eid : NULL, D->hash ? NULL : D->gate_bias, n, (int)E,
@@ -1033,9 +1066,9 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n, pdb_cuda_v4_moe_row
 /* A hyper-connection pre-site over the pass: the mixing products (rawmix = hs . fn^T, N = (2+hc)*hc
  * small and K = hc*H long) on pdb_cuda_v4_hc_mix where it fits (a pass over hs at the copy bandwidth,
  * M-invariant by construction), else one f32 cuBLAS GEMM in M-invariant tiles of HC_MIX_ROWS; then
- * the per-token rest, which writes x and (bf16 engine) its bf16 copy x16. */
+ * the per-token rest, which writes x and (bf16 engine) its bf16 copy x16 and, for the router (lo), x16lo. */
 static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const float *fn, const float *base, const float *scale,
-                         const float *norm) {
+                         const float *norm, int lo) {
     const int64_t nm = (2 + e->hc) * e->hc, N = e->hc * e->H, tile = e->blas.tile_rows;
     if (pdb_cuda_v4_hc_mix_fits(e->hc, N))
         PDB_TRY(pdb_cuda_v4_hc_mix(e->s, e->hc, e->hs, n, N, fn, e->rawmix));
@@ -1046,7 +1079,8 @@ static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const flo
         PDB_TRY(s);
     }
     return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x,
-                                    e->dt == PDB_CUDA_DT_BF16 ? e->x16 : NULL, e->post, e->comb);
+                                    e->dt == PDB_CUDA_DT_BF16 ? e->x16 : NULL, e->dt == PDB_CUDA_DT_BF16 && lo ? e->x16lo : NULL,
+                                    e->post, e->comb);
 }
 
 /* The host side of the hook: a thread that hands layer l's copy to the hook once the pass has
@@ -1154,7 +1188,7 @@ static pdb_status forward_layers(eng *e, const int32_t *ids, int64_t n, const pd
     PDB_TRY(mark(e, ST_EMBED));
     for (int64_t l = 0; l < e->L; l++) {
         v4_dlayer *D = &e->Ls[l];
-        PDB_TRY(hc_pre(e, &hcc, n, D->hca_fn, D->hca_base, D->hca_scale, D->attn_norm));
+        PDB_TRY(hc_pre(e, &hcc, n, D->hca_fn, D->hca_base, D->hca_scale, D->attn_norm, 0));
         PDB_TRY(mark(e, ST_HC));
         if (hook) { /* the attention input to a device slot, then to pinned host memory on s_cap */
             int slot = (int)(l % HOOK_SLOTS);
@@ -1172,7 +1206,7 @@ static pdb_status forward_layers(eng *e, const int32_t *ids, int64_t n, const pd
         }
         PDB_TRY(attention(e, D, p0, n));
         PDB_TRY(pdb_cuda_v4_hc_post(e->s, &hcc, e->hs, e->out, e->post, e->comb, n));
-        PDB_TRY(hc_pre(e, &hcc, n, D->hcf_fn, D->hcf_base, D->hcf_scale, D->ffn_norm));
+        PDB_TRY(hc_pre(e, &hcc, n, D->hcf_fn, D->hcf_base, D->hcf_scale, D->ffn_norm, 1));
         PDB_TRY(mark(e, ST_HC));
         pdb_cuda_v4_moe_rows mr;
         PDB_TRY(moe(e, D, n, &mr));

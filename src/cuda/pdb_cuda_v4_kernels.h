@@ -68,10 +68,11 @@ pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const flo
 /* The same site given rawmix [n, (2+hc)*hc] = hs_t . fn[j] (unnormalised: the engine's f32 GEMM over the
  * pass), mixes[j] = r_t * rawmix[t, j] with r_t the unweighted norm's factor, the rest as hc_pre: its
  * values to f32 rounding, not its bits. x16 (NULL: none): x's bf16 copy (__nv_bfloat16 [n, H], each value
- * rounded to nearest even: pdb_cuda_convert's bits of x), the bf16 engine's operand. */
+ * rounded to nearest even: pdb_cuda_convert's bits of x), the bf16 engine's operand; x16lo (NULL: none, else
+ * x16 too): bf16(x - x16), pdb_cuda_split_bf16's lo (the router's product at near-f32 precision). */
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n,
                                     const float *rawmix, const float *base, const float *scale, const float *norm,
-                                    float *x, void *x16, float *post, float *comb);
+                                    float *x, void *x16, void *x16lo, float *post, float *comb);
 /* rawmix [n, (2+hc)*hc] = hs [n, N] . fn [(2+hc)*hc, N]^T (N = hc*H) in f32, for hc 2 or 4 and N a multiple of 64
  * (pdb_cuda_v4_hc_mix_fits; hs and fn 16-byte aligned, else PDB_UNSUPPORTED): each value sums its k in order
  * within chunks of 64 (fused multiply-adds from 0), the chunks' sums in order, so a token's values depend on its

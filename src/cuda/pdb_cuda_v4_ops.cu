@@ -249,7 +249,7 @@ template <int QH>
 __global__ void __launch_bounds__(HC_NT, 2)
     k_hc_pre4(int64_t H, float hc_eps, double eps, const float *__restrict__ hs, const float *__restrict__ rawmix,
               const float *base, const float *scale, const float *norm, float *__restrict__ x, __nv_bfloat16 *__restrict__ x16,
-              float *post, float *comb) {
+              __nv_bfloat16 *__restrict__ x16lo, float *post, float *comb) {
     constexpr int HC = 4, NM = (2 + HC) * HC, QN = HC * QH;
     __shared__ double red[HC_NT / 32];
     __shared__ float mix[NM], pre[HC];
@@ -295,6 +295,12 @@ __global__ void __launch_bounds__(HC_NT, 2)
 #pragma unroll
         for (int q = 0; q < QH; q++) xo16[tid + q * HC_NT] = __float2bfloat16_rn(xr[q]);
     }
+    if (x16lo) { /* pdb_cuda_split_bf16's lo */
+        __nv_bfloat16 *xl = x16lo + b * H;
+#pragma unroll
+        for (int q = 0; q < QH; q++)
+            xl[tid + q * HC_NT] = __float2bfloat16_rn(__fsub_rn(xr[q], __bfloat162float(__float2bfloat16_rn(xr[q]))));
+    }
 }
 
 /* The pre-sites' mixing products rawmix [n, NM] = hs [n, N] . fn [NM, N]^T in f32 (NM = 8 JU: hc 2 or 4),
@@ -302,14 +308,15 @@ __global__ void __launch_bounds__(HC_NT, 2)
  * Thread (ti, tj) (tj = lane % 8, ti = 4 warp + lane / 8) owns tokens ti + 16 u (u < MX_TPT) and mixes
  * tj + 8 m: per chunk each of its sums starts at 0 and adds its k in order by fused multiply-adds,
  * then joins the running total in chunk order. Every value therefore depends on its token's row
- * alone, in an order fixed by k (M-invariant: chunked = one shot). A thread's 4 tokens x JU mixes
- * take 4 + JU float4 reads of shared memory per 4 k (the kernel is bound by those reads, not by
- * DRAM); smem rows padded by 4 floats so that a warp's 4 consecutive token rows and 8 mix rows fall
- * in distinct banks. */
-constexpr int MX_BM = 64, MX_BK = 64, MX_LD = MX_BK + 4, MX_ST = 3, MX_NT = 128, MX_TPT = MX_BM / 16;
+ * alone, in an order fixed by k (M-invariant: chunked = one shot). A thread's 2 tokens x JU mixes
+ * take 2 + JU float4 reads of shared memory per 4 k; smem rows padded by 4 floats so that a warp's 4
+ * consecutive token rows and 8 mix rows fall in distinct banks. 32 tokens a block (46 KB, 4 blocks an
+ * SM): a 16K-token pass has 512 blocks, 16 warps an SM, where 64 a block left 256 blocks and 8 warps an
+ * SM too few to hide the shared loads' latency (D48). */
+constexpr int MX_BM = 32, MX_BK = 64, MX_LD = MX_BK + 4, MX_ST = 3, MX_NT = 128, MX_TPT = MX_BM / 16;
 
 template <int JU>
-__global__ void __launch_bounds__(MX_NT, 3)
+__global__ void __launch_bounds__(MX_NT, 4)
     k_hc_mix(int64_t n, int64_t N, const float *__restrict__ hs, const float *__restrict__ fn, float *__restrict__ out) {
     constexpr int NM = 8 * JU, STAGE = (MX_BM + NM) * MX_LD, C4 = MX_BK / 4;
     static_assert(MX_NT == 128 && MX_BM == 16 * MX_TPT, "16 token groups x 8 mix groups");
@@ -888,14 +895,15 @@ pdb_status pdb_cuda_v4_hc_mix(cudaStream_t s, int64_t hc, const float *hs, int64
 }
 
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *rawmix,
-                                    const float *base, const float *scale, const float *norm, float *x, void *x16, float *post,
-                                    float *comb) {
+                                    const float *base, const float *scale, const float *norm, float *x, void *x16, void *x16lo,
+                                    float *post, float *comb) {
     PDB_TRY(hc_check(c, "v4 hc_pre"));
+    if (x16lo && !x16) return pdb_err_set(PDB_INVALID, "v4 hc_pre: x's bf16 low half without its high half");
     if (n <= 0) return PDB_OK;
     const int hc = (int)c->hc;
     if (hc == 4 && c->H == 8 * HC_NT) { /* V4-Flash's shape */
         k_hc_pre4<8><<<(unsigned)n, HC_NT, 0, s>>>(c->H, c->hc_eps, c->eps, hs, rawmix, base, scale, norm, x,
-                                                   (__nv_bfloat16 *)x16, post, comb);
+                                                   (__nv_bfloat16 *)x16, (__nv_bfloat16 *)x16lo, post, comb);
         PDB_CU_LAUNCH("v4 hc_pre (mixed, hc 4)");
         k_hc_comb4<<<grid1(n, 128), 128, 0, s>>>(n, c->iters, c->hc_eps, comb);
         PDB_CU_LAUNCH("v4 hc_pre (mixed, comb)");
@@ -904,6 +912,7 @@ pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, con
     k_hc_site<true><<<(unsigned)n, HC_NT, 0, s>>>(hc, c->H, c->iters, c->hc_eps, c->eps, hs, NULL, NULL, rawmix, (2 + hc) * hc, base,
                                                    scale, norm, x, post, comb, 0);
     PDB_CU_LAUNCH("v4 hc_pre (mixed)");
+    if (x16lo) return pdb_cuda_split_bf16(s, x, n * c->H, x16, x16lo, NULL);
     return x16 ? pdb_cuda_convert(s, x, n * c->H, PDB_CUDA_DT_BF16, x16) : PDB_OK;
 }
 

@@ -107,11 +107,11 @@ extern "C" pdb_status pdb_cuda_v4_probe_hc_pre(int64_t hc, int64_t H, int iters,
 extern "C" pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int iters, float hc_eps, double eps,
                                                      const float *hs, int64_t n, const float *fn, const float *base,
                                                      const float *scale, const float *norm, float *x, uint16_t *x16,
-                                                     float *post, float *comb) {
+                                                     uint16_t *x16lo, float *post, float *comb) {
     return with_arena("v4 probe hc_pre (mixed)", [&](arena *a) -> pdb_status {
         const int64_t nm = (2 + hc) * hc;
         float *dhs, *dfn, *dbase, *dscale, *dnorm, *dmix, *dx, *dpost, *dcomb;
-        uint16_t *dx16;
+        uint16_t *dx16, *dx16lo;
         PDB_TRY(up(a, &dhs, hs, fz(n * hc * H)));
         PDB_TRY(up(a, &dfn, fn, fz(nm * hc * H)));
         PDB_TRY(up(a, &dbase, base, fz(nm)));
@@ -120,14 +120,16 @@ extern "C" pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int 
         PDB_TRY(up(a, &dmix, NULL, fz(n * nm)));
         PDB_TRY(up(a, &dx, NULL, fz(n * H)));
         PDB_TRY(up(a, &dx16, NULL, 2 * (size_t)(n * H)));
+        PDB_TRY(up(a, &dx16lo, NULL, 2 * (size_t)(n * H)));
         PDB_TRY(up(a, &dpost, NULL, fz(n * hc)));
         PDB_TRY(up(a, &dcomb, NULL, fz(n * hc * hc)));
         pdb_cuda_v4_hc c = {hc, H, iters, hc_eps, eps};
         PDB_TRY(pdb_cuda_v4_hc_mix(0, hc, dhs, n, hc * H, dfn, dmix));
-        PDB_TRY(pdb_cuda_v4_hc_pre_mixed(0, &c, dhs, n, dmix, dbase, dscale, dnorm, dx, dx16, dpost, dcomb));
+        PDB_TRY(pdb_cuda_v4_hc_pre_mixed(0, &c, dhs, n, dmix, dbase, dscale, dnorm, dx, dx16, dx16lo, dpost, dcomb));
         PDB_TRY(finish());
         PDB_TRY(down(x, dx, fz(n * H)));
         PDB_TRY(down(x16, dx16, 2 * (size_t)(n * H)));
+        PDB_TRY(down(x16lo, dx16lo, 2 * (size_t)(n * H)));
         PDB_TRY(down(post, dpost, fz(n * hc)));
         return down(comb, dcomb, fz(n * hc * hc));
     });

@@ -26,10 +26,11 @@ pdb_status pdb_cuda_v4_probe_hc_pre(int64_t hc, int64_t H, int iters, float hc_e
                                     int64_t n, const float *fn, const float *base, const float *scale, const float *norm,
                                     float *x, float *post, float *comb);
 /* The engine's form of the same site: the mixes by pdb_cuda_v4_hc_mix (hc 2 or 4, hc*H a multiple of 64), then
- * pdb_cuda_v4_hc_pre_mixed, which also writes x16 [n, H] (x's bf16 bits). */
+ * pdb_cuda_v4_hc_pre_mixed, which also writes x16 [n, H] (x's bf16 bits) and x16lo [n, H] (bf16(x - x16)). */
 pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int iters, float hc_eps, double eps, const float *hs,
                                           int64_t n, const float *fn, const float *base, const float *scale,
-                                          const float *norm, float *x, uint16_t *x16, float *post, float *comb);
+                                          const float *norm, float *x, uint16_t *x16, uint16_t *x16lo, float *post,
+                                          float *comb);
 /* hs [n, hc, H] in/out, out [n, H], post [n, hc], comb [n, hc, hc]. */
 pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs, const float *out, const float *post,
                                      const float *comb, int64_t n);

@@ -2,8 +2,8 @@
  * through the host-array probes of pdb_cuda_v4_probe.h) against plain C references written here
  * from pdb_cuda_v4_kernels.h's spec (routing: the CPU's own pdb_v4_route), on seeded random
  * inputs of small and V4-Flash-like sizes: embed_hc (bf16 / f32), hc_pre (hc 2 / 4, H 64 / 4096,
- * Sinkhorn 1 / 20 iterations; and the engine's form, hc_mix then hc_pre_mixed, over 1 to 3 blocks of 64
- * tokens, its bf16 copy of x exactly x rounded), hc_post, hc_head, heads_norm_rope (every mode, both signs, padded
+ * Sinkhorn 1 / 20 iterations; and the engine's form, hc_mix then hc_pre_mixed, over 1 to 5 blocks of 32
+ * tokens, its bf16 copy of x exactly x rounded and its low half x - x16 rounded), hc_post, hc_head, heads_norm_rope (every mode, both signs, padded
  * rows; nh 64, hd 512, rd 64; bf16 rows in, f32 or bf16 out: bit for bit the f32 rows' results, rounded for
  * bf16), compress (CSA r 4 coff 2, HCA r 128 coff 1, dims 32 / 128 / 512),
  * index_reduce (untouched rows included), topk (ties at the threshold, nv <= K rows, nv 3000 / K
@@ -207,7 +207,8 @@ static void ref_hc_pre1(int64_t hc, int64_t H, int iters, float hc_eps, double e
 }
 
 /* mixed 0: the header's hc_pre; 1: the engine's form (pdb_cuda_v4_hc_mix, then hc_pre_mixed with x's bf16
- * copy), whose x16 must be x rounded to nearest even bit for bit. */
+ * copy and its low half), whose x16 must be x rounded to nearest even bit for bit and x16lo x - x16 so
+ * rounded. */
 static void run_hc_pre(int64_t hc, int64_t H, int iters, int64_t n, int mixed) {
     const int64_t N = hc * H, nm = (2 + hc) * hc;
     const float hc_eps = 1e-6f;
@@ -216,13 +217,14 @@ static void run_hc_pre(int64_t hc, int64_t H, int iters, int64_t n, int mixed) {
     float scale[3] = {0.7f, 0.4f, 1.3f};
     float *x = fzero(n * H), *post = fzero(n * hc), *comb = fzero(n * hc * hc);
     float *rx = fzero(n * H), *rpost = fzero(n * hc), *rcomb = fzero(n * hc * hc);
-    uint16_t *x16 = calloc((size_t)(n * H), sizeof(uint16_t));
+    uint16_t *x16 = calloc((size_t)(n * H), sizeof(uint16_t)), *x16lo = calloc((size_t)(n * H), sizeof(uint16_t));
     assert_non_null(x16);
+    assert_non_null(x16lo);
     for (int64_t t = 0; t < n; t++)
         ref_hc_pre1(hc, H, iters, hc_eps, eps, hs + t * N, fn, base, scale, norm, rx + t * H, rpost + t * hc,
                     rcomb + t * hc * hc);
     if (mixed)
-        PDB_TEST_OK(pdb_cuda_v4_probe_hc_pre_mixed(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, x, x16, post, comb));
+        PDB_TEST_OK(pdb_cuda_v4_probe_hc_pre_mixed(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, x, x16, x16lo, post, comb));
     else PDB_TEST_OK(pdb_cuda_v4_probe_hc_pre(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, x, post, comb));
     const char *form = mixed ? "hc_pre (mixed)" : "hc_pre";
     char what[96];
@@ -234,17 +236,20 @@ static void run_hc_pre(int64_t hc, int64_t H, int iters, int64_t n, int mixed) {
     snprintf(what, sizeof what, "%s comb", form);
     check_close(what, comb, rcomb, n * hc * hc, 2e-5, 1e-6);
     if (mixed) {
-        int64_t bad = 0;
+        int64_t bad = 0, badlo = 0, lo_nonzero = 0;
         for (int64_t i = 0; i < n * H; i++) {
-            uint32_t u;
-            memcpy(&u, x + i, 4);
-            u += 0x7fffu + ((u >> 16) & 1u); /* nearest even (x is finite) */
-            bad += x16[i] != (uint16_t)(u >> 16);
+            bad += x16[i] != f2bf(x[i]);
+            badlo += x16lo[i] != f2bf(x[i] - bf2f(x16[i])); /* the difference is exact in f32 */
+            lo_nonzero += x16lo[i] != 0;
         }
+        printf(" hc_pre (mixed) x16 %lld and x16lo %lld of %lld values off; %lld low halves not zero\n", (long long)bad,
+               (long long)badlo, (long long)(n * H), (long long)lo_nonzero);
         assert_int_equal(bad, 0);
+        assert_int_equal(badlo, 0);
+        assert_true(lo_nonzero > 0);
     }
     free(hs), free(fn), free(base), free(norm), free(x), free(post), free(comb), free(rx), free(rpost), free(rcomb);
-    free(x16);
+    free(x16), free(x16lo);
 }
 
 static void test_hc_pre(void **st) {
