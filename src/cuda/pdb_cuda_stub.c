@@ -175,8 +175,9 @@ pdb_status pdb_cuda_v4_probe_index_reduce(const float *dots, int64_t ld, const f
 }
 pdb_status pdb_cuda_v4_probe_index_scores_tc(const float *q, const float *wt, const uint16_t *keys, int64_t n,
                                              int64_t nih, int64_t ihd, int64_t pos0, int64_t r, int64_t K,
-                                             float sscale, float *score, int64_t lds, int reps, double *gpu_ms) {
-    (void)q, (void)wt, (void)keys, (void)n, (void)nih, (void)ihd, (void)pos0, (void)r, (void)K, (void)sscale;
+                                             float sscale, float *score, int64_t lds, int mma_sync, int reps,
+                                             double *gpu_ms) {
+    (void)q, (void)wt, (void)keys, (void)n, (void)nih, (void)ihd, (void)pos0, (void)r, (void)K, (void)sscale, (void)mma_sync;
     (void)score, (void)lds, (void)reps;
     if (gpu_ms) *gpu_ms = 0.0;
     PDB_V4_PROBE_NONE;

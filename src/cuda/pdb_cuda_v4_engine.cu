@@ -76,7 +76,7 @@ struct pdb_cuda_v4_engine {
     pdb_config cfg;
     pdb_cuda_dt dt;
     size_t esz;
-    int attn_tc, attn_tc16, attn_wg, idx_tc, prof, moe_kernel; /* tensor-core attention (f32 / bf16 key rows), indexer scores;
+    int attn_tc, attn_tc16, attn_wg, idx_tc, idx_mma_sync, prof, moe_kernel; /* tensor-core attention (f32 / bf16 key rows), indexer scores;
                                                            opts.moe_kernel */
     int device;
     cudaStream_t s, s_cap;
@@ -460,6 +460,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     e->attn_tc = e->dt == PDB_CUDA_DT_BF16 && pdb_cuda_v4_attention_tc_fits(e->hd);
     e->attn_tc16 = e->dt == PDB_CUDA_DT_BF16 && !o->attn_f32_keys && pdb_cuda_v4_attention_tc16_fits(e->hd);
     e->attn_wg = e->attn_tc16 && !o->attn_mma_sync && pdb_cuda_v4_attention_wg_fits(e->hd);
+    e->idx_mma_sync = o->attn_mma_sync;
     e->idx_tc = e->dt == PDB_CUDA_DT_BF16 && e->nih > 0 && pdb_cuda_v4_index_scores_tc_fits(e->nih, e->ihd);
     PDB_TRY(pdb_cuda_use_device(device, "v4 engine"));
     PDB_CU(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking));
@@ -840,7 +841,7 @@ static pdb_status indexer(eng *e, const v4_dlayer *D, const float *cs, int64_t p
         if ((p0 + t0 + tn) / r > K) {
             if (e->idx_tc)
                 PDB_TRY(pdb_cuda_v4_index_scores_tc(e->s, e->iq + t0 * nih * ihd, e->iw + t0 * nih, keys, tn, nih, ihd, p0 + t0, r, K,
-                                                    sscale, e->score, nvc));
+                                                    sscale, e->score, nvc, e->idx_mma_sync));
             else {
                 const void *A;
                 PDB_TRY(as_dt(e, e->iq + t0 * nih * ihd, tn * nih * ihd, &A));

@@ -43,8 +43,8 @@ typedef struct pdb_cuda_v4_engine_opts {
     int attn_f32_keys;   /* bf16 attention reading the f32 key rows (pdb_cuda_v4_attention_tc) instead of their bf16
                             mirrors (pdb_cuda_v4_attention_wg where it fits, else _tc16: the default), for comparison */
     int attn_mma_sync;   /* bf16 attention on the bf16 mirrors by mma.sync (pdb_cuda_v4_attention_tc16) where the
-                            warpgroup kernel (pdb_cuda_v4_attention_wg, the default where it fits) would run, for
-                            comparison */
+                            warpgroup kernel (pdb_cuda_v4_attention_wg, the default where it fits) would run, and
+                            the indexer's scores likewise (pdb_cuda_v4_index_scores_tc's mma_sync), for comparison */
 } pdb_cuda_v4_engine_opts;
 
 typedef struct pdb_cuda_v4_engine pdb_cuda_v4_engine;

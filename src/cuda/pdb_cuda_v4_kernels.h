@@ -151,13 +151,15 @@ pdb_status pdb_cuda_v4_index_reduce(cudaStream_t s, const float *dots, int64_t l
  * on tensor cores (mma m16n8k16, f32 accumulation in ascending d), the head sum in f32 in a FIXED
  * order that depends only on h (D46: per lane c = 0..3 of a quad, s = fma(wt[h], relu(dot), s) from
  * 0 over h = 8 j + 2 c + b in (j, b) order, then (s_0 + s_1) + (s_2 + s_3)), never on n, pos0 or the
- * token's block: chunked = one shot bit for bit. Any nv (key tiles of 64 over grid.y).
+ * token's block: chunked = one shot bit for bit. Any nv (key tiles of 64 over grid.y). On sm_90a
+ * with 32 < nih <= 64 and ihd 128 (V4-Flash) the dots come from warpgroup MMA (wgmma m64n256k16) with
+ * the same head-sum order, unless mma_sync; elsewhere mma_sync makes no difference.
  * PDB_UNSUPPORTED unless pdb_cuda_v4_index_scores_tc_fits(nih, ihd) (nih <= 64, ihd % 16 == 0,
  * 16 <= ihd <= 256); q and keys_bf16 16-byte aligned. */
 int pdb_cuda_v4_index_scores_tc_fits(int64_t nih, int64_t ihd);
 pdb_status pdb_cuda_v4_index_scores_tc(cudaStream_t s, const float *q, const float *wt, const void *keys_bf16,
                                        int64_t n, int64_t nih, int64_t ihd, int64_t pos0, int64_t r, int64_t K,
-                                       float sscale, float *score, int64_t lds);
+                                       float sscale, float *score, int64_t lds, int mma_sync);
 pdb_status pdb_cuda_v4_topk(cudaStream_t s, const float *score, int64_t lds, int64_t n, int64_t pos0, int64_t r,
                             int64_t K, int32_t *sel, int32_t *nsel);
 

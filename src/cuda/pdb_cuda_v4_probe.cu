@@ -242,8 +242,8 @@ extern "C" pdb_status pdb_cuda_v4_probe_index_reduce(const float *dots, int64_t 
 
 extern "C" pdb_status pdb_cuda_v4_probe_index_scores_tc(const float *q, const float *wt, const uint16_t *keys,
                                                         int64_t n, int64_t nih, int64_t ihd, int64_t pos0, int64_t r,
-                                                        int64_t K, float sscale, float *score, int64_t lds, int reps,
-                                                        double *gpu_ms) {
+                                                        int64_t K, float sscale, float *score, int64_t lds, int mma_sync,
+                                                        int reps, double *gpu_ms) {
     if (gpu_ms) *gpu_ms = 0.0;
     if (reps < 1 || r < 1 || n < 0) return pdb_err_set(PDB_INVALID, "v4 probe index_scores_tc: reps %d, r %lld", reps, (long long)r);
     return with_arena("v4 probe index_scores_tc", [&](arena *a) -> pdb_status {
@@ -259,10 +259,10 @@ extern "C" pdb_status pdb_cuda_v4_probe_index_scores_tc(const float *q, const fl
         pdb_status st = PDB_OK;
         cudaError_t ce = cudaEventCreate(&e1);
         if (ce != cudaSuccess) st = pdb_err_set(PDB_CUDA, "v4 probe index_scores_tc: cudaEventCreate: %s", cudaGetErrorString(ce));
-        if (!st) st = pdb_cuda_v4_index_scores_tc(0, dq, dw, dk, n, nih, ihd, pos0, r, K, sscale, ds, lds); /* warm-up */
+        if (!st) st = pdb_cuda_v4_index_scores_tc(0, dq, dw, dk, n, nih, ihd, pos0, r, K, sscale, ds, lds, mma_sync); /* warm-up */
         if (!st && cudaEventRecord(e0, 0) != cudaSuccess) st = pdb_err_set(PDB_CUDA, "v4 probe index_scores_tc: event record");
         for (int i = 0; i < reps && !st; i++)
-            st = pdb_cuda_v4_index_scores_tc(0, dq, dw, dk, n, nih, ihd, pos0, r, K, sscale, ds, lds);
+            st = pdb_cuda_v4_index_scores_tc(0, dq, dw, dk, n, nih, ihd, pos0, r, K, sscale, ds, lds, mma_sync);
         if (!st && cudaEventRecord(e1, 0) != cudaSuccess) st = pdb_err_set(PDB_CUDA, "v4 probe index_scores_tc: event record");
         if (!st) st = finish();
         float ms = 0.0f;

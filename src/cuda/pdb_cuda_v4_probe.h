@@ -57,11 +57,13 @@ pdb_status pdb_cuda_v4_probe_compress(const float *kv, const float *gate, int64_
 pdb_status pdb_cuda_v4_probe_index_reduce(const float *dots, int64_t ld, const float *wt, int64_t n, int64_t nih,
                                           int64_t pos0, int64_t r, int64_t K, float sscale, float *score, int64_t lds);
 /* The fused bf16 indexer scores (pdb_cuda_v4_index_scores_tc): q [n, nih, ihd] f32, wt [n, nih],
- * keys [(pos0 + n) / r, ihd] bf16 bits (uint16); score [n, lds] in/out. reps >= 1 launches (the
- * same result each time); gpu_ms (may be NULL) gets the mean time of one launch by CUDA events. */
+ * keys [(pos0 + n) / r, ihd] bf16 bits (uint16); score [n, lds] in/out; mma_sync: the mma.sync form where
+ * the warpgroup one would run. reps >= 1 launches (the same result each time); gpu_ms (may be NULL) gets
+ * the mean time of one launch by CUDA events. */
 pdb_status pdb_cuda_v4_probe_index_scores_tc(const float *q, const float *wt, const uint16_t *keys, int64_t n,
                                              int64_t nih, int64_t ihd, int64_t pos0, int64_t r, int64_t K,
-                                             float sscale, float *score, int64_t lds, int reps, double *gpu_ms);
+                                             float sscale, float *score, int64_t lds, int mma_sync, int reps,
+                                             double *gpu_ms);
 /* score [n, lds]; sel [n, K], nsel [n] out (sel entries past nsel[t] are left as given). */
 pdb_status pdb_cuda_v4_probe_topk(const float *score, int64_t lds, int64_t n, int64_t pos0, int64_t r, int64_t K,
                                   int32_t *sel, int32_t *nsel);

@@ -8,7 +8,9 @@
  * time and TFLOP/s, plus the four n = 8192 launches of a 32K-token prompt (timed; a few rows
  * checked). Scores: |gpu - ref| <= 1e-4 max|ref| per case; entries the kernel must not touch
  * (tokens with nv_t <= K, keys w >= nv_t) stay exactly as given. Chunk invariance: a launch of
- * n = 37 rows equals the same rows inside a launch of n = 300, bit for bit. Without a GPU the
+ * n = 37 rows equals the same rows inside a launch of n = 300, bit for bit. Every case runs in both forms
+ * (the mma.sync kernel and the default, the warpgroup kernel on sm_90a at nih 33..64 / ihd 128), each checked,
+ * their times side by side and their bits compared (printed). Without a GPU the
  * probe must fail with a message and the GPU checks print "skipped: no GPU" and pass; unsupported
  * shapes (ihd 40, nih 128) fail with PDB_UNSUPPORTED and write nothing. */
 #include <setjmp.h>
@@ -132,23 +134,36 @@ static double flops(const icase *c) {
     return f;
 }
 
-/* One case: a launch, its check (rows t % stride == 0), and reps timed launches when reps > 1. */
+/* One case in both forms (the mma.sync kernel, then the default: the warpgroup one where it runs): each
+ * launch checked (rows t % stride == 0), reps timed launches when reps > 1, and the two forms' scores
+ * compared bit for bit (printed: where the warpgroup form runs its dots may round otherwise). Returns
+ * the default form's time. */
 static double run_case(const icase *c, int64_t stride, int reps) {
     idata d;
     make(c, &d);
     const float sscale = 1.0f / sqrtf((float)c->ihd);
-    double ms = 0;
-    PDB_TEST_OK(pdb_cuda_v4_probe_index_scores_tc(d.q, d.wt, d.keys, c->n, c->nih, c->ihd, c->pos0, c->r, c->K, sscale,
-                                                  d.score, d.lds, reps, &ms));
-    char what[128];
-    snprintf(what, sizeof what, "n%lld nih%lld ihd%lld pos0 %lld r%lld K%lld", (long long)c->n, (long long)c->nih,
-             (long long)c->ihd, (long long)c->pos0, (long long)c->r, (long long)c->K);
-    check_rows(what, c, &d, sscale, stride);
+    double ms[2] = {0, 0};
+    float *first = malloc(sizeof(float) * (size_t)(c->n * d.lds));
+    assert_non_null(first);
+    for (int form = 0; form < 2; form++) {
+        for (int64_t i = 0; i < c->n * d.lds; i++) d.score[i] = UNTOUCHED;
+        PDB_TEST_OK(pdb_cuda_v4_probe_index_scores_tc(d.q, d.wt, d.keys, c->n, c->nih, c->ihd, c->pos0, c->r, c->K, sscale,
+                                                      d.score, d.lds, form == 0, reps, &ms[form]));
+        char what[128];
+        snprintf(what, sizeof what, "%s n%lld nih%lld ihd%lld pos0 %lld r%lld K%lld", form ? "default" : "mma.sync",
+                 (long long)c->n, (long long)c->nih, (long long)c->ihd, (long long)c->pos0, (long long)c->r, (long long)c->K);
+        check_rows(what, c, &d, sscale, stride);
+        if (form == 0) memcpy(first, d.score, sizeof(float) * (size_t)(c->n * d.lds));
+    }
+    int64_t same = 0;
+    for (int64_t i = 0; i < c->n * d.lds; i++) same += !memcmp(first + i, d.score + i, sizeof(float));
+    printf("    forms: %lld of %lld values identical\n", (long long)same, (long long)(c->n * d.lds));
     if (reps > 1)
-        printf("    GPU %.3f ms per launch, %.1f TFLOP/s-equivalent (%.3g FLOP)\n", ms, flops(c) / (ms * 1e-3) / 1e12,
-               flops(c));
+        printf("    GPU ms per launch: mma.sync %.3f, default %.3f; %.1f / %.1f TFLOP/s-equivalent (%.3g FLOP)\n", ms[0], ms[1],
+               flops(c) / (ms[0] * 1e-3) / 1e12, flops(c) / (ms[1] * 1e-3) / 1e12, flops(c));
+    free(first);
     drop(&d);
-    return ms;
+    return ms[1];
 }
 
 /* ---------------------------------------- tests ---------------------------------------- */
@@ -162,7 +177,7 @@ static void test_without_gpu(void **st) {
     float q[64] = {0}, wt[1] = {1}, score[8] = {0};
     uint16_t keys[128] = {0};
     double ms = -1;
-    pdb_status s = pdb_cuda_v4_probe_index_scores_tc(q, wt, keys, 1, 1, 64, 7, 4, 0, 1.0f, score, 8, 1, &ms);
+    pdb_status s = pdb_cuda_v4_probe_index_scores_tc(q, wt, keys, 1, 1, 64, 7, 4, 0, 1.0f, score, 8, 0, 1, &ms);
     printf("probe without a GPU: %s: %s\n", pdb_status_str(s), pdb_err_msg());
     assert_int_not_equal(s, PDB_OK);
     assert_int_equal(s, pdb_cuda_built() ? PDB_CUDA : PDB_UNSUPPORTED);
@@ -182,6 +197,7 @@ static void test_small(void **st) {
         {41, 16, 128, 300, 4, 20}, /* two tokens per warp */
         {23, 32, 128, 700, 4, 64}, /* a token a warp */
         {9, 64, 128, 2000, 4, 512},
+        {33, 48, 128, 1200, 4, 40},  /* warpgroup form: 16 padding heads, n not a multiple of 4 */
         {5, 64, 256, 1500, 4, 100},  /* ihd 256: 16 k steps */
         {7, 20, 192, 900, 4, 30},
         {260, 2, 16, 0, 1, 0},       /* K 0: every key of every token */
@@ -200,13 +216,13 @@ static void test_unsupported(void **st) {
     float q[8 * 40] = {0}, wt[8] = {0}, score[16];
     uint16_t keys[8 * 40] = {0};
     for (int i = 0; i < 16; i++) score[i] = UNTOUCHED;
-    pdb_status s = pdb_cuda_v4_probe_index_scores_tc(q, wt, keys, 1, 1, 40, 7, 1, 0, 1.0f, score, 16, 1, NULL);
+    pdb_status s = pdb_cuda_v4_probe_index_scores_tc(q, wt, keys, 1, 1, 40, 7, 1, 0, 1.0f, score, 16, 0, 1, NULL);
     printf("ihd 40: %s: %s\n", pdb_status_str(s), pdb_err_msg());
     assert_int_equal(s, PDB_UNSUPPORTED);
     assert_true(score[0] == UNTOUCHED);
     float q2[128 * 16] = {0}, wt2[128] = {0};
     uint16_t keys2[8 * 16] = {0};
-    s = pdb_cuda_v4_probe_index_scores_tc(q2, wt2, keys2, 1, 128, 16, 7, 1, 0, 1.0f, score, 16, 1, NULL);
+    s = pdb_cuda_v4_probe_index_scores_tc(q2, wt2, keys2, 1, 128, 16, 7, 1, 0, 1.0f, score, 16, 0, 1, NULL);
     printf("nih 128: %s: %s\n", pdb_status_str(s), pdb_err_msg());
     assert_int_equal(s, PDB_UNSUPPORTED);
     assert_true(score[0] == UNTOUCHED);
@@ -233,24 +249,25 @@ static void test_chunk_invariance(void **st) {
     (void)st;
     PDB_TEST_NEED_GPU();
     const int64_t shapes[3][4] = {/* nih, ihd, r, K */ {64, 128, 4, 16}, {8, 64, 4, 4}, {1, 64, 1, 4}};
-    for (int s = 0; s < 3; s++) {
-        const int64_t nih = shapes[s][0], ihd = shapes[s][1], r = shapes[s][2], K = shapes[s][3];
+    for (int s = 0; s < 6; s++) {
+        const int mma_sync = s >= 3; /* the default forms, then the mma.sync ones */
+        const int64_t nih = shapes[s % 3][0], ihd = shapes[s % 3][1], r = shapes[s % 3][2], K = shapes[s % 3][3];
         const int64_t P0 = 2000, off = 101, nb = 37;
         icase big = {300, nih, ihd, P0, r, K};
         idata d;
         make(&big, &d);
         const float sscale = 1.0f / sqrtf((float)ihd);
         PDB_TEST_OK(pdb_cuda_v4_probe_index_scores_tc(d.q, d.wt, d.keys, big.n, nih, ihd, P0, r, K, sscale, d.score,
-                                                      d.lds, 1, NULL));
+                                                      d.lds, mma_sync, 1, NULL));
         const int64_t nvs = (P0 + off + nb) / r;
         float *sc = malloc(sizeof(float) * (size_t)(nb * d.lds));
         for (int64_t i = 0; i < nb * d.lds; i++) sc[i] = UNTOUCHED;
         PDB_TEST_OK(pdb_cuda_v4_probe_index_scores_tc(d.q + off * nih * ihd, d.wt + off * nih, d.keys, nb, nih, ihd,
-                                                      P0 + off, r, K, sscale, sc, d.lds, 1, NULL));
+                                                      P0 + off, r, K, sscale, sc, d.lds, mma_sync, 1, NULL));
         int64_t diff = 0;
         for (int64_t t = 0; t < nb; t++)
             if (memcmp(sc + t * d.lds, d.score + (off + t) * d.lds, sizeof(float) * (size_t)d.lds)) diff++;
-        printf("  chunk invariance nih%lld ihd%lld: rows %lld .. %lld (nv <= %lld) differing: %lld\n", (long long)nih,
+        printf("  chunk invariance (%s) nih%lld ihd%lld: rows %lld .. %lld (nv <= %lld) differing: %lld\n", mma_sync ? "mma.sync" : "default", (long long)nih,
                (long long)ihd, (long long)off, (long long)(off + nb - 1), (long long)nvs, (long long)diff);
         assert_int_equal(diff, 0);
         free(sc);
