@@ -1,14 +1,14 @@
 # Session 22 call 2: NEW = call 1 + the router on bf16 tensor cores as a two-term split (lo(x).hi(g) + hi(x).hi(g), D48)
-# k_hc_mix at 32 tokens a block (the same bits), and the indexer's scores on warpgroup MMA (k_v4_index_wg). Tests of NEW; BASE (5b834d8) / NEW / BASE at 32K and 128K on
+# k_hc_mix at 32 tokens a block (the same bits), the indexer's scores on warpgroup MMA (k_v4_index_wg), q made inside k_v4_attn_wg from q_b's rows. Tests of NEW; BASE (5b834d8) / NEW / BASE at 32K and 128K on
 # 4 layers x 256 experts; the bf16 ceiling; every kernel's time in one 128K forward of NEW under ncu.
 source scripts/pdb_carry.sh
 tar xJf .cache/devcarry_base/devcarry_base.tar.xz -C /tmp; BASE=/tmp/devcarry_base/bin
 pdb_carry_unpack .cache/devcarry; B=$CARRY/bin
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > $OUT/gpu.txt; cat $OUT/gpu.txt
 T=$OUT/tests.log
-for t in test_cuda_v4_index test_cuda_v4_ops test_cuda_v4_engine test_prefill_cuda_v4 test_cuda_prefill; do
+for t in test_cuda_v4_attn test_cuda_v4_index test_cuda_v4_ops test_cuda_v4_engine test_prefill_cuda_v4 test_cuda_prefill; do
   echo "== NEW $t" >> $T; timeout 150 $B/$t >> $T 2>&1; echo "NEW $t rc=$?" | tee -a $T; done
-grep -E "^== |PASSED|FAILED|Failure|device engine|x16lo|forms:|GPU ms|invariance|32K-token|bad [1-9]" $T | cut -c1-250
+grep -E "^== |PASSED|FAILED|Failure|device engine|x16lo|forms:|GPU ms|invariance|32K-token|bad [1-9]|rope-out" $T | cut -c1-250
 for b in "$BASE" "$B" "$BASE"; do echo "[$b]"; timeout 150 $b/cuda_v4_bench seeded v4-flash 4 256 3 32768,131072 bf16 60 profile; done 2>&1 \
   | tee $OUT/bench_4x256.log | grep -E "^\[|time=|profile" | cut -c1-300
 python3 bench/gpu_prefill.py ceiling 2>&1 | tee $OUT/ceiling.log | tail -2
