@@ -219,8 +219,8 @@ pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
 }
 pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, int tc, const float *cs, int64_t rd,
-                                           int64_t *differ_bf16, int64_t *differ_f32, int64_t *differ_qin) {
-    (void)d, (void)tc, (void)cs, (void)rd, (void)differ_bf16, (void)differ_f32, (void)differ_qin;
+                                           int64_t *differ_bf16, int64_t *differ_f32) {
+    (void)d, (void)tc, (void)cs, (void)rd, (void)differ_bf16, (void)differ_f32;
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
 }
 #endif

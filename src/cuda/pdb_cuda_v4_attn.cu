@@ -67,13 +67,13 @@ static __device__ __forceinline__ const KT *v4_row(const v4_klist_t<KT> &L, int6
 /* The bf16 kernels' first row pointers (threads tid < 64 of the block): rowq[tid] = head h0 + tid's q
  * row of token t (NULL past nh), rowk[tid] and rowk[64 + tid] = key tid and 64 + tid of its list
  * (NULL past nk): the first two tiles. */
-static __device__ __forceinline__ void v4_rows_first(const v4_klist16 &L, const __nv_bfloat16 *q, int64_t qld, int64_t t,
-                                                     int64_t h0, int64_t nh, int hd, int64_t wrow0, int64_t nw, int64_t nk,
+static __device__ __forceinline__ void v4_rows_first(const v4_klist16 &L, const __nv_bfloat16 *q, int64_t t, int64_t h0,
+                                                     int64_t nh, int hd, int64_t wrow0, int64_t nw, int64_t nk,
                                                      const __nv_bfloat16 **rowq, const __nv_bfloat16 **rowk) {
     const int tid = threadIdx.x;
     if (tid >= 64) return;
     const int64_t h = h0 + tid;
-    rowq[tid] = h < nh ? q + t * qld + h * hd : NULL;
+    rowq[tid] = h < nh ? q + (t * nh + h) * hd : NULL;
     rowk[tid] = tid < nk ? v4_row(L, t, tid, wrow0, nw, hd) : NULL;
     rowk[64 + tid] = 64 + tid < nk ? v4_row(L, t, 64 + tid, wrow0, nw, hd) : NULL;
 }
@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(TC_THREADS, 1)
     int64_t wrow0, nw, nc;
     v4_list(L, t, wrow0, nw, nc);
     const int64_t nk = nw + nc; /* >= 1: the window holds position p itself */
-    v4_rows_first(L, q, nh * hd, t, h0, nh, hd, wrow0, nw, nk, rowq, rowk);
+    v4_rows_first(L, q, t, h0, nh, hd, wrow0, nw, nk, rowq, rowk);
     const float sk_lo = h0 + r_lo < nh ? sinks[h0 + r_lo] : 0.0f, sk_hi = h0 + r_lo + 8 < nh ? sinks[h0 + r_lo + 8] : 0.0f;
     float m_lo = sk_lo, m_hi = sk_hi;
     float l_lo = wh == 0 && t4 == 0 && sk_lo != -INFINITY ? 1.0f : 0.0f;
@@ -736,7 +736,6 @@ pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const 
                            "its shared memory (%zu bytes) available required (got %lld)", TC_MAX_HD,
                            v4tc16_smem(hd > 0 ? hd : 0), (long long)hd);
     PDB_TRY(bf16_args("tensor cores, bf16 keys", q_bf16, keys_bf16, comp_bf16, n, nh, hd, pos0, W, lo, out));
-    if (out->q_ld) return pdb_err_set(PDB_UNSUPPORTED, "v4 attention (tensor cores, bf16 keys): q_b's rows (q_ld): q first");
     const v4_klist16 L = {(const __nv_bfloat16 *)keys_bf16, (const __nv_bfloat16 *)comp_bf16, sel, nsel, lo, K, rate,
                           pos0, W};
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)q_bf16;
@@ -789,46 +788,10 @@ static __device__ __forceinline__ void wg_issue(uint8_t *dst, const __nv_bfloat1
 }
 #endif
 
-/* Q's tile rows h0 + r < nh (q_b's bf16 rows, swizzled as wg_issue left them) -> q, in place: warp w takes
- * rows w, w + 8, ..; lane j holds dims j + 32 i. k_heads_norm_rope's steps in its order (the double sum of
- * squares lane by lane, the xor butterfly, the f32 factor, the trailing rd dims rotated in f32 through the
- * warp's 64 floats of scratch, then nearest-even bf16), so the tile holds heads_norm_rope_bf16's bits. */
-static __device__ __forceinline__ void wg_q_norm_rope(uint8_t *Qs, int64_t h0, int64_t nh, const float *c, int rd, double eps,
-                                                      float *scratch) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = WG_HD - rd;
-    float *b = scratch + warp * 64;
-    for (int r = warp; r < TC_K && h0 + r < nh; r += WG_THREADS / 32) {
-        float v[WG_HD / 32];
-        double ss = 0;
-#pragma unroll
-        for (int i = 0; i < WG_HD / 32; i++) {
-            v[i] = __bfloat162float(*(const __nv_bfloat16 *)(Qs + sw128_off(r, lane + 32 * i, TC_K)));
-            ss += (double)v[i] * (double)v[i];
-        }
-#pragma unroll
-        for (int k = 16; k; k >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, k);
-        const float f = (float)(1.0 / sqrt(ss / (double)WG_HD + eps));
-#pragma unroll
-        for (int i = 0; i < WG_HD / 32; i++) {
-            v[i] = __fmul_rn(v[i], f);
-            if (lane + 32 * i >= r0) b[lane + 32 * i - r0] = v[i];
-        }
-        __syncwarp();
-        for (int p = lane; p < rd / 2; p += 32) rot_pair(b + 2 * p, c[2 * p], c[2 * p + 1]);
-        __syncwarp();
-#pragma unroll
-        for (int i = 0; i < WG_HD / 32; i++) {
-            if (lane + 32 * i >= r0) v[i] = b[lane + 32 * i - r0];
-            *(__nv_bfloat16 *)(Qs + sw128_off(r, lane + 32 * i, TC_K)) = __float2bfloat16_rn(v[i]);
-        }
-        __syncwarp(); /* b is the next row's */
-    }
-}
-
 template <typename OT>
 __global__ void __launch_bounds__(WG_THREADS, 1)
-    k_v4_attn_wg(v4_klist16 L, const __nv_bfloat16 *q, int64_t qld, double qeps, int64_t nh, const float *sinks, float scale,
-                 OT *o, const float *cs, int rd) {
+    k_v4_attn_wg(v4_klist16 L, const __nv_bfloat16 *q, int64_t nh, const float *sinks, float scale, OT *o, const float *cs,
+                 int rd) {
 #if PDB_WGMMA_DEVICE
     extern __shared__ uint8_t smem_wg[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_wg);
@@ -843,7 +806,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     int64_t wrow0, nw, nc;
     v4_list(L, t, wrow0, nw, nc);
     const int64_t nk = nw + nc; /* >= 1: the window holds position p itself */
-    v4_rows_first(L, q, qld > 0 ? qld : nh * WG_HD, t, h0, nh, WG_HD, wrow0, nw, nk, rowq, rowk);
+    v4_rows_first(L, q, t, h0, nh, WG_HD, wrow0, nw, nk, rowq, rowk);
     /* the softmax in base 2: scores and the running max m in units of log2(e) (exp(x) = 2^(x log2 e)) */
     const float scale2 = scale * 1.4426950408889634f, lazy2 = T16_LAZY * 1.4426950408889634f;
     const float sk_lo = h0 + r_lo < nh ? sinks[h0 + r_lo] : 0.0f, sk_hi = h0 + r_lo + 8 < nh ? sinks[h0 + r_lo + 8] : 0.0f;
@@ -853,11 +816,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     wg_issue(Qs, rowq, L.keys);
     wg_issue(Kb, rowk, L.keys);
     cp_commit();
-    if (qld > 0) { /* q_b's rows -> q in place (xs is free until the first exchange) */
-        cp_wait<0>();
-        __syncthreads();
-        wg_q_norm_rope(Qs, h0, nh, cs + (L.pos0 + t) * rd, rd, qeps, xs);
-    }
     float oacc[128];
 #pragma unroll
     for (int i = 0; i < 128; i++) oacc[i] = 0.0f;
@@ -967,7 +925,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         o_store(olo, ohi, hlo < nh, hhi < nh, 256 * wg + 8 * j + 2 * t4, oacc + 4 * j, inv_lo, inv_hi,
                 cs ? cs + (L.pos0 + t) * rd : NULL, WG_HD, rd);
 #else
-    (void)L, (void)q, (void)qld, (void)qeps, (void)nh, (void)sinks, (void)scale, (void)o, (void)cs, (void)rd;
+    (void)L, (void)q, (void)nh, (void)sinks, (void)scale, (void)o, (void)cs, (void)rd;
     __trap(); /* never launched: pdb_cuda_v4_attention_wg_fits is 0 without sm_90a code */
 #endif
 }
@@ -994,12 +952,12 @@ int pdb_cuda_v4_attention_wg_fits(int64_t hd) {
 }
 
 template <typename OT>
-static pdb_status launch_wg(cudaStream_t s, const v4_klist16 &L, const __nv_bfloat16 *q, int64_t qld, double qeps, int64_t n,
-                            int64_t nh, const float *sinks, float scale, OT *o, const float *cs, int64_t rd) {
+static pdb_status launch_wg(cudaStream_t s, const v4_klist16 &L, const __nv_bfloat16 *q, int64_t n, int64_t nh,
+                            const float *sinks, float scale, OT *o, const float *cs, int64_t rd) {
     const size_t smem = v4wg_smem();
     PDB_CU(cudaFuncSetAttribute(k_v4_attn_wg<OT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)n, (unsigned)((nh + TC_Q - 1) / TC_Q));
-    k_v4_attn_wg<OT><<<grid, WG_THREADS, smem, s>>>(L, q, qld, qeps, nh, sinks, scale, o, cs, (int)rd);
+    k_v4_attn_wg<OT><<<grid, WG_THREADS, smem, s>>>(L, q, nh, sinks, scale, o, cs, (int)rd);
     PDB_CU_LAUNCH("v4 attention (warpgroup MMA)");
     return PDB_OK;
 }
@@ -1017,10 +975,6 @@ pdb_status pdb_cuda_v4_attention_wg(cudaStream_t s, const void *q_bf16, const vo
     const v4_klist16 L = {(const __nv_bfloat16 *)keys_bf16, (const __nv_bfloat16 *)comp_bf16, sel, nsel, lo, K, rate,
                           pos0, W};
     const __nv_bfloat16 *q = (const __nv_bfloat16 *)q_bf16;
-    if (out->q_ld > 0 && (!out->cs || out->rd < 2 || out->rd > 64 || out->rd % 2 || out->q_ld < nh * hd))
-        return pdb_err_set(PDB_INVALID, "v4 attention (warpgroup MMA): q_b rows (stride %lld) need the rope table and 2 <= rd "
-                           "<= 64, even (rd %lld), and a stride of at least nh * hd", (long long)out->q_ld, (long long)out->rd);
-    if (out->bf16)
-        return launch_wg(s, L, q, out->q_ld, out->q_eps, n, nh, sinks, scale, (__nv_bfloat16 *)out->o, out->cs, out->rd);
-    return launch_wg(s, L, q, out->q_ld, out->q_eps, n, nh, sinks, scale, (float *)out->o, out->cs, out->rd);
+    if (out->bf16) return launch_wg(s, L, q, n, nh, sinks, scale, (__nv_bfloat16 *)out->o, out->cs, out->rd);
+    return launch_wg(s, L, q, n, nh, sinks, scale, (float *)out->o, out->cs, out->rd);
 }

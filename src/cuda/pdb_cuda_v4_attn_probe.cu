@@ -120,7 +120,7 @@ static void free_bufs(v4_probe_bufs *b) {
 /* The stored forms of tc16's (tc 2) or wg's (tc 3) O against the unfused path (f32 O, then heads_norm_rope's inverse
  * rotation, then pdb_cuda_convert): o (scratch, 3 T nh hd floats on the device) and the counts. */
 static pdb_status rope_out(const pdb_v4_attn_desc *d, int tc, const float *cs, int64_t rd, v4_probe_bufs *b, float *dcs,
-                           float *dev, int64_t *differ_bf16, int64_t *differ_f32, int64_t *differ_qin) {
+                           float *dev, int64_t *differ_bf16, int64_t *differ_f32) {
     const int64_t T = d->T, nh = d->nh, hd = d->hd, n = T * nh * hd;
     PDB_TRY(upload(d, tc, b));
     PDB_CU(cudaMemcpy(dcs, cs, sizeof(float) * (size_t)((d->p0 + T) * rd), cudaMemcpyHostToDevice));
@@ -141,33 +141,18 @@ static pdb_status rope_out(const pdb_v4_attn_desc *d, int tc, const float *cs, i
         cudaMemcpy(r16, ref16, 2 * (size_t)n, cudaMemcpyDeviceToHost) ||
         cudaMemcpy(g16, o16, 2 * (size_t)n, cudaMemcpyDeviceToHost))
         st = pdb_err_set(PDB_CUDA, "v4 attention probe: copying the outputs back: %s", cudaGetErrorString(cudaGetLastError()));
-    *differ_bf16 = *differ_f32 = *differ_qin = 0;
+    *differ_bf16 = *differ_f32 = 0;
     for (int64_t i = 0; !st && i < n; i++) {
         *differ_f32 += hv[i] != hv[n + i];
         *differ_bf16 += r16[i] != g16[i];
-    }
-    if (!st && tc == 3) { /* q from the rows inside the kernel vs heads_norm_rope_bf16's q: o16 and (bf16 in) of */
-        uint16_t *raw = b->q16, *qn = (uint16_t *)ref16; /* ref16's bytes were copied out above */
-        st = pdb_cuda_v4_heads_norm_rope_bf16(0, raw, PDB_CUDA_DT_BF16, nh * hd, qn, nh * hd, T, nh, hd, rd, 1, NULL, dcs, d->p0, 1,
-                                              1e-6);
-        b->q16 = qn;
-        if (!st) st = run_kernel(d, tc, b, &h);
-        b->q16 = raw;
-        const pdb_cuda_v4_attn_out hq = {of, 1, dcs, rd, nh * hd, 1e-6};
-        if (!st) st = run_kernel(d, tc, b, &hq);
-        if (!st && cudaDeviceSynchronize() != cudaSuccess) st = pdb_err_set(PDB_CUDA, "v4 attention probe: q inside the kernel");
-        if (!st && (cudaMemcpy(r16, o16, 2 * (size_t)n, cudaMemcpyDeviceToHost) ||
-                    cudaMemcpy(g16, of, 2 * (size_t)n, cudaMemcpyDeviceToHost)))
-            st = pdb_err_set(PDB_CUDA, "v4 attention probe: copying the q-inside outputs back");
-        for (int64_t i = 0; !st && i < n; i++) *differ_qin += r16[i] != g16[i];
     }
     free(hv);
     return st;
 }
 
 pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, int tc, const float *cs, int64_t rd,
-                                           int64_t *differ_bf16, int64_t *differ_f32, int64_t *differ_qin) {
-    if (!d || (tc != 2 && tc != 3) || !cs || !differ_bf16 || !differ_f32 || !differ_qin || d->T <= 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo ||
+                                           int64_t *differ_bf16, int64_t *differ_f32) {
+    if (!d || (tc != 2 && tc != 3) || !cs || !differ_bf16 || !differ_f32 || d->T <= 0 || d->nh <= 0 || d->hd <= 0 || d->p0 < d->lo ||
         (d->sel && !d->nsel) || rd < 0 || rd > d->hd || rd % 2)
         return pdb_err_set(PDB_INVALID, "v4 attention probe (rope out): bad desc or rd %lld", (long long)rd);
     PDB_TRY(pdb_cuda_use_device(0, "v4 attention probe"));
@@ -176,7 +161,7 @@ pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, int tc, co
     float *dcs = NULL, *dev = NULL;
     pdb_status st = up((void **)&dcs, NULL, sizeof(float) * (size_t)((d->p0 + d->T) * (rd > 0 ? rd : 1)));
     if (!st) st = up((void **)&dev, NULL, sizeof(float) * (size_t)(3 * d->T * d->nh * d->hd));
-    if (!st) st = rope_out(d, tc, cs, rd, &b, dcs, dev, differ_bf16, differ_f32, differ_qin);
+    if (!st) st = rope_out(d, tc, cs, rd, &b, dcs, dev, differ_bf16, differ_f32);
     cudaFree(dcs);
     cudaFree(dev);
     free_bufs(&b);

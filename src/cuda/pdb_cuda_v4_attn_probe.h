@@ -24,11 +24,9 @@ pdb_status pdb_cuda_v4_attn_probe(const pdb_v4_attn_desc *d, int tc, double *gpu
 /* tc16's (tc 2) or wg's (tc 3) fused store (O's rope dims rotated back by cs rows p0 .. p0 + T - 1 of cs [p0 + T, rd],
  * host), bf16 and f32, against the engine's former unfused path on the same launch inputs: f32 O,
  * then pdb_cuda_v4_heads_norm_rope (mode 0, sign -1), then pdb_cuda_convert. *differ_bf16 /
- * *differ_f32: the values whose bits differ (0 when the fused store is the same arithmetic). *differ_qin (wg only,
- * else 0): wg's bf16 O from q made inside the kernel (pdb_cuda_v4_attn_out's q_ld: the bf16 q rows taken as q_b's
- * product) against its O from pdb_cuda_v4_heads_norm_rope_bf16 (mode 1, eps 1e-6) of the same rows. */
+ * *differ_f32: the values whose bits differ (0 when the fused store is the same arithmetic). */
 pdb_status pdb_cuda_v4_attn_probe_rope_out(const pdb_v4_attn_desc *d, int tc, const float *cs, int64_t rd,
-                                           int64_t *differ_bf16, int64_t *differ_f32, int64_t *differ_qin);
+                                           int64_t *differ_bf16, int64_t *differ_f32);
 
 #ifdef __cplusplus
 }

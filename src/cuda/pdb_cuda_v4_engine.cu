@@ -867,11 +867,10 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
     /* queries: q_norm, q_b (+ the indexer's), per-head unweighted norm, RoPE */
     PDB_TRY(pdb_cuda_rmsnorm_warp(e->s, xa, NA, D->q_norm, e->qn, e->qlr, n, e->qlr, eps));
     PDB_TRY(linear_to(e, e->qn, e->qlr, n, e->qlr, D->wb, D->NB, e->dt, e->qb, D->NB)); /* bf16 engine: bf16 products */
-    /* attn_wg: q is made inside the attention kernel from q_b's rows (pdb_cuda_v4_attn_out's q_ld) */
-    if (e->attn_tc16 && !e->attn_wg) /* q as the attention kernel's bf16 operand (the bits it rounded f32 q to) */
+    if (e->attn_tc16) /* q as the attention kernel's bf16 operand (the bits it rounded f32 q to) */
         PDB_TRY(pdb_cuda_v4_heads_norm_rope_bf16(e->s, e->qb, e->dt, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1,
                                                  eps));
-    else if (!e->attn_tc16)
+    else
         PDB_TRY(pdb_cuda_v4_heads_norm_rope(e->s, e->qb, e->dt, D->NB, e->q, nh * hd, n, nh, hd, rd, 1, NULL, cs, p0, 1, eps));
     PDB_TRY(mark(e, ST_QKV));
     /* K=V rows behind the window's tail */
@@ -908,9 +907,9 @@ static pdb_status attention(eng *e, v4_dlayer *D, int64_t p0, int64_t n) {
         /* (a bf16 engine's path) O rotated back and rounded in the kernel's store, straight into the
          * staging buffer: the bits heads_norm_rope then pdb_cuda_convert gave */
         if (n * nh * hd > e->cvt_n) return pdb_err_set(PDB_INVALID, "v4 engine: staging of %lld values", (long long)(n * nh * hd));
-        const pdb_cuda_v4_attn_out out = {e->cvt, 1, cs, rd, e->attn_wg ? D->NB : 0, eps};
+        const pdb_cuda_v4_attn_out out = {e->cvt, 1, cs, rd};
         PDB_TRY((e->attn_wg ? pdb_cuda_v4_attention_wg : pdb_cuda_v4_attention_tc16)(
-            e->s, e->attn_wg ? (const void *)e->qb : (const void *)e->q, k16, lo, D->comp16, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop, hrate, n, nh, hd, p0, W, D->sink,
+            e->s, e->q, k16, lo, D->comp16, csa ? e->sel : NULL, csa ? e->nsel : NULL, e->Ktop, hrate, n, nh, hd, p0, W, D->sink,
             scale, &out));
         A = out.o;
     } else if (e->attn_tc)

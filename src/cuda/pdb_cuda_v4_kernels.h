@@ -198,18 +198,12 @@ int pdb_cuda_v4_attention_tc16_fits(int64_t hd);
 /* Where attention_tc16 writes O: o [n, nh, hd] f32, or (bf16) __nv_bfloat16 rounded to nearest even;
  * cs != NULL: each head's trailing rd dims rotated back by cs row pos0 + t first (heads_norm_rope's
  * mode 0, sign -1, with the same products), so that the bf16 form holds pdb_cuda_convert's bits of
- * what attention then heads_norm_rope(sign -1) would give (the engine's operand of wo_a).
- * q_ld > 0 (attention_wg only; tc16: PDB_UNSUPPORTED): q_bf16 is not q but q_b's product (token t's
- * heads at q_bf16 + t * q_ld, hd apart), which the kernel turns into q in shared memory as
- * heads_norm_rope_bf16 would (mode 1, eps q_eps, rotated by cs row pos0 + t, sign +1: the same bits), so
- * q never goes through DRAM; 0: q_bf16 is q [n, nh, hd]. */
+ * what attention then heads_norm_rope(sign -1) would give (the engine's operand of wo_a). */
 typedef struct pdb_cuda_v4_attn_out {
     void *o;
     int bf16;
     const float *cs;
     int64_t rd;
-    int64_t q_ld;
-    double q_eps;
 } pdb_cuda_v4_attn_out;
 pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const void *keys_bf16, int64_t lo,
                                       const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K,
