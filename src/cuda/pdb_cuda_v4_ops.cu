@@ -308,15 +308,15 @@ __global__ void __launch_bounds__(HC_NT, 2)
  * Thread (ti, tj) (tj = lane % 8, ti = 4 warp + lane / 8) owns tokens ti + 16 u (u < MX_TPT) and mixes
  * tj + 8 m: per chunk each of its sums starts at 0 and adds its k in order by fused multiply-adds,
  * then joins the running total in chunk order. Every value therefore depends on its token's row
- * alone, in an order fixed by k (M-invariant: chunked = one shot). A thread's 2 tokens x JU mixes
- * take 2 + JU float4 reads of shared memory per 4 k; smem rows padded by 4 floats so that a warp's 4
- * consecutive token rows and 8 mix rows fall in distinct banks. 32 tokens a block (46 KB, 4 blocks an
- * SM): a 16K-token pass has 512 blocks, 16 warps an SM, where 64 a block left 256 blocks and 8 warps an
- * SM too few to hide the shared loads' latency (D48). */
-constexpr int MX_BM = 32, MX_BK = 64, MX_LD = MX_BK + 4, MX_ST = 3, MX_NT = 128, MX_TPT = MX_BM / 16;
+ * alone, in an order fixed by k (M-invariant: chunked = one shot). A thread's 4 tokens x JU mixes
+ * take 4 + JU float4 reads of shared memory per 4 k (the kernel is bound by those reads, not by
+ * DRAM); smem rows padded by 4 floats so that a warp's 4 consecutive token rows and 8 mix rows fall
+ * in distinct banks. (32 tokens a block, 2 a thread, twice the blocks and warps an SM, ran 1.14x
+ * slower: D48.) */
+constexpr int MX_BM = 64, MX_BK = 64, MX_LD = MX_BK + 4, MX_ST = 3, MX_NT = 128, MX_TPT = MX_BM / 16;
 
 template <int JU>
-__global__ void __launch_bounds__(MX_NT, 4)
+__global__ void __launch_bounds__(MX_NT, 3)
     k_hc_mix(int64_t n, int64_t N, const float *__restrict__ hs, const float *__restrict__ fn, float *__restrict__ out) {
     constexpr int NM = 8 * JU, STAGE = (MX_BM + NM) * MX_LD, C4 = MX_BK / 4;
     static_assert(MX_NT == 128 && MX_BM == 16 * MX_TPT, "16 token groups x 8 mix groups");

@@ -2,9 +2,9 @@
  * through the host-array probes of pdb_cuda_v4_probe.h) against plain C references written here
  * from pdb_cuda_v4_kernels.h's spec (routing: the CPU's own pdb_v4_route), on seeded random
  * inputs of small and V4-Flash-like sizes: embed_hc (bf16 / f32), hc_pre (hc 2 / 4, H 64 / 4096,
- * Sinkhorn 1 / 20 iterations; and the engine's form, hc_mix then hc_pre_mixed, over 1 to 5 blocks of 32
- * tokens, its bf16 copy of x exactly x rounded and its low half x - x16 rounded), hc_post, hc_head, heads_norm_rope (every mode, both signs, padded
- * rows; nh 64, hd 512, rd 64; bf16 rows in, f32 or bf16 out: bit for bit the f32 rows' results, rounded for
+ * Sinkhorn 1 / 20 iterations; and the engine's form, hc_mix then hc_pre_mixed, over 1 to 3 blocks of 64
+ * tokens, its bf16 copy of x exactly x rounded and its low half x - x16 rounded), hc_post, hc_head,
+ * heads_norm_rope (every mode, both signs, padded rows; nh 64, hd 512, rd 64; bf16 rows in, f32 or bf16 out: bit for bit the f32 rows' results, rounded for
  * bf16), compress (CSA r 4 coff 2, HCA r 128 coff 1, dims 32 / 128 / 512),
  * index_reduce (untouched rows included), topk (ties at the threshold, nv <= K rows, nv 3000 / K
  * 512, a 128K prompt's rows (32K keys) and 50,000 in shared memory,
