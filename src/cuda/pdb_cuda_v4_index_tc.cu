@@ -31,6 +31,14 @@ constexpr int IX_TQ = 4;    /* tokens per block */
 constexpr int IX_BN = 64;   /* keys per tile */
 constexpr unsigned IX_FULL = 0xffffffffu;
 
+/* 8 consecutive f32 (16-byte aligned) as 8 bf16 (nearest even) in one uint4: a query chunk's shared-memory form. */
+__device__ __forceinline__ uint4 bf16x8(const float *p) {
+    const float4 x0 = ((const float4 *)p)[0], x1 = ((const float4 *)p)[1];
+    __nv_bfloat162 b0 = __floats2bfloat162_rn(x0.x, x0.y), b1 = __floats2bfloat162_rn(x0.z, x0.w);
+    __nv_bfloat162 b2 = __floats2bfloat162_rn(x1.x, x1.y), b3 = __floats2bfloat162_rn(x1.z, x1.w);
+    return make_uint4(*(uint32_t *)&b0, *(uint32_t *)&b1, *(uint32_t *)&b2, *(uint32_t *)&b3);
+}
+
 /* Shared memory of a launch: the queries [TQ * nhp][ihd + 8] bf16, then 2 key tiles [64][ihd + 8]. */
 size_t ix_smem(int64_t ihd, int nhp) {
     return sizeof(__nv_bfloat16) * (size_t)(ihd + 8) * (size_t)(IX_TQ * nhp + 2 * IX_BN);
@@ -78,11 +86,7 @@ __global__ void __launch_bounds__(IX_NT, 2)
         const int64_t t = t0 + row / NHP;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (h < nih && t < n) {
-            const float4 *src = (const float4 *)(q + (t * nih + h) * (int64_t)ihd + cc * 8);
-            const float4 x0 = src[0], x1 = src[1];
-            __nv_bfloat162 b0 = __floats2bfloat162_rn(x0.x, x0.y), b1 = __floats2bfloat162_rn(x0.z, x0.w);
-            __nv_bfloat162 b2 = __floats2bfloat162_rn(x1.x, x1.y), b3 = __floats2bfloat162_rn(x1.z, x1.w);
-            v = make_uint4(*(uint32_t *)&b0, *(uint32_t *)&b1, *(uint32_t *)&b2, *(uint32_t *)&b3);
+            v = bf16x8(q + (t * nih + h) * (int64_t)ihd + cc * 8);
         }
         *(uint4 *)(qs + row * ld + cc * 8) = v;
     }
@@ -214,11 +218,7 @@ __global__ void __launch_bounds__(WX_NT, 2)
         const int64_t t = t0 + (row >> 6);
         uint4 v = make_uint4(0, 0, 0, 0);
         if (h < nih && t < n) {
-            const float4 *src = (const float4 *)(q + (t * nih + h) * (int64_t)WX_HD + cc * 8);
-            const float4 x0 = src[0], x1 = src[1];
-            __nv_bfloat162 b0 = __floats2bfloat162_rn(x0.x, x0.y), b1 = __floats2bfloat162_rn(x0.z, x0.w);
-            __nv_bfloat162 b2 = __floats2bfloat162_rn(x1.x, x1.y), b3 = __floats2bfloat162_rn(x1.z, x1.w);
-            v = make_uint4(*(uint32_t *)&b0, *(uint32_t *)&b1, *(uint32_t *)&b2, *(uint32_t *)&b3);
+            v = bf16x8(q + (t * nih + h) * (int64_t)WX_HD + cc * 8);
         }
         *(uint4 *)(Qs + sw128_off(row, cc * 8, WX_TQ * WX_NH)) = v;
     }
