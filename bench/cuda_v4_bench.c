@@ -176,7 +176,8 @@ int main(int argc, char **argv) {
     for (int64_t k = 0; k < nT; k++) Tmax = Ts[k] > Tmax ? Ts[k] : Tmax;
     pdb_cuda_v4_engine_opts o = {.prec = !strcmp(prec, "f32") ? PDB_CUDA_PREC_F32 : PDB_CUDA_PREC_BF16, .profile = profile,
                                  .moe_kernel = moe_kernel, .gemm_rows = gemm_rows, .attn_f32_keys = f32_keys,
-                                 .attn_mma_sync = mma_sync, .gemm_tiles_sequential = tiles_seq, .sub_chunk = sub_chunk};
+                                 .attn_mma_sync = mma_sync, .gemm_tiles_sequential = tiles_seq, .sub_chunk = sub_chunk,
+                                 .hookless = !hook && !hook_feed};
     pdb_cuda_v4_engine *e = NULL;
     pdb_v4_model *hm = NULL; /* hook-feed with a checkpoint: the decoder's model on the host */
     pdb_pool *pool = NULL;

@@ -116,6 +116,7 @@ struct pdb_cuda_v4_engine {
     cudaEvent_t ev_x[HOOK_SLOTS], ev_ready[HOOK_SLOTS]; /* slot's host copy done / device copy done */
     float *xh;                   /* device [HOOK_SLOTS, S, H]: the hooked inputs awaiting their copy */
     int have_ev;
+    int hookless;                /* opts.hookless: no hook slots (xh, h_x, ph, h_p) */
     /* the hook's products on the device (set_hook): exact-order f32 on s_cap, a device and a pinned slot per hook slot */
     int hook_w;
     int64_t NHmax;
@@ -439,6 +440,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     e->dt = o->prec == PDB_CUDA_PREC_F32 ? PDB_CUDA_DT_F32 : PDB_CUDA_DT_BF16;
     e->esz = pdb_cuda_dt_size(e->dt);
     e->prof = o->profile;
+    e->hookless = o->hookless;
     e->moe_kernel = o->moe_kernel;
     e->gdt = e->dt == PDB_CUDA_DT_BF16 && !e->moe_kernel ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32;
     e->device = device;
@@ -607,7 +609,8 @@ static pdb_v4_feed_rows hook_rows(const eng *e, const v4_dlayer *D, float *hp, i
 }
 
 extern "C" pdb_status pdb_cuda_v4_engine_hook_products(eng *e, int64_t l, const float *x, int64_t n, pdb_v4_feed_rows *out) {
-    if (!e->hook_w || !e->cap) return pdb_err_set(PDB_INVALID, "v4 engine: hook products without set_hook and begin");
+    if (!e->hook_w || !e->cap || e->hookless)
+        return pdb_err_set(PDB_INVALID, "v4 engine: hook products without set_hook and begin, or on a hookless engine");
     if (l < 0 || l >= e->L || n <= 0 || n > e->S)
         return pdb_err_set(PDB_INVALID, "v4 engine: hook products of layer %lld, %lld rows (at most %lld)", (long long)l,
                            (long long)n, (long long)e->S);
@@ -694,11 +697,13 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     PDB_TRY(pdb_cuda_dalloc(q, &e->qn, f * (size_t)(S * e->qlr), "q latent"));
     const size_t psz = e->esz, gsz = pdb_cuda_dt_size(e->gdt);
     PDB_TRY(pdb_cuda_dalloc(q, &e->qb, psz * (size_t)(S * e->NBmax), "q products"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->q, f * (size_t)(S * e->nh * hd), "q"));
+    /* q: bf16 where the attention reads the bf16 mirrors (heads_norm_rope_bf16 writes its operand), else f32;
+     * o: only where the attention writes f32 rows (the bf16 mirrors' kernels store O into the staging buffer) */
+    PDB_TRY(pdb_cuda_dalloc(q, &e->q, (e->attn_tc16 ? 2 : f) * (size_t)(S * e->nh * hd), "q"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->keys, f * (size_t)((e->W - 1 + S) * hd), "keys"));
     if (e->attn_tc16) PDB_TRY(pdb_cuda_dalloc(q, &e->keys16, 2 * (size_t)((e->W - 1 + S) * hd), "keys (bf16)"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->o, f * (size_t)(S * e->nh * hd), "attention out"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->a, f * (size_t)(S * e->G * e->olr), "o_a"));
+    if (!e->attn_tc16) PDB_TRY(pdb_cuda_dalloc(q, &e->o, f * (size_t)(S * e->nh * hd), "attention out"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->a, psz * (size_t)(S * e->G * e->olr), "o_a")); /* of dt (wo_a's product) */
     PDB_TRY(pdb_cuda_dalloc(q, &e->out, f * (size_t)(S * H), "sub-block out"));
     if (e->nih) {
         int64_t nvmax = cap / 4 + 1;
@@ -742,9 +747,11 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     e->cvt_n = 0;
     for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) e->cvt_n = cand[i] > e->cvt_n ? cand[i] : e->cvt_n;
     if (e->dt == PDB_CUDA_DT_BF16) PDB_TRY(pdb_cuda_dalloc(q, &e->cvt, 2 * (size_t)e->cvt_n, "bf16 staging"));
-    for (int i = 0; i < HOOK_SLOTS; i++) PDB_TRY(hpin(&e->h_x[i], f * (size_t)(S * H)));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->xh, f * (size_t)(HOOK_SLOTS * S * H), "hook slots"));
-    if (e->hook_w) {
+    if (!e->hookless) {
+        for (int i = 0; i < HOOK_SLOTS; i++) PDB_TRY(hpin(&e->h_x[i], f * (size_t)(S * H)));
+        PDB_TRY(pdb_cuda_dalloc(q, &e->xh, f * (size_t)(HOOK_SLOTS * S * H), "hook slots"));
+    }
+    if (e->hook_w && !e->hookless) {
         PDB_TRY(pdb_cuda_dalloc(q, &e->ph, f * (size_t)(HOOK_SLOTS * S * e->NHmax), "hook products"));
         for (int i = 0; i < HOOK_SLOTS; i++) PDB_TRY(hpin(&e->h_p[i], f * (size_t)(S * e->NHmax)));
     }
@@ -1243,6 +1250,7 @@ extern "C" pdb_status pdb_cuda_v4_engine_forward(eng *e, const int32_t *ids, int
                                                  float *logits_last) {
     if (!e->cap) return pdb_err_set(PDB_INVALID, "v4 engine: forward before begin");
     if (n <= 0) return pdb_err_set(PDB_INVALID, "v4 engine: no tokens");
+    if (hook && e->hookless) return pdb_err_set(PDB_INVALID, "v4 engine: a hook on an engine created hookless (opts.hookless)");
     if (e->len + n > e->cap)
         return pdb_err_set(PDB_TOO_LARGE, "v4 engine: %lld cached + %lld new positions exceed the sequence's %lld",
                            (long long)e->len, (long long)n, (long long)e->cap);

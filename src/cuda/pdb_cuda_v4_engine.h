@@ -45,6 +45,9 @@ typedef struct pdb_cuda_v4_engine_opts {
     int attn_mma_sync;   /* bf16 attention on the bf16 mirrors by mma.sync (pdb_cuda_v4_attention_tc16) where the
                             warpgroup kernel (pdb_cuda_v4_attention_wg, the default where it fits) would run, and
                             the indexer's scores likewise (pdb_cuda_v4_index_scores_tc's mma_sync), for comparison */
+    int hookless;        /* 1: forwards take no hook and hook_products is refused, so begin leaves out the hook's
+                            slots (HOOK_SLOTS x pass x H floats on the device and pinned on the host: 64 KB a pass
+                            token each); 0 (default): any forward may take a hook */
 } pdb_cuda_v4_engine_opts;
 
 typedef struct pdb_cuda_v4_engine pdb_cuda_v4_engine;

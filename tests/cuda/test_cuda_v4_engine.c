@@ -201,7 +201,21 @@ static void test_engine(void **st) {
                    "identical, logits %s\n", (long long)eqc, (long long)NX, memcmp(lc, lf, sizeof(float) * (size_t)V) ? "differ" : "identical");
             assert_int_equal(eqc, NX);
             assert_memory_equal(lc, lf, sizeof(float) * (size_t)V);
-            free(cc2.x), free(lc);
+            free(lc);
+            pdb_cuda_v4_engine_free(ec);
+            /* hookless (no hook slots): the same logits, and a forward with a hook refused */
+            pdb_cuda_v4_engine_opts on = {.prec = PDB_CUDA_PREC_BF16, .sub_chunk = 37, .hookless = 1};
+            PDB_TEST_OK(pdb_cuda_v4_engine_create(m, 0, &on, &ec));
+            float *ln = malloc(sizeof(float) * (size_t)V);
+            PDB_TEST_OK(pdb_cuda_v4_engine_begin(ec, T));
+            pdb_v4_hook hn = {cap_fn, &cc2, NULL};
+            assert_int_equal(pdb_cuda_v4_engine_forward(ec, ids, T, &hn, ln), PDB_INVALID);
+            PDB_TEST_OK(pdb_cuda_v4_engine_begin(ec, T));
+            PDB_TEST_OK(pdb_cuda_v4_engine_forward(ec, ids, T, NULL, ln));
+            pdb_cuda_v4_engine_end(ec);
+            printf("cuda-metric v4 engine bf16 hookless vs hooked: logits %s\n", memcmp(ln, lf, sizeof(float) * (size_t)V) ? "differ" : "identical");
+            assert_memory_equal(ln, lf, sizeof(float) * (size_t)V);
+            free(ln), free(cc2.x);
             pdb_cuda_v4_engine_free(ec);
         }
         free(cf.x), free(cs.x), free(lf), free(ls);

@@ -652,7 +652,13 @@ static void test_swiglu(void **st) {
         PDB_TEST_OK(pdb_cuda_v4_probe_swiglu_in16(g16, u16, n, limit, 1, ob16));
         assert_memory_equal(out16, out, sizeof(float) * (size_t)n);
         assert_memory_equal(ob16, ob, sizeof(uint16_t) * (size_t)n);
-        printf("  swiglu bf16 g, u limit %g: f32 and bf16 outputs identical to the f32 inputs'\n", limit);
+        /* a count of 8s (the 16-byte kernel, k_swiglu8): the same bits */
+        const int64_t n8 = n / 8 * 8;
+        memset(ob16, 0, sizeof(uint16_t) * (size_t)n);
+        PDB_TEST_OK(pdb_cuda_v4_probe_swiglu_in16(g16, u16, n8, limit, 1, ob16));
+        assert_memory_equal(ob16, ob, sizeof(uint16_t) * (size_t)n8);
+        printf("  swiglu bf16 g, u limit %g: f32 and bf16 outputs identical to the f32 inputs' (count %lld and %lld)\n", limit,
+               (long long)n, (long long)n8);
     }
     free(g), free(u), free(ref), free(out), free(ob), free(g16), free(u16), free(ob16), free(out16);
 }
