@@ -139,6 +139,13 @@ pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs, const flo
     (void)hc, (void)H, (void)hs, (void)out, (void)post, (void)comb, (void)n;
     PDB_V4_PROBE_NONE;
 }
+pdb_status pdb_cuda_v4_probe_hc_post_moe(int64_t hc, int64_t H, float *hs, const void *ye, int ye_bf16, int64_t slots,
+                                         const int32_t *slot_row, const float *wt, const float *shared, int64_t K,
+                                         const float *post, const float *comb, int64_t n) {
+    (void)hc, (void)H, (void)hs, (void)ye, (void)ye_bf16, (void)slots, (void)slot_row, (void)wt, (void)shared, (void)K;
+    (void)post, (void)comb, (void)n;
+    PDB_V4_PROBE_NONE;
+}
 pdb_status pdb_cuda_v4_probe_hc_head(int64_t hc, int64_t H, float hc_eps, double eps, const float *hs,
                                      int64_t nrows_hs, const int64_t *rows, int64_t n, const float *fn,
                                      const float *base, const float *scale, const float *norm, float *y) {

@@ -96,12 +96,16 @@ struct pdb_cuda_v4_engine {
     pdb_cuda_dlist wts, seq;
     /* sequence scratch (device) */
     float *hs, *x, *post, *comb, *rawmix, *xa, *qn, *q, *keys, *iq, *iw, *dots, *score, *o, *a, *out;
-    float *lg, *wt, *ye, *sh, *ylast, *logits;
+    float *lg, *wt, *sh, *ylast, *logits;
     /* products read once, by an elementwise kernel (the q heads' norm + rope, the SwiGLUs): of the engine's dt
      * (a bf16 engine has cuBLAS round them to bf16 as it stores them, half the bytes written and read), the
      * routed experts' g, u of gdt (dt, but f32 from the own grouped kernel, opts.moe_kernel) */
     void *qb, *g, *u, *gs, *us;
     pdb_cuda_dt gdt;
+    /* the routed experts' output rows ye [Rmax, H], of ydt: bf16 where the cuBLAS tiles make them in a bf16
+     * engine (cuBLAS rounds each f32 sum once as it stores it; read once, by the MoE post-site), else f32 */
+    void *ye;
+    pdb_cuda_dt ydt;
     float *cs_main, *cs_comp;    /* rope tables [cs_cap, rd], kept across sequences (rope_tables) */
     int64_t cs_cap;
     void *cvt, *xe, *ikb, *keys16; /* keys16: the pass's keys as bf16 (the bf16-keys attention) */
@@ -443,6 +447,7 @@ static pdb_status create_inner(eng *e, const pdb_config *c, const pdb_v4_model *
     e->hookless = o->hookless;
     e->moe_kernel = o->moe_kernel;
     e->gdt = e->dt == PDB_CUDA_DT_BF16 && !e->moe_kernel ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32;
+    e->ydt = e->gdt == PDB_CUDA_DT_BF16 && c->hc_mult == 4 && c->hidden_size % 4 == 0 ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32;
     e->device = device;
     e->sub_cfg = o->sub_chunk > 0 ? o->sub_chunk : PDB_CUDA_V4_PASS_DEFAULT;
     e->sub_auto = o->sub_chunk <= 0;
@@ -733,7 +738,7 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     PDB_TRY(pdb_cuda_dalloc(q, &e->tile_e, sizeof(int32_t) * (size_t)e->ntmax, "moe tiles"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->g, gsz * (size_t)(e->Rmax * I), "expert gate"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->u, gsz * (size_t)(e->Rmax * I), "expert up"));
-    PDB_TRY(pdb_cuda_dalloc(q, &e->ye, f * (size_t)(e->Rmax * H), "expert out"));
+    PDB_TRY(pdb_cuda_dalloc(q, &e->ye, pdb_cuda_dt_size(e->ydt) * (size_t)(e->Rmax * H), "expert out"));
     int64_t wide = H > I ? H : I;
     PDB_TRY(pdb_cuda_dalloc(q, &e->xe, (e->dt == PDB_CUDA_DT_F32 ? f : 2) * (size_t)(e->Rmax * wide), "expert rows"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->sh, f * (size_t)(S * H), "shared out"));
@@ -955,8 +960,8 @@ __global__ void k_gather_rows(const float *src, const int32_t *rows, int64_t R, 
  * pass's tile bound: a dummy tile on expert 0 whose rows nobody reads): P[k * ntpad + i] for k = 0 A (xe, [T, H] tiles),
  * 1 w1[e], 2 w3[e], 3 g, 4 u (gsz bytes a value), 5 A of w2 (xe again, [T, I] tiles), 6 w2[e], 7 ye. */
 __global__ void k_moe_ptrs(const int32_t *tile_e, int64_t nt, int64_t ntpad, int64_t E, const char *xe, const char *w1,
-                           const char *w3, const char *w2, char *g, char *u, int64_t gsz, float *ye, int64_t I, int64_t H,
-                           int64_t esz, const void **P) {
+                           const char *w3, const char *w2, char *g, char *u, int64_t gsz, char *ye, int64_t ysz, int64_t I,
+                           int64_t H, int64_t esz, const void **P) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, T = PDB_CUDA_MOE_TILE;
     if (i >= ntpad) return;
     int64_t x = i < nt ? tile_e[i] : -1; /* tile_e past this pass's nt tiles is stale or never written */
@@ -968,20 +973,21 @@ __global__ void k_moe_ptrs(const int32_t *tile_e, int64_t nt, int64_t ntpad, int
     P[4 * ntpad + i] = u + i * T * I * gsz;
     P[5 * ntpad + i] = xe + i * T * I * esz;
     P[6 * ntpad + i] = w2 + x * H * I * esz;
-    P[7 * ntpad + i] = ye + i * T * H;
+    P[7 * ntpad + i] = ye + i * T * H * ysz;
 }
 
 /* The routed experts as cuBLAS products of one row tile each, MOE_GROUP tiles per call (the last
  * call padded with dummy tiles): every call has the same shape, so a row's result does not
  * depend on the routing of the rows beside it. g and u are bf16 (gdt: cuBLAS rounds each f32 sum
- * once as it stores it), read once by the SwiGLU. The tile count comes back to the host (one
+ * once as it stores it), read once by the SwiGLU, and the output rows ye likewise of ydt (bf16 at
+ * V4's hc 4), read once by the post-site (D49). The tile count comes back to the host (one
  * synchronisation per MoE layer). */
 static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
     const int64_t H = e->H, I = e->I, T = PDB_CUDA_MOE_TILE, np = e->ntpad;
     k_moe_ptrs<<<(unsigned)((np + 127) / 128), 128, 0, e->s>>>(e->tile_e, nt, np, e->E, (const char *)e->xe, (const char *)D->w1,
                                                               (const char *)D->w3, (const char *)D->w2, (char *)e->g, (char *)e->u,
-                                                              (int64_t)pdb_cuda_dt_size(e->gdt), e->ye, I, H, (int64_t)e->esz,
-                                                              e->ptrs);
+                                                              (int64_t)pdb_cuda_dt_size(e->gdt), (char *)e->ye,
+                                                              (int64_t)pdb_cuda_dt_size(e->ydt), I, H, (int64_t)e->esz, e->ptrs);
     PDB_CU_LAUNCH("expert pointers");
     PDB_CU(cudaMemcpyAsync(e->h_tiles, e->tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyDeviceToHost, e->s));
     PDB_CU(cudaStreamSynchronize(e->s));
@@ -996,8 +1002,8 @@ static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
     }
     PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, e->gdt, used * T * I, (float)e->cfg.swiglu_limit, e->dt, e->xe));
     for (int64_t g0 = 0; g0 < used; g0 += MOE_GROUP)
-        PDB_TRY(pdb_cuda_gemm_ptrs(&e->blas, e->dt, T, H, I, P + 5 * np + g0, I, P + 6 * np + g0, I, (float *const *)(P + 7 * np + g0), H,
-                                   MOE_GROUP));
+        PDB_TRY(pdb_cuda_gemm_ptrs_ct(&e->blas, e->dt, e->ydt, T, H, I, P + 5 * np + g0, I, P + 6 * np + g0, I,
+                                      (void *const *)(P + 7 * np + g0), H, MOE_GROUP));
     return PDB_OK;
 }
 
@@ -1031,7 +1037,7 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n, pdb_cuda_v4_moe_row
         PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w1, (float *)e->g, e->tile_e, nt, I, H)); /* f32 g, u (gdt) */
         PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w3, (float *)e->u, e->tile_e, nt, I, H));
         PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, e->gdt, R * I, limit, e->dt, e->xe)); /* xe's rows are consumed: reused */
-        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w2, e->ye, e->tile_e, nt, H, I));
+        PDB_TRY(pdb_cuda_moe_gemm(e->s, e->xe, D->w2, (float *)e->ye, e->tile_e, nt, H, I)); /* f32 ye (ydt) */
     } else { /* f32: one cuBLAS product per row tile, its expert read back */
         float *xe = (float *)e->xe, *g = (float *)e->g, *u = (float *)e->u;
         k_gather_rows<<<(unsigned)R, 256, 0, e->s>>>(e->x, e->row_src, R, H, xe);
@@ -1051,7 +1057,7 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n, pdb_cuda_v4_moe_row
             int32_t x = e->h_tiles[i];
             if (x < 0) continue;
             PDB_TRY(pdb_cuda_gemm_whole(&e->blas, e->dt, 1, T, H, I, 1.0f, g + i * T * I, I, 0, (const float *)D->w2 + x * H * I, I, 0,
-                                        0.0f, e->ye + i * T * H, H, 0, 1));
+                                        0.0f, (float *)e->ye + i * T * H, H, 0, 1));
         }
     }
     PDB_TRY(mark(e, ST_EXPERTS));
@@ -1067,7 +1073,7 @@ static pdb_status moe(eng *e, const v4_dlayer *D, int64_t n, pdb_cuda_v4_moe_row
         PDB_TRY(pdb_cuda_gemm(&e->blas, e->dt, 1, n, H, I, 1.0f, act, I, 0, D->sw2, I, 0, 0.0f, e->sh, H, 0, 1));
         sh = e->sh;
     }
-    *rows = (pdb_cuda_v4_moe_rows){e->ye, e->slot_row, e->wt, sh, Kx}; /* combined by the post-site */
+    *rows = (pdb_cuda_v4_moe_rows){e->ye, e->ydt, e->slot_row, e->wt, sh, Kx}; /* combined by the post-site */
     return mark(e, ST_SHARED);
 }
 
@@ -1086,9 +1092,11 @@ static pdb_status hc_pre(eng *e, const pdb_cuda_v4_hc *hcc, int64_t n, const flo
         e->blas.tile_rows = tile;
         PDB_TRY(s);
     }
-    return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, e->x,
-                                    e->dt == PDB_CUDA_DT_BF16 ? e->x16 : NULL, e->dt == PDB_CUDA_DT_BF16 && lo ? e->x16lo : NULL,
-                                    e->post, e->comb);
+    /* a bf16 engine reads f32 x only as the hook's copy of the attention input (the MoE site's and a hookless
+     * engine's are not stored where the fused pre-site may leave them out) */
+    const int bf = e->dt == PDB_CUDA_DT_BF16, skip_x = bf && (lo || e->hookless) && pdb_cuda_v4_hc_pre_x_optional(hcc);
+    return pdb_cuda_v4_hc_pre_mixed(e->s, hcc, e->hs, n, e->rawmix, base, scale, norm, skip_x ? NULL : e->x, bf ? e->x16 : NULL,
+                                    bf && lo ? e->x16lo : NULL, e->post, e->comb);
 }
 
 /* The host side of the hook: a thread that hands layer l's copy to the hook once the pass has

@@ -69,7 +69,10 @@ pdb_status pdb_cuda_v4_hc_pre(cudaStream_t s, const pdb_cuda_v4_hc *c, const flo
  * pass), mixes[j] = r_t * rawmix[t, j] with r_t the unweighted norm's factor, the rest as hc_pre: its
  * values to f32 rounding, not its bits. x16 (NULL: none): x's bf16 copy (__nv_bfloat16 [n, H], each value
  * rounded to nearest even: pdb_cuda_convert's bits of x), the bf16 engine's operand; x16lo (NULL: none, else
- * x16 too): bf16(x - x16), pdb_cuda_split_bf16's lo (the router's product at near-f32 precision). */
+ * x16 too): bf16(x - x16), pdb_cuda_split_bf16's lo (the router's product at near-f32 precision). x may be
+ * NULL (not stored: a bf16 engine's site whose f32 x nobody reads) with x16 given where
+ * pdb_cuda_v4_hc_pre_x_optional(c), else PDB_INVALID. */
+int pdb_cuda_v4_hc_pre_x_optional(const pdb_cuda_v4_hc *c);
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n,
                                     const float *rawmix, const float *base, const float *scale, const float *norm,
                                     float *x, void *x16, void *x16lo, float *post, float *comb);
@@ -83,10 +86,11 @@ pdb_status pdb_cuda_v4_hc_mix(cudaStream_t s, int64_t hc, const float *hs, int64
  * order), in place (each column reads only its own old values). */
 pdb_status pdb_cuda_v4_hc_post(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const float *out, const float *post,
                                const float *comb, int64_t n);
-/* The MoE sub-block's output rows as pdb_cuda_moe_combine reads them: ye [slots, H] (f32), slot_row and wt
- * [n, K], shared [n, H] or NULL. */
+/* The MoE sub-block's output rows as pdb_cuda_moe_combine reads them: ye [slots, H] (of ydt: f32, or bf16
+ * widened to f32 as it is read), slot_row and wt [n, K], shared [n, H] (f32) or NULL. */
 typedef struct pdb_cuda_v4_moe_rows {
-    const float *ye;
+    const void *ye;
+    pdb_cuda_dt ydt;
     const int32_t *slot_row;
     const float *wt;
     const float *shared;
@@ -94,7 +98,7 @@ typedef struct pdb_cuda_v4_moe_rows {
 } pdb_cuda_v4_moe_rows;
 /* The post-site after the MoE: pdb_cuda_v4_hc_post of out = pdb_cuda_moe_combine(m) into a zeroed row, with the
  * same bits; at hc 4 (H % 4 == 0, 16-byte aligned rows) out is made per column inside the post-site and never
- * stored, else it is made in out [n, H] first. */
+ * stored, else it is made in out [n, H] first (f32 ye only: bf16 ye outside the hc-4 form is PDB_UNSUPPORTED). */
 pdb_status pdb_cuda_v4_hc_post_moe(cudaStream_t s, const pdb_cuda_v4_hc *c, float *hs, const pdb_cuda_v4_moe_rows *m,
                                    const float *post, const float *comb, int64_t n, float *out);
 /* The final collapse of tokens rows[i] (device int64 [n]) of hs: y[i] = RMSNorm(sum_k pre[k] * hs_t[k]) * norm with

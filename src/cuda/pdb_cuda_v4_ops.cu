@@ -285,11 +285,13 @@ __global__ void __launch_bounds__(HC_NT, 2)
     }
     s2 = block_sum_d<HC_NT>(s2, red);
     const float r2 = (float)(1.0 / sqrt(s2 / (double)H + eps));
-    float *xo = x + b * H;
 #pragma unroll
     for (int q = 0; q < QH; q++) xr[q] = __fmul_rn(norm[tid + q * HC_NT], __fmul_rn(xr[q], r2));
+    if (x) {
+        float *xo = x + b * H;
 #pragma unroll
-    for (int q = 0; q < QH; q++) xo[tid + q * HC_NT] = xr[q];
+        for (int q = 0; q < QH; q++) xo[tid + q * HC_NT] = xr[q];
+    }
     if (x16) {
         __nv_bfloat16 *xo16 = x16 + b * H;
 #pragma unroll
@@ -425,8 +427,16 @@ __global__ void k_hc_post(int hc, int64_t H, float *hs, const float *out, const 
  * element is the same expression in the same order as k_hc_post's. */
 /* MOE: out's row is not read but made here as pdb_cuda_moe_combine makes it into a zeroed row
  * (0 + (sum_k ye[slot_k] * wt_k in order, + shared), every step rounded as there: the same bits),
- * so the MoE site's output never goes through DRAM. */
-template <int HC, bool MOE>
+ * so the MoE site's output never goes through DRAM. YT: ye's type (float, or __nv_bfloat16 widened
+ * exactly: the f32 rows of the same values give the same bits). */
+__device__ __forceinline__ float4 ld4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float4 ld4(const __nv_bfloat16 *p) {
+    const uint2 v = *(const uint2 *)p;
+    const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&v.x), b = __bfloat1622float2(*(const __nv_bfloat162 *)&v.y);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
+template <int HC, bool MOE, typename YT = float>
 __global__ void __launch_bounds__(256)
     k_hc_post4(int64_t H, float *__restrict__ hs, const float *__restrict__ out, const float *__restrict__ post,
                const float *__restrict__ comb, pdb_cuda_v4_moe_rows m) {
@@ -446,7 +456,7 @@ __global__ void __launch_bounds__(256)
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int64_t k = 0; k < m.K; k++) {
             const float w = m.wt[t * m.K + k];
-            const float4 y = *(const float4 *)(m.ye + (int64_t)m.slot_row[t * m.K + k] * H + d0);
+            const float4 y = ld4((const YT *)m.ye + (int64_t)m.slot_row[t * m.K + k] * H + d0);
             acc[0] = __fadd_rn(acc[0], __fmul_rn(y.x, w));
             acc[1] = __fadd_rn(acc[1], __fmul_rn(y.y, w));
             acc[2] = __fadd_rn(acc[2], __fmul_rn(y.z, w));
@@ -490,16 +500,41 @@ constexpr int HN_MAXD = 1024;
 static __device__ __forceinline__ void st_val(float *p, float v) { *p = v; }
 static __device__ __forceinline__ void st_val(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+/* 8 consecutive values (16-byte aligned) to or from f32 in shared memory. */
+__device__ __forceinline__ void ld8(const float *p, float *b) {
+    *(float4 *)b = *(const float4 *)p;
+    *(float4 *)(b + 4) = *(const float4 *)(p + 4);
+}
+__device__ __forceinline__ void ld8(const __nv_bfloat16 *p, float *b) {
+    const uint4 v = *(const uint4 *)p;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int j = 0; j < 4; j++) *(float2 *)(b + 2 * j) = __bfloat1622float2(h[j]);
+}
+__device__ __forceinline__ void st8(float *p, const float *b) {
+    *(float4 *)p = *(const float4 *)b;
+    *(float4 *)(p + 4) = *(const float4 *)(b + 4);
+}
+__device__ __forceinline__ void st8(__nv_bfloat16 *p, const float *b) {
+    uint4 v;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&v;
+#pragma unroll
+    for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(b[2 * j], b[2 * j + 1]);
+    *(uint4 *)p = v;
+}
+
 /* A warp per (token, head): v into the warp's shared row (IT float, or __nv_bfloat16 widened to
  * f32 there: the f32 math from then on), its norm, then the rotation of its trailing rd dims,
  * written to dst (OT float, or __nv_bfloat16: each value rounded to nearest even, the bits
  * pdb_cuda_convert gives the f32 row). Reads of v finish (into shared) before any write, so
- * dst == src is safe (same types). */
-template <typename IT, typename OT>
+ * dst == src is safe (same types). V8 (hd % 256 == 0, rows 16-byte aligned): the row is read and
+ * written 8 values a lane in 16-byte pieces; the norm's sum still takes lane l's values l, l + 32, ..
+ * in order (the same bits). */
+template <typename IT, typename OT, bool V8>
 __global__ void __launch_bounds__(HN_WARPS * 32)
     k_heads_norm_rope(const IT *src, int64_t ld, OT *dst, int64_t ldd, int64_t n, int64_t nh, int hd, int rd,
                       int mode, const float *w, const float *cs, int64_t pos0, int sign, double eps) {
-    __shared__ float buf[HN_WARPS][HN_MAXD];
+    __shared__ __align__(16) float buf[HN_WARPS][HN_MAXD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int64_t task = (int64_t)blockIdx.x * HN_WARPS + warp;
     if (task >= n * nh) return;
@@ -508,10 +543,15 @@ __global__ void __launch_bounds__(HN_WARPS * 32)
     OT *o = dst + t * ldd + hh * hd;
     float *b = buf[warp];
     double ss = 0;
-    for (int i = lane; i < hd; i += 32) {
-        b[i] = ld_f(v, i);
-        ss += (double)b[i] * (double)b[i];
-    }
+    if (V8) {
+        for (int i = 8 * lane; i < hd; i += 256) ld8(v + i, b + i);
+        __syncwarp();
+        for (int i = lane; i < hd; i += 32) ss += (double)b[i] * (double)b[i];
+    } else
+        for (int i = lane; i < hd; i += 32) {
+            b[i] = ld_f(v, i);
+            ss += (double)b[i] * (double)b[i];
+        }
     if (mode) {
 #pragma unroll
         for (int k = 16; k; k >>= 1) ss += __shfl_xor_sync(FULL, ss, k);
@@ -525,7 +565,10 @@ __global__ void __launch_bounds__(HN_WARPS * 32)
         rot_pair(b + hd - rd + 2 * i, c[2 * i], sn);
     }
     __syncwarp();
-    for (int i = lane; i < hd; i += 32) st_val(o + i, b[i]);
+    if (V8)
+        for (int i = 8 * lane; i < hd; i += 256) st8(o + i, b + i);
+    else
+        for (int i = lane; i < hd; i += 32) st_val(o + i, b[i]);
 }
 
 /* ======================================== compressor ======================================== */
@@ -652,8 +695,10 @@ __device__ __forceinline__ void tk_pick(const uint32_t *hist, int nb, uint32_t n
 /* A block per token: the K-th largest key T by an 11 + 11 + 10-bit radix select, then in ascending w
  * every w with key > T and the first `need` with key == T (deterministic). CACHE: the row's keys are
  * read once into dynamic shared memory (nv <= the launch's cache size) as the first histogram is
- * counted, else every pass re-reads the scores. The histogram's atomics are aggregated per warp (lanes
- * with the same digit add once: the top digit is shared by most keys of a row). The placement: warp j
+ * counted, else every pass re-reads the scores. A warp's lanes that hold lane 0's digit add once
+ * (the top digit is shared by many keys of a row; in the later passes few keys match the prefix and
+ * most lanes hold none), the others each on their own: a shuffle and a ballot a step instead of a
+ * __match_any_sync (D49: the match was most of the kernel's time). The placement: warp j
  * takes the contiguous keys [j seg, (j + 1) seg) and counts its keys > T and == T (ballots), a scan
  * over the warps gives each its offsets, and a second walk places w at (keys > T before w) +
  * min(keys == T before w, need). */
@@ -694,8 +739,11 @@ __global__ void __launch_bounds__(TK_NT)
                     if (CACHE && !pass) kc[w] = k[u];
                     if ((k[u] & mask) == prefix) dg = (k[u] >> shift) & (uint32_t)(nb - 1);
                 }
-                const unsigned same = __match_any_sync(FULL, dg);
-                if (dg < TK_BINS && lane == __ffs(same) - 1) atomicAdd(&hist[tk_slot((int)dg, nb)], (uint32_t)__popc(same));
+                /* the lanes with lane 0's digit add once (lane 0), every other lane on its own */
+                const uint32_t d0 = __shfl_sync(FULL, dg, 0);
+                const unsigned same = __ballot_sync(FULL, dg == d0);
+                if (dg < TK_BINS && (dg != d0 || lane == 0))
+                    atomicAdd(&hist[tk_slot((int)dg, nb)], dg == d0 ? (uint32_t)__popc(same) : 1u);
             }
         }
         __syncthreads();
@@ -915,14 +963,18 @@ pdb_status pdb_cuda_v4_hc_mix(cudaStream_t s, int64_t hc, const float *hs, int64
     return PDB_OK;
 }
 
+int pdb_cuda_v4_hc_pre_x_optional(const pdb_cuda_v4_hc *c) { return c->hc == 4 && c->H == 8 * HC_NT; }
+
 pdb_status pdb_cuda_v4_hc_pre_mixed(cudaStream_t s, const pdb_cuda_v4_hc *c, const float *hs, int64_t n, const float *rawmix,
                                     const float *base, const float *scale, const float *norm, float *x, void *x16, void *x16lo,
                                     float *post, float *comb) {
     PDB_TRY(hc_check(c, "v4 hc_pre"));
     if (x16lo && !x16) return pdb_err_set(PDB_INVALID, "v4 hc_pre: x's bf16 low half without its high half");
+    if (!x && (!x16 || !pdb_cuda_v4_hc_pre_x_optional(c)))
+        return pdb_err_set(PDB_INVALID, "v4 hc_pre: x left out without its bf16 copy or outside hc 4, H %d", 8 * HC_NT);
     if (n <= 0) return PDB_OK;
     const int hc = (int)c->hc;
-    if (hc == 4 && c->H == 8 * HC_NT) { /* V4-Flash's shape */
+    if (pdb_cuda_v4_hc_pre_x_optional(c)) { /* V4-Flash's shape */
         k_hc_pre4<8><<<(unsigned)n, HC_NT, 0, s>>>(c->H, c->hc_eps, c->eps, hs, rawmix, base, scale, norm, x,
                                                    (__nv_bfloat16 *)x16, (__nv_bfloat16 *)x16lo, post, comb);
         PDB_CU_LAUNCH("v4 hc_pre (mixed, hc 4)");
@@ -954,14 +1006,18 @@ pdb_status pdb_cuda_v4_hc_post_moe(cudaStream_t s, const pdb_cuda_v4_hc *c, floa
                                    const float *post, const float *comb, int64_t n, float *out) {
     PDB_TRY(hc_check(c, "v4 hc_post (moe)"));
     if (n <= 0) return PDB_OK;
+    const bool y16 = m->ydt == PDB_CUDA_DT_BF16;
     if (c->hc == 4 && c->H % 4 == 0 && c->H <= 65535LL * 256 &&
         ((uintptr_t)hs | (uintptr_t)m->ye | (uintptr_t)m->shared) % 16 == 0) {
-        k_hc_post4<4, true><<<dim3((unsigned)n, grid1(c->H / 4, 256)), 256, 0, s>>>(c->H, hs, NULL, post, comb, *m);
+        const dim3 g((unsigned)n, grid1(c->H / 4, 256));
+        if (y16) k_hc_post4<4, true, __nv_bfloat16><<<g, 256, 0, s>>>(c->H, hs, NULL, post, comb, *m);
+        else k_hc_post4<4, true><<<g, 256, 0, s>>>(c->H, hs, NULL, post, comb, *m);
         PDB_CU_LAUNCH("v4 hc_post (moe)");
         return PDB_OK;
     }
+    if (y16) return pdb_err_set(PDB_UNSUPPORTED, "v4 hc_post (moe): bf16 expert rows outside hc 4 with aligned rows");
     PDB_CU(cudaMemsetAsync(out, 0, sizeof(float) * (size_t)(n * c->H), s));
-    PDB_TRY(pdb_cuda_moe_combine(s, m->ye, m->slot_row, m->wt, m->shared, n, m->K, c->H, out));
+    PDB_TRY(pdb_cuda_moe_combine(s, (const float *)m->ye, m->slot_row, m->wt, m->shared, n, m->K, c->H, out));
     return pdb_cuda_v4_hc_post(s, c, hs, out, post, comb, n);
 }
 
@@ -983,12 +1039,17 @@ static pdb_status heads_norm_rope(cudaStream_t s, const void *src, pdb_cuda_dt s
         return pdb_err_set(PDB_UNSUPPORTED, "v4 heads_norm_rope: hd %lld (1 .. %d), rd %lld (even, <= hd), mode %d (0 .. 2, "
                            "2 needs w)", (long long)hd, HN_MAXD, (long long)rd, mode);
     if (n <= 0 || nh <= 0) return PDB_OK;
-    if (sdt == PDB_CUDA_DT_BF16)
-        k_heads_norm_rope<__nv_bfloat16, OT><<<grid1(n * nh, HN_WARPS), HN_WARPS * 32, 0, s>>>(
-            (const __nv_bfloat16 *)src, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode, w, cs, pos0, sign, eps);
-    else
-        k_heads_norm_rope<float, OT><<<grid1(n * nh, HN_WARPS), HN_WARPS * 32, 0, s>>>(
-            (const float *)src, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode, w, cs, pos0, sign, eps);
+    const bool v8 = hd % 256 == 0 && ld % 8 == 0 && ldd % 8 == 0 && ((uintptr_t)src | (uintptr_t)dst) % 16 == 0;
+    const unsigned g = grid1(n * nh, HN_WARPS);
+    if (sdt == PDB_CUDA_DT_BF16) {
+        const __nv_bfloat16 *sb = (const __nv_bfloat16 *)src;
+        if (v8) k_heads_norm_rope<__nv_bfloat16, OT, true><<<g, HN_WARPS * 32, 0, s>>>(sb, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode, w, cs, pos0, sign, eps);
+        else k_heads_norm_rope<__nv_bfloat16, OT, false><<<g, HN_WARPS * 32, 0, s>>>(sb, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode, w, cs, pos0, sign, eps);
+    } else {
+        const float *sf = (const float *)src;
+        if (v8) k_heads_norm_rope<float, OT, true><<<g, HN_WARPS * 32, 0, s>>>(sf, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode, w, cs, pos0, sign, eps);
+        else k_heads_norm_rope<float, OT, false><<<g, HN_WARPS * 32, 0, s>>>(sf, ld, dst, ldd, n, nh, (int)hd, (int)rd, mode, w, cs, pos0, sign, eps);
+    }
     PDB_CU_LAUNCH("v4 heads_norm_rope");
     return PDB_OK;
 }

@@ -119,6 +119,7 @@ extern "C" pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int 
         PDB_TRY(up(a, &dnorm, norm, fz(H)));
         PDB_TRY(up(a, &dmix, NULL, fz(n * nm)));
         PDB_TRY(up(a, &dx, NULL, fz(n * H)));
+        if (!x) dx = NULL; /* not stored */
         PDB_TRY(up(a, &dx16, NULL, 2 * (size_t)(n * H)));
         PDB_TRY(up(a, &dx16lo, NULL, 2 * (size_t)(n * H)));
         PDB_TRY(up(a, &dpost, NULL, fz(n * hc)));
@@ -127,7 +128,7 @@ extern "C" pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int 
         PDB_TRY(pdb_cuda_v4_hc_mix(0, hc, dhs, n, hc * H, dfn, dmix));
         PDB_TRY(pdb_cuda_v4_hc_pre_mixed(0, &c, dhs, n, dmix, dbase, dscale, dnorm, dx, dx16, dx16lo, dpost, dcomb));
         PDB_TRY(finish());
-        PDB_TRY(down(x, dx, fz(n * H)));
+        if (x) PDB_TRY(down(x, dx, fz(n * H)));
         PDB_TRY(down(x16, dx16, 2 * (size_t)(n * H)));
         PDB_TRY(down(x16lo, dx16lo, 2 * (size_t)(n * H)));
         PDB_TRY(down(post, dpost, fz(n * hc)));
@@ -145,6 +146,30 @@ extern "C" pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs
         PDB_TRY(up(a, &dcomb, comb, fz(n * hc * hc)));
         pdb_cuda_v4_hc c = {hc, H, 0, 0.0f, 0.0};
         PDB_TRY(pdb_cuda_v4_hc_post(0, &c, dhs, dout, dpost, dcomb, n));
+        PDB_TRY(finish());
+        return down(hs, dhs, fz(n * hc * H));
+    });
+}
+
+extern "C" pdb_status pdb_cuda_v4_probe_hc_post_moe(int64_t hc, int64_t H, float *hs, const void *ye, int ye_bf16,
+                                                    int64_t slots, const int32_t *slot_row, const float *wt,
+                                                    const float *shared, int64_t K, const float *post, const float *comb,
+                                                    int64_t n) {
+    return with_arena("v4 probe hc_post (moe)", [&](arena *a) -> pdb_status {
+        float *dhs, *dwt, *dsh = NULL, *dpost, *dcomb, *dout;
+        void *dye;
+        int32_t *dslot;
+        PDB_TRY(up(a, &dhs, hs, fz(n * hc * H)));
+        PDB_TRY(up(a, &dye, ye, (ye_bf16 ? 2 : 4) * (size_t)(slots * H)));
+        PDB_TRY(up(a, &dslot, slot_row, sizeof(int32_t) * (size_t)(n * K)));
+        PDB_TRY(up(a, &dwt, wt, fz(n * K)));
+        if (shared) PDB_TRY(up(a, &dsh, shared, fz(n * H)));
+        PDB_TRY(up(a, &dpost, post, fz(n * hc)));
+        PDB_TRY(up(a, &dcomb, comb, fz(n * hc * hc)));
+        PDB_TRY(up(a, &dout, NULL, fz(n * H)));
+        pdb_cuda_v4_hc c = {hc, H, 0, 0.0f, 0.0};
+        const pdb_cuda_v4_moe_rows m = {dye, ye_bf16 ? PDB_CUDA_DT_BF16 : PDB_CUDA_DT_F32, dslot, dwt, dsh, K};
+        PDB_TRY(pdb_cuda_v4_hc_post_moe(0, &c, dhs, &m, dpost, dcomb, n, dout));
         PDB_TRY(finish());
         return down(hs, dhs, fz(n * hc * H));
     });

@@ -26,7 +26,8 @@ pdb_status pdb_cuda_v4_probe_hc_pre(int64_t hc, int64_t H, int iters, float hc_e
                                     int64_t n, const float *fn, const float *base, const float *scale, const float *norm,
                                     float *x, float *post, float *comb);
 /* The engine's form of the same site: the mixes by pdb_cuda_v4_hc_mix (hc 2 or 4, hc*H a multiple of 64), then
- * pdb_cuda_v4_hc_pre_mixed, which also writes x16 [n, H] (x's bf16 bits) and x16lo [n, H] (bf16(x - x16)). */
+ * pdb_cuda_v4_hc_pre_mixed, which also writes x16 [n, H] (x's bf16 bits) and x16lo [n, H] (bf16(x - x16)); x NULL:
+ * f32 x not stored (pdb_cuda_v4_hc_pre_x_optional's shapes; elsewhere PDB_INVALID). */
 pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int iters, float hc_eps, double eps, const float *hs,
                                           int64_t n, const float *fn, const float *base, const float *scale,
                                           const float *norm, float *x, uint16_t *x16, uint16_t *x16lo, float *post,
@@ -34,6 +35,11 @@ pdb_status pdb_cuda_v4_probe_hc_pre_mixed(int64_t hc, int64_t H, int iters, floa
 /* hs [n, hc, H] in/out, out [n, H], post [n, hc], comb [n, hc, hc]. */
 pdb_status pdb_cuda_v4_probe_hc_post(int64_t hc, int64_t H, float *hs, const float *out, const float *post,
                                      const float *comb, int64_t n);
+/* The MoE post-site: hs [n, hc, H] in/out, ye [slots, H] (f32, or with ye_bf16 bf16 bits), slot_row and wt
+ * [n, K], shared [n, H] or NULL, post [n, hc], comb [n, hc, hc]. */
+pdb_status pdb_cuda_v4_probe_hc_post_moe(int64_t hc, int64_t H, float *hs, const void *ye, int ye_bf16, int64_t slots,
+                                         const int32_t *slot_row, const float *wt, const float *shared, int64_t K,
+                                         const float *post, const float *comb, int64_t n);
 /* hs [nrows_hs, hc, H], rows [n] (< nrows_hs), fn [hc, hc*H], base [hc], scale [1], norm [H]; y [n, H] out. */
 pdb_status pdb_cuda_v4_probe_hc_head(int64_t hc, int64_t H, float hc_eps, double eps, const float *hs,
                                      int64_t nrows_hs, const int64_t *rows, int64_t n, const float *fn,

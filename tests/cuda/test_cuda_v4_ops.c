@@ -247,6 +247,23 @@ static void run_hc_pre(int64_t hc, int64_t H, int iters, int64_t n, int mixed) {
         assert_int_equal(bad, 0);
         assert_int_equal(badlo, 0);
         assert_true(lo_nonzero > 0);
+        /* f32 x left out (the bf16 engine's MoE site): the same bf16 halves, post and comb at V4-Flash's shape,
+         * refused elsewhere */
+        uint16_t *y16 = calloc((size_t)(n * H), sizeof(uint16_t)), *y16lo = calloc((size_t)(n * H), sizeof(uint16_t));
+        float *ypost = fzero(n * hc), *ycomb = fzero(n * hc * hc);
+        assert_non_null(y16), assert_non_null(y16lo);
+        pdb_status sx = pdb_cuda_v4_probe_hc_pre_mixed(hc, H, iters, hc_eps, eps, hs, n, fn, base, scale, norm, NULL, y16, y16lo,
+                                                       ypost, ycomb);
+        if (hc == 4 && H == 4096) {
+            PDB_TEST_OK(sx);
+            assert_memory_equal(y16, x16, sizeof(uint16_t) * (size_t)(n * H));
+            assert_memory_equal(y16lo, x16lo, sizeof(uint16_t) * (size_t)(n * H));
+            assert_memory_equal(ypost, post, sizeof(float) * (size_t)(n * hc));
+            assert_memory_equal(ycomb, comb, sizeof(float) * (size_t)(n * hc * hc));
+            printf(" hc_pre (mixed) without f32 x: the same bf16 halves, post and comb\n");
+        } else
+            assert_int_equal(sx, PDB_INVALID);
+        free(y16), free(y16lo), free(ypost), free(ycomb);
     }
     free(hs), free(fn), free(base), free(norm), free(x), free(post), free(comb), free(rx), free(rpost), free(rcomb);
     free(x16), free(x16lo);
@@ -283,6 +300,49 @@ static void test_hc_post(void **st) {
         printf(" hc_post hc %lld H %lld n %lld\n", (long long)hc, (long long)H, (long long)n);
         check_close("hc_post hs", hs, ref, n * hc * H, 1e-6, 1e-7);
         free(hs), free(out), free(post), free(comb), free(ref);
+    }
+}
+
+/* The MoE post-site (combine inside): against the combine then hc_post on the host; bf16 ye rows give the
+ * bits of f32 rows holding the same values; bf16 rows outside the hc-4 form are refused. */
+static void test_hc_post_moe(void **st) {
+    (void)st;
+    PDB_TEST_NEED_GPU();
+    const int64_t cases[2][3] = {{4, 4096, 5}, {2, 70, 3}};
+    for (int c = 0; c < 2; c++) {
+        const int64_t hc = cases[c][0], H = cases[c][1], n = cases[c][2], K = 3, slots = n * K + 4;
+        float *hs = frandv(n * hc * H, 2.0f), *ye = frandv(slots * H, 1.0f), *wt = frandv(n * K, 1.0f);
+        float *sh = frandv(n * H, 1.0f), *post = frandv(n * hc, 1.0f), *comb = frandv(n * hc * hc, 1.0f);
+        float *ref = fzero(n * hc * H), *h32 = fzero(n * hc * H), *h16 = fzero(n * hc * H);
+        uint16_t *ye16 = malloc(sizeof(uint16_t) * (size_t)(slots * H));
+        int32_t *slot = malloc(sizeof(int32_t) * (size_t)(n * K));
+        assert_non_null(ye16), assert_non_null(slot);
+        for (int64_t i = 0; i < slots * H; i++) ye[i] = bf2f(ye16[i] = f2bf(ye[i])); /* bf16-valued rows */
+        for (int64_t i = 0; i < n * K; i++) slot[i] = (int32_t)((i * 7 + 3) % slots);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t d = 0; d < H; d++) {
+                float o = 0.0f;
+                for (int64_t k = 0; k < K; k++) o += ye[(int64_t)slot[t * K + k] * H + d] * wt[t * K + k];
+                o += sh[t * H + d];
+                for (int64_t k = 0; k < hc; k++) {
+                    double s = (double)post[t * hc + k] * o;
+                    for (int64_t j = 0; j < hc; j++) s += (double)comb[(t * hc + j) * hc + k] * hs[(t * hc + j) * H + d];
+                    ref[(t * hc + k) * H + d] = (float)s;
+                }
+            }
+        memcpy(h32, hs, sizeof(float) * (size_t)(n * hc * H));
+        memcpy(h16, hs, sizeof(float) * (size_t)(n * hc * H));
+        PDB_TEST_OK(pdb_cuda_v4_probe_hc_post_moe(hc, H, h32, ye, 0, slots, slot, wt, sh, K, post, comb, n));
+        check_close("hc_post (moe) hs", h32, ref, n * hc * H, 1e-5, 1e-6);
+        pdb_status s16 = pdb_cuda_v4_probe_hc_post_moe(hc, H, h16, ye16, 1, slots, slot, wt, sh, K, post, comb, n);
+        if (hc == 4) {
+            PDB_TEST_OK(s16);
+            assert_memory_equal(h16, h32, sizeof(float) * (size_t)(n * hc * H));
+        } else
+            assert_int_equal(s16, PDB_UNSUPPORTED);
+        printf(" hc_post (moe) hc %lld H %lld n %lld: bf16 rows %s\n", (long long)hc, (long long)H, (long long)n,
+               hc == 4 ? "identical to f32 rows of the same values" : "refused outside hc 4");
+        free(hs), free(ye), free(wt), free(sh), free(post), free(comb), free(ref), free(h32), free(h16), free(ye16), free(slot);
     }
 }
 
@@ -364,6 +424,17 @@ static void run_heads16(int64_t n, int64_t nh, int64_t hd, int64_t rd, int64_t p
                 fail_msg("heads bf16 in/out m%d s%+d (%lld, %lld): %04x, f32 rows rounded %04x", mode, sign, (long long)t,
                          (long long)j, y16[t * ldd + j], f2bf(f));
         }
+    if (hd % 256 == 0) { /* those ran 8 values a lane; f32 rows one value apart (ld + 1: one value a lane) give the same bits */
+        const int64_t ld1 = ld + 1;
+        float *x1 = fzero(n * ld1);
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t j = 0; j < ld; j++) x1[t * ld1 + j] = bf2f(x16[t * ld + j]);
+        PDB_TEST_OK(pdb_cuda_v4_probe_heads_norm_rope(x1, ld1, n, nh, hd, rd, mode, mode == 2 ? w : NULL, cs, pos0, sign, eps));
+        for (int64_t t = 0; t < n; t++)
+            assert_memory_equal(x1 + t * ld1, y + t * ldd, sizeof(float) * (size_t)ldd);
+        printf(" heads hd %lld: 16-byte rows and one value a lane identical\n", (long long)hd);
+        free(x1);
+    }
     free(x), free(w), free(cs), free(y), free(x16), free(y16);
 }
 
@@ -381,6 +452,7 @@ static void test_heads_norm_rope(void **st) {
     run_heads(2, 64, 512, 64, 0, 2, 1, 33);
     run_heads16(4, 64, 512, 64, 8192, 1, 1, 1000); /* the engine's q heads: rows of q_b with the indexer's part beside */
     run_heads16(4, 64, 128, 64, 0, 0, 1, 1000);    /* the indexer's heads */
+    run_heads16(3, 4, 256, 64, 0, 2, -1, 5);       /* 16-byte rows with the weighted norm and the inverse rotation */
 }
 
 /* ---------------------------------------- compress ---------------------------------------- */
@@ -666,7 +738,7 @@ static void test_swiglu(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_without_gpu), cmocka_unit_test(test_embed_hc),  cmocka_unit_test(test_hc_pre),
-        cmocka_unit_test(test_hc_post),     cmocka_unit_test(test_hc_head),   cmocka_unit_test(test_heads_norm_rope),
+        cmocka_unit_test(test_hc_post),     cmocka_unit_test(test_hc_post_moe), cmocka_unit_test(test_hc_head),   cmocka_unit_test(test_heads_norm_rope),
         cmocka_unit_test(test_compress),    cmocka_unit_test(test_index_reduce), cmocka_unit_test(test_topk),
         cmocka_unit_test(test_route),       cmocka_unit_test(test_swiglu),
     };

@@ -1,0 +1,20 @@
+# Session 23 call 2: NEW = call 1's build + the routed experts' output rows stored bf16 (D49; changes bits), the
+# top-k's histogram without __match_any_sync, the heads' norm + rope 16 bytes a lane, and the f32 x left out where
+# a bf16 engine never reads it (the MoE site's; a hookless engine's). Tests of NEW; BASE (281e922) / NEW / BASE at
+# 32K and 128K on 4 layers x 256 experts; the bf16 ceiling; a 128K forward of NEW under ncu.
+source scripts/pdb_carry.sh
+tar xJf .cache/devcarry_base/devcarry_base.tar.xz -C /tmp; BASE=/tmp/devcarry_base/bin
+pdb_carry_unpack .cache/devcarry; B=$CARRY/bin
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > $OUT/gpu.txt; cat $OUT/gpu.txt
+T=$OUT/tests.log
+for t in test_cuda_v4_ops test_cuda_v4_engine test_prefill_cuda_v4 test_cuda_v4_attn test_cuda_v4_index; do
+  echo "== NEW $t" >> $T; timeout 150 $B/$t >> $T 2>&1; echo "NEW $t rc=$?" | tee -a $T; done
+grep -E "PASSED|FAILED|Failure|hookless|without f32 x|moe\) hc|identical$|engine bf16 (logits|layer)|block" $T | cut -c1-250 | head -40
+for b in "$BASE" "$B" "$BASE"; do echo "[$b]"; timeout 150 $b/cuda_v4_bench seeded v4-flash 4 256 3 32768,131072 bf16 60 profile; done 2>&1 \
+  | tee $OUT/bench_4x256.log | grep -E "^\[|time=|profile" | cut -c1-300
+python3 bench/gpu_prefill.py ceiling 2>&1 | tee $OUT/ceiling.log | tail -1
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+timeout 200 $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
+  $B/cuda_v4_bench seeded v4-flash 4 256 3 131072 bf16 60 > $OUT/ncu_128k.csv 2> $OUT/ncu_128k.err; echo "ncu rc=$?"
+python3 bench/results/issue21_session23/ncu_sum.py $OUT/ncu_128k.csv > $OUT/ncu_128k_summary.txt; head -30 $OUT/ncu_128k_summary.txt
+xz -9 $OUT/ncu_128k.csv
