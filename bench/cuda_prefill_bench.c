@@ -9,7 +9,8 @@
  * tensor cores), bf16-cudacores (the absorbed f32 CUDA-core kernel on the same bf16 cache), f32,
  * exact; T: prompt lengths, default 4096,16384,65536; FLAGS: comma-separated, "profile" prints each
  * run's device time per stage (CUDA events), "moe-cublas" runs the routed experts as per-expert
- * cuBLAS calls instead of the grouped tensor-core GEMM, "kv-recompute" expands the MHA form's K and V
+ * cuBLAS calls and "moe-kernel" on the own grouped tensor-core GEMM instead of cuBLAS row-tile products
+ * over the device layout (the default), "kv-recompute" expands the MHA form's K and V
  * of every key again at each pass instead of keeping every layer's). */
 #include <stdint.h>
 #include <stdio.h>
@@ -71,6 +72,7 @@ int main(int argc, char **argv) {
                                         : !strcmp(prec, "bf16-absorbed") ? PDB_CUDA_ATTN_ABSORBED_TC
                                                                          : PDB_CUDA_ATTN_AUTO,
                                 .moe_cublas = strstr(flags, "moe-cublas") != NULL,
+                                .moe_kernel = strstr(flags, "moe-kernel") != NULL,
                                 .mha_kv_recompute = strstr(flags, "kv-recompute") != NULL,
                                 .profile = strstr(flags, "profile") != NULL};
     printf("cuda-bench flags=\"%s\"\n", flags);

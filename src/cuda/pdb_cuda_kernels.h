@@ -118,6 +118,33 @@ pdb_status pdb_cuda_moe_gather_bf16(cudaStream_t s, const float *src, const int3
 pdb_status pdb_cuda_moe_gather_rows16(cudaStream_t s, const void *src, const int32_t *src_row, int64_t R, int64_t H, void *dst);
 /* out [count] bf16 = silu(g) * u (pdb_cuda_silu_mul's f32 result, rounded to bf16). */
 pdb_status pdb_cuda_silu_mul_bf16(cudaStream_t s, const float *g, const float *u, void *out, int64_t count);
+/* The same of bf16 g, u (widened exactly: the f32 rows of the same values give the same bits); out must
+ * not overlap g or u. */
+pdb_status pdb_cuda_silu_mul_bf16in(cudaStream_t s, const void *g, const void *u, void *out, int64_t count);
+
+/* The routed experts as cuBLAS row-tile products (pdb_cuda_moe_tiles.cu): over pdb_cuda_moe_layout's
+ * layout, g, u [tile rows, I] (gdt) = xe . w1[e]^T, xe . w3[e]^T, then (after the caller's activation
+ * into xe's first tile-rows x I values) ye [tile rows, H] (ydt) = xe . w2[e]^T; w1, w3 [E, I, H], w2
+ * [E, H, I] of dt (bf16). Buffers of ntpad tiles (pdb_cuda_moe_tiles_pad of the pass's most tiles):
+ * xe [ntpad * TILE, max(H, I)], g, u [ntpad * TILE, I], ye [ntpad * TILE, H]; ptrs device [8, ntpad],
+ * h_tiles pinned host [ntpad]. Every call is PDB_CUDA_MOE_GROUP tiles (the last group's spare tiles
+ * run on expert 0, rows nobody reads): a row's result depends on its own tile alone. */
+enum { PDB_CUDA_MOE_GROUP = 64 };
+typedef struct pdb_cuda_moe_tiles {
+    pdb_cuda_blas *blas; /* its stream runs everything */
+    pdb_cuda_dt dt, gdt, ydt;
+    int64_t E, H, I, ntpad;
+    void *xe, *g, *u, *ye;
+    const void **ptrs;
+    int32_t *h_tiles;
+} pdb_cuda_moe_tiles;
+int64_t pdb_cuda_moe_tiles_pad(int64_t ntmax);
+/* The gate and up products of this pass's nt tiles (tile_e, device): *used = the tiles the layout
+ * filled (read back: one synchronisation). */
+pdb_status pdb_cuda_moe_tiles_up(const pdb_cuda_moe_tiles *m, const int32_t *tile_e, int64_t nt, const void *w1,
+                                 const void *w3, const void *w2, int64_t *used);
+/* The down products of the used tiles (the w2 pointers made by tiles_up). */
+pdb_status pdb_cuda_moe_tiles_down(const pdb_cuda_moe_tiles *m, int64_t used);
 /* C [M, N] (ldc) = (or, accumulate: C +) A [M, K] (lda) . W [N, K]^T (ldw), f32, each element
  * pdb_qmat_dot's order exactly (32 lanes, fma in k order, fold 16/8/4/2/1); batch <= 65535 with
  * element strides sa, sw, sc. The exact engine's products and the capture hook. */

@@ -178,12 +178,38 @@ __global__ void __launch_bounds__(256) k_moe_gather_rows16(const __nv_bfloat16 *
         for (int64_t c = threadIdx.x; c < H; c += blockDim.x) dst[r * H + c] = s >= 0 ? src[(int64_t)s * H + c] : __float2bfloat16_rn(0.0f);
 }
 
-/* out [count] bf16 = silu(g) * u with pdb_cuda_silu_mul's formula, then rounded once to bf16. */
+/* silu(x) * u with pdb_cuda_silu_mul's formula (the exponential in double). */
+__device__ __forceinline__ float silu_mul1(float x, float u) {
+    return __fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, (float)exp(-(double)x))), u);
+}
+
+/* out [count] bf16 = silu(g) * u, rounded once to bf16. */
 __global__ void k_silu_mul_bf16(const float *g, const float *u, __nv_bfloat16 *out, int64_t count) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= count) return;
-    float x = g[i];
-    out[i] = __float2bfloat16_rn(__fmul_rn(__fdiv_rn(x, __fadd_rn(1.0f, (float)exp(-(double)x))), u[i]));
+    out[i] = __float2bfloat16_rn(silu_mul1(g[i], u[i]));
+}
+
+/* The same of bf16 g, u; V8: 8 values a thread in 16-byte pieces (count8 = count / 8, aligned). */
+template <bool V8>
+__global__ void k_silu_mul16(const __nv_bfloat16 *__restrict__ g, const __nv_bfloat16 *__restrict__ u, __nv_bfloat16 *__restrict__ out,
+                             int64_t count) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (!V8) {
+        if (i < count) out[i] = __float2bfloat16_rn(silu_mul1(__bfloat162float(g[i]), __bfloat162float(u[i])));
+        return;
+    }
+    if (i >= count) return;
+    const uint4 gv = ((const uint4 *)g)[i], uv = ((const uint4 *)u)[i];
+    const __nv_bfloat162 *ga = (const __nv_bfloat162 *)&gv, *ua = (const __nv_bfloat162 *)&uv;
+    uint4 ov;
+    __nv_bfloat162 *oa = (__nv_bfloat162 *)&ov;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 a = __bfloat1622float2(ga[j]), b = __bfloat1622float2(ua[j]);
+        oa[j] = __floats2bfloat162_rn(silu_mul1(a.x, b.x), silu_mul1(a.y, b.y));
+    }
+    ((uint4 *)out)[i] = ov;
 }
 
 int pdb_cuda_moe_tc_fits(int64_t H, int64_t Im) { return H > 0 && Im > 0 && H % 8 == 0 && Im % 8 == 0; }
@@ -239,6 +265,17 @@ pdb_status pdb_cuda_moe_gather_rows16(cudaStream_t s, const void *src, const int
         k_moe_gather_rows16<true><<<(unsigned)R, 256, 0, s>>>((const __nv_bfloat16 *)src, src_row, H, (__nv_bfloat16 *)dst);
     else k_moe_gather_rows16<false><<<(unsigned)R, 256, 0, s>>>((const __nv_bfloat16 *)src, src_row, H, (__nv_bfloat16 *)dst);
     PDB_CU_LAUNCH("moe gather (bf16 rows)");
+    return PDB_OK;
+}
+
+pdb_status pdb_cuda_silu_mul_bf16in(cudaStream_t s, const void *g, const void *u, void *out, int64_t count) {
+    if (count <= 0) return PDB_OK;
+    const __nv_bfloat16 *gb = (const __nv_bfloat16 *)g, *ub = (const __nv_bfloat16 *)u;
+    __nv_bfloat16 *ob = (__nv_bfloat16 *)out;
+    if (count % 8 == 0 && ((uintptr_t)g | (uintptr_t)u | (uintptr_t)out) % 16 == 0)
+        k_silu_mul16<true><<<(unsigned)((count / 8 + 255) / 256), 256, 0, s>>>(gb, ub, ob, count / 8);
+    else k_silu_mul16<false><<<(unsigned)((count + 255) / 256), 256, 0, s>>>(gb, ub, ob, count);
+    PDB_CU_LAUNCH("silu mul (bf16 in)");
     return PDB_OK;
 }
 

@@ -49,8 +49,14 @@ typedef struct pdb_cuda_prefill {
     int exact;                  /* PDB_CUDA_PREC_EXACT: dot32 products and the exact attention */
     int attn_tc;                /* bf16 cache: absorbed attention on the tensor cores (pdb_cuda_mla_tc.cu) */
     int attn_mha;               /* bf16 cache: the MHA form on the tensor cores (takes precedence) */
-    int moe_tc;                 /* bf16: routed experts as grouped tensor-core GEMMs (pdb_cuda_moe_tc.cu) */
-    int64_t Rmax;               /* gathered expert rows a pass may need (padded per expert in moe_tc) */
+    int moe_tc;                 /* bf16: routed experts on the device layout: cuBLAS row tiles (pdb_cuda_moe_tiles,
+                                   the default) or, with moe_kernel, the own grouped GEMM (pdb_cuda_moe_tc.cu) */
+    int moe_kernel;             /* opts.moe_kernel */
+    int64_t Rmax;               /* gathered expert rows a pass may need (padded per expert in moe_tc; row tiles:
+                                   ntpad tiles) */
+    int64_t ntpad;              /* row tiles: the buffers' tiles (pdb_cuda_moe_tiles_pad) */
+    const void **ptrs;          /* row tiles: device [8, ntpad] their operands */
+    int32_t *h_tiles;           /* row tiles: pinned [ntpad] the layout's tile experts */
     int64_t dqp, qstride;       /* MHA form: padded q/k width, Qb rows per head */
     int kv_recompute;           /* MHA form: opts.mha_kv_recompute */
     int64_t kv_layers;          /* MHA form: layers of K/V kept (nl: each pass expands its own positions; 1: all again) */
@@ -265,6 +271,8 @@ static void seq_free(cu_prefill *c) {
     cudaFreeHost(c->h_ids);
     cudaFreeHost(c->h_topk);
     cudaFreeHost(c->h_rows);
+    cudaFreeHost(c->h_tiles);
+    c->h_tiles = NULL;
     free(c->h_cnt);
     cudaFreeHost(c->blk);
     c->blk = NULL;
@@ -329,6 +337,12 @@ extern "C" pdb_status pdb_cuda_prefill_begin(cu_prefill *c, int64_t max_tokens, 
     PDB_TRY(dalloc(&c->seq, &c->topk_w, sz * (size_t)(S * K)));
     PDB_TRY(dalloc(&c->seq, &c->topk_idx, sizeof(int32_t) * (size_t)(S * K)));
     c->Rmax = S * K + (c->moe_tc ? E * PDB_CUDA_MOE_TILE : 0);
+    if (c->moe_tc && !c->moe_kernel) {
+        c->ntpad = pdb_cuda_moe_tiles_pad(pdb_cuda_moe_max_tiles(S * K, E));
+        c->Rmax = c->ntpad * PDB_CUDA_MOE_TILE;
+        PDB_TRY(dalloc(&c->seq, &c->ptrs, sizeof(void *) * (size_t)(8 * c->ntpad)));
+        PDB_TRY(hpin(&c->h_tiles, sizeof(int32_t) * (size_t)c->ntpad));
+    }
     int64_t Rm = c->Rmax, wide = c->H > c->Im ? c->H : c->Im;
     PDB_TRY(dalloc(&c->seq, &c->row_src, sizeof(int32_t) * (size_t)Rm));
     PDB_TRY(dalloc(&c->seq, &c->tile_e, sizeof(int32_t) * (size_t)(Rm / PDB_CUDA_MOE_TILE + 1)));
@@ -512,6 +526,22 @@ static pdb_status moe_grouped(cu_prefill *c, const cu_layer *L, int64_t n) {
     return PDB_OK;
 }
 
+/* The same layout's tiles as cuBLAS row-tile products (pdb_cuda_moe_tiles, the default): g and u bf16
+ * (cuBLAS rounds each f32 sum once as it stores it), the SiLU-mul into xe, f32 ye. */
+static pdb_status moe_tiles(cu_prefill *c, const cu_layer *L, int64_t n) {
+    const int64_t H = c->H, Im = c->Im, nt = pdb_cuda_moe_max_tiles(n * c->K, c->E), R = nt * PDB_CUDA_MOE_TILE;
+    PDB_TRY(pdb_cuda_moe_layout(c->s, c->topk_idx, n, c->K, c->E, c->lay, c->row_src, c->slot_row, c->tile_e));
+    PDB_TRY(pdb_cuda_moe_gather_bf16(c->s, c->xn, c->row_src, R, H, c->xe));
+    PDB_TRY(mark(c, ST_LAYOUT));
+    const pdb_cuda_moe_tiles mt = {&c->blas, PDB_CUDA_DT_BF16, PDB_CUDA_DT_BF16, PDB_CUDA_DT_F32, c->E, H, Im, c->ntpad,
+                                   c->xe, c->g, c->u, c->ye, c->ptrs, c->h_tiles};
+    int64_t used = 0;
+    PDB_TRY(pdb_cuda_moe_tiles_up(&mt, c->tile_e, nt, L->eg, L->eu, L->ed, &used));
+    PDB_TRY(pdb_cuda_silu_mul_bf16in(c->s, c->g, c->u, c->xe, used * PDB_CUDA_MOE_TILE * Im)); /* xe's rows are consumed */
+    PDB_TRY(pdb_cuda_moe_tiles_down(&mt, used));
+    return mark(c, ST_EXPERTS);
+}
+
 /* The routed experts as cuBLAS calls per expert (f32, exact and the comparison path). */
 static pdb_status moe_per_expert(cu_prefill *c, const cu_layer *L, int64_t n, const int64_t *cnt) {
     int64_t H = c->H, E = c->E, K = c->K, Im = c->Im;
@@ -571,7 +601,7 @@ static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
     if (c->cfg.n_shared_experts > 0) PDB_TRY(mlp(c, c->xn, n, L->sg, L->su, L->sd, c->Is, 0.0f, c->sh));
     PDB_TRY(mark(c, ST_SHARED));
     if (c->moe_tc) {
-        PDB_TRY(moe_grouped(c, L, n));
+        PDB_TRY(c->moe_kernel ? moe_grouped(c, L, n) : moe_tiles(c, L, n));
     } else {
         PDB_CU(cudaStreamSynchronize(c->s));
         int64_t *cnt = c->h_cnt;
@@ -808,6 +838,7 @@ extern "C" pdb_status pdb_cuda_prefill_create(const pdb_config *cf, const pdb_st
     c->kv_recompute = co && co->mha_kv_recompute;
     c->moe_tc = prec == PDB_CUDA_PREC_BF16 && !(co && co->moe_cublas) && pdb_cuda_moe_tc_fits(cf->hidden_size,
                                                                                              cf->moe_intermediate_size);
+    c->moe_kernel = co && co->moe_kernel;
     c->gemm_rows = !co || co->gemm_rows == 0 ? PDB_CUDA_GEMM_ROWS_DEFAULT : co->gemm_rows < 0 ? 0 : co->gemm_rows;
     c->H = cf->hidden_size; c->nh = cf->num_heads; c->nope = cf->qk_nope_head_dim; c->rope_d = cf->qk_rope_head_dim;
     c->qk = c->nope + c->rope_d; c->vd = cf->v_head_dim; c->kvl = cf->kv_lora_rank; c->row = row;

@@ -52,8 +52,11 @@ typedef struct pdb_cuda_prefill_opts {
                             not depend on the chunking (chunked = one-shot); 0 = the default
                             (PDB_CUDA_GEMM_ROWS_DEFAULT), -1 = off (one call per product, fastest) */
     pdb_cuda_attn attn;  /* bf16 engine's attention kernel (the other precisions have their own) */
-    int moe_cublas;      /* bf16 engine: routed experts as per-expert cuBLAS calls instead of the grouped
-                            tensor-core GEMM (pdb_cuda_moe_tc.cu), for comparison */
+    int moe_cublas;      /* bf16 engine: routed experts as per-expert cuBLAS calls (as many rows as each expert
+                            has) instead of the device layout's row tiles, for comparison */
+    int moe_kernel;      /* bf16 engine: the device layout's tiles on the own grouped tensor-core GEMM
+                            (pdb_cuda_moe_tc.cu) instead of cuBLAS row-tile products (pdb_cuda_moe_tiles, the
+                            default), for comparison */
     int mha_kv_recompute; /* bf16 MHA form: expand every key's K and V again at each pass (what runs when
                              the GPU cannot keep every layer's), for comparison; same output bits */
     int profile;         /* time every stage of each forward pass with CUDA events

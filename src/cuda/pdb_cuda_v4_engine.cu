@@ -48,7 +48,7 @@ extern "C" {
 /* HC_MIX_ROWS: the hc mixes' cuBLAS tile where pdb_cuda_v4_hc_mix does not fit; ROUTER_ROWS: the router's
  * f32 tile (cuBLAS runs it a tile per call, with split K: at 1024 rows a pass's router takes 0.76x the time of
  * 512-row tiles, the same bits, issue21_session18) */
-enum { HOOK_SLOTS = 4, MOE_GROUP = 64 /* expert row tiles per cuBLAS call */, HC_MIX_ROWS = 1024, ROUTER_ROWS = 1024 };
+enum { HOOK_SLOTS = 4, HC_MIX_ROWS = 1024, ROUTER_ROWS = 1024 };
 /* the indexer's dot products per sub-block of tokens: at most this many bytes of f32 */
 static const size_t IDX_DOTS_BYTES = (size_t)1 << 30;
 /* the fused (tensor-core) indexer's score rows per sub-block: at most this many bytes */
@@ -114,7 +114,7 @@ struct pdb_cuda_v4_engine {
     int32_t *ids, *sel, *nsel, *idx, *lay, *row_src, *slot_row, *tile_e;
     int64_t *lrow;
     int64_t Rmax, ntmax, ntpad, tb_max, cvt_n;
-    const void **ptrs;           /* [8, ntpad] the grouped experts' operands (k_moe_ptrs) */
+    const void **ptrs;           /* [8, ntpad] the expert tiles' operands (pdb_cuda_moe_tiles) */
     /* host */
     float *h_x[HOOK_SLOTS];
     cudaEvent_t ev_x[HOOK_SLOTS], ev_ready[HOOK_SLOTS]; /* slot's host copy done / device copy done */
@@ -729,7 +729,7 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
     PDB_TRY(pdb_cuda_dalloc(q, &e->wt, f * (size_t)(S * Kx), "routing weights"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->idx, sizeof(int32_t) * (size_t)(S * Kx), "routing picks"));
     e->ntmax = pdb_cuda_moe_max_tiles(S * Kx, E);
-    e->ntpad = (e->ntmax + MOE_GROUP - 1) / MOE_GROUP * MOE_GROUP;
+    e->ntpad = pdb_cuda_moe_tiles_pad(e->ntmax);
     e->Rmax = e->ntpad * PDB_CUDA_MOE_TILE;
     PDB_TRY(pdb_cuda_dalloc(q, &e->ptrs, sizeof(void *) * (size_t)(8 * e->ntpad), "expert pointers"));
     PDB_TRY(pdb_cuda_dalloc(q, &e->lay, sizeof(int32_t) * (size_t)(S * Kx + 2 * E), "moe layout scratch"));
@@ -761,7 +761,7 @@ static pdb_status begin_inner(eng *e, int64_t cap, int64_t sub) {
         for (int i = 0; i < HOOK_SLOTS; i++) PDB_TRY(hpin(&e->h_p[i], f * (size_t)(S * e->NHmax)));
     }
     PDB_TRY(hpin(&e->h_ids, sizeof(int32_t) * (size_t)S));
-    PDB_TRY(hpin(&e->h_tiles, sizeof(int32_t) * (size_t)e->ntmax));
+    PDB_TRY(hpin(&e->h_tiles, sizeof(int32_t) * (size_t)e->ntpad));
     PDB_CU(cudaStreamSynchronize(e->s));
     e->len = 0;
     return PDB_OK;
@@ -956,55 +956,18 @@ __global__ void k_gather_rows(const float *src, const int32_t *rows, int64_t R, 
     for (int64_t d = threadIdx.x; d < H; d += blockDim.x) dst[r * H + d] = s >= 0 ? src[(int64_t)s * H + d] : 0.0f;
 }
 
-/* The grouped experts' operand pointers for every row tile i < ntpad (tile_e[i] < 0 or i >= nt, this
- * pass's tile bound: a dummy tile on expert 0 whose rows nobody reads): P[k * ntpad + i] for k = 0 A (xe, [T, H] tiles),
- * 1 w1[e], 2 w3[e], 3 g, 4 u (gsz bytes a value), 5 A of w2 (xe again, [T, I] tiles), 6 w2[e], 7 ye. */
-__global__ void k_moe_ptrs(const int32_t *tile_e, int64_t nt, int64_t ntpad, int64_t E, const char *xe, const char *w1,
-                           const char *w3, const char *w2, char *g, char *u, int64_t gsz, char *ye, int64_t ysz, int64_t I,
-                           int64_t H, int64_t esz, const void **P) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, T = PDB_CUDA_MOE_TILE;
-    if (i >= ntpad) return;
-    int64_t x = i < nt ? tile_e[i] : -1; /* tile_e past this pass's nt tiles is stale or never written */
-    if (x < 0 || x >= E) x = 0;
-    P[0 * ntpad + i] = xe + i * T * H * esz;
-    P[1 * ntpad + i] = w1 + x * I * H * esz;
-    P[2 * ntpad + i] = w3 + x * I * H * esz;
-    P[3 * ntpad + i] = g + i * T * I * gsz;
-    P[4 * ntpad + i] = u + i * T * I * gsz;
-    P[5 * ntpad + i] = xe + i * T * I * esz;
-    P[6 * ntpad + i] = w2 + x * H * I * esz;
-    P[7 * ntpad + i] = ye + i * T * H * ysz;
-}
-
-/* The routed experts as cuBLAS products of one row tile each, MOE_GROUP tiles per call (the last
- * call padded with dummy tiles): every call has the same shape, so a row's result does not
- * depend on the routing of the rows beside it. g and u are bf16 (gdt: cuBLAS rounds each f32 sum
- * once as it stores it), read once by the SwiGLU, and the output rows ye likewise of ydt (bf16 at
- * V4's hc 4), read once by the post-site (D49). The tile count comes back to the host (one
- * synchronisation per MoE layer). */
+/* The routed experts as cuBLAS row-tile products (pdb_cuda_moe_tiles: M-invariant groups of tiles;
+ * the tile count comes back to the host, one synchronisation per MoE layer). g and u are bf16 (gdt:
+ * cuBLAS rounds each f32 sum once as it stores it), read once by the SwiGLU, and the output rows ye
+ * likewise of ydt (bf16 at V4's hc 4), read once by the post-site (D49). */
 static pdb_status experts_cublas(eng *e, const v4_dlayer *D, int64_t nt) {
-    const int64_t H = e->H, I = e->I, T = PDB_CUDA_MOE_TILE, np = e->ntpad;
-    k_moe_ptrs<<<(unsigned)((np + 127) / 128), 128, 0, e->s>>>(e->tile_e, nt, np, e->E, (const char *)e->xe, (const char *)D->w1,
-                                                              (const char *)D->w3, (const char *)D->w2, (char *)e->g, (char *)e->u,
-                                                              (int64_t)pdb_cuda_dt_size(e->gdt), (char *)e->ye,
-                                                              (int64_t)pdb_cuda_dt_size(e->ydt), I, H, (int64_t)e->esz, e->ptrs);
-    PDB_CU_LAUNCH("expert pointers");
-    PDB_CU(cudaMemcpyAsync(e->h_tiles, e->tile_e, sizeof(int32_t) * (size_t)nt, cudaMemcpyDeviceToHost, e->s));
-    PDB_CU(cudaStreamSynchronize(e->s));
+    const pdb_cuda_moe_tiles mt = {&e->blas, e->dt, e->gdt, e->ydt, e->E, e->H, e->I, e->ntpad, e->xe, e->g, e->u, e->ye,
+                                   e->ptrs, e->h_tiles};
     int64_t used = 0;
-    while (used < nt && e->h_tiles[used] >= 0) used++;
-    const void *const *P = e->ptrs;
-    for (int64_t g0 = 0; g0 < used; g0 += MOE_GROUP) {
-        PDB_TRY(pdb_cuda_gemm_ptrs_ct(&e->blas, e->dt, e->gdt, T, I, H, P + g0, H, P + np + g0, H, (void *const *)(P + 3 * np + g0), I,
-                                      MOE_GROUP));
-        PDB_TRY(pdb_cuda_gemm_ptrs_ct(&e->blas, e->dt, e->gdt, T, I, H, P + g0, H, P + 2 * np + g0, H, (void *const *)(P + 4 * np + g0), I,
-                                      MOE_GROUP));
-    }
-    PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, e->gdt, used * T * I, (float)e->cfg.swiglu_limit, e->dt, e->xe));
-    for (int64_t g0 = 0; g0 < used; g0 += MOE_GROUP)
-        PDB_TRY(pdb_cuda_gemm_ptrs_ct(&e->blas, e->dt, e->ydt, T, H, I, P + 5 * np + g0, I, P + 6 * np + g0, I,
-                                      (void *const *)(P + 7 * np + g0), H, MOE_GROUP));
-    return PDB_OK;
+    PDB_TRY(pdb_cuda_moe_tiles_up(&mt, e->tile_e, nt, D->w1, D->w3, D->w2, &used));
+    PDB_TRY(pdb_cuda_v4_swiglu(e->s, e->g, e->u, e->gdt, used * PDB_CUDA_MOE_TILE * e->I, (float)e->cfg.swiglu_limit, e->dt,
+                               e->xe));
+    return pdb_cuda_moe_tiles_down(&mt, used);
 }
 
 /* The MoE sub-block on x [n, H]: the routed experts' rows and the shared expert's, which the post-site combines. */

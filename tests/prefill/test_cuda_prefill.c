@@ -242,19 +242,22 @@ static void run_prefill(fixture *f, const char *preset) {
     float *full = malloc(sizeof(float) * (size_t)(L * T * row)), *one = malloc(sizeof(float) * (size_t)(L * T * row));
     float *logits = malloc(sizeof(float) * (size_t)V);
     float *one_logits = malloc(sizeof(float) * (size_t)V);
-    /* bf16 four times: the MHA form and the absorbed form on the tensor cores, the CUDA-core kernel,
-     * and the routed experts as per-expert cuBLAS calls instead of the grouped GEMM with the MHA
-     * form's K and V expanded again at every pass instead of kept per layer */
+    /* bf16 four times: the MHA form and the absorbed form on the tensor cores (the routed experts as
+     * cuBLAS row tiles), the CUDA-core kernel with the experts on the own grouped GEMM, and the routed
+     * experts as per-expert cuBLAS calls with the MHA form's K and V expanded again at every pass
+     * instead of kept per layer */
     pdb_cuda_prec precs[6] = {PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16, PDB_CUDA_PREC_BF16,
                               PDB_CUDA_PREC_F32, PDB_CUDA_PREC_EXACT};
     pdb_cuda_attn attns[6] = {PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_ABSORBED_TC, PDB_CUDA_ATTN_CUDA_CORES,
                               PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_AUTO, PDB_CUDA_ATTN_AUTO};
-    const char *pname[6] = {"bf16", "bf16-absorbed", "bf16-cudacores", "bf16-moe-cublas+kv-recompute", "f32", "exact"};
+    const char *pname[6] = {"bf16", "bf16-absorbed", "bf16-cudacores+moe-kernel", "bf16-moe-cublas+kv-recompute", "f32",
+                            "exact"};
     float *tc_logits = malloc(sizeof(float) * (size_t)V);
     for (int pi = 0; pi < 6; pi++) {
         pdb_prefill_backend_opts o = {.cfg = c, .engine = f->st, .decoder = f->st, .exec = {.threads = 1, .device = 0}};
         pdb_cuda_prefill_opts co = {.prec = precs[pi], .sub_chunk = 0, .page_tokens = 64, .attn = attns[pi],
-                                    .moe_cublas = pi == 3, .mha_kv_recompute = pi == 3, .profile = pi == 0};
+                                    .moe_cublas = pi == 3, .moe_kernel = pi == 2, .mha_kv_recompute = pi == 3,
+                                    .profile = pi == 0};
         pdb_prefill_backend *be = NULL;
         PDB_TEST_OK(pdb_prefill_cuda_create(&o, &co, &be));
         int64_t chunks[] = {1000, 1, 7, 64}; /* 1000 >= T: one-shot (in passes of sub_chunk) first */
