@@ -7,7 +7,7 @@
 #   bench/gpu_prefill.sh [MODEL_DIR]   (default /tmp/pdb-v2lite-full: make-model preset v2-lite,
 #                                       27 layers, 64 experts, vocab 102400, bf16, seed 3)
 # Env: TOKENS (default "8192 32768 131072"), PEER_TOKENS (default "8192 32768"), BUDGET_S (one
-# run's time budget of cuda_prefill_bench, default 200), OLD_ARCHIVE (another build's devcarry.tar.xz:
+# run's time budget of cuda_prefill_bench, default 200), OLD_ARCHIVE (another build's carry archive, one folder of bin/ and lib/:
 # its engine is run on the same checkpoint at OLD_TOKENS, default "8192 32768", into engine_old.log,
 # for a before/after in one run). The engine runs with the stage profile (profile_ms lines).
 set -uo pipefail
@@ -34,9 +34,10 @@ experts=$(python3 -c "import json;print(json.load(open('$MODEL/config.json'))['n
 
 "$B/cuda_prefill_bench" "$MODEL" "$layers" "$experts" 8192 "${BUDGET_S:-200}" 0 bf16 "$(echo $TOKENS | tr ' ' ,)" profile 2>&1 | tee "$OUT/engine.log"
 if [ -n "${OLD_ARCHIVE:-}" ]; then
-  mkdir -p /tmp/gpu-old && tar xJf "$OLD_ARCHIVE" -C /tmp/gpu-old &&
-    LD_LIBRARY_PATH="/tmp/gpu-old/devcarry/lib:/usr/local/cuda/lib64:${cublas_dir}" /tmp/gpu-old/devcarry/bin/cuda_prefill_bench \
-      "$MODEL" "$layers" "$experts" 8192 "${BUDGET_S:-200}" 0 bf16 "$(echo ${OLD_TOKENS:-8192 32768} | tr ' ' ,)" 2>&1 | tee "$OUT/engine_old.log"
+  rm -rf /tmp/gpu-old && mkdir -p /tmp/gpu-old && tar xJf "$OLD_ARCHIVE" -C /tmp/gpu-old # one folder: bin/ and lib/
+  old_bin=$(ls -d /tmp/gpu-old/*/bin | head -1)
+  LD_LIBRARY_PATH="$old_bin/../lib:$LD_LIBRARY_PATH" "$old_bin/cuda_prefill_bench" \
+    "$MODEL" "$layers" "$experts" 8192 "${BUDGET_S:-200}" 0 bf16 "$(echo ${OLD_TOKENS:-8192 32768} | tr ' ' ,)" 2>&1 | tee "$OUT/engine_old.log"
 fi
 python3 "$ROOT/bench/gpu_prefill.py" peer "$MODEL" $PEER_TOKENS 2>&1 | tee "$OUT/peer.log"
 
