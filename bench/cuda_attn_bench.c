@@ -4,7 +4,7 @@
  * (prompt length, configuration): the best of REPS whole-prompt times, the causal FLOP rate, and
  * how many output elements differ in their bits from the first configuration's (0 expected).
  * Invariant: every number printed was measured in this process.
- * Usage: cuda_attn_bench [T,T,... [CHUNK [W,W,... [REPS [HEADS]]]]] (W: warps per block)
+ * Usage: cuda_attn_bench [T,T,... [CHUNK [W,W,... [REPS [HEADS]]]]] (W: warps per block, 0 the warpgroup form)
  * (defaults 8192,32768,131072; 8192; 8,4; 3; 16). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +15,7 @@
 
 int main(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
-        printf("usage: cuda_attn_bench [T,T,... [CHUNK [W,W,... [REPS [HEADS]]]]]  (W: warps per block, 4 or 8)\n");
+        printf("usage: cuda_attn_bench [T,T,... [CHUNK [W,W,... [REPS [HEADS]]]]]  (W: warps per block, 4 or 8; 0 the warpgroup form)\n");
         return 0;
     }
     int64_t Ts[8] = {8192, 32768, 131072}, nT = 3;

@@ -30,8 +30,12 @@ static pdb_status probe_prompt(const pdb_cuda_attn_probe_opts *o, int64_t chunk,
     for (int64_t p0 = 0; p0 < o->tokens; p0 += chunk) {
         int64_t n = o->tokens - p0 < chunk ? o->tokens - p0 : chunk;
         float scale = o->scale > 0 ? o->scale : 1.0f / sqrtf((float)(o->nope + o->rope));
-        PDB_TRY(pdb_cuda_attention_mha_tiles(0, p->q, p->k, p->v, chunk, o->tokens, p0, n, o->heads, o->nope, o->rope,
-                                             o->dv, scale, p->out, warps));
+        if (warps == 0)
+            PDB_TRY(pdb_cuda_attention_mha_wg(0, p->q, p->k, p->v, chunk, o->tokens, p0, n, o->heads, o->nope, o->rope, o->dv,
+                                              scale, p->out));
+        else
+            PDB_TRY(pdb_cuda_attention_mha_tiles(0, p->q, p->k, p->v, chunk, o->tokens, p0, n, o->heads, o->nope, o->rope,
+                                                 o->dv, scale, p->out, warps));
         if (host_out)
             PDB_CU(cudaMemcpy(host_out + p0 * o->heads * o->dv, p->out, sizeof(float) * (size_t)(n * o->heads * o->dv),
                               cudaMemcpyDeviceToHost));
@@ -76,6 +80,8 @@ static pdb_status probe_rows(const pdb_cuda_attn_probe_opts *o, pdb_cuda_attn_pr
     }
     return PDB_OK;
 }
+
+int pdb_cuda_attn_probe_wg_fits(const pdb_cuda_attn_probe_opts *o) { return pdb_cuda_mha_wg_fits(o->nope, o->rope, o->dv); }
 
 pdb_status pdb_cuda_attn_probe_run(const pdb_cuda_attn_probe_opts *o, pdb_cuda_attn_probe_row *rows, int nrows) {
     if (!o || o->tokens <= 0 || o->heads <= 0 || nrows <= 0 || !pdb_cuda_mha_tc_fits(o->nope, o->rope, o->dv))

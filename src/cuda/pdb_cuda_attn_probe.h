@@ -27,7 +27,8 @@ typedef struct pdb_cuda_attn_probe_opts {
 } pdb_cuda_attn_probe_opts;
 
 typedef struct pdb_cuda_attn_probe_row {
-    int warps;         /* in: the tile configuration (pdb_cuda_attention_mha_tiles) */
+    int warps;         /* in: the tile configuration (pdb_cuda_attention_mha_tiles), 0: the warpgroup form
+                          (pdb_cuda_attention_mha_wg) */
     double ms;         /* out: best time of one whole prompt (every pass) */
     double tflops;     /* out: the causal scores' and values' FLOPs / ms */
     int64_t differing; /* out: output elements whose bits differ from the first configuration's */
@@ -55,6 +56,8 @@ PDB_PROBE_FN uint16_t pdb_cuda_probe_value(uint64_t seed, int which, uint64_t i)
  * values for every pass; K [heads, tokens, dqp], V [heads, tokens, dv]: element (h, p, d) of K is
  * pdb_cuda_probe_value(seed, 1, (h * tokens + p) * dqp + d) for d < nope + rope, 0 past it. */
 pdb_status pdb_cuda_attn_probe_run(const pdb_cuda_attn_probe_opts *o, pdb_cuda_attn_probe_row *rows, int nrows);
+/* 1 when o's shape runs the warpgroup form (a row of warps 0) on this device. */
+int pdb_cuda_attn_probe_wg_fits(const pdb_cuda_attn_probe_opts *o);
 
 #ifdef __cplusplus
 }

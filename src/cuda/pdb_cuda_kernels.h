@@ -75,11 +75,19 @@ pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb
                                   int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                   int64_t dv, float scale, float *out);
 /* The same kernel with `warps` warps of 16 query tokens per block (4 or 8; every choice gives the
- * same output bits); pdb_cuda_attention_mha runs PDB_CUDA_MHA_WARPS. */
+ * same output bits); pdb_cuda_attention_mha runs the warpgroup form where pdb_cuda_mha_wg_fits, else
+ * this one with PDB_CUDA_MHA_WARPS. */
 enum { PDB_CUDA_MHA_WARPS = 8 };
 pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb,
                                         int64_t qstride, int64_t kstride, int64_t pos0, int64_t n, int64_t nh,
                                         int64_t nope, int64_t rope, int64_t dv, float scale, float *out, int warps);
+/* The same contract on Hopper's warpgroup MMA (k_mha_wg: 128 query rows a block, m64n64k16 scores and
+ * m64n128k16 values, k_mha_tc's softmax; chunked = one shot bit for bit). Fits: V2's shape (q/k 128 + 64,
+ * v 128), an sm_90a build on a compute capability 9.0 device; else PDB_UNSUPPORTED. */
+int pdb_cuda_mha_wg_fits(int64_t nope, int64_t rope, int64_t dv);
+pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
+                                     int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
+                                     int64_t dv, float scale, float *out);
 /* out [n] = silu(g) * u elementwise (pdb_math_silu_mul's formula). */
 pdb_status pdb_cuda_silu_mul(cudaStream_t s, const float *g, const float *u, float *out, int64_t count);
 /* Routing of n tokens (pdb_v2_route semantics): probs [n, E] router logits, softmaxed in place;

@@ -27,6 +27,7 @@
 
 #include "pdb_cuda_kernels.h"
 #include "pdb_cuda_mma.h"
+#include "pdb_cuda_wgmma.h"
 
 enum { MH_K = 64 };
 
@@ -225,6 +226,185 @@ __global__ void __launch_bounds__(32 * WARPS)
     }
 }
 
+/* ------------------------------------------------------------------ warpgroup MMA (sm_90a), V2's shape
+ * k_mha_wg: k_mha_tc's contract and math on Hopper's wgmma for DQ 192, DV 128: a block is two
+ * warpgroups, each 64 query rows of one head (128 a block); Q and the key tiles (64 keys from position
+ * 0, K and V double-buffered by cp.async) sit in shared memory in the 128B-swizzled layout
+ * (pdb_cuda_wgmma.h: Q 3 regions of 128 rows, K 3 and V 2 of 64 rows). Per tile a warpgroup computes
+ * S = Q K^T over 12 k-steps (m64n64k16, both operands in shared memory) into one accumulator, in
+ * k_mha_tc's layout (a thread's rows g, g + 8 of its warp's 16, columns 8 j + 2 t, + 1), then
+ * k_mha_tc's mask, running max, base-2 softmax and bf16 P, and O += P V over 4 k-steps (m64n128k16, P
+ * from registers as the A fragments, V N-major). A warpgroup skips the tiles wholly past its last row
+ * (the block's barriers still run). Invariants as k_mha_tc's: key tiles start at position 0 in steps of
+ * 64 and every sum has a fixed order (each product's k-steps in order, the row statistics per thread
+ * then over the quad at the end), so chunking and the block a row lands in change no bit. */
+enum { MW_Q = 128, MW_THREADS = 256, MW_DQ = 192, MW_DV = 128, MW_QREG = MW_Q * 128, MW_KREG = MH_K * 128,
+       MW_KT = 3 * MW_KREG, MW_ST = MW_KT + 2 * MW_KREG };
+
+static size_t mha_wg_smem(void) { return 1024 /* alignment slack */ + 3 * (size_t)MW_QREG + 2 * (size_t)MW_ST; }
+
+#if PDB_WGMMA_DEVICE
+/* Rows 0 .. R-1 of src (C bf16 each, contiguous; rows >= ok zero-filled, dummy read instead) into the
+ * swizzled regions at dst (R rows each): 16-byte piece c of row r at region c / 8, r * 128 +
+ * ((c % 8) ^ (r % 8)) * 16. */
+template <int R, int C>
+static __device__ __forceinline__ void mw_load(uint8_t *dst, const __nv_bfloat16 *src, int64_t ok, const __nv_bfloat16 *dummy) {
+    constexpr int CH = C / 8, N = R * CH;
+    static_assert(N % MW_THREADS == 0, "whole passes of the block's threads");
+#pragma unroll
+    for (int k = 0; k < N / MW_THREADS; k++) {
+        const int i = threadIdx.x + k * MW_THREADS, r = i / CH, c = i % CH;
+        const bool v = r < ok;
+        cp16(dst + (c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4), v ? src + (int64_t)r * C + c * 8 : dummy, v);
+    }
+}
+#endif
+
+__global__ void __launch_bounds__(MW_THREADS, 1)
+    k_mha_wg(const __nv_bfloat16 *Qb, const __nv_bfloat16 *Kb, const __nv_bfloat16 *Vb, int64_t qstride, int64_t kstride,
+             int64_t pos0, int64_t n, float scale2, float *out, int64_t nh) {
+#if PDB_WGMMA_DEVICE
+    extern __shared__ uint8_t smem_mw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_mw);
+    uint8_t *Qs = smem_mw + ((1024 - (raw & 1023)) & 1023), *KV = Qs + 3 * MW_QREG; /* 1024-byte aligned */
+    const uint32_t qaddr = (uint32_t)__cvta_generic_to_shared(Qs), kvaddr = qaddr + 3 * MW_QREG;
+    const int tid = threadIdx.x, wg = tid >> 7, wt = tid & 127, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int rlo = 64 * wg + 16 * (wt >> 5) + g; /* this thread's rows in the block: rlo and rlo + 8 */
+    /* the longest query tiles (most keys) first, so the causal tail of the grid is the short ones */
+    const int64_t h = blockIdx.y, t0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * MW_Q;
+    const __nv_bfloat16 *Kh = Kb + h * kstride * MW_DQ, *Vh = Vb + h * kstride * MW_DV;
+    const int64_t tlast = t0 + MW_Q - 1 < n ? t0 + MW_Q - 1 : n - 1, kmax = pos0 + tlast;
+    mw_load<MW_Q, MW_DQ>(Qs, Qb + (h * qstride + t0) * MW_DQ, n - t0, Qb);
+    auto load_tile = [&](int64_t kb, int b) { /* keys past kmax zero-filled */
+        uint8_t *Ks = KV + b * MW_ST;
+        mw_load<MH_K, MW_DQ>(Ks, Kh + kb * MW_DQ, kmax - kb + 1, Kh);
+        mw_load<MH_K, MW_DV>(Ks + MW_KT, Vh + kb * MW_DV, kmax - kb + 1, Vh);
+    };
+    load_tile(0, 0);
+    cp_commit();
+    const int64_t qp_lo = pos0 + t0 + rlo, qp_hi = qp_lo + 8, wfirst = pos0 + t0 + 64 * wg;
+    const int64_t wlast = t0 + 64 * wg >= n ? -1 : pos0 + (t0 + 64 * wg + 63 < n ? t0 + 64 * wg + 63 : n - 1);
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f, o[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) o[i] = 0.0f;
+    int buf = 0;
+    for (int64_t kb = 0; kb <= kmax; kb += MH_K, buf ^= 1) {
+        cp_wait<0>();
+        fence_async_shared();
+        __syncthreads(); /* tile kb (and Q) landed; everyone is done with the other buffer */
+        if (kb + MH_K <= kmax) load_tile(kb + MH_K, buf ^ 1);
+        cp_commit();
+        if (kb > wlast) continue; /* wholly masked for this warpgroup (uniform in it) */
+        const uint32_t ka = kvaddr + buf * MW_ST, va = ka + MW_KT;
+        float s[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) s[i] = 0.0f;
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < MW_DQ / 16; ks++) {
+            const uint32_t kin = (uint32_t)((ks & 3) * 32);
+            wgmma_64x64_ss(s, gmma_desc(qaddr + (ks >> 2) * MW_QREG + wg * 64 * 128 + kin, 16, 1024),
+                           gmma_desc(ka + (ks >> 2) * MW_KREG + kin, 16, 1024), 1);
+        }
+        wg_commit();
+        wg_wait<0>();
+        if (kb + MH_K - 1 > wfirst) { /* the tile crosses the warpgroup's diagonal: mask keys past each row */
+            const int rl_lo = qp_lo - kb > MH_K ? MH_K : (int)(qp_lo - kb), rl_hi = qp_hi - kb > MH_K ? MH_K : (int)(qp_hi - kb);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (8 * j + 2 * t + (e & 1) > (e < 2 ? rl_lo : rl_hi)) s[4 * j + e] = -INFINITY;
+        }
+        float mx_lo = m_lo, mx_hi = m_hi;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            mx_lo = fmaxf(mx_lo, fmaxf(s[4 * j], s[4 * j + 1]));
+            mx_hi = fmaxf(mx_hi, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+        const float c_lo = mx_lo == m_lo ? 1.0f : ex2_approx((m_lo - mx_lo) * scale2);
+        const float c_hi = mx_hi == m_hi ? 1.0f : ex2_approx((m_hi - mx_hi) * scale2);
+        const float b_lo = -mx_lo * scale2, b_hi = -mx_hi * scale2;
+        m_lo = mx_lo;
+        m_hi = mx_hi;
+        /* P in bf16 as the A fragments of k-step kk (keys 16 kk ..): {lo, hi} of n8 tile 2 kk, then of 2 kk + 1 */
+        uint32_t pa[4][4];
+        float sum_lo = 0.0f, sum_hi = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float *v = s + 4 * j;
+            __nv_bfloat162 plo = __floats2bfloat162_rn(ex2_approx(fmaf(v[0], scale2, b_lo)), ex2_approx(fmaf(v[1], scale2, b_lo)));
+            __nv_bfloat162 phi = __floats2bfloat162_rn(ex2_approx(fmaf(v[2], scale2, b_hi)), ex2_approx(fmaf(v[3], scale2, b_hi)));
+            const float2 flo = __bfloat1622float2(plo), fhi = __bfloat1622float2(phi);
+            sum_lo += flo.x + flo.y;
+            sum_hi += fhi.x + fhi.y;
+            pa[j >> 1][2 * (j & 1)] = *(uint32_t *)&plo;
+            pa[j >> 1][2 * (j & 1) + 1] = *(uint32_t *)&phi;
+        }
+        l_lo = l_lo * c_lo + sum_lo;
+        l_hi = l_hi * c_hi + sum_hi;
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            o[4 * j] *= c_lo; o[4 * j + 1] *= c_lo; o[4 * j + 2] *= c_hi; o[4 * j + 3] *= c_hi;
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_64x128_rs_tb(o, pa[kk], gmma_desc(va + kk * 2048, MW_KREG, 1024), 1);
+        wg_commit();
+        wg_wait<0>();
+    }
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    const float i_lo = 1.0f / l_lo, i_hi = 1.0f / l_hi;
+    const bool w_lo = t0 + rlo < n, w_hi = t0 + rlo + 8 < n;
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const int col = 8 * j + 2 * t;
+        if (w_lo) *(float2 *)(out + ((t0 + rlo) * nh + h) * MW_DV + col) = make_float2(o[4 * j] * i_lo, o[4 * j + 1] * i_lo);
+        if (w_hi) *(float2 *)(out + ((t0 + rlo + 8) * nh + h) * MW_DV + col) = make_float2(o[4 * j + 2] * i_hi, o[4 * j + 3] * i_hi);
+    }
+#else
+    (void)Qb, (void)Kb, (void)Vb, (void)qstride, (void)kstride, (void)pos0, (void)n, (void)scale2, (void)out, (void)nh;
+    __trap(); /* never launched: pdb_cuda_mha_wg_fits is 0 without sm_90a code */
+#endif
+}
+
+int pdb_cuda_mha_wg_fits(int64_t nope, int64_t rope, int64_t dv) {
+    int dev = 0, optin = 0;
+    if (nope <= 0 || (nope + rope + 15) / 16 * 16 != MW_DQ || dv != MW_DV || !pdb_cuda_wgmma_usable()) return 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return mha_wg_smem() <= (size_t)optin;
+}
+
+pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
+                                     int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
+                                     int64_t dv, float scale, float *out) {
+    if (n <= 0) return PDB_OK;
+    if (!pdb_cuda_mha_wg_fits(nope, rope, dv))
+        return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): q/k %lld + %lld, v %lld (built: 128 + 64, 128), "
+                           "an sm_90a build on a compute capability 9.0 device and %zu bytes of shared memory required",
+                           (long long)nope, (long long)rope, (long long)dv, mha_wg_smem());
+    if (nh > 65535 || (n + MW_Q - 1) / MW_Q > INT32_MAX)
+        return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): %lld tokens x %lld heads", (long long)n, (long long)nh);
+    /* Qb's rows t0 .. t0 + 127 are read for the last block: qstride must hold them (rows past n zero-filled) */
+    const size_t smem = mha_wg_smem();
+    PDB_CU(cudaFuncSetAttribute(k_mha_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)((n + MW_Q - 1) / MW_Q), (unsigned)nh);
+    k_mha_wg<<<grid, MW_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb, (const __nv_bfloat16 *)Vb, qstride,
+                                            kstride, pos0, n, scale * 1.4426950408889634f, out, nh);
+    PDB_CU_LAUNCH("attention (MHA form, warpgroup MMA)");
+    return PDB_OK;
+}
+
 /* The shapes built (DQ = qk_nope + qk_rope rounded up to 16, DV): DeepSeek-V2/V2-Lite/V3 (192, 128)
  * and make-model's test presets tiny (32, 16) and small (48, 32). */
 #define PDB_MHA_SHAPES(X) X(192, 128) X(32, 16) X(48, 32)
@@ -300,6 +480,8 @@ pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const vo
 pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                   int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                   int64_t dv, float scale, float *out) {
+    if (pdb_cuda_mha_wg_fits(nope, rope, dv))
+        return pdb_cuda_attention_mha_wg(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out);
     return pdb_cuda_attention_mha_tiles(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out,
                                         PDB_CUDA_MHA_WARPS);
 }

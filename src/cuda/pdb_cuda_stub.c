@@ -63,6 +63,10 @@ pdb_status pdb_cuda_attn_probe_run(const pdb_cuda_attn_probe_opts *o, pdb_cuda_a
     (void)o, (void)rows, (void)nrows;
     return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
 }
+int pdb_cuda_attn_probe_wg_fits(const pdb_cuda_attn_probe_opts *o) {
+    (void)o;
+    return 0;
+}
 #endif
 
 #ifndef PDB_HAVE_CUDA

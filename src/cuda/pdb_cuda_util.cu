@@ -1,7 +1,7 @@
 /* pdb_cuda_util: the engines' shared bookkeeping: the list of device allocations an engine frees
  * at once (weights at destroy, a sequence's buffers at end) and the stage profiler (CUDA events
  * recorded on the engine's stream, each ending a named stage, summed after the pass's final
- * synchronisation). Invariant: a failed allocation leaves the list as it was and names what it
+ * synchronisation), and whether the device runs warpgroup MMA. Invariant: a failed allocation leaves the list as it was and names what it
  * was for, the sizes and the device's free memory; a profiler that is off or full records nothing. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,4 +84,21 @@ void pdb_cuda_prof_free(pdb_cuda_prof *p) {
     free(p->ev);
     free(p->st);
     memset(p, 0, sizeof *p);
+}
+
+int pdb_cuda_wgmma_usable(void) {
+#ifdef PDB_CUDA_WGMMA
+    static int usable = -1;
+    if (usable < 0) {
+        int dev = 0, major = 0, minor = 0;
+        usable = cudaGetDevice(&dev) == cudaSuccess &&
+                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                 cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
+                 minor == 0;
+        cudaGetLastError();
+    }
+    return usable;
+#else
+    return 0;
+#endif
 }

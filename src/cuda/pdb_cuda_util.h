@@ -167,4 +167,8 @@ pdb_status pdb_cuda_gemm_whole(pdb_cuda_blas *b, pdb_cuda_dt dt, int b_is_nk, in
                                float alpha, const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb,
                                int64_t sb, float beta, float *C, int64_t ldc, int64_t sc, int64_t batch);
 
+/* 1 when warpgroup-MMA kernels can run: this build has sm_90a code (PDB_CUDA_WGMMA) and the current device is
+ * compute capability 9.0 (pdb_cuda_wgmma.h's kernels). */
+int pdb_cuda_wgmma_usable(void);
+
 #endif

@@ -930,23 +930,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #endif
 }
 
-int pdb_cuda_wgmma_usable(void) {
-#ifdef PDB_CUDA_WGMMA
-    static int usable = -1;
-    if (usable < 0) {
-        int dev = 0, major = 0, minor = 0;
-        usable = cudaGetDevice(&dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                 cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
-                 minor == 0;
-        cudaGetLastError();
-    }
-    return usable;
-#else
-    return 0;
-#endif
-}
-
 int pdb_cuda_v4_attention_wg_fits(int64_t hd) {
     return hd == WG_HD && pdb_cuda_wgmma_usable() && v4wg_smem() <= (size_t)max_optin_smem();
 }

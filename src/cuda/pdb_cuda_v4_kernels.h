@@ -218,7 +218,6 @@ pdb_status pdb_cuda_v4_attention_tc16(cudaStream_t s, const void *q_bf16, const 
  * accumulation orders inside the products), equally close to the reference; per (token, head) a
  * fixed order, chunked = one shot bit for bit. PDB_UNSUPPORTED unless pdb_cuda_v4_attention_wg_fits(hd):
  * hd == 512, this build has sm_90a code (PDB_CUDA_WGMMA) and the device is compute capability 9.0. */
-int pdb_cuda_wgmma_usable(void);
 int pdb_cuda_v4_attention_wg_fits(int64_t hd);
 pdb_status pdb_cuda_v4_attention_wg(cudaStream_t s, const void *q_bf16, const void *keys_bf16, int64_t lo,
                                     const void *comp_bf16, const int32_t *sel, const int32_t *nsel, int64_t K, int64_t rate,

@@ -381,6 +381,22 @@ static void test_gpu_attn_tiles(void **state) {
         }
     printf("cuda-metric attn-tiles max|out - double reference| = %.3g (sampled rows)\n", worst);
     assert_true(worst < 2e-2);
+    if (!pdb_cuda_attn_probe_wg_fits(&o)) { printf("skipped: the warpgroup form (no sm_90a device)\n"); return; }
+    /* the warpgroup form (k_mha_wg) against the mma.sync kernel: the same products' k-steps and softmax in the same
+     * order, so its bits are compared; and against the double reference as above */
+    static float wout[T * H * DV];
+    pdb_cuda_attn_probe_row wrow[1] = {{.warps = 0}};
+    o.out_first = wout;
+    st = pdb_cuda_attn_probe_run(&o, wrow, 1);
+    if (st) fail_msg("attention probe (warpgroup): %s", pdb_err_msg());
+    int64_t diff = 0;
+    double wd = 0;
+    for (int64_t i = 0; i < (int64_t)T * H * DV; i++) {
+        diff += memcmp(&wout[i], &out[i], sizeof(float)) != 0;
+        wd = fmax(wd, fabs((double)wout[i] - (double)out[i]));
+    }
+    printf("cuda-metric attn-tiles warpgroup vs 8 warps: differing=%lld of %d, max|d| %.3g\n", (long long)diff, T * H * DV, wd);
+    assert_true(wd < 2e-3);
 }
 
 int main(void) {
