@@ -29,7 +29,7 @@
 #include "pdb_cuda_mma.h"
 #include "pdb_cuda_wgmma.h"
 
-enum { MH_K = 64 };
+enum { MH_K = 64 }; /* key tile (tile_causal_mask and tile_softmax take 64 keys) */
 
 /* Qb [nh, qstride, dqp] bf16: q_nope of c->q [n, nh, qk] then the roped q_rope of qlat [n, nh, row] (at kvl), zero pad.
  * A block per token, blockIdx.y the head, threads over d (no 64-bit division per element). */
@@ -158,45 +158,12 @@ __global__ void __launch_bounds__(32 * WARPS)
                 mma16816(s[2 * jj + 1], qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3], r[2], r[3]);
             }
         }
-        if (kb + MH_K - 1 > wfirst) { /* the tile crosses the warp's diagonal: mask keys past each row */
-            const int rl_lo = qp_lo - kb > MH_K ? MH_K : (int)(qp_lo - kb), rl_hi = qp_hi - kb > MH_K ? MH_K : (int)(qp_hi - kb);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (8 * j + 2 * t + (e & 1) > (e < 2 ? rl_lo : rl_hi)) s[j][e] = -INFINITY;
-        }
-        float mx_lo = m_lo, mx_hi = m_hi;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            mx_lo = fmaxf(mx_lo, fmaxf(s[j][0], s[j][1]));
-            mx_hi = fmaxf(mx_hi, fmaxf(s[j][2], s[j][3]));
-        }
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+        if (kb + MH_K - 1 > wfirst) tile_causal_mask(&s[0][0], kb, qp_lo, qp_hi, t); /* the tile crosses the warp's diagonal */
         /* the running max in raw score units; p = 2^(s scale2 - m scale2), 2^-inf = 0 for masked keys
          * and for the first tile's correction */
-        const float c_lo = mx_lo == m_lo ? 1.0f : ex2_approx((m_lo - mx_lo) * scale2); /* 1 exactly: an unchanged max */
-        const float c_hi = mx_hi == m_hi ? 1.0f : ex2_approx((m_hi - mx_hi) * scale2);
-        const float b_lo = -mx_lo * scale2, b_hi = -mx_hi * scale2;
-        m_lo = mx_lo;
-        m_hi = mx_hi;
         uint32_t pa[8][2];
-        float sum_lo = 0.0f, sum_hi = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            __nv_bfloat162 plo = __floats2bfloat162_rn(ex2_approx(fmaf(s[j][0], scale2, b_lo)), ex2_approx(fmaf(s[j][1], scale2, b_lo)));
-            __nv_bfloat162 phi = __floats2bfloat162_rn(ex2_approx(fmaf(s[j][2], scale2, b_hi)), ex2_approx(fmaf(s[j][3], scale2, b_hi)));
-            const float2 flo = __bfloat1622float2(plo), fhi = __bfloat1622float2(phi);
-            sum_lo += flo.x + flo.y;
-            sum_hi += fhi.x + fhi.y;
-            pa[j][0] = *(uint32_t *)&plo;
-            pa[j][1] = *(uint32_t *)&phi;
-        }
-        l_lo = l_lo * c_lo + sum_lo; /* this thread's columns; the row's 4 threads are summed at the end */
-        l_hi = l_hi * c_hi + sum_hi;
+        float c_lo, c_hi;
+        tile_softmax(&s[0][0], scale2, &m_lo, &m_hi, &l_lo, &l_hi, &c_lo, &c_hi, &pa[0][0]);
 #pragma unroll
         for (int j = 0; j < NTV; j++) {
             o[j][0] *= c_lo; o[j][1] *= c_lo; o[j][2] *= c_hi; o[j][3] *= c_hi;
@@ -308,45 +275,11 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
         }
         wg_commit();
         wg_wait<0>();
-        if (kb + MH_K - 1 > wfirst) { /* the tile crosses the warpgroup's diagonal: mask keys past each row */
-            const int rl_lo = qp_lo - kb > MH_K ? MH_K : (int)(qp_lo - kb), rl_hi = qp_hi - kb > MH_K ? MH_K : (int)(qp_hi - kb);
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (8 * j + 2 * t + (e & 1) > (e < 2 ? rl_lo : rl_hi)) s[4 * j + e] = -INFINITY;
-        }
-        float mx_lo = m_lo, mx_hi = m_hi;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            mx_lo = fmaxf(mx_lo, fmaxf(s[4 * j], s[4 * j + 1]));
-            mx_hi = fmaxf(mx_hi, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-        }
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-        mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-        mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-        const float c_lo = mx_lo == m_lo ? 1.0f : ex2_approx((m_lo - mx_lo) * scale2);
-        const float c_hi = mx_hi == m_hi ? 1.0f : ex2_approx((m_hi - mx_hi) * scale2);
-        const float b_lo = -mx_lo * scale2, b_hi = -mx_hi * scale2;
-        m_lo = mx_lo;
-        m_hi = mx_hi;
-        /* P in bf16 as the A fragments of k-step kk (keys 16 kk ..): {lo, hi} of n8 tile 2 kk, then of 2 kk + 1 */
+        if (kb + MH_K - 1 > wfirst) tile_causal_mask(s, kb, qp_lo, qp_hi, t); /* the tile crosses the warpgroup's diagonal */
+        /* P in bf16 as the A fragments of k-step kk (keys 16 kk ..): pa[kk] */
         uint32_t pa[4][4];
-        float sum_lo = 0.0f, sum_hi = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float *v = s + 4 * j;
-            __nv_bfloat162 plo = __floats2bfloat162_rn(ex2_approx(fmaf(v[0], scale2, b_lo)), ex2_approx(fmaf(v[1], scale2, b_lo)));
-            __nv_bfloat162 phi = __floats2bfloat162_rn(ex2_approx(fmaf(v[2], scale2, b_hi)), ex2_approx(fmaf(v[3], scale2, b_hi)));
-            const float2 flo = __bfloat1622float2(plo), fhi = __bfloat1622float2(phi);
-            sum_lo += flo.x + flo.y;
-            sum_hi += fhi.x + fhi.y;
-            pa[j >> 1][2 * (j & 1)] = *(uint32_t *)&plo;
-            pa[j >> 1][2 * (j & 1) + 1] = *(uint32_t *)&phi;
-        }
-        l_lo = l_lo * c_lo + sum_lo;
-        l_hi = l_hi * c_hi + sum_hi;
+        float c_lo, c_hi;
+        tile_softmax(s, scale2, &m_lo, &m_hi, &l_lo, &l_hi, &c_lo, &c_hi, &pa[0][0]);
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             o[4 * j] *= c_lo; o[4 * j + 1] *= c_lo; o[4 * j + 2] *= c_hi; o[4 * j + 3] *= c_hi;

@@ -698,7 +698,7 @@ __device__ __forceinline__ void tk_pick(const uint32_t *hist, int nb, uint32_t n
  * counted, else every pass re-reads the scores. A warp's lanes that hold lane 0's digit add once
  * (the top digit is shared by many keys of a row; in the later passes few keys match the prefix and
  * most lanes hold none), the others each on their own: a shuffle and a ballot a step instead of a
- * __match_any_sync (D49: the match was most of the kernel's time). The placement: warp j
+ * __match_any_sync (D49: 31.4 -> 26.3 ms of top-k in a 128K prompt). The placement: warp j
  * takes the contiguous keys [j seg, (j + 1) seg) and counts its keys > T and == T (ballots), a scan
  * over the warps gives each its offsets, and a second walk places w at (keys > T before w) +
  * min(keys == T before w, need). */

@@ -18,5 +18,5 @@ python3 bench/gpu_prefill.py ceiling 2>&1 | tee $OUT/ceiling.log | tail -1
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 timeout 200 $NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
   $B/cuda_v4_bench seeded v4-flash 4 256 3 131072 bf16 60 > $OUT/ncu_128k.csv 2> $OUT/ncu_128k.err; echo "ncu rc=$?"
-python3 bench/results/issue21_session23/ncu_sum.py $OUT/ncu_128k.csv > $OUT/ncu_128k_summary.txt; head -40 $OUT/ncu_128k_summary.txt
+python3 bench/results/issue21_session22/ncu_sum.py $OUT/ncu_128k.csv > $OUT/ncu_128k_summary.txt; head -40 $OUT/ncu_128k_summary.txt
 xz -9 $OUT/ncu_128k.csv
