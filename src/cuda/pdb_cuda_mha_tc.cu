@@ -56,6 +56,26 @@ __global__ void k_mha_pack_kv(const float *kvx, const __nv_bfloat16 *base, int64
     for (int d = threadIdx.x; d < dv; d += blockDim.x) vd[d] = __float2bfloat16_rn(src[nope + d]);
 }
 
+/* A thread's two output rows (token rows r and r + 8 of the pass, head h; rows >= n not written): each
+ * row's sum l over the quad's 4 threads (two xor shuffles), then O's columns 8 j + 2 t, + 1 (o as the
+ * m16n8 accumulators of DV / 8 n8 tiles: o[4 j + e]) times 1 / l into out [n, nh, DV]. */
+template <int DV>
+static __device__ __forceinline__ void mha_store_rows(const float *o, float l_lo, float l_hi, float *out, int64_t r, int64_t n,
+                                                      int64_t nh, int64_t h, int t) {
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+    const float i_lo = 1.0f / l_lo, i_hi = 1.0f / l_hi;
+    const bool w_lo = r < n, w_hi = r + 8 < n;
+#pragma unroll
+    for (int j = 0; j < DV / 8; j++) {
+        const int col = 8 * j + 2 * t;
+        if (w_lo) *(float2 *)(out + (r * nh + h) * DV + col) = make_float2(o[4 * j] * i_lo, o[4 * j + 1] * i_lo);
+        if (w_hi) *(float2 *)(out + ((r + 8) * nh + h) * DV + col) = make_float2(o[4 * j + 2] * i_hi, o[4 * j + 3] * i_hi);
+    }
+}
+
 template <int DQ, int DV, int WARPS>
 __global__ void __launch_bounds__(32 * WARPS)
     k_mha_tc(const __nv_bfloat16 *Qb, const __nv_bfloat16 *Kb, const __nv_bfloat16 *Vb, int64_t qstride,
@@ -179,18 +199,7 @@ __global__ void __launch_bounds__(32 * WARPS)
             }
         }
     }
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-    const float i_lo = 1.0f / l_lo, i_hi = 1.0f / l_hi;
-    const bool w_lo = t0 + rlo < n, w_hi = t0 + rlo + 8 < n;
-#pragma unroll
-    for (int j = 0; j < NTV; j++) {
-        const int col = 8 * j + 2 * t;
-        if (w_lo) *(float2 *)(out + ((t0 + rlo) * nh + h) * DV + col) = make_float2(o[j][0] * i_lo, o[j][1] * i_lo);
-        if (w_hi) *(float2 *)(out + ((t0 + rlo + 8) * nh + h) * DV + col) = make_float2(o[j][2] * i_hi, o[j][3] * i_hi);
-    }
+    mha_store_rows<DV>(&o[0][0], l_lo, l_hi, out, t0 + rlo, n, nh, h, t);
 }
 
 /* ------------------------------------------------------------------ warpgroup MMA (sm_90a), V2's shape
@@ -290,18 +299,7 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
         wg_commit();
         wg_wait<0>();
     }
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-    l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-    l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-    const float i_lo = 1.0f / l_lo, i_hi = 1.0f / l_hi;
-    const bool w_lo = t0 + rlo < n, w_hi = t0 + rlo + 8 < n;
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const int col = 8 * j + 2 * t;
-        if (w_lo) *(float2 *)(out + ((t0 + rlo) * nh + h) * MW_DV + col) = make_float2(o[4 * j] * i_lo, o[4 * j + 1] * i_lo);
-        if (w_hi) *(float2 *)(out + ((t0 + rlo + 8) * nh + h) * MW_DV + col) = make_float2(o[4 * j + 2] * i_hi, o[4 * j + 3] * i_hi);
-    }
+    mha_store_rows<MW_DV>(o, l_lo, l_hi, out, t0 + rlo, n, nh, h, t);
 #else
     (void)Qb, (void)Kb, (void)Vb, (void)qstride, (void)kstride, (void)pos0, (void)n, (void)scale2, (void)out, (void)nh;
     __trap(); /* never launched: pdb_cuda_mha_wg_fits is 0 without sm_90a code */
@@ -318,6 +316,22 @@ int pdb_cuda_mha_wg_fits(int64_t nope, int64_t rope, int64_t dv) {
     return mha_wg_smem() <= (size_t)optin;
 }
 
+/* The launch, the shape and device already checked (pdb_cuda_mha_wg_fits); Q rows past n are zero-filled,
+ * never read. */
+static pdb_status launch_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride, int64_t kstride,
+                                int64_t pos0, int64_t n, int64_t nh, float scale, float *out) {
+    if (n <= 0) return PDB_OK;
+    if (nh > 65535 || (n + MW_Q - 1) / MW_Q > INT32_MAX)
+        return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): %lld tokens x %lld heads", (long long)n, (long long)nh);
+    const size_t smem = mha_wg_smem();
+    PDB_CU(cudaFuncSetAttribute(k_mha_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((unsigned)((n + MW_Q - 1) / MW_Q), (unsigned)nh);
+    k_mha_wg<<<grid, MW_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb, (const __nv_bfloat16 *)Vb, qstride,
+                                            kstride, pos0, n, scale * 1.4426950408889634f, out, nh);
+    PDB_CU_LAUNCH("attention (MHA form, warpgroup MMA)");
+    return PDB_OK;
+}
+
 pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                      int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                      int64_t dv, float scale, float *out) {
@@ -326,16 +340,7 @@ pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void 
         return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): q/k %lld + %lld, v %lld (built: 128 + 64, 128), "
                            "an sm_90a build on a compute capability 9.0 device and %zu bytes of shared memory required",
                            (long long)nope, (long long)rope, (long long)dv, mha_wg_smem());
-    if (nh > 65535 || (n + MW_Q - 1) / MW_Q > INT32_MAX)
-        return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): %lld tokens x %lld heads", (long long)n, (long long)nh);
-    /* Qb's rows t0 .. t0 + 127 are read for the last block: qstride must hold them (rows past n zero-filled) */
-    const size_t smem = mha_wg_smem();
-    PDB_CU(cudaFuncSetAttribute(k_mha_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((unsigned)((n + MW_Q - 1) / MW_Q), (unsigned)nh);
-    k_mha_wg<<<grid, MW_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb, (const __nv_bfloat16 *)Vb, qstride,
-                                            kstride, pos0, n, scale * 1.4426950408889634f, out, nh);
-    PDB_CU_LAUNCH("attention (MHA form, warpgroup MMA)");
-    return PDB_OK;
+    return launch_mha_wg(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
 }
 
 /* The shapes built (DQ = qk_nope + qk_rope rounded up to 16, DV): DeepSeek-V2/V2-Lite/V3 (192, 128)
@@ -413,8 +418,7 @@ pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const vo
 pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                   int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                   int64_t dv, float scale, float *out) {
-    if (pdb_cuda_mha_wg_fits(nope, rope, dv))
-        return pdb_cuda_attention_mha_wg(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out);
+    if (pdb_cuda_mha_wg_fits(nope, rope, dv)) return launch_mha_wg(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
     return pdb_cuda_attention_mha_tiles(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out,
                                         PDB_CUDA_MHA_WARPS);
 }

@@ -115,6 +115,24 @@ static __device__ __forceinline__ void tc_softmax_tile(const float *Ss, int sld,
     }
 }
 
+/* The maxima of a thread's two rows over a 64-key tile (s as tile_softmax's) and the quad's other
+ * threads, each folded into *mx_lo / *mx_hi from the value it holds (in order: its columns, then the
+ * quad by two xor shuffles). */
+static __device__ __forceinline__ void tile_row_max(const float *s, float *mx_lo, float *mx_hi) {
+    float lo = *mx_lo, hi = *mx_hi;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        lo = fmaxf(lo, fmaxf(s[4 * j], s[4 * j + 1]));
+        hi = fmaxf(hi, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    lo = fmaxf(lo, __shfl_xor_sync(0xffffffffu, lo, 1));
+    lo = fmaxf(lo, __shfl_xor_sync(0xffffffffu, lo, 2));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, 1));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, 2));
+    *mx_lo = lo;
+    *mx_hi = hi;
+}
+
 /* Keys past each row's position set to -inf in a thread's scores of a 64-key tile from key kb (s as
  * tile_softmax's; rows at positions qp_lo, qp_hi; t = lane % 4). */
 static __device__ __forceinline__ void tile_causal_mask(float *s, int64_t kb, int64_t qp_lo, int64_t qp_hi, int t) {
@@ -136,15 +154,7 @@ static __device__ __forceinline__ void tile_causal_mask(float *s, int64_t kb, in
 static __device__ __forceinline__ void tile_softmax(const float *s, float scale2, float *m_lo, float *m_hi, float *l_lo,
                                                     float *l_hi, float *c_lo, float *c_hi, uint32_t *p) {
     float mx_lo = *m_lo, mx_hi = *m_hi;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        mx_lo = fmaxf(mx_lo, fmaxf(s[4 * j], s[4 * j + 1]));
-        mx_hi = fmaxf(mx_hi, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+    tile_row_max(s, &mx_lo, &mx_hi);
     *c_lo = mx_lo == *m_lo ? 1.0f : ex2_approx((*m_lo - mx_lo) * scale2);
     *c_hi = mx_hi == *m_hi ? 1.0f : ex2_approx((*m_hi - mx_hi) * scale2);
     const float b_lo = -mx_lo * scale2, b_hi = -mx_hi * scale2;

@@ -867,15 +867,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 if (kb + 8 * (i >> 2) + 2 * t4 + (i & 1) >= nk) sacc[i] = -INFINITY;
         /* the rows' maxima (a row = the quad's 64 columns) */
         float mlo = -INFINITY, mhi = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            mlo = fmaxf(mlo, fmaxf(sacc[4 * j], sacc[4 * j + 1]));
-            mhi = fmaxf(mhi, fmaxf(sacc[4 * j + 2], sacc[4 * j + 3]));
-        }
-        mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, 1));
-        mlo = fmaxf(mlo, __shfl_xor_sync(0xffffffffu, mlo, 2));
-        mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, 1));
-        mhi = fmaxf(mhi, __shfl_xor_sync(0xffffffffu, mhi, 2));
+        tile_row_max(sacc, &mlo, &mhi);
         /* the lazy running max (tc16's rule: it moves only past e^T16_LAZY; then P <= e^T16_LAZY) */
         const float nlo = mlo > m_lo + lazy2 ? mlo : m_lo, nhi = mhi > m_hi + lazy2 ? mhi : m_hi;
         const float clo = nlo == m_lo ? 1.0f : ex2_approx(m_lo - nlo), chi = nhi == m_hi ? 1.0f : ex2_approx(m_hi - nhi);
