@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "pdb_cuda_kernels.h"
+#include "pdb_cuda_mma.h"
 
 static inline unsigned grid1(int64_t n, int b) { return (unsigned)((n + b - 1) / b); }
 
@@ -467,7 +468,8 @@ pdb_status pdb_cuda_moe_combine(cudaStream_t s, const float *ye, const int32_t *
 
 /* A warp computes an 8 x 8 tile (rows x outputs); each of its 64 elements is one pdb_qmat_dot
  * (warp_dot32's order, unrolled over the tile). The tile only shares loads; it never mixes
- * elements. blockIdx.y is the batch (strides sa, sw, sc). acc: C = C + dot, else C = dot. */
+ * elements. blockIdx.y is the batch (strides sa, sw, sc). acc: C = C + dot, else C = dot.
+ * The general form (any K, any alignment); k_dot32_tiled below runs the aligned ones. */
 enum { HK_T = 8, HK_O = 8, HK_WARPS = 8 };
 
 __global__ void __launch_bounds__(HK_WARPS * 32)
@@ -515,16 +517,165 @@ __global__ void __launch_bounds__(HK_WARPS * 32)
         }
 }
 
-pdb_status pdb_cuda_dot32(cudaStream_t s, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t sa,
-                          const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc, int64_t sc, int64_t batch,
-                          int accumulate) {
+/* The same products from shared memory (K % 32 == 0; A, W, lda, ldw and, batched, sa, sw on
+ * 16-byte boundaries). Layout: 256 threads = 8 warps as DT_WR x DT_WC; warp (wr, wc) owns the
+ * DT_TR x DT_TO tile rows t0 + DT_TR wr .., outputs o0 + DT_TO wc .., so a block covers DT_BR x
+ * DT_BO; lane j holds the tile's lane-j partial sums in registers (DT_TR * DT_TO accumulators).
+ * k runs in chunks of DT_KC (DT_KC / 32 k-steps): the chunk's A rows and W rows are staged by
+ * 16-byte cp.async copies into one of DT_STAGES shared buffers ([DT_BR + DT_BO][DT_KC] floats,
+ * A rows first), filled DT_STAGES - 1 chunks ahead; rows past M or N are zero-filled (no bytes
+ * read) and their elements never stored. Step s of a chunk at k0: lane j reads As[r][32 s + j]
+ * (consecutive words: no bank conflict) and Ws[o][32 s + j], i.e. k = k0 + 32 s + j, and does
+ * acc = fma(a, w, acc). Why this is pdb_qmat_dot's order: each accumulator gets exactly one fma
+ * per k-step, steps in increasing k across chunks, so lane j's chain is k = j, j + 32, ..., K - 32
+ * + j from +0, the same as k_dot32 (a chunk past K is never computed: fewer steps in the last one,
+ * no fma on padding, which could turn a -0 partial into +0). The fold is k_dot32's shfl_down tree
+ * (l[i] + l[i + off], off = 16 .. 1, the sum in lane 0); its result is then broadcast so that lane
+ * q % 32 stores tile element q (coalesced, and acc's C loads issued before the folds). */
+enum { DT_WR = 2, DT_WC = 4, DT_THREADS = DT_WR * DT_WC * 32, DT_TR = 16, DT_TO = 8, DT_BR = DT_WR * DT_TR,
+       DT_BO = DT_WC * DT_TO, DT_KC = 128, DT_STAGES = 3 };
+static const size_t DT_SMEM = sizeof(float) * DT_STAGES * (DT_BR + DT_BO) * DT_KC;
+static_assert(DT_THREADS == 256 && DT_BR % 8 == 0 && DT_BO % 8 == 0, "a chunk's copies: row warp + 8 u of 8 warps");
+static_assert(DT_KC == 32 * 4 && (DT_TR * DT_TO) % 32 == 0, "a row's copy: 16 bytes a lane; the tile's stores: whole lanes");
+
+/* One k-step of a warp's tile: a[i] = As[i][32 s + lane], w[j] = Ws[j][32 s + lane]. */
+static __device__ __forceinline__ void dt_step(float acc[DT_TR][DT_TO], const float *as, const float *ws, int s) {
+    float a[DT_TR], w[DT_TO];
+#pragma unroll
+    for (int i = 0; i < DT_TR; i++) a[i] = as[i * DT_KC + 32 * s];
+#pragma unroll
+    for (int j = 0; j < DT_TO; j++) w[j] = ws[j * DT_KC + 32 * s];
+#pragma unroll
+    for (int i = 0; i < DT_TR; i++)
+#pragma unroll
+        for (int j = 0; j < DT_TO; j++) acc[i][j] = __fmaf_rn(a[i], w[j], acc[i][j]);
+}
+
+__global__ void __launch_bounds__(DT_THREADS, 1)
+    k_dot32_tiled(const float *__restrict__ A, int64_t lda, int64_t sa, const float *__restrict__ W, int64_t ldw,
+                  int64_t sw, float *C, int64_t ldc, int64_t sc, int64_t M, int64_t N, int64_t K, int acc_c) {
+    extern __shared__ __align__(16) float dt_sm[];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wr = warp / DT_WC, wc = warp % DT_WC;
+    A += blockIdx.y * sa;
+    W += blockIdx.y * sw;
+    C += blockIdx.y * sc;
+    const int64_t tiles_o = (N + DT_BO - 1) / DT_BO;
+    const int64_t t0 = (int64_t)(blockIdx.x / tiles_o) * DT_BR, o0 = (int64_t)(blockIdx.x % tiles_o) * DT_BO;
+    /* This thread's copies of a chunk: 16 bytes at k0 + 4 lane of the A rows warp + 8 u (u < DT_BR / 8)
+     * and of the W rows warp + 8 u (u < DT_BO / 8); a warp copies 512 contiguous bytes of one row. */
+    const float *arow = A + (t0 + warp) * lda + 4 * lane, *wrow = W + (o0 + warp) * ldw + 4 * lane;
+    const int nch = (int)((K + DT_KC - 1) / DT_KC);
+    auto issue = [&](int ch) {
+        float *st = dt_sm + (ch % DT_STAGES) * ((DT_BR + DT_BO) * DT_KC) + warp * DT_KC + 4 * lane;
+        const int64_t k0 = (int64_t)ch * DT_KC;
+        const bool kin = k0 + 4 * lane < K; /* K % 32 == 0: a 16-byte group is all in or all out */
+#pragma unroll
+        for (int u = 0; u < DT_BR / 8; u++) {
+            bool ok = kin && t0 + warp + 8 * u < M;
+            cp16(st + 8 * u * DT_KC, ok ? arow + 8 * u * lda + k0 : A, ok);
+        }
+#pragma unroll
+        for (int u = 0; u < DT_BO / 8; u++) {
+            bool ok = kin && o0 + warp + 8 * u < N;
+            cp16(st + (DT_BR + 8 * u) * DT_KC, ok ? wrow + 8 * u * ldw + k0 : W, ok);
+        }
+    };
+    float acc[DT_TR][DT_TO];
+#pragma unroll
+    for (int i = 0; i < DT_TR; i++)
+#pragma unroll
+        for (int j = 0; j < DT_TO; j++) acc[i][j] = 0.0f;
+#pragma unroll
+    for (int p = 0; p < DT_STAGES - 1; p++) {
+        if (p < nch) issue(p);
+        cp_commit(); /* one group per chunk slot, empty or not, so the wait below counts chunks */
+    }
+    for (int ch = 0; ch < nch; ch++) {
+        cp_wait<DT_STAGES - 2>(); /* this thread's copies of chunk ch have landed */
+        __syncthreads();          /* everyone's have, and chunk ch - 1's buffer is no longer read */
+        if (ch + DT_STAGES - 1 < nch) issue(ch + DT_STAGES - 1);
+        cp_commit();
+        const float *st = dt_sm + (ch % DT_STAGES) * ((DT_BR + DT_BO) * DT_KC);
+        const float *as = st + (wr * DT_TR) * DT_KC + lane, *ws = st + (DT_BR + wc * DT_TO) * DT_KC + lane;
+        const int64_t steps = (K - (int64_t)ch * DT_KC) / 32;
+        if (steps >= DT_KC / 32) {
+#pragma unroll
+            for (int s = 0; s < DT_KC / 32; s++) dt_step(acc, as, ws, s);
+        } else {
+            for (int s = 0; s < (int)steps; s++) dt_step(acc, as, ws, s);
+        }
+    }
+    cp_wait<0>();
+    /* lane q % 32 stores element q = i DT_TO + j of the tile (PL of them a lane) */
+    enum { PL = DT_TR * DT_TO / 32 };
+    float cv[PL], res[PL];
+    bool ok[PL];
+    float *dst[PL];
+#pragma unroll
+    for (int u = 0; u < PL; u++) {
+        const int q = lane + 32 * u, i = q / DT_TO, j = q % DT_TO;
+        const int64_t r = t0 + wr * DT_TR + i, o = o0 + wc * DT_TO + j;
+        ok[u] = r < M && o < N;
+        dst[u] = C + (ok[u] ? r * ldc + o : 0);
+        cv[u] = acc_c && ok[u] ? *dst[u] : 0.0f;
+        res[u] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < DT_TR; i++)
+#pragma unroll
+        for (int j = 0; j < DT_TO; j++) {
+            float v = acc[i][j];
+#pragma unroll
+            for (int off = 16; off >= 1; off /= 2) v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, off));
+            v = __shfl_sync(0xffffffffu, v, 0);
+            const int q = i * DT_TO + j;
+            if (lane == q % 32) res[q / 32] = v;
+        }
+#pragma unroll
+    for (int u = 0; u < PL; u++)
+        if (ok[u]) *dst[u] = acc_c ? __fadd_rn(cv[u], res[u]) : res[u];
+}
+
+/* Whether k_dot32_tiled may run this product (K % 32 == 0 and every copied row 16-byte aligned). */
+static int dot32_tiled_fits(int64_t K, const float *A, int64_t lda, int64_t sa, const float *W, int64_t ldw,
+                            int64_t sw, int64_t batch) {
+    if (K <= 0 || K % 32 || lda % 4 || ldw % 4) return 0;
+    if ((uintptr_t)A % 16 || (uintptr_t)W % 16) return 0;
+    if (batch > 1 && (sa % 4 || sw % 4)) return 0;
+    return 1;
+}
+
+pdb_status pdb_cuda_dot32_form(cudaStream_t s, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                               int64_t sa, const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc, int64_t sc,
+                               int64_t batch, int accumulate, int form, int *tiled) {
+    if (tiled) *tiled = 0;
     if (M <= 0 || N <= 0 || batch <= 0) return PDB_OK;
     if (batch > 65535) return pdb_err_set(PDB_UNSUPPORTED, "dot32: %lld batches (max 65535)", (long long)batch);
+    int fits = dot32_tiled_fits(K, A, lda, sa, W, ldw, sw, batch);
+    if (form == PDB_DOT32_TILED && !fits)
+        return pdb_err_set(PDB_UNSUPPORTED, "dot32: the tiled form needs K %% 32 == 0 and 16-byte rows (K %lld, lda %lld, ldw %lld)",
+                           (long long)K, (long long)lda, (long long)ldw);
+    if (fits && form != PDB_DOT32_GENERAL) {
+        int64_t tiles = ((M + DT_BR - 1) / DT_BR) * ((N + DT_BO - 1) / DT_BO);
+        if (tiles > 0x7fffffff) return pdb_err_set(PDB_UNSUPPORTED, "dot32: %lld tiles", (long long)tiles);
+        PDB_CU(cudaFuncSetAttribute(k_dot32_tiled, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DT_SMEM));
+        k_dot32_tiled<<<dim3((unsigned)tiles, (unsigned)batch), DT_THREADS, DT_SMEM, s>>>(A, lda, sa, W, ldw, sw, C, ldc,
+                                                                                       sc, M, N, K, accumulate);
+        PDB_CU_LAUNCH("dot32 tiled");
+        if (tiled) *tiled = 1;
+        return PDB_OK;
+    }
     int64_t tiles = ((M + HK_T - 1) / HK_T) * ((N + HK_O - 1) / HK_O);
     dim3 grid(grid1(tiles, HK_WARPS), (unsigned)batch);
     k_dot32<<<grid, HK_WARPS * 32, 0, s>>>(A, lda, sa, W, ldw, sw, C, ldc, sc, M, N, K, accumulate);
     PDB_CU_LAUNCH("dot32");
     return PDB_OK;
+}
+
+pdb_status pdb_cuda_dot32(cudaStream_t s, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t sa,
+                          const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc, int64_t sc, int64_t batch,
+                          int accumulate) {
+    return pdb_cuda_dot32_form(s, M, N, K, A, lda, sa, W, ldw, sw, C, ldc, sc, batch, accumulate, PDB_DOT32_AUTO, NULL);
 }
 
 /* The CPU's attention task (pdb_v2_ops attn_task) for one (token, head) per warp, in its order:

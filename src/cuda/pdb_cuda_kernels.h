@@ -155,10 +155,21 @@ pdb_status pdb_cuda_moe_tiles_up(const pdb_cuda_moe_tiles *m, const int32_t *til
 pdb_status pdb_cuda_moe_tiles_down(const pdb_cuda_moe_tiles *m, int64_t used);
 /* C [M, N] (ldc) = (or, accumulate: C +) A [M, K] (lda) . W [N, K]^T (ldw), f32, each element
  * pdb_qmat_dot's order exactly (32 lanes, fma in k order, fold 16/8/4/2/1); batch <= 65535 with
- * element strides sa, sw, sc. The exact engine's products and the capture hook. */
+ * element strides sa, sw, sc. The exact engine's products and the capture hook. Runs the
+ * shared-memory tiled kernel where K % 32 == 0 and the rows are 16-byte aligned (see
+ * pdb_cuda_dot32_form), else the general one: the same bits either way. */
 pdb_status pdb_cuda_dot32(cudaStream_t s, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, int64_t sa,
                           const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc, int64_t sc, int64_t batch,
                           int accumulate);
+/* pdb_cuda_dot32 with its kernel chosen: AUTO (pdb_cuda_dot32's choice: the shared-memory tiled
+ * kernel where K % 32 == 0 and A, W, lda, ldw (and, batch > 1, sa, sw) are on 16-byte boundaries,
+ * else the general one), GENERAL (always the general kernel), TILED (the tiled kernel, or
+ * PDB_UNSUPPORTED where it may not run). Both give the same bits; *tiled (optional) = 1 when the
+ * tiled kernel ran. For the probe (pdb_cuda_dot_probe.h) and its test. */
+enum { PDB_DOT32_AUTO = 0, PDB_DOT32_GENERAL = 1, PDB_DOT32_TILED = 2 };
+pdb_status pdb_cuda_dot32_form(cudaStream_t s, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
+                               int64_t sa, const float *W, int64_t ldw, int64_t sw, float *C, int64_t ldc, int64_t sc,
+                               int64_t batch, int accumulate, int form, int *tiled);
 /* pdb_v2_ops' attention task exactly (scores by dot32, softmax with pdb_math_exp and a double sum
  * in position order, fma accumulation in position order), one warp per (token, head); f32 cache. */
 pdb_status pdb_cuda_attention_exact(cudaStream_t s, const float *qlat, const pdb_cuda_pages *pg, int64_t pos0,

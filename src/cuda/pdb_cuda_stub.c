@@ -70,6 +70,17 @@ int pdb_cuda_attn_probe_wg_fits(const pdb_cuda_attn_probe_opts *o) {
 #endif
 
 #ifndef PDB_HAVE_CUDA
+#include "pdb_cuda_dot_probe.h"
+pdb_status pdb_cuda_dot_probe_run(const pdb_cuda_dot_probe_opts *o, const float *A, const float *W, float *C,
+                                  int *tiled, double *ms) {
+    (void)o, (void)A, (void)W, (void)C;
+    if (tiled) *tiled = 0;
+    if (ms) *ms = 0;
+    return pdb_err_set(PDB_UNSUPPORTED, "this build has no CUDA backend");
+}
+#endif
+
+#ifndef PDB_HAVE_CUDA
 #include "pdb_cuda_v4_engine.h"
 /* The device-resident V4 engine: create fails, so nothing else is reached with an engine. */
 pdb_status pdb_cuda_v4_engine_create(const pdb_v4_model *m, int device, const pdb_cuda_v4_engine_opts *o,

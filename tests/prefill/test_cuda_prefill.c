@@ -6,8 +6,9 @@
  * one-shot, and the hook alone (hook_chunk) on identical xn bit-identical to pdb_v2_ops_latent_rows (asserted,
  * also with an MXFP4/MXFP8 decoder). Engine precisions bf16, f32 and exact; the exact engine's
  * rows are asserted against the decoder's native rows (>= 99.95% identical, <= 1 bf16 ulp) and
- * every precision's chunkings against its one-shot (identical). Numbers are printed as
- * "cuda-metric ..." lines. */
+ * every precision's chunkings against its one-shot (identical). pdb_cuda_dot32 alone (both its
+ * kernels, through pdb_cuda_dot_probe) on random f32 shapes: every output bit-identical to
+ * pdb_qmat_dot on the host. Numbers are printed as "cuda-metric ..." lines. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,9 +20,11 @@
 #include "pdb_config.h"
 #include "pdb_cuda.h"
 #include "pdb_cuda_attn_probe.h"
+#include "pdb_cuda_dot_probe.h"
 #include "pdb_dtype.h"
 #include "pdb_make_model.h"
 #include "pdb_prefill_cuda.h"
+#include "pdb_qmat.h"
 #include "pdb_safetensors.h"
 #include "pdb_test_cuda.h"
 #include "pdb_test_util.h"
@@ -399,6 +402,170 @@ static void test_gpu_attn_tiles(void **state) {
     assert_true(wd < 2e-3);
 }
 
+/* ---- pdb_cuda_dot32 (the exact engine's and the hook's products) against pdb_qmat_dot ---------- */
+
+/* Inputs of mixed magnitude (2^-6 .. 2^6, every eleventh 0), a pure function of (seed, i). */
+static float dot_value(uint64_t seed, uint64_t i) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    if (z % 11 == 0) return 0.0f;
+    float u = (float)(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+    return ldexpf(u, (int)((z >> 8) % 13) - 6);
+}
+
+typedef struct dot_case {
+    const char *what;
+    pdb_cuda_dot_probe_opts o;
+    int tiled; /* the kernel pdb_cuda_dot32 must choose */
+} dot_case;
+
+typedef struct dot_arrays {
+    float *A, *W, *C0, *C;
+    size_t na, nw, nc;
+    int64_t M, N, K, batch, lda, ldw, ldc, sa, sw, sc;
+} dot_arrays;
+
+/* The probe's defaults resolved (pdb_cuda_dot_probe.h) and the arrays filled: A and W from
+ * dot_value, C's input (seen only when accumulating) too, from another seed. */
+static void dot_arrays_make(const pdb_cuda_dot_probe_opts *o, uint64_t seed, dot_arrays *d) {
+    d->M = o->M, d->N = o->N, d->K = o->K, d->batch = o->batch > 0 ? o->batch : 1;
+    d->lda = o->lda ? o->lda : d->K, d->ldw = o->ldw ? o->ldw : d->K, d->ldc = o->ldc ? o->ldc : d->N;
+    d->sa = o->sa ? o->sa : d->M * d->lda, d->sw = o->sw ? o->sw : d->N * d->ldw, d->sc = o->sc ? o->sc : d->M * d->ldc;
+    d->na = (size_t)((d->batch - 1) * d->sa + (d->M - 1) * d->lda + d->K);
+    d->nw = (size_t)((d->batch - 1) * d->sw + (d->N - 1) * d->ldw + d->K);
+    d->nc = (size_t)((d->batch - 1) * d->sc + (d->M - 1) * d->ldc + d->N);
+    d->A = malloc(sizeof(float) * d->na), d->W = malloc(sizeof(float) * d->nw);
+    d->C0 = malloc(sizeof(float) * d->nc), d->C = malloc(sizeof(float) * d->nc);
+    assert_true(d->A && d->W && d->C0 && d->C);
+    for (size_t i = 0; i < d->na; i++) d->A[i] = dot_value(seed, i);
+    for (size_t i = 0; i < d->nw; i++) d->W[i] = dot_value(seed + 1, i);
+    for (size_t i = 0; i < d->nc; i++) d->C0[i] = dot_value(seed + 2, i);
+}
+
+static void dot_arrays_free(dot_arrays *d) { free(d->A), free(d->W), free(d->C0), free(d->C); }
+
+/* Elements of C whose bits differ from pdb_qmat_dot's (plus C's input when accumulating), over
+ * rows r % rstep == 0 and the last row; C's elements outside the product must keep their input
+ * (counted as differing otherwise). */
+static int64_t dot_check(const dot_arrays *d, int acc, int64_t rstep) {
+    int64_t bad = 0;
+    char *in = calloc(d->nc, 1);
+    assert_non_null(in);
+    for (int64_t b = 0; b < d->batch; b++)
+        for (int64_t r = 0; r < d->M; r++)
+            for (int64_t o = 0; o < d->N; o++) in[b * d->sc + r * d->ldc + o] = 1;
+    for (int64_t b = 0; b < d->batch; b++)
+        for (int64_t r = 0; r < d->M; r++) {
+            if (r % rstep && r != d->M - 1) continue;
+            for (int64_t o = 0; o < d->N; o++) {
+                size_t ci = (size_t)(b * d->sc + r * d->ldc + o);
+                float want = pdb_qmat_dot(d->A + b * d->sa + r * d->lda, d->W + b * d->sw + o * d->ldw, d->K);
+                if (acc) want = d->C0[ci] + want;
+                bad += memcmp(&want, &d->C[ci], sizeof(float)) != 0;
+            }
+        }
+    for (size_t i = 0; i < d->nc; i++) bad += !in[i] && memcmp(&d->C0[i], &d->C[i], sizeof(float)) != 0;
+    free(in);
+    return bad;
+}
+
+/* Each shape on both kernels where they may run (the tiled one: K % 32 == 0 and 16-byte rows;
+ * the general one: always), every output against pdb_qmat_dot on the host, bit for bit, on every
+ * ISA this CPU has (all of them keep the 32-lane order, tails under 32 included, so one reference
+ * serves both kernels); K % 32 != 0, unaligned rows and an unaligned base take the general kernel,
+ * and the tiled one refuses them. Then the capture hook's shape (32768 x 576 x 2048) timed on both
+ * kernels: all outputs compared between them, sampled rows against the host. */
+static void test_gpu_dot32(void **state) {
+    (void)state;
+    float one = 1.0f, outv = 0.0f;
+    pdb_cuda_dot_probe_opts tiny = {.M = 1, .N = 1, .K = 1};
+    if (!pdb_test_have_gpu()) {
+        pdb_status s = pdb_cuda_dot_probe_run(&tiny, &one, &one, &outv, NULL, NULL);
+        printf("dot32 probe without a GPU: %s: %s\n", pdb_status_str(s), pdb_err_msg());
+        assert_int_equal(s, pdb_cuda_built() ? PDB_CUDA : PDB_UNSUPPORTED);
+        printf("skipped: no GPU (dot32 against pdb_qmat_dot)\n");
+        return;
+    }
+    const dot_case cases[] = {
+        {"1x576x2048", {.M = 1, .N = 576, .K = 2048}, 1},
+        {"37x576x2048", {.M = 37, .N = 576, .K = 2048}, 1},
+        {"300x100x512", {.M = 300, .N = 100, .K = 512}, 1},
+        {"64x64x96 (a part chunk)", {.M = 64, .N = 64, .K = 96}, 1},
+        {"33x33x32 (one k-step, edge tiles)", {.M = 33, .N = 33, .K = 32}, 1},
+        {"50x70x100 (K % 32 != 0)", {.M = 50, .N = 70, .K = 100}, 0},
+        {"batch 2 strided 45x40x160",
+         {.M = 45, .N = 40, .K = 160, .batch = 2, .lda = 164, .ldw = 168, .ldc = 44, .sa = 45 * 164 + 12,
+          .sw = 40 * 168 + 4, .sc = 45 * 44 + 3},
+         1},
+        {"accumulate 33x65x256", {.M = 33, .N = 65, .K = 256, .accumulate = 1}, 1},
+        {"accumulate batch 3 30x20x200 (K % 32 != 0)", {.M = 30, .N = 20, .K = 200, .batch = 3, .accumulate = 1}, 0},
+        {"lda 257 (unaligned rows)", {.M = 20, .N = 24, .K = 256, .lda = 257}, 0},
+        {"A one float off 16 bytes", {.M = 20, .N = 24, .K = 256, .a_shift = 1}, 0},
+    };
+    pdb_qmat_isa isa0 = pdb_qmat_isa_set(PDB_ISA_SCALAR); /* the ISA in force (read by setting), put back below */
+    pdb_qmat_isa_set(isa0);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const dot_case *dc = &cases[c];
+        dot_arrays d;
+        dot_arrays_make(&dc->o, 101 + c, &d);
+        for (int form = PDB_DOT_PROBE_AUTO; form <= PDB_DOT_PROBE_TILED; form++) {
+            pdb_cuda_dot_probe_opts o = dc->o;
+            o.form = form;
+            memcpy(d.C, d.C0, sizeof(float) * d.nc);
+            int tiled = -1;
+            pdb_status s = pdb_cuda_dot_probe_run(&o, d.A, d.W, d.C, &tiled, NULL);
+            if (form == PDB_DOT_PROBE_TILED && !dc->tiled) { /* the tiled kernel refuses what it may not copy */
+                assert_int_equal(s, PDB_UNSUPPORTED);
+                continue;
+            }
+            if (s) fail_msg("dot32 %s form %d: %s", dc->what, form, pdb_err_msg());
+            assert_int_equal(tiled, form == PDB_DOT_PROBE_GENERAL ? 0 : form == PDB_DOT_PROBE_TILED ? 1 : dc->tiled);
+            for (int isa = PDB_ISA_SCALAR; isa <= PDB_ISA_NEON; isa++) {
+                if (!pdb_qmat_isa_supported((pdb_qmat_isa)isa)) continue;
+                pdb_qmat_isa_set((pdb_qmat_isa)isa);
+                int64_t bad = dot_check(&d, dc->o.accumulate, 1);
+                printf("cuda-metric dot32 %s %s vs pdb_qmat_dot (%s): differing=%lld\n", dc->what,
+                       tiled ? "tiled" : "general", pdb_qmat_isa_name((pdb_qmat_isa)isa), (long long)bad);
+                assert_int_equal(bad, 0);
+            }
+            pdb_qmat_isa_set(isa0);
+        }
+        dot_arrays_free(&d);
+    }
+    /* the hook's product: both kernels' bits equal everywhere, timed */
+    const pdb_cuda_dot_probe_opts hook = {.M = 32768, .N = 576, .K = 2048, .reps = 3};
+    dot_arrays d;
+    dot_arrays_make(&hook, 7, &d);
+    float *Cg = malloc(sizeof(float) * d.nc);
+    assert_non_null(Cg);
+    double ms[2];
+    int tiled[2];
+    for (int k = 0; k < 2; k++) {
+        pdb_cuda_dot_probe_opts o = hook;
+        o.form = k == 0 ? PDB_DOT_PROBE_TILED : PDB_DOT_PROBE_GENERAL;
+        float *C = k == 0 ? d.C : Cg;
+        memcpy(C, d.C0, sizeof(float) * d.nc);
+        pdb_status s = pdb_cuda_dot_probe_run(&o, d.A, d.W, C, &tiled[k], &ms[k]);
+        if (s) fail_msg("dot32 hook shape: %s", pdb_err_msg());
+    }
+    int64_t diff = 0;
+    for (size_t i = 0; i < d.nc; i++) diff += memcmp(&d.C[i], &Cg[i], sizeof(float)) != 0;
+    int64_t bad = dot_check(&d, 0, 4093);
+    const double flop = 2.0 * (double)hook.M * hook.N * hook.K;
+    printf("cuda-metric dot32 32768x576x2048 tiled %.3f ms (%.1f TFLOP/s), general %.3f ms (%.1f TFLOP/s), speedup %.2fx; "
+           "tiled vs general differing=%lld of %zu, sampled rows vs pdb_qmat_dot differing=%lld\n",
+           ms[0], flop / (ms[0] * 1e-3) / 1e12, ms[1], flop / (ms[1] * 1e-3) / 1e12, ms[1] / ms[0], (long long)diff, d.nc,
+           (long long)bad);
+    assert_int_equal(tiled[0], 1);
+    assert_int_equal(tiled[1], 0);
+    assert_int_equal(diff, 0);
+    assert_int_equal(bad, 0);
+    free(Cg);
+    dot_arrays_free(&d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_without_gpu),
@@ -406,6 +573,7 @@ int main(void) {
         cmocka_unit_test(test_gpu_small),
         cmocka_unit_test(test_gpu_v2lite_heads),
         cmocka_unit_test(test_gpu_attn_tiles),
+        cmocka_unit_test(test_gpu_dot32),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,22 @@
+# Session 24 call 1: NEW = HEAD (0b03870) + k_mha_wg pipelined (S_j issued with P_{j-1} V_{j-1}, softmax of
+# tile j while the P V product runs, 4 key-tile buffers, 2 tiles prefetched). BASE = 0b03870 (session 23's
+# final build). NEW's tests (test_cuda_prefill: the warpgroup kernel against the mma.sync one bit for bit,
+# every engine variant chunked = one shot); the kernel alone, BASE and NEW, each beside the unchanged
+# mma.sync kernel (differing= counts NEW's bits against it); the 4-layer V2-Lite-shaped model's stages.
+source scripts/pdb_carry.sh
+pdb_carry_unpack .cache/devcarry; B=$CARRY/bin
+tar xJf .cache/devcarry_base/devcarry_base.tar.xz -C /tmp; BB=/tmp/devcarry_base/bin
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > $OUT/gpu.txt; cat $OUT/gpu.txt
+T=$OUT/tests.log
+timeout 200 $B/test_cuda_prefill > $T 2>&1; rc=$?; echo "NEW test_cuda_prefill rc=$rc" | tee -a $T
+grep -E "PASSED|FAILED|Failure|attn-tiles|error" $T | cut -c1-220 | head -20
+for w in BASE NEW; do
+  X=$B; [ $w = BASE ] && X=$BB
+  echo "== $w" | tee -a $OUT/attn_bench.log
+  timeout 150 $X/cuda_attn_bench 8192,32768,131072 8192 8,0 3 16 2>&1 | tee -a $OUT/attn_bench.log | grep -E "cuda-attn" | cut -c1-200
+done
+# NEW also holds the tiled exact-order dot32 (the hook's kva and the exact engine's products): test_gpu_dot32
+# above checks it bit for bit against pdb_qmat_dot and prints its rate beside the general kernel's.
+grep -E "cuda-metric dot32|dot32.*differing" $T | cut -c1-200 | head -20
+for b in "$BB" "$B"; do echo "[$b]"; timeout 150 $b/cuda_prefill_bench /tmp/v2l4 4 64 8192 100 0 bf16 8192,32768 profile; done 2>&1 \
+  | tee $OUT/v2_4layer.log | grep -E "^\[|tok_s|stage" | cut -c1-260 | head -30
