@@ -2,7 +2,7 @@
 # tile j while the P V product runs, 4 key-tile buffers, 2 tiles prefetched). BASE = 0b03870 (session 23's
 # final build). NEW's tests (test_cuda_prefill: the warpgroup kernel against the mma.sync one bit for bit,
 # every engine variant chunked = one shot); the kernel alone, BASE and NEW, each beside the unchanged
-# mma.sync kernel (differing= counts NEW's bits against it); the 4-layer V2-Lite-shaped model's stages.
+# mma.sync kernel (differing= counts NEW's bits against it); if the tests pass, the V2-Lite table.
 source scripts/pdb_carry.sh
 pdb_carry_unpack .cache/devcarry; B=$CARRY/bin
 tar xJf .cache/devcarry_base/devcarry_base.tar.xz -C /tmp; BB=/tmp/devcarry_base/bin
@@ -18,5 +18,8 @@ done
 # NEW also holds the tiled exact-order dot32 (the hook's kva and the exact engine's products): test_gpu_dot32
 # above checks it bit for bit against pdb_qmat_dot and prints its rate beside the general kernel's.
 grep -E "cuda-metric dot32|dot32.*differing" $T | cut -c1-200 | head -20
-for b in "$BB" "$B"; do echo "[$b]"; timeout 150 $b/cuda_prefill_bench /tmp/v2l4 4 64 8192 100 0 bf16 8192,32768 profile; done 2>&1 \
-  | tee $OUT/v2_4layer.log | grep -E "^\[|tok_s|stage" | cut -c1-260 | head -30
+# if the tests pass: the V2-Lite table (27 layers, 64 experts, bf16), BASE's engine beside it at 8K and 32K
+if [ $rc -eq 0 ]; then
+  OUT=$OUT/table_v2 OLD_ARCHIVE=$PWD/.cache/devcarry_base/devcarry_base.tar.xz timeout 380 bash bench/gpu_prefill.sh 2>&1 | tail -8
+  (cd $OUT && tar cJf table_v2.tar.xz table_v2 && rm -rf table_v2)
+fi
