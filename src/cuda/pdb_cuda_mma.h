@@ -63,6 +63,20 @@ static __device__ __forceinline__ void cp4(void *dst, const void *src, bool vali
 static __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> static __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+/* Eight bf16 pairs from two 16-byte pieces through f (float, float -> float), each result rounded to
+ * nearest even: lane k of the result = bf16(f(a_k, b_k)). The 8-wide elementwise kernels share it. */
+template <class F> static __device__ __forceinline__ uint4 bf16x8_map2(uint4 av, uint4 bv, F f) {
+    const __nv_bfloat162 *a2 = (const __nv_bfloat162 *)&av, *b2 = (const __nv_bfloat162 *)&bv;
+    uint4 ov;
+    __nv_bfloat162 *o2 = (__nv_bfloat162 *)&ov;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 a = __bfloat1622float2(a2[j]), b = __bfloat1622float2(b2[j]);
+        o2[j] = __floats2bfloat162_rn(f(a.x, b.x), f(a.y, b.y));
+    }
+    return ov;
+}
+
 /* The two steps of one 64-key tile that the 64 x 64 tensor-core attention kernels share
  * (pdb_cuda_mla_tc.cu's k_mla_tc, pdb_cuda_v4_attn.cu's k_v4_attn_tc; 8 warps, warp w holding query
  * rows 16 (w % 4) .. +15 and score columns 32 (w / 4) .. +31 in sacc, lane = 4 g + t).

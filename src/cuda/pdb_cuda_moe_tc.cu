@@ -200,16 +200,7 @@ __global__ void k_silu_mul16(const __nv_bfloat16 *__restrict__ g, const __nv_bfl
         return;
     }
     if (i >= count) return;
-    const uint4 gv = ((const uint4 *)g)[i], uv = ((const uint4 *)u)[i];
-    const __nv_bfloat162 *ga = (const __nv_bfloat162 *)&gv, *ua = (const __nv_bfloat162 *)&uv;
-    uint4 ov;
-    __nv_bfloat162 *oa = (__nv_bfloat162 *)&ov;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 a = __bfloat1622float2(ga[j]), b = __bfloat1622float2(ua[j]);
-        oa[j] = __floats2bfloat162_rn(silu_mul1(a.x, b.x), silu_mul1(a.y, b.y));
-    }
-    ((uint4 *)out)[i] = ov;
+    ((uint4 *)out)[i] = bf16x8_map2(((const uint4 *)g)[i], ((const uint4 *)u)[i], silu_mul1);
 }
 
 int pdb_cuda_moe_tc_fits(int64_t H, int64_t Im) { return H > 0 && Im > 0 && H % 8 == 0 && Im % 8 == 0; }

@@ -902,16 +902,7 @@ __global__ void k_swiglu(const IT *g, const IT *u, int64_t count, float limit, T
 __global__ void __launch_bounds__(256) k_swiglu8(const uint4 *__restrict__ g, const uint4 *__restrict__ u, int64_t count8,
                                                  float limit, uint4 *__restrict__ out) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count8; i += (int64_t)gridDim.x * blockDim.x) {
-        const uint4 gv = g[i], uv = u[i];
-        const __nv_bfloat162 *ga = (const __nv_bfloat162 *)&gv, *ua = (const __nv_bfloat162 *)&uv;
-        uint4 ov;
-        __nv_bfloat162 *oa = (__nv_bfloat162 *)&ov;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float2 a = __bfloat1622float2(ga[j]), b = __bfloat1622float2(ua[j]);
-            oa[j] = __halves2bfloat162(__float2bfloat16_rn(swiglu1(a.x, b.x, limit)), __float2bfloat16_rn(swiglu1(a.y, b.y, limit)));
-        }
-        out[i] = ov;
+        out[i] = bf16x8_map2(g[i], u[i], [limit](float a, float b) { return swiglu1(a, b, limit); });
     }
 }
 
