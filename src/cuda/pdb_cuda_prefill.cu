@@ -584,8 +584,9 @@ static pdb_status moe_per_expert(cu_prefill *c, const cu_layer *L, int64_t n, co
 
 static pdb_status moe(cu_prefill *c, const cu_layer *L, int64_t n) {
     int64_t H = c->H, E = c->E, K = c->K;
-    /* router in f32 */
-    PDB_TRY(mm(c, PDB_CUDA_DT_F32, n, E, H, c->xn, H, 0, L->router, H, 0, 0.0f, c->probs, E, 0, 1));
+    /* router in f32 in pdb_qmat_dot's order (dot32, every engine): from the same xn, the decoder's router
+     * logits bit for bit, and a row's logits depend on that row alone */
+    PDB_TRY(pdb_cuda_dot32(c->s, n, E, H, c->xn, H, 0, L->router, H, 0, c->probs, E, 0, 1, 0));
     pdb_cuda_route_cfg rc;
     rc.E = (int)E;
     rc.K = (int)K;
