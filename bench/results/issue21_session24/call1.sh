@@ -1,6 +1,6 @@
-# Session 24 call 1: NEW = HEAD (0b03870) + k_mha_wg pipelined (S_j issued with P_{j-1} V_{j-1}, softmax of
+# Session 24 call 1: NEW = session 24's tree: k_mha_wg pipelined (S_j issued with P_{j-1} V_{j-1}, softmax of
 # tile j while the P V product runs, 4 key-tile buffers, 2 tiles prefetched). BASE = 0b03870 (session 23's
-# final build). NEW's tests (test_cuda_prefill: the warpgroup kernel against the mma.sync one bit for bit,
+# final build). NEW also runs the hook's kv_a, the exact engine's products and V2's router on k_dot32_tiled. NEW's tests (test_cuda_prefill: the warpgroup kernel against the mma.sync one bit for bit,
 # every engine variant chunked = one shot); the kernel alone, BASE and NEW, each beside the unchanged
 # mma.sync kernel (differing= counts NEW's bits against it); if the tests pass, the V2-Lite table.
 source scripts/pdb_carry.sh
