@@ -87,8 +87,9 @@ pdb_status pdb_cuda_v4_probe_swiglu_in16(const uint16_t *g, const uint16_t *u, i
 
 /* The exact-order product (pdb_cuda_v4_mm_exact) on random operands A [M, K] . W [N, K]^T: ms[t] the
  * mean of reps launches with block tile t < PDB_CUDA_V4_MM_TILES (4), ms[4] cuBLAS's f32 SGEMM
- * (no TF32) of the same shape; same[t] = 1 when tile t's C has tile 0's bits (same[0] = same[4] = 1). */
-pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double ms[5], int same[5]);
+ * (no TF32) of the same shape, ms[5] pdb_cuda_dot32 (V2's exact-order product: the same order, its
+ * tiled kernel where K % 32 == 0); same[t] = 1 when t's C has tile 0's bits (same[0] = same[4] = 1). */
+pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double ms[6], int same[6]);
 
 #ifdef __cplusplus
 }

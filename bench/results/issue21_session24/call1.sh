@@ -18,6 +18,9 @@ done
 # NEW also holds the tiled exact-order dot32 (the hook's kva and the exact engine's products): test_gpu_dot32
 # above checks it bit for bit against pdb_qmat_dot and prints its rate beside the general kernel's.
 grep -E "cuda-metric dot32|dot32.*differing" $T | cut -c1-200 | head -20
+# the two exact-order f32 kernels side by side (V4's k_v4_mm_exact tiles, V2's dot32) and SGEMM, bits against tile 0:
+# the hook's shapes of V2-Lite (kv_a) and V4 (the default); which one stays as the single exact-order kernel
+for d in 32768,576,2048 8192,3072,4096; do timeout 60 $B/cuda_v4_bench mm $d 5 2>&1 | tee -a $OUT/mm_exact.log | cut -c1-160; done
 # if the tests pass: the V2-Lite table (27 layers, 64 experts, bf16), BASE's engine beside it at 8K and 32K
 if [ $rc -eq 0 ]; then
   OUT=$OUT/table_v2 OLD_ARCHIVE=$PWD/.cache/devcarry_base/devcarry_base.tar.xz timeout 380 bash bench/gpu_prefill.sh 2>&1 | tail -8
