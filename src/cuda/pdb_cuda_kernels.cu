@@ -658,7 +658,11 @@ pdb_status pdb_cuda_dot32_form(cudaStream_t s, int64_t M, int64_t N, int64_t K, 
     if (fits && form != PDB_DOT32_GENERAL) {
         int64_t tiles = ((M + DT_BR - 1) / DT_BR) * ((N + DT_BO - 1) / DT_BO);
         if (tiles > 0x7fffffff) return pdb_err_set(PDB_UNSUPPORTED, "dot32: %lld tiles", (long long)tiles);
-        PDB_CU(cudaFuncSetAttribute(k_dot32_tiled, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DT_SMEM));
+        static bool opted = false; /* above 48 KB a kernel asks for its shared memory (once: one device a process) */
+        if (!opted) {
+            PDB_CU(cudaFuncSetAttribute(k_dot32_tiled, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)DT_SMEM));
+            opted = true;
+        }
         k_dot32_tiled<<<dim3((unsigned)tiles, (unsigned)batch), DT_THREADS, DT_SMEM, s>>>(A, lda, sa, W, ldw, sw, C, ldc,
                                                                                        sc, M, N, K, accumulate);
         PDB_CU_LAUNCH("dot32 tiled");
