@@ -205,25 +205,19 @@ __global__ void __launch_bounds__(32 * WARPS)
 /* ------------------------------------------------------------------ warpgroup MMA (sm_90a), V2's shape
  * k_mha_wg: k_mha_tc's contract and math on Hopper's wgmma for DQ 192, DV 128: a block is two
  * warpgroups, each 64 query rows of one head (128 a block); Q and the key tiles (64 keys from position
- * 0) sit in shared memory in the 128B-swizzled layout (pdb_cuda_wgmma.h: Q 3 regions of 128 rows, a
- * tile's K 3 and V 2 of 64 rows) in MW_STAGES buffers filled by cp.async MW_PREF tiles ahead. Per tile a
- * warpgroup computes S = Q K^T over 12 k-steps (m64n64k16, both operands in shared memory) into one
- * accumulator, in k_mha_tc's layout (a thread's rows g, g + 8 of its warp's 16, columns 8 j + 2 t, + 1),
- * then k_mha_tc's mask, running max, base-2 softmax and bf16 P, and O += P V over 4 k-steps
- * (m64n128k16, P from registers as the A fragments, V N-major).
- * Pipeline (per warpgroup, iteration j): issue S_j, issue O += P_{j-1} V_{j-1}, wait for S_j, tile j's
- * softmax while the P V product runs, wait for it, O *= c_j. O sees the same operations in the same
- * order as tile by tile (O *= c_{j-1}, += P_{j-1} V_{j-1}, *= c_j, += P_j V_j), so the bits do not
- * change. The P V product of tile j - 1 still reads that tile's V in iteration j: buffer j - 2 is the
- * first free one, so MW_STAGES buffers prefetch MW_STAGES - 2 tiles. A warpgroup skips the tiles wholly
- * past its last row (the block's barriers still run).
- * Invariants as k_mha_tc's: key tiles start at position 0 in steps of 64 and every sum has a fixed
- * order (each product's k-steps in order, the row statistics per thread then over the quad at the
- * end), so chunking and the block a row lands in change no bit. */
+ * 0, K and V double-buffered by cp.async) sit in shared memory in the 128B-swizzled layout
+ * (pdb_cuda_wgmma.h: Q 3 regions of 128 rows, K 3 and V 2 of 64 rows). Per tile a warpgroup computes
+ * S = Q K^T over 12 k-steps (m64n64k16, both operands in shared memory) into one accumulator, in
+ * k_mha_tc's layout (a thread's rows g, g + 8 of its warp's 16, columns 8 j + 2 t, + 1), then
+ * k_mha_tc's mask, running max, base-2 softmax and bf16 P, and O += P V over 4 k-steps (m64n128k16, P
+ * from registers as the A fragments, V N-major). A warpgroup skips the tiles wholly past its last row
+ * (the block's barriers still run). Invariants as k_mha_tc's: key tiles start at position 0 in steps of
+ * 64 and every sum has a fixed order (each product's k-steps in order, the row statistics per thread
+ * then over the quad at the end), so chunking and the block a row lands in change no bit. */
 enum { MW_Q = 128, MW_THREADS = 256, MW_DQ = 192, MW_DV = 128, MW_QREG = MW_Q * 128, MW_KREG = MH_K * 128,
-       MW_KT = 3 * MW_KREG, MW_ST = MW_KT + 2 * MW_KREG, MW_STAGES = 4, MW_PREF = MW_STAGES - 2 };
+       MW_KT = 3 * MW_KREG, MW_ST = MW_KT + 2 * MW_KREG };
 
-static size_t mha_wg_smem(void) { return 1024 /* alignment slack */ + 3 * (size_t)MW_QREG + MW_STAGES * (size_t)MW_ST; }
+static size_t mha_wg_smem(void) { return 1024 /* alignment slack */ + 3 * (size_t)MW_QREG + 2 * (size_t)MW_ST; }
 
 #if PDB_WGMMA_DEVICE
 /* Rows 0 .. R-1 of src (C bf16 each, contiguous; rows >= ok zero-filled, dummy read instead) into the
@@ -256,36 +250,32 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
     const int64_t h = blockIdx.y, t0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * MW_Q;
     const __nv_bfloat16 *Kh = Kb + h * kstride * MW_DQ, *Vh = Vb + h * kstride * MW_DV;
     const int64_t tlast = t0 + MW_Q - 1 < n ? t0 + MW_Q - 1 : n - 1, kmax = pos0 + tlast;
-    const int64_t qp_lo = pos0 + t0 + rlo, qp_hi = qp_lo + 8, wfirst = pos0 + t0 + 64 * wg;
-    const int64_t wlast = t0 + 64 * wg >= n ? -1 : pos0 + (t0 + 64 * wg + 63 < n ? t0 + 64 * wg + 63 : n - 1);
-    /* tiles: the block's 0 .. nt - 1, this warpgroup's 0 .. nw - 1 (nw is nt or nt - 1, or 0 past n) */
-    const int64_t nt = kmax / MH_K + 1, nw = wlast < 0 ? 0 : wlast / MH_K + 1;
-    auto load_tile = [&](int64_t j) { /* keys past kmax zero-filled */
-        uint8_t *Ks = KV + (int)(j % MW_STAGES) * MW_ST;
-        const int64_t kb = j * MH_K;
+    mw_load<MW_Q, MW_DQ>(Qs, Qb + (h * qstride + t0) * MW_DQ, n - t0, Qb);
+    auto load_tile = [&](int64_t kb, int b) { /* keys past kmax zero-filled */
+        uint8_t *Ks = KV + b * MW_ST;
         mw_load<MH_K, MW_DQ>(Ks, Kh + kb * MW_DQ, kmax - kb + 1, Kh);
         mw_load<MH_K, MW_DV>(Ks + MW_KT, Vh + kb * MW_DV, kmax - kb + 1, Vh);
     };
-    mw_load<MW_Q, MW_DQ>(Qs, Qb + (h * qstride + t0) * MW_DQ, n - t0, Qb); /* in tile 0's group */
+    load_tile(0, 0);
+    cp_commit();
+    const int64_t qp_lo = pos0 + t0 + rlo, qp_hi = qp_lo + 8, wfirst = pos0 + t0 + 64 * wg;
+    const int64_t wlast = t0 + 64 * wg >= n ? -1 : pos0 + (t0 + 64 * wg + 63 < n ? t0 + 64 * wg + 63 : n - 1);
+    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f, o[64];
 #pragma unroll
-    for (int p = 0; p < MW_PREF; p++) { /* one group per tile, empty past nt, so the counts below hold */
-        if (p < nt) load_tile(p);
-        cp_commit();
-    }
-    /* block iteration j's shared step: tile j landed for every thread, every thread done with iteration
-     * j - 1 (so tile j - 2's buffer is free), the load of tile j + MW_PREF issued */
-    auto step = [&](int64_t j) {
-        if (j >= nt) return;
-        cp_wait<MW_PREF - 1>(); /* this thread's groups 0 .. j done */
+    for (int i = 0; i < 64; i++) o[i] = 0.0f;
+    int buf = 0;
+    for (int64_t kb = 0; kb <= kmax; kb += MH_K, buf ^= 1) {
+        cp_wait<0>();
         fence_async_shared();
-        __syncthreads();
-        if (j + MW_PREF < nt) load_tile(j + MW_PREF);
+        __syncthreads(); /* tile kb (and Q) landed; everyone is done with the other buffer */
+        if (kb + MH_K <= kmax) load_tile(kb + MH_K, buf ^ 1);
         cp_commit();
-    };
-    float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.0f, l_hi = 0.0f, c_lo, c_hi, o[64], s[32];
-    uint32_t pa[16], pn[16]; /* P_{j-1} (k-step kk's A fragments at pa[4 kk]) and P_j */
-    auto issue_s = [&](int64_t j) { /* S_j = Q K_j^T, committed as one group */
-        const uint32_t ka = kvaddr + (uint32_t)(j % MW_STAGES) * MW_ST;
+        if (kb > wlast) continue; /* wholly masked for this warpgroup (uniform in it) */
+        const uint32_t ka = kvaddr + buf * MW_ST, va = ka + MW_KT;
+        float s[32];
+#pragma unroll
+        for (int i = 0; i < 32; i++) s[i] = 0.0f;
+        wg_fence();
 #pragma unroll
         for (int ks = 0; ks < MW_DQ / 16; ks++) {
             const uint32_t kin = (uint32_t)((ks & 3) * 32);
@@ -293,60 +283,22 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
                            gmma_desc(ka + (ks >> 2) * MW_KREG + kin, 16, 1024), 1);
         }
         wg_commit();
-    };
-    auto issue_pv = [&](int64_t j) { /* O += P_j V_j (P in pa), one group */
-        const uint32_t va = kvaddr + (uint32_t)(j % MW_STAGES) * MW_ST + MW_KT;
+        wg_wait<0>();
+        if (kb + MH_K - 1 > wfirst) tile_causal_mask(s, kb, qp_lo, qp_hi, t); /* the tile crosses the warpgroup's diagonal */
+        /* P in bf16 as the A fragments of k-step kk (keys 16 kk ..): pa[kk] */
+        uint32_t pa[4][4];
+        float c_lo, c_hi;
+        tile_softmax(s, scale2, &m_lo, &m_hi, &l_lo, &l_hi, &c_lo, &c_hi, &pa[0][0]);
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_64x128_rs_tb(o, pa + 4 * kk, gmma_desc(va + kk * 2048, MW_KREG, 1024), 1);
+        for (int j = 0; j < 16; j++) {
+            o[4 * j] *= c_lo; o[4 * j + 1] *= c_lo; o[4 * j + 2] *= c_hi; o[4 * j + 3] *= c_hi;
+        }
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wgmma_64x128_rs_tb(o, pa[kk], gmma_desc(va + kk * 2048, MW_KREG, 1024), 1);
         wg_commit();
-    };
-    auto softmax = [&](int64_t j, uint32_t *p) { /* S_j landed: its mask and softmax step, P_j to p */
-        wg_hold<32>(s);
-        if (j * MH_K + MH_K - 1 > wfirst) tile_causal_mask(s, j * MH_K, qp_lo, qp_hi, t); /* crosses the diagonal */
-        tile_softmax(s, scale2, &m_lo, &m_hi, &l_lo, &l_hi, &c_lo, &c_hi, p);
-    };
-    auto rescale = [&]() {
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            o[4 * i] *= c_lo; o[4 * i + 1] *= c_lo; o[4 * i + 2] *= c_hi; o[4 * i + 3] *= c_hi;
-        }
-    };
-#pragma unroll
-    for (int i = 0; i < 64; i++) o[i] = 0.0f;
-    int64_t j = 0;
-    if (nw > 0) { /* nw is uniform in the warpgroup */
-        step(0);
-#pragma unroll
-        for (int i = 0; i < 32; i++) s[i] = 0.0f;
-        wg_fence();
-        issue_s(0);
         wg_wait<0>();
-        softmax(0, pa);
-        rescale();
-        for (j = 1; j < nw; j++) {
-            step(j);
-#pragma unroll
-            for (int i = 0; i < 32; i++) s[i] = 0.0f;
-            wg_fence();
-            issue_s(j);
-            issue_pv(j - 1);
-            wg_wait<1>(); /* S_j; the P V product runs on during the softmax */
-            softmax(j, pn);
-            wg_wait<0>();
-            wg_hold<64>(o);
-            wg_hold<16>(pa);
-            rescale();
-#pragma unroll
-            for (int i = 0; i < 16; i++) pa[i] = pn[i];
-        }
-        step(nw);
-        wg_fence();
-        issue_pv(nw - 1);
-        wg_wait<0>();
-        wg_hold<64>(o);
-        j = nw + 1;
     }
-    for (; j < nt; j++) step(j); /* tiles wholly past this warpgroup's rows: the block's barriers only */
     mha_store_rows<MW_DV>(o, l_lo, l_hi, out, t0 + rlo, n, nh, h, t);
 #else
     (void)Qb, (void)Kb, (void)Vb, (void)qstride, (void)kstride, (void)pos0, (void)n, (void)scale2, (void)out, (void)nh;

@@ -64,17 +64,6 @@ static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_
 template <int N> static __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-/* Pins registers a wgmma in flight reads or writes: an empty asm that "reads and writes" each one, issued
- * after the wg_wait that completes the product, so the compiler neither reuses an A fragment's registers
- * nor moves an accumulator's next use to before the wait (it knows nothing of the product's asynchrony). */
-template <int N> static __device__ __forceinline__ void wg_hold(float *r) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N> static __device__ __forceinline__ void wg_hold(uint32_t *r) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
-}
 /* Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to wgmma's reads. */
 static __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
