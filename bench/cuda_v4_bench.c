@@ -10,7 +10,7 @@
  * predecessor took longer than the time budget is printed as skipped.
  * Usage: cuda_v4_bench seeded PRESET LAYERS EXPERTS SEED | model DIR
  *                      [T,T,...] [PRECISION bf16|f32] [BUDGET_S] [FLAGS: profile,hook,moe-kernel]
- *        cuda_v4_bench mm M,N,K [REPS]  (the hook's exact-order product's tiles beside cuBLAS SGEMM)
+ *        cuda_v4_bench mm M,N,K [REPS]  (the hook's exact-order product's kernels beside cuBLAS SGEMM)
  *        cuda_v4_bench gemm [REPS]      (cuBLAS's speed and bits for the engine's product forms: tiles in sequence,
  *                                        on several streams, batched; the experts' tiles per call or per expert)
  * (hook: a hook that takes every layer's copy; hook-feed: the capture hook's products on the device with the
@@ -108,22 +108,21 @@ static pdb_status feed_hook(void *user, int64_t layer, const pdb_v4_feed_rows *r
     return PDB_OK;
 }
 
-/* mm M,N,K [REPS]: the capture hook's exact-order f32 product (pdb_cuda_v4_mm_exact), each block tile,
- * beside cuBLAS's f32 SGEMM and V2's pdb_cuda_dot32 (the same order) of the same shape in the same process. */
+/* mm M,N,K [REPS]: the capture hook's exact-order f32 product (pdb_cuda_v4_mm_exact = pdb_cuda_dot32), its
+ * general and tiled kernels, beside cuBLAS's f32 SGEMM of the same shape in the same process. */
 static int bench_mm(int argc, char **argv) {
     int64_t d[3] = {8192, 3072, 4096};
     char *p = argv[2];
     for (int i = 0; i < 3 && *p; i++, p += strspn(p, ",")) d[i] = strtoll(p, &p, 10);
     int reps = argc > 3 ? atoi(argv[3]) : 10;
-    double ms[6] = {0};
-    int same[6] = {0};
+    double ms[3] = {0};
+    int same[3] = {0};
     if (pdb_cuda_v4_probe_mm_rate(d[0], d[1], d[2], reps, ms, same)) return die("mm");
     double gf = 2.0 * (double)d[0] * (double)d[1] * (double)d[2] / 1e9;
-    static const char *const names[6] = {"exact-32x32-kc64-cp4",   "exact-16x32-kc128-cp16", "exact-16x32-kc256-cp16",
-                                         "exact-32x32-kc128-cp16", "cublas-sgemm",           "dot32"};
-    for (int t = 0; t < 6; t++)
+    static const char *const names[3] = {"dot32-general", "dot32-tiled", "cublas-sgemm"};
+    for (int t = 0; t < 3; t++)
         printf("cuda-v4-bench mm M=%lld N=%lld K=%lld kernel=%s ms=%.3f tflops=%.2f same_bits=%s\n", (long long)d[0],
-               (long long)d[1], (long long)d[2], names[t], ms[t], gf / ms[t], t == 4 ? "n/a" : same[t] ? "yes" : "NO");
+               (long long)d[1], (long long)d[2], names[t], ms[t], gf / ms[t], t == 2 ? "n/a" : same[t] ? "yes" : "NO");
     return 0;
 }
 

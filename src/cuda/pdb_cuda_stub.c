@@ -225,7 +225,7 @@ pdb_status pdb_cuda_v4_probe_swiglu_in16(const uint16_t *g, const uint16_t *u, i
     (void)g, (void)u, (void)count, (void)limit, (void)bf16, (void)out;
     PDB_V4_PROBE_NONE;
 }
-pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double ms[6], int same[6]) {
+pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double ms[3], int same[3]) {
     (void)M, (void)N, (void)K, (void)reps, (void)ms, (void)same;
     PDB_V4_PROBE_NONE;
 }

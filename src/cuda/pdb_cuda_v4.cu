@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pdb_cuda_kernels.h"
 #include "pdb_cuda_mma.h"
 #include "pdb_cuda_util.h"
 #include "pdb_cuda_v4_kernels.h"
@@ -38,124 +39,13 @@ typedef struct cu_v4 {
     size_t capq, capk, capc, capsk, capS, capO, capsel, capnsel;
 } cu_v4;
 
-/* ======================================= kernel ============================================= */
+/* ===================================== exact-order product ===================================== */
 
-/* A block of NR x NO warps computes a (WR NR) x (WO NO) tile of C (rows x outputs), warp w
- * owning a WR x WO sub-tile (rows WR (w / NO).., outputs WO (w % NO)..); lane j of a warp keeps
- * that sub-tile's accumulators of k = j mod 32, fused multiply-adds in k order, then each
- * output's fold 32->16->...->1 by shuffles (lane i takes lane i + half): pdb_qmat's order per
- * element, whatever the tile. K is walked in chunks of KC (a multiple of 32, so lane j always
- * sees k = j mod 32; k never runs past K: a padded zero would turn a -0 sum into +0), streamed
- * into two shared buffers by cp.async (chunk c + 1's copy in flight while chunk c is multiplied).
- * A lane's per-k work is WR + WO shared loads for WR WO multiply-adds. */
-template <int WR, int WO, int NR, int NO, int MX_KC, int VEC>
-__global__ void __launch_bounds__(32 * NR * NO, 512 / (32 * NR * NO)) /* 128 registers a thread */
-    k_v4_mm_exact(const float *A, int64_t lda, const float *W, float *C, int64_t ldc, int64_t M, int64_t N, int64_t K) {
-    constexpr int BM = WR * NR, BN = WO * NO, NT = 32 * NR * NO, CW = MX_KC / VEC, STEP = NT / CW, PER = (BM + BN) / STEP;
-    static_assert(NT % CW == 0 && BM % STEP == 0 && BN % STEP == 0, "staging: whole rows per thread");
-    extern __shared__ float smem[];
-    float(*S)[BM + BN][MX_KC] = reinterpret_cast<float(*)[BM + BN][MX_KC]>(smem); /* [2]: rows 0..BM-1 A's tile, then W's */
-    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32, r0 = WR * (w / NO), o0 = BM + WO * (w % NO);
-    const int64_t m0 = (int64_t)blockIdx.y * BM, n0 = (int64_t)blockIdx.x * BN;
-    float p[WR][WO];
-#pragma unroll
-    for (int r = 0; r < WR; r++)
-#pragma unroll
-        for (int o = 0; o < WO; o++) p[r][o] = 0.0f;
-    /* the thread stages columns kk0 .. kk0 + VEC - 1 of tile rows tr + STEP j of every chunk (VEC 4: one
-     * 16-byte copy, the rows 16-byte aligned and K a multiple of 4, so a vector is wholly in or out) */
-    const int kk0 = tid % CW * VEC, tr = tid / CW;
-    auto stage = [&](int buf, int64_t k0) {
-        bool kin = k0 + kk0 < K;
-#pragma unroll
-        for (int j = 0; j < PER; j++) {
-            int r = tr + STEP * j;
-            bool a = r < BM;
-            int64_t g = a ? m0 + r : n0 + (r - BM);
-            bool in = kin && g < (a ? M : N);
-            const float *src = in ? (a ? A + g * lda : W + g * K) + k0 + kk0 : A;
-            if (VEC == 4) cp16(&S[buf][r][kk0], src, in);
-            else cp4(&S[buf][r][kk0], src, in);
-        }
-        cp_commit();
-    };
-    stage(0, 0);
-    for (int64_t k0 = 0, c = 0; k0 < K; k0 += MX_KC, c++) {
-        const int kn = K - k0 < MX_KC ? (int)(K - k0) : MX_KC, buf = (int)(c & 1);
-        if (k0 + MX_KC < K) {
-            stage(buf ^ 1, k0 + MX_KC);
-            cp_wait<1>();
-        } else
-            cp_wait<0>();
-        __syncthreads();
-        for (int kk = lane; kk < kn; kk += 32) {
-            float a[WR], b[WO];
-#pragma unroll
-            for (int r = 0; r < WR; r++) a[r] = S[buf][r0 + r][kk];
-#pragma unroll
-            for (int o = 0; o < WO; o++) b[o] = S[buf][o0 + o][kk];
-#pragma unroll
-            for (int r = 0; r < WR; r++)
-#pragma unroll
-                for (int o = 0; o < WO; o++) p[r][o] = __fmaf_rn(a[r], b[o], p[r][o]);
-        }
-        __syncthreads(); /* buf is refilled by the next iteration's stage */
-    }
-#pragma unroll
-    for (int r = 0; r < WR; r++)
-#pragma unroll
-        for (int o = 0; o < WO; o++)
-#pragma unroll
-            for (int half = 16; half >= 1; half /= 2)
-                p[r][o] = __fadd_rn(p[r][o], __shfl_down_sync(0xffffffffu, p[r][o], half));
-    if (lane == 0)
-#pragma unroll
-        for (int r = 0; r < WR; r++)
-#pragma unroll
-            for (int o = 0; o < WO; o++) {
-                int64_t m = m0 + r0 + r, n = n0 + o0 - BM + o;
-                if (m < M && n < N) C[m * ldc + n] = p[r][o];
-            }
-}
-
-template <int WR, int WO, int NR, int NO, int KC, int VEC>
-static pdb_status mm_exact(cudaStream_t s, const float *A, int64_t lda, const float *W, float *C, int64_t ldc, int64_t M,
-                           int64_t N, int64_t K) {
-    constexpr int BM = WR * NR, BN = WO * NO;
-    if (M <= 0 || N <= 0) return PDB_OK;
-    if ((M + BM - 1) / BM > 65535)
-        return pdb_err_set(PDB_TOO_LARGE, "cuda v4: %lld rows in one product (max %d)", (long long)M, 65535 * BM);
-    dim3 grid((unsigned)((N + BN - 1) / BN), (unsigned)((M + BM - 1) / BM));
-    constexpr int bytes = 2 * (BM + BN) * KC * (int)sizeof(float);
-    static bool opted = false; /* above 48 KB a kernel must ask for its shared memory (once per device: one here) */
-    if (bytes > 48 * 1024 && !opted) {
-        PDB_CU(cudaFuncSetAttribute(k_v4_mm_exact<WR, WO, NR, NO, KC, VEC>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-        opted = true;
-    }
-    k_v4_mm_exact<WR, WO, NR, NO, KC, VEC><<<grid, 32 * NR * NO, bytes, s>>>(A, lda, W, C, ldc, M, N, K);
-    PDB_CU_LAUNCH("v4 exact-order product");
-    return PDB_OK;
-}
-
-pdb_status pdb_cuda_v4_mm_exact_tile(int tile, cudaStream_t s, const float *A, int64_t lda, const float *W, float *C,
-                                     int64_t ldc, int64_t M, int64_t N, int64_t K) {
-    /* tiles 1..3 copy 16 bytes at a time: without aligned rows, tile 0 (the same bits) */
-    const bool vec = (uintptr_t)A % 16 == 0 && (uintptr_t)W % 16 == 0 && lda % 4 == 0 && K % 4 == 0;
-    if (tile > 0 && !vec) tile = 0;
-    switch (tile) {
-    case 0: return mm_exact<8, 8, 4, 4, 64, 1>(s, A, lda, W, C, ldc, M, N, K);
-    case 1: return mm_exact<8, 8, 2, 4, 128, 4>(s, A, lda, W, C, ldc, M, N, K);
-    case 2: return mm_exact<8, 8, 2, 4, 256, 4>(s, A, lda, W, C, ldc, M, N, K);
-    case 3: return mm_exact<8, 8, 4, 4, 128, 4>(s, A, lda, W, C, ldc, M, N, K);
-    default: return pdb_err_set(PDB_INVALID, "cuda v4: exact-order product tile %d (0..%d)", tile, PDB_CUDA_V4_MM_TILES - 1);
-    }
-}
-
+/* V4's name for V2's pdb_cuda_dot32 (one kernel for both, D50): W's rows K apart, no batch, no accumulate. */
 pdb_status pdb_cuda_v4_mm_exact(cudaStream_t s, const float *A, int64_t lda, const float *W, float *C, int64_t ldc,
                                 int64_t M, int64_t N, int64_t K) {
-    return pdb_cuda_v4_mm_exact_tile(1, s, A, lda, W, C, ldc, M, N, K); /* the fastest on the H100 (bench/results) */
+    return pdb_cuda_dot32(s, M, N, K, A, lda, 0, W, K, 0, C, ldc, 0, 1, 0);
 }
-
 
 /* ===================================== attention kernels ===================================== */
 /* pdb_v4_attn_ref's contract (pdb_v4.h) in three kernels: scores (one thread per score, d in

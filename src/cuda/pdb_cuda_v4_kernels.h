@@ -30,16 +30,9 @@ static __device__ __forceinline__ void rot_pair(float *v, float c, float s) {
 /* C [M, N] (row stride ldc) = A [M, K] (row stride lda) . W [N, K]^T in f32, every element in
  * pdb_qmat's order (lane j of 32 takes k = j mod 32 by fused multiply-adds in k order from 0, the
  * lanes folded 32->16->...->1 as lane i + lane i + half): bit-identical to pdb_v4_mm_ref and the CPU
- * hook on f32 weights, at any M (pdb_cuda_v4.cu). */
+ * hook on f32 weights, at any M. It is pdb_cuda_dot32 (pdb_cuda_kernels.h), V2's kernel (D50). */
 pdb_status pdb_cuda_v4_mm_exact(cudaStream_t s, const float *A, int64_t lda, const float *W, float *C, int64_t ldc,
                                 int64_t M, int64_t N, int64_t K);
-/* The same with block tile `tile` of PDB_CUDA_V4_MM_TILES (the same bits; for the benchmark's side by side):
- * 0: 32 x 32, k chunks of 64 copied 4 bytes at a time (any alignment); 1 (pdb_cuda_v4_mm_exact's when A, W
- * are 16-byte aligned with lda, K multiples of 4): 16 x 32, chunks of 128 copied 16 bytes at a time; 2: 16 x 32,
- * chunks of 256; 3: 32 x 32, chunks of 128. */
-enum { PDB_CUDA_V4_MM_TILES = 4 };
-pdb_status pdb_cuda_v4_mm_exact_tile(int tile, cudaStream_t s, const float *A, int64_t lda, const float *W, float *C,
-                                     int64_t ldc, int64_t M, int64_t N, int64_t K);
 
 /* hs [n, hc, H] = embedding row ids[t] of emb [V, H] (dt) in each of the hc streams. */
 pdb_status pdb_cuda_v4_embed_hc(cudaStream_t s, const int32_t *ids, const void *emb, pdb_cuda_dt dt, int64_t n,

@@ -398,15 +398,14 @@ extern "C" pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K,
         cudaEventCreate(&e0);
         cudaEventCreate(&e1);
         pdb_status s = PDB_OK;
-        /* t == TILES: cuBLAS SGEMM, f32 (no TF32); TILES + 1: pdb_cuda_dot32 (V2's exact-order product, the same order) */
-        for (int t = 0; !s && t <= PDB_CUDA_V4_MM_TILES + 1; t++) {
+        /* t 0: dot32's general kernel, 1: its tiled one, 2: cuBLAS SGEMM, f32 (no TF32) */
+        for (int t = 0; !s && t < 3; t++) {
             float *out = t == 0 ? C0 : C;
             for (int r = -1; !s && r < reps; r++) { /* r = -1: warm-up */
                 if (r == 0) cudaEventRecord(e0, 0);
-                s = t < PDB_CUDA_V4_MM_TILES ? pdb_cuda_v4_mm_exact_tile(t, 0, A, K, W, out, N, M, N, K)
-                    : t == PDB_CUDA_V4_MM_TILES
-                        ? pdb_cuda_gemm(&b, PDB_CUDA_DT_F32, 1, M, N, K, 1.0f, A, K, 0, W, K, 0, 0.0f, out, N, 0, 1)
-                        : pdb_cuda_dot32(0, M, N, K, A, K, 0, W, K, 0, out, N, 0, 1, 0);
+                s = t < 2 ? pdb_cuda_dot32_form(0, M, N, K, A, K, 0, W, K, 0, out, N, 0, 1, 0,
+                                                t == 0 ? PDB_DOT32_GENERAL : PDB_DOT32_TILED, NULL)
+                          : pdb_cuda_gemm(&b, PDB_CUDA_DT_F32, 1, M, N, K, 1.0f, A, K, 0, W, K, 0, 0.0f, out, N, 0, 1);
             }
             if (s) break;
             cudaEventRecord(e1, 0);
@@ -414,7 +413,7 @@ extern "C" pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K,
             float f = 0;
             cudaEventElapsedTime(&f, e0, e1);
             ms[t] = f / (reps > 0 ? reps : 1);
-            if (t > 0 && t != PDB_CUDA_V4_MM_TILES) { /* the same bits as tile 0's */
+            if (t == 1) { /* the same bits as the general kernel's */
                 int *d_ne;
                 if ((s = up(a, &d_ne, NULL, sizeof(int)))) break;
                 k_probe_ne<<<1024, 256>>>(C0, C, M * N, d_ne);

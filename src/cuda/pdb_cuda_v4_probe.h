@@ -85,11 +85,11 @@ pdb_status pdb_cuda_v4_probe_swiglu(const float *g, const float *u, int64_t coun
 pdb_status pdb_cuda_v4_probe_swiglu_in16(const uint16_t *g, const uint16_t *u, int64_t count, float limit, int bf16,
                                          void *out);
 
-/* The exact-order product (pdb_cuda_v4_mm_exact) on random operands A [M, K] . W [N, K]^T: ms[t] the
- * mean of reps launches with block tile t < PDB_CUDA_V4_MM_TILES (4), ms[4] cuBLAS's f32 SGEMM
- * (no TF32) of the same shape, ms[5] pdb_cuda_dot32 (V2's exact-order product: the same order, its
- * tiled kernel where K % 32 == 0); same[t] = 1 when t's C has tile 0's bits (same[0] = same[4] = 1). */
-pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double ms[6], int same[6]);
+/* The exact-order product (pdb_cuda_v4_mm_exact = pdb_cuda_dot32) on random operands A [M, K] . W [N, K]^T:
+ * ms[0] the mean of reps launches of dot32's general kernel, ms[1] of its tiled kernel (K % 32 != 0:
+ * PDB_UNSUPPORTED), ms[2] cuBLAS's f32 SGEMM (no TF32, its own order) of the same shape; same[1] = 1
+ * when the tiled kernel's C has the general one's bits (same[0] = same[2] = 1). */
+pdb_status pdb_cuda_v4_probe_mm_rate(int64_t M, int64_t N, int64_t K, int reps, double ms[3], int same[3]);
 
 #ifdef __cplusplus
 }
