@@ -25,14 +25,14 @@ typedef struct probe {
     cudaEvent_t e0, e1;
 } probe;
 
-static pdb_status probe_prompt(const pdb_cuda_attn_probe_opts *o, int64_t chunk, const probe *p, int warps,
-                               float *host_out) {
+static pdb_status probe_prompt(const pdb_cuda_attn_probe_opts *o, int64_t chunk, const probe *p, int warps, int keys,
+                                float *host_out) {
     for (int64_t p0 = 0; p0 < o->tokens; p0 += chunk) {
         int64_t n = o->tokens - p0 < chunk ? o->tokens - p0 : chunk;
         float scale = o->scale > 0 ? o->scale : 1.0f / sqrtf((float)(o->nope + o->rope));
         if (warps == 0)
             PDB_TRY(pdb_cuda_attention_mha_wg(0, p->q, p->k, p->v, chunk, o->tokens, p0, n, o->heads, o->nope, o->rope, o->dv,
-                                              scale, p->out));
+                                              scale, p->out, keys > 0 ? keys : 64));
         else
             PDB_TRY(pdb_cuda_attention_mha_tiles(0, p->q, p->k, p->v, chunk, o->tokens, p0, n, o->heads, o->nope, o->rope,
                                                  o->dv, scale, p->out, warps));
@@ -61,7 +61,7 @@ static pdb_status probe_rows(const pdb_cuda_attn_probe_opts *o, pdb_cuda_attn_pr
     flop *= (double)H;
     for (int r = 0; r < nrows; r++) {
         float *dst = r == 0 ? first : mine;
-        PDB_TRY(probe_prompt(o, chunk, p, rows[r].warps, dst)); /* untimed; the output */
+        PDB_TRY(probe_prompt(o, chunk, p, rows[r].warps, rows[r].keys, dst)); /* untimed; the output */
         rows[r].differing = 0;
         if (r > 0)
             for (int64_t i = 0; i < outn; i++) rows[r].differing += memcmp(first + i, mine + i, 4) != 0;
@@ -69,7 +69,7 @@ static pdb_status probe_rows(const pdb_cuda_attn_probe_opts *o, pdb_cuda_attn_pr
         for (int k = 0; k < (o->reps > 0 ? o->reps : 3); k++) {
             float ms = 0;
             PDB_CU(cudaEventRecord(p->e0, 0));
-            PDB_TRY(probe_prompt(o, chunk, p, rows[r].warps, NULL));
+            PDB_TRY(probe_prompt(o, chunk, p, rows[r].warps, rows[r].keys, NULL));
             PDB_CU(cudaEventRecord(p->e1, 0));
             PDB_CU(cudaEventSynchronize(p->e1));
             PDB_CU(cudaEventElapsedTime(&ms, p->e0, p->e1));

@@ -29,6 +29,7 @@ typedef struct pdb_cuda_attn_probe_opts {
 typedef struct pdb_cuda_attn_probe_row {
     int warps;         /* in: the tile configuration (pdb_cuda_attention_mha_tiles), 0: the warpgroup form
                           (pdb_cuda_attention_mha_wg) */
+    int keys;          /* in: the warpgroup form's key tile (64 or 128; 0 = 64) */
     double ms;         /* out: best time of one whole prompt (every pass) */
     double tflops;     /* out: the causal scores' and values' FLOPs / ms */
     int64_t differing; /* out: output elements whose bits differ from the first configuration's */

@@ -29,7 +29,7 @@
 #include "pdb_cuda_mma.h"
 #include "pdb_cuda_wgmma.h"
 
-enum { MH_K = 64 }; /* key tile (tile_causal_mask and tile_softmax take 64 keys) */
+enum { MH_K = 64 }; /* k_mha_tc's key tile */
 
 /* Qb [nh, qstride, dqp] bf16: q_nope of c->q [n, nh, qk] then the roped q_rope of qlat [n, nh, row] (at kvl), zero pad.
  * A block per token, blockIdx.y the head, threads over d (no 64-bit division per element). */
@@ -203,43 +203,63 @@ __global__ void __launch_bounds__(32 * WARPS)
 }
 
 /* ------------------------------------------------------------------ warpgroup MMA (sm_90a), V2's shape
- * k_mha_wg: k_mha_tc's contract and math on Hopper's wgmma for DQ 192, DV 128: a block is two
- * warpgroups, each 64 query rows of one head (128 a block); Q and the key tiles (64 keys from position
- * 0, K and V double-buffered by cp.async) sit in shared memory in the 128B-swizzled layout
- * (pdb_cuda_wgmma.h: Q 3 regions of 128 rows, K 3 and V 2 of 64 rows). Per tile a warpgroup computes
- * S = Q K^T over 12 k-steps (m64n64k16, both operands in shared memory) into one accumulator, in
- * k_mha_tc's layout (a thread's rows g, g + 8 of its warp's 16, columns 8 j + 2 t, + 1), then
- * k_mha_tc's mask, running max, base-2 softmax and bf16 P, and O += P V over 4 k-steps (m64n128k16, P
- * from registers as the A fragments, V N-major). A warpgroup skips the tiles wholly past its last row
- * (the block's barriers still run). Invariants as k_mha_tc's: key tiles start at position 0 in steps of
- * 64 and every sum has a fixed order (each product's k-steps in order, the row statistics per thread
- * then over the quad at the end), so chunking and the block a row lands in change no bit. */
-enum { MW_Q = 128, MW_THREADS = 256, MW_DQ = 192, MW_DV = 128, MW_QREG = MW_Q * 128, MW_KREG = MH_K * 128,
-       MW_KT = 3 * MW_KREG, MW_ST = MW_KT + 2 * MW_KREG };
+ * k_mha_wg<KT>: k_mha_tc's contract and math on Hopper's wgmma for DQ 192, DV 128, keys in tiles of KT
+ * (64 or 128): a block is two warpgroups, each 64 query rows of one head (128 a block); Q and the key
+ * tiles (KT keys from position 0, K and V double-buffered by cp.async) sit in shared memory in the
+ * 128B-swizzled layout (pdb_cuda_wgmma.h: Q 3 regions of 128 rows, K 3 and V 2 of KT rows). Per tile a
+ * warpgroup computes S = Q K^T over 12 k-steps (m64nKTk16, both operands in shared memory) into one
+ * accumulator, in k_mha_tc's layout (a thread's rows g, g + 8 of its warp's 16, columns 8 j + 2 t, + 1),
+ * then k_mha_tc's mask, running max, base-2 softmax and bf16 P over the KT keys, and O += P V over KT / 16
+ * k-steps (m64n128k16, P from registers as the A fragments, V N-major). O's rescale is skipped where both
+ * of a thread's corrections are exactly 1 (the same bits). A warpgroup skips the tiles wholly past its
+ * last row (the block's barriers still run). Invariants as k_mha_tc's: key tiles start at position 0 in
+ * steps of KT and every sum has a fixed order (each product's k-steps in order, the row statistics per
+ * thread then over the quad at the end), so chunking and the block a row lands in change no bit; KT 64
+ * is k_mha_tc's arithmetic (the same bits, tested), KT 128 moves the running max once per 128 keys (other
+ * roundings). */
+enum { MW_Q = 128, MW_THREADS = 256, MW_DQ = 192, MW_DV = 128, MW_QREG = MW_Q * 128 };
+template <int KT> struct mw_shape {
+    static constexpr int KREG = KT * 128, KTILE = 3 * KREG, STAGE = KTILE + 2 * KREG;
+};
 
-static size_t mha_wg_smem(void) { return 1024 /* alignment slack */ + 3 * (size_t)MW_QREG + 2 * (size_t)MW_ST; }
+template <int KT> static size_t mha_wg_smem(void) {
+    return 1024 /* alignment slack */ + 3 * (size_t)MW_QREG + 2 * (size_t)mw_shape<KT>::STAGE;
+}
 
 #if PDB_WGMMA_DEVICE
 /* Rows 0 .. R-1 of src (C bf16 each, contiguous; rows >= ok zero-filled, dummy read instead) into the
  * swizzled regions at dst (R rows each): 16-byte piece c of row r at region c / 8, r * 128 +
- * ((c % 8) ^ (r % 8)) * 16. */
+ * ((c % 8) ^ (r % 8)) * 16. A thread copies piece tid % 8 of each region for rows tid / 8 + 32 i, so its
+ * swizzle is one constant and every address is its first plus an immediate. */
 template <int R, int C>
 static __device__ __forceinline__ void mw_load(uint8_t *dst, const __nv_bfloat16 *src, int64_t ok, const __nv_bfloat16 *dummy) {
-    constexpr int CH = C / 8, N = R * CH;
-    static_assert(N % MW_THREADS == 0, "whole passes of the block's threads");
+    static_assert(C % 64 == 0 && R % (MW_THREADS / 8) == 0, "whole 64-column regions, whole passes of the block's threads");
+    const int c = threadIdx.x & 7, r0 = threadIdx.x >> 3;
+    uint8_t *d0 = dst + r0 * 128 + ((c ^ (r0 & 7)) << 4);
+    const __nv_bfloat16 *s0 = src + (int64_t)r0 * C + c * 8;
 #pragma unroll
-    for (int k = 0; k < N / MW_THREADS; k++) {
-        const int i = threadIdx.x + k * MW_THREADS, r = i / CH, c = i % CH;
+    for (int i = 0; i < R / (MW_THREADS / 8); i++) {
+        const int r = r0 + i * (MW_THREADS / 8);
         const bool v = r < ok;
-        cp16(dst + (c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4), v ? src + (int64_t)r * C + c * 8 : dummy, v);
+#pragma unroll
+        for (int q = 0; q < C / 64; q++)
+            cp16(d0 + q * R * 128 + i * (MW_THREADS / 8) * 128, v ? s0 + (int64_t)i * (MW_THREADS / 8) * C + q * 64 : dummy, v);
     }
 }
+
+/* S (+)= one k-step of Q K^T for KT keys */
+template <int KT> static __device__ __forceinline__ void mw_scores(float *s, uint64_t dq, uint64_t dk);
+template <> __device__ __forceinline__ void mw_scores<64>(float *s, uint64_t dq, uint64_t dk) { wgmma_64x64_ss(s, dq, dk, 1); }
+template <> __device__ __forceinline__ void mw_scores<128>(float *s, uint64_t dq, uint64_t dk) { wgmma_64x128_ss(s, dq, dk, 1); }
 #endif
 
+template <int KT>
 __global__ void __launch_bounds__(MW_THREADS, 1)
     k_mha_wg(const __nv_bfloat16 *Qb, const __nv_bfloat16 *Kb, const __nv_bfloat16 *Vb, int64_t qstride, int64_t kstride,
              int64_t pos0, int64_t n, float scale2, float *out, int64_t nh) {
 #if PDB_WGMMA_DEVICE
+    using S = mw_shape<KT>;
+    constexpr int NJ = KT / 8; /* n8 column tiles of S */
     extern __shared__ uint8_t smem_mw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_mw);
     uint8_t *Qs = smem_mw + ((1024 - (raw & 1023)) & 1023), *KV = Qs + 3 * MW_QREG; /* 1024-byte aligned */
@@ -252,9 +272,9 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
     const int64_t tlast = t0 + MW_Q - 1 < n ? t0 + MW_Q - 1 : n - 1, kmax = pos0 + tlast;
     mw_load<MW_Q, MW_DQ>(Qs, Qb + (h * qstride + t0) * MW_DQ, n - t0, Qb);
     auto load_tile = [&](int64_t kb, int b) { /* keys past kmax zero-filled */
-        uint8_t *Ks = KV + b * MW_ST;
-        mw_load<MH_K, MW_DQ>(Ks, Kh + kb * MW_DQ, kmax - kb + 1, Kh);
-        mw_load<MH_K, MW_DV>(Ks + MW_KT, Vh + kb * MW_DV, kmax - kb + 1, Vh);
+        uint8_t *Ks = KV + b * S::STAGE;
+        mw_load<KT, MW_DQ>(Ks, Kh + kb * MW_DQ, kmax - kb + 1, Kh);
+        mw_load<KT, MW_DV>(Ks + S::KTILE, Vh + kb * MW_DV, kmax - kb + 1, Vh);
     };
     load_tile(0, 0);
     cp_commit();
@@ -264,38 +284,40 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
 #pragma unroll
     for (int i = 0; i < 64; i++) o[i] = 0.0f;
     int buf = 0;
-    for (int64_t kb = 0; kb <= kmax; kb += MH_K, buf ^= 1) {
+    for (int64_t kb = 0; kb <= kmax; kb += KT, buf ^= 1) {
         cp_wait<0>();
         fence_async_shared();
         __syncthreads(); /* tile kb (and Q) landed; everyone is done with the other buffer */
-        if (kb + MH_K <= kmax) load_tile(kb + MH_K, buf ^ 1);
+        if (kb + KT <= kmax) load_tile(kb + KT, buf ^ 1);
         cp_commit();
         if (kb > wlast) continue; /* wholly masked for this warpgroup (uniform in it) */
-        const uint32_t ka = kvaddr + buf * MW_ST, va = ka + MW_KT;
-        float s[32];
+        const uint32_t ka = kvaddr + buf * S::STAGE, va = ka + S::KTILE;
+        float s[4 * NJ];
 #pragma unroll
-        for (int i = 0; i < 32; i++) s[i] = 0.0f;
+        for (int i = 0; i < 4 * NJ; i++) s[i] = 0.0f;
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < MW_DQ / 16; ks++) {
             const uint32_t kin = (uint32_t)((ks & 3) * 32);
-            wgmma_64x64_ss(s, gmma_desc(qaddr + (ks >> 2) * MW_QREG + wg * 64 * 128 + kin, 16, 1024),
-                           gmma_desc(ka + (ks >> 2) * MW_KREG + kin, 16, 1024), 1);
+            mw_scores<KT>(s, gmma_desc(qaddr + (ks >> 2) * MW_QREG + wg * 64 * 128 + kin, 16, 1024),
+                          gmma_desc(ka + (ks >> 2) * S::KREG + kin, 16, 1024));
         }
         wg_commit();
         wg_wait<0>();
-        if (kb + MH_K - 1 > wfirst) tile_causal_mask(s, kb, qp_lo, qp_hi, t); /* the tile crosses the warpgroup's diagonal */
+        if (kb + KT - 1 > wfirst) tile_causal_mask<NJ>(s, kb, qp_lo, qp_hi, t); /* the tile crosses the warpgroup's diagonal */
         /* P in bf16 as the A fragments of k-step kk (keys 16 kk ..): pa[kk] */
-        uint32_t pa[4][4];
+        uint32_t pa[KT / 16][4];
         float c_lo, c_hi;
-        tile_softmax(s, scale2, &m_lo, &m_hi, &l_lo, &l_hi, &c_lo, &c_hi, &pa[0][0]);
+        tile_softmax<NJ>(s, scale2, &m_lo, &m_hi, &l_lo, &l_hi, &c_lo, &c_hi, &pa[0][0]);
+        if (c_lo != 1.0f || c_hi != 1.0f) {
 #pragma unroll
-        for (int j = 0; j < 16; j++) {
-            o[4 * j] *= c_lo; o[4 * j + 1] *= c_lo; o[4 * j + 2] *= c_hi; o[4 * j + 3] *= c_hi;
+            for (int j = 0; j < 16; j++) {
+                o[4 * j] *= c_lo; o[4 * j + 1] *= c_lo; o[4 * j + 2] *= c_hi; o[4 * j + 3] *= c_hi;
+            }
         }
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; kk++) wgmma_64x128_rs_tb(o, pa[kk], gmma_desc(va + kk * 2048, MW_KREG, 1024), 1);
+        for (int kk = 0; kk < KT / 16; kk++) wgmma_64x128_rs_tb(o, pa[kk], gmma_desc(va + kk * 2048, S::KREG, 1024), 1);
         wg_commit();
         wg_wait<0>();
     }
@@ -313,34 +335,37 @@ int pdb_cuda_mha_wg_fits(int64_t nope, int64_t rope, int64_t dv) {
         cudaGetLastError();
         return 0;
     }
-    return mha_wg_smem() <= (size_t)optin;
+    return mha_wg_smem<128>() <= (size_t)optin; /* the larger of the two */
 }
 
 /* The launch, the shape and device already checked (pdb_cuda_mha_wg_fits); Q rows past n are zero-filled,
  * never read. */
+template <int KT>
 static pdb_status launch_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride, int64_t kstride,
                                 int64_t pos0, int64_t n, int64_t nh, float scale, float *out) {
     if (n <= 0) return PDB_OK;
     if (nh > 65535 || (n + MW_Q - 1) / MW_Q > INT32_MAX)
         return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): %lld tokens x %lld heads", (long long)n, (long long)nh);
-    const size_t smem = mha_wg_smem();
-    PDB_CU(cudaFuncSetAttribute(k_mha_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = mha_wg_smem<KT>();
+    PDB_CU(cudaFuncSetAttribute(k_mha_wg<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)((n + MW_Q - 1) / MW_Q), (unsigned)nh);
-    k_mha_wg<<<grid, MW_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb, (const __nv_bfloat16 *)Vb, qstride,
-                                            kstride, pos0, n, scale * 1.4426950408889634f, out, nh);
+    k_mha_wg<KT><<<grid, MW_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb, (const __nv_bfloat16 *)Vb,
+                                                qstride, kstride, pos0, n, scale * 1.4426950408889634f, out, nh);
     PDB_CU_LAUNCH("attention (MHA form, warpgroup MMA)");
     return PDB_OK;
 }
 
 pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                      int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
-                                     int64_t dv, float scale, float *out) {
+                                     int64_t dv, float scale, float *out, int key_tile) {
     if (n <= 0) return PDB_OK;
     if (!pdb_cuda_mha_wg_fits(nope, rope, dv))
         return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): q/k %lld + %lld, v %lld (built: 128 + 64, 128), "
                            "an sm_90a build on a compute capability 9.0 device and %zu bytes of shared memory required",
-                           (long long)nope, (long long)rope, (long long)dv, mha_wg_smem());
-    return launch_mha_wg(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+                           (long long)nope, (long long)rope, (long long)dv, mha_wg_smem<128>());
+    if (key_tile == 64) return launch_mha_wg<64>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    if (key_tile == 128) return launch_mha_wg<128>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    return pdb_err_set(PDB_INVALID, "attention (MHA form, warpgroup MMA): key tile %d (built: 64, 128)", key_tile);
 }
 
 /* The shapes built (DQ = qk_nope + qk_rope rounded up to 16, DV): DeepSeek-V2/V2-Lite/V3 (192, 128)
@@ -418,7 +443,8 @@ pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const vo
 pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                   int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                   int64_t dv, float scale, float *out) {
-    if (pdb_cuda_mha_wg_fits(nope, rope, dv)) return launch_mha_wg(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    if (pdb_cuda_mha_wg_fits(nope, rope, dv))
+        return launch_mha_wg<PDB_CUDA_MHA_WG_KEYS>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
     return pdb_cuda_attention_mha_tiles(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out,
                                         PDB_CUDA_MHA_WARPS);
 }

@@ -129,13 +129,13 @@ static __device__ __forceinline__ void tc_softmax_tile(const float *Ss, int sld,
     }
 }
 
-/* The maxima of a thread's two rows over a 64-key tile (s as tile_softmax's) and the quad's other
- * threads, each folded into *mx_lo / *mx_hi from the value it holds (in order: its columns, then the
- * quad by two xor shuffles). */
-static __device__ __forceinline__ void tile_row_max(const float *s, float *mx_lo, float *mx_hi) {
+/* The maxima of a thread's two rows over a key tile of 8 NJ keys (s as tile_softmax's) and the quad's
+ * other threads, each folded into *mx_lo / *mx_hi from the value it holds (in order: its columns, then
+ * the quad by two xor shuffles). */
+template <int NJ = 8> static __device__ __forceinline__ void tile_row_max(const float *s, float *mx_lo, float *mx_hi) {
     float lo = *mx_lo, hi = *mx_hi;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < NJ; j++) {
         lo = fmaxf(lo, fmaxf(s[4 * j], s[4 * j + 1]));
         hi = fmaxf(hi, fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
@@ -147,28 +147,30 @@ static __device__ __forceinline__ void tile_row_max(const float *s, float *mx_lo
     *mx_hi = hi;
 }
 
-/* Keys past each row's position set to -inf in a thread's scores of a 64-key tile from key kb (s as
- * tile_softmax's; rows at positions qp_lo, qp_hi; t = lane % 4). */
+/* Keys past each row's position set to -inf in a thread's scores of a tile of 8 NJ keys from key kb (s
+ * as tile_softmax's; rows at positions qp_lo, qp_hi; t = lane % 4). */
+template <int NJ = 8>
 static __device__ __forceinline__ void tile_causal_mask(float *s, int64_t kb, int64_t qp_lo, int64_t qp_hi, int t) {
-    const int rl_lo = qp_lo - kb > 64 ? 64 : (int)(qp_lo - kb), rl_hi = qp_hi - kb > 64 ? 64 : (int)(qp_hi - kb);
+    const int rl_lo = qp_lo - kb > 8 * NJ ? 8 * NJ : (int)(qp_lo - kb), rl_hi = qp_hi - kb > 8 * NJ ? 8 * NJ : (int)(qp_hi - kb);
 #pragma unroll
-    for (int j = 0; j < 8; j++)
+    for (int j = 0; j < NJ; j++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             if (8 * j + 2 * t + (e & 1) > (e < 2 ? rl_lo : rl_hi)) s[4 * j + e] = -INFINITY;
 }
 
-/* One 64-key tile's step of the causal softmax (base 2) for a thread's two rows lo (g) and hi (g + 8) of
- * the m16n8 accumulator layout: s[4 j + e] (j < 8 n8 tiles; e 0, 1 row lo, 2, 3 row hi, columns 2t,
+/* One key tile's step (8 NJ keys) of the causal softmax (base 2) for a thread's two rows lo (g) and hi (g + 8) of
+ * the m16n8 accumulator layout: s[4 j + e] (j < NJ n8 tiles; e 0, 1 row lo, 2, 3 row hi, columns 2t,
  * 2t + 1; masked keys -inf, raw score units). The rows' maxima over the quad; the correction c of the
  * running max m (1 exactly when it does not move; 2^-inf = 0 on the first tile); P = 2^(s scale2 -
  * m scale2) rounded to bf16 into p[2 j] (lo) and p[2 j + 1] (hi), which are the m16n8k16 A fragments of
  * the P V product (k-step kk = p[4 kk] .. p[4 kk + 3]); l = l c + this thread's sum of those bf16 P
  * (the quad's sum is taken once, at the end). */
+template <int NJ = 8>
 static __device__ __forceinline__ void tile_softmax(const float *s, float scale2, float *m_lo, float *m_hi, float *l_lo,
                                                     float *l_hi, float *c_lo, float *c_hi, uint32_t *p) {
     float mx_lo = *m_lo, mx_hi = *m_hi;
-    tile_row_max(s, &mx_lo, &mx_hi);
+    tile_row_max<NJ>(s, &mx_lo, &mx_hi);
     *c_lo = mx_lo == *m_lo ? 1.0f : ex2_approx((*m_lo - mx_lo) * scale2);
     *c_hi = mx_hi == *m_hi ? 1.0f : ex2_approx((*m_hi - mx_hi) * scale2);
     const float b_lo = -mx_lo * scale2, b_hi = -mx_hi * scale2;
@@ -176,7 +178,7 @@ static __device__ __forceinline__ void tile_softmax(const float *s, float scale2
     *m_hi = mx_hi;
     float sum_lo = 0.0f, sum_hi = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < NJ; j++) {
         const float *v = s + 4 * j;
         __nv_bfloat162 plo = __floats2bfloat162_rn(ex2_approx(fmaf(v[0], scale2, b_lo)), ex2_approx(fmaf(v[1], scale2, b_lo)));
         __nv_bfloat162 phi = __floats2bfloat162_rn(ex2_approx(fmaf(v[2], scale2, b_hi)), ex2_approx(fmaf(v[3], scale2, b_hi)));

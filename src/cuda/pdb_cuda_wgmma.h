@@ -1,8 +1,8 @@
 /* pdb_cuda_wgmma: Hopper's warpgroup MMA (wgmma.mma_async, sm_90a) for the kernels that use it:
  * shared-memory matrix descriptors for the 128-byte-swizzled layout, the fence / commit / wait
  * steps, and the shapes the attention (pdb_cuda_v4_attn.cu: m64n64k16 both operands in shared memory,
- * m64n256k16 with A from registers and B N-major; the V2 MHA form, pdb_cuda_mha_tc.cu: m64n64k16 and m64n128k16
- * from registers) and the indexer (pdb_cuda_v4_index_tc.cu: m64n256k16 both
+ * m64n256k16 with A from registers and B N-major; the V2 MHA form, pdb_cuda_mha_tc.cu: m64n64k16 or m64n128k16 in shared memory and
+ * m64n128k16 from registers) and the indexer (pdb_cuda_v4_index_tc.cu: m64n256k16 both
  * in shared memory, K-major) issue. Internal header for .cu files.
  * Invariants: each helper is one PTX instruction (or a fixed sequence); the instructions exist only
  * when the device code is compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL), so every caller guards
@@ -76,6 +76,16 @@ static __device__ __forceinline__ void wgmma_64x64_ss(float d[32], uint64_t da, 
                  PDB_WG_R0
                  "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
                  : PDB_WG_F32(d, 0)
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+/* d (+)= A (64 x 16, K-major, da) . B (16 x 128, K-major, db), d as wgmma_64x64_ss's with j = 0 .. 15. */
+static __device__ __forceinline__ void wgmma_64x128_ss(float d[64], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 PDB_WG_R0 ", " PDB_WG_R32
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : PDB_WG_F32(d, 0), PDB_WG_F32(d, 32)
                  : "l"(da), "l"(db), "r"(accumulate));
 }
 

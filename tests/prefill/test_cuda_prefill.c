@@ -338,68 +338,78 @@ static void test_gpu_small(void **state) { (void)state; test_gpu_shaped("small",
  * production instantiation) on 2 layers, 8 experts, hidden 256 */
 static void test_gpu_v2lite_heads(void **state) { (void)state; test_gpu_shaped("v2-lite", 2, 8, 256, 2000); }
 
-/* The MHA-form attention kernel's tiles (8 and 4 warps per block) on V2-Lite's head shapes, a
- * prompt of 700 tokens in passes of 256: both outputs bit-identical (the tile and the skipped
- * masked key tiles change no row's arithmetic), and against softmax attention in double from the
- * same bf16 inputs on sampled rows. */
-static void test_gpu_attn_tiles(void **state) {
-    (void)state;
-    if (!pdb_test_have_gpu()) { printf("skipped: no GPU (attention tiles)\n"); return; }
-    enum { T = 700, H = 3, NOPE = 128, ROPE = 64, DQP = 192, DV = 128 };
-    static float out[T * H * DV];
-    pdb_cuda_attn_probe_opts o = {.tokens = T, .chunk = 256, .heads = H, .nope = NOPE, .rope = ROPE, .dv = DV,
-                                  .seed = 11, .reps = 1, .out_first = out};
-    pdb_cuda_attn_probe_row rows[2] = {{.warps = 8}, {.warps = 4}};
-    pdb_status st = pdb_cuda_attn_probe_run(&o, rows, 2);
-    if (st) fail_msg("attention probe: %s", pdb_err_msg());
-    for (int r = 1; r < 2; r++) {
-        printf("cuda-metric attn-tiles %d warps vs 8: differing=%lld of %d\n", rows[r].warps,
-               (long long)rows[r].differing, T * H * DV);
-        assert_int_equal(rows[r].differing, 0);
-    }
-    const int ts[] = {0, 1, 63, 64, 255, 256, 511, 699};
-    const double scale = 1.0 / sqrt((double)DQP);
+/* The attention probe's inputs of test_gpu_attn_tiles (seed 11, T tokens, H heads, passes of 256, V2-Lite's
+ * head shapes) and the largest |out - softmax attention in double| over sampled rows. */
+enum { AT_T = 700, AT_H = 3, AT_NOPE = 128, AT_ROPE = 64, AT_DQP = 192, AT_DV = 128, AT_CHUNK = 256 };
+static double attn_ref_worst(const float *out) {
+    const int ts[] = {0, 1, 63, 64, 127, 128, 255, 256, 511, 699};
+    const double scale = 1.0 / sqrt((double)AT_DQP);
     double worst = 0;
-    static double w[T];
+    static double w[AT_T];
     for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++)
-        for (int h = 0; h < H; h++) {
-            int t = ts[k], qt = t % 256; /* Q holds the same values for every pass */
+        for (int h = 0; h < AT_H; h++) {
+            int t = ts[k], qt = t % AT_CHUNK; /* Q holds the same values for every pass */
             double mx = -1e300, sum = 0;
             for (int p = 0; p <= t; p++) {
                 double d = 0;
-                for (int c = 0; c < NOPE + ROPE; c++)
-                    d += (double)pdb_bf16_to_f32(pdb_cuda_probe_value(11, 0, ((uint64_t)h * 256 + qt) * DQP + c)) *
-                         pdb_bf16_to_f32(pdb_cuda_probe_value(11, 1, ((uint64_t)h * T + p) * DQP + c));
+                for (int c = 0; c < AT_NOPE + AT_ROPE; c++)
+                    d += (double)pdb_bf16_to_f32(pdb_cuda_probe_value(11, 0, ((uint64_t)h * AT_CHUNK + qt) * AT_DQP + c)) *
+                         pdb_bf16_to_f32(pdb_cuda_probe_value(11, 1, ((uint64_t)h * AT_T + p) * AT_DQP + c));
                 w[p] = d * scale;
                 mx = w[p] > mx ? w[p] : mx;
             }
             for (int p = 0; p <= t; p++) sum += (w[p] = exp(w[p] - mx));
-            for (int c = 0; c < DV; c++) {
+            for (int c = 0; c < AT_DV; c++) {
                 double y = 0;
                 for (int p = 0; p <= t; p++)
-                    y += w[p] * pdb_bf16_to_f32(pdb_cuda_probe_value(11, 2, ((uint64_t)h * T + p) * DV + c));
-                double e = fabs(y / sum - out[((size_t)t * H + h) * DV + c]);
+                    y += w[p] * pdb_bf16_to_f32(pdb_cuda_probe_value(11, 2, ((uint64_t)h * AT_T + p) * AT_DV + c));
+                double e = fabs(y / sum - out[((size_t)t * AT_H + h) * AT_DV + c]);
                 worst = e > worst ? e : worst;
             }
         }
+    return worst;
+}
+
+/* The MHA-form attention kernel's tiles (8 and 4 warps per block) on V2-Lite's head shapes, a
+ * prompt of 700 tokens in passes of 256: both outputs bit-identical (the tile and the skipped
+ * masked key tiles change no row's arithmetic), and against softmax attention in double from the
+ * same bf16 inputs on sampled rows. Then the warpgroup form's two key tiles: 64 against the mma.sync
+ * kernel bit for bit (the same k-steps and softmax in the same order), 128 within bf16 P's rounding of
+ * it, both against the double reference. */
+static void test_gpu_attn_tiles(void **state) {
+    (void)state;
+    if (!pdb_test_have_gpu()) { printf("skipped: no GPU (attention tiles)\n"); return; }
+    enum { N = AT_T * AT_H * AT_DV };
+    static float out[N], wout[N];
+    pdb_cuda_attn_probe_opts o = {.tokens = AT_T, .chunk = AT_CHUNK, .heads = AT_H, .nope = AT_NOPE, .rope = AT_ROPE,
+                                  .dv = AT_DV, .seed = 11, .reps = 1, .out_first = out};
+    pdb_cuda_attn_probe_row rows[2] = {{.warps = 8}, {.warps = 4}};
+    pdb_status st = pdb_cuda_attn_probe_run(&o, rows, 2);
+    if (st) fail_msg("attention probe: %s", pdb_err_msg());
+    printf("cuda-metric attn-tiles 4 warps vs 8: differing=%lld of %d\n", (long long)rows[1].differing, N);
+    assert_int_equal(rows[1].differing, 0);
+    double worst = attn_ref_worst(out);
     printf("cuda-metric attn-tiles max|out - double reference| = %.3g (sampled rows)\n", worst);
     assert_true(worst < 2e-2);
     if (!pdb_cuda_attn_probe_wg_fits(&o)) { printf("skipped: the warpgroup form (no sm_90a device)\n"); return; }
-    /* the warpgroup form (k_mha_wg) against the mma.sync kernel: the same products' k-steps and softmax in the same
-     * order, so its bits are compared; and against the double reference as above */
-    static float wout[T * H * DV];
-    pdb_cuda_attn_probe_row wrow[1] = {{.warps = 0}};
-    o.out_first = wout;
-    st = pdb_cuda_attn_probe_run(&o, wrow, 1);
-    if (st) fail_msg("attention probe (warpgroup): %s", pdb_err_msg());
-    int64_t diff = 0;
-    double wd = 0;
-    for (int64_t i = 0; i < (int64_t)T * H * DV; i++) {
-        diff += memcmp(&wout[i], &out[i], sizeof(float)) != 0;
-        wd = fmax(wd, fabs((double)wout[i] - (double)out[i]));
+    for (int keys = 64; keys <= 128; keys *= 2) {
+        pdb_cuda_attn_probe_row wrow[1] = {{.warps = 0, .keys = keys}};
+        o.out_first = wout;
+        st = pdb_cuda_attn_probe_run(&o, wrow, 1);
+        if (st) fail_msg("attention probe (warpgroup, %d-key tiles): %s", keys, pdb_err_msg());
+        int64_t diff = 0;
+        double wd = 0;
+        for (int64_t i = 0; i < N; i++) {
+            diff += memcmp(&wout[i], &out[i], sizeof(float)) != 0;
+            wd = fmax(wd, fabs((double)wout[i] - (double)out[i]));
+        }
+        double wref = attn_ref_worst(wout);
+        printf("cuda-metric attn-tiles warpgroup (%d-key tiles) vs 8 warps: differing=%lld of %d, max|d| %.3g; "
+               "max|out - double reference| = %.3g\n", keys, (long long)diff, N, wd, wref);
+        if (keys == 64) assert_int_equal(diff, 0);
+        assert_true(wd < 2e-3);
+        assert_true(wref < 2e-2);
     }
-    printf("cuda-metric attn-tiles warpgroup vs 8 warps: differing=%lld of %d, max|d| %.3g\n", (long long)diff, T * H * DV, wd);
-    assert_true(wd < 2e-3);
 }
 
 /* ---- pdb_cuda_dot32 (the exact engine's and the hook's products) against pdb_qmat_dot ---------- */
