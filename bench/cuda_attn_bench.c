@@ -5,7 +5,7 @@
  * how many output elements differ in their bits from the first configuration's (0 expected).
  * Invariant: every number printed was measured in this process.
  * Usage: cuda_attn_bench [T,T,... [CHUNK [W,W,... [REPS [HEADS]]]]] (W: warps per block, 4 or 8; 0 or wg64 the
- * warpgroup form with 64-key tiles, wg128 with 128-key tiles) (defaults 8192,32768,131072; 8192; 8,4; 3; 16). */
+ * warpgroup form with 64-key tiles, wg128 with 128-key tiles; a trailing p: the warpgroups ping-pong) (defaults 8192,32768,131072; 8192; 8,4; 3; 16). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 int main(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
         printf("usage: cuda_attn_bench [T,T,... [CHUNK [W,W,... [REPS [HEADS]]]]]  (W: warps per block, 4 or 8; 0 or wg64 the\n"
-               "       warpgroup form with 64-key tiles, wg128 with 128-key tiles)\n");
+               "       warpgroup form with 64-key tiles, wg128 with 128-key tiles; a trailing p: the warpgroups ping-pong)\n");
         return 0;
     }
     int64_t Ts[8] = {8192, 32768, 131072}, nT = 3;
@@ -35,10 +35,11 @@ int main(int argc, char **argv) {
             rows[nr].warps = 0;
             rows[nr].keys = (int)strtol(p + 2, &e, 10);
             if (e == p + 2 || (rows[nr].keys != 64 && rows[nr].keys != 128)) e = (char *)p;
+            else if (*e == 'p') rows[nr].keys |= PDB_CUDA_ATTN_PROBE_PINGPONG, e++;
         } else {
             rows[nr].warps = (int)strtol(p, &e, 10);
         }
-        if (e == p) { fprintf(stderr, "cuda_attn_bench: bad configuration list '%s' (want W,W,...: 4, 8, 0, wg64, wg128)\n", cfgs); return 2; }
+        if (e == p) { fprintf(stderr, "cuda_attn_bench: bad configuration list '%s' (want W,W,...: 4, 8, 0, wg64, wg128, wg64p, wg128p)\n", cfgs); return 2; }
         nr++;
         p = e + strspn(e, ",");
     }
@@ -56,8 +57,9 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (int r = 0; r < nr; r++)
-            printf("cuda-attn tokens=%lld warps=%d keys=%d ms=%.3f tflops=%.1f differing=%lld speedup_vs_first=%.3f\n",
-                   (long long)Ts[k], rows[r].warps, rows[r].warps ? 64 : rows[r].keys ? rows[r].keys : 64, rows[r].ms, rows[r].tflops,
+            printf("cuda-attn tokens=%lld warps=%d keys=%d pingpong=%d ms=%.3f tflops=%.1f differing=%lld speedup_vs_first=%.3f\n",
+                   (long long)Ts[k], rows[r].warps, rows[r].warps || !rows[r].keys ? 64 : rows[r].keys & ~PDB_CUDA_ATTN_PROBE_PINGPONG,
+                   (rows[r].keys & PDB_CUDA_ATTN_PROBE_PINGPONG) != 0, rows[r].ms, rows[r].tflops,
                    (long long)rows[r].differing, rows[0].ms / rows[r].ms);
         fflush(stdout);
     }

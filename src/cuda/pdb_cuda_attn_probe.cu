@@ -7,6 +7,8 @@
 #include "pdb_cuda_attn_probe.h"
 #include "pdb_cuda_kernels.h"
 
+static_assert((int)PDB_CUDA_ATTN_PROBE_PINGPONG == (int)PDB_CUDA_MHA_WG_PINGPONG, "the probe's flag is the kernel's");
+
 /* dst [heads, rows, ld] with columns < width from the generator, the rest 0 */
 __global__ void k_probe_fill(uint16_t *dst, uint64_t seed, int which, int64_t total, int ld, int width) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)

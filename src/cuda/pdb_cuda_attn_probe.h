@@ -26,10 +26,13 @@ typedef struct pdb_cuda_attn_probe_opts {
     float *out_first;       /* optional host [tokens, heads, dv]: the first configuration's output */
 } pdb_cuda_attn_probe_opts;
 
+enum { PDB_CUDA_ATTN_PROBE_PINGPONG = 0x1000 }; /* = PDB_CUDA_MHA_WG_PINGPONG (pdb_cuda_kernels.h, C++ only) */
+
 typedef struct pdb_cuda_attn_probe_row {
     int warps;         /* in: the tile configuration (pdb_cuda_attention_mha_tiles), 0: the warpgroup form
                           (pdb_cuda_attention_mha_wg) */
-    int keys;          /* in: the warpgroup form's key tile (64 or 128; 0 = 64) */
+    int keys;          /* in: the warpgroup form's key tile (64 or 128; 0 = 64), | PDB_CUDA_ATTN_PROBE_PINGPONG: the
+                          warpgroups take turns on the tensor cores */
     double ms;         /* out: best time of one whole prompt (every pass) */
     double tflops;     /* out: the causal scores' and values' FLOPs / ms */
     int64_t differing; /* out: output elements whose bits differ from the first configuration's */

@@ -216,7 +216,9 @@ __global__ void __launch_bounds__(32 * WARPS)
  * steps of KT and every sum has a fixed order (each product's k-steps in order, the row statistics per
  * thread then over the quad at the end), so chunking and the block a row lands in change no bit; KT 64
  * is k_mha_tc's arithmetic (the same bits, tested), KT 128 moves the running max once per 128 keys (other
- * roundings). */
+ * roundings). PP (ping-pong): the warpgroups take turns issuing their products on named barriers (0's S,
+ * 1's S, 0's P V, 1's P V), so one warpgroup's softmax runs while the other's product is on the tensor
+ * cores instead of both at once; the same operations on every value (the same bits as PP off). */
 enum { MW_Q = 128, MW_THREADS = 256, MW_DQ = 192, MW_DV = 128, MW_QREG = MW_Q * 128 };
 template <int KT> struct mw_shape {
     static constexpr int KREG = KT * 128, KTILE = 3 * KREG, STAGE = KTILE + 2 * KREG;
@@ -251,9 +253,14 @@ static __device__ __forceinline__ void mw_load(uint8_t *dst, const __nv_bfloat16
 template <int KT> static __device__ __forceinline__ void mw_scores(float *s, uint64_t dq, uint64_t dk);
 template <> __device__ __forceinline__ void mw_scores<64>(float *s, uint64_t dq, uint64_t dk) { wgmma_64x64_ss(s, dq, dk, 1); }
 template <> __device__ __forceinline__ void mw_scores<128>(float *s, uint64_t dq, uint64_t dk) { wgmma_64x128_ss(s, dq, dk, 1); }
+
+/* Named barriers 1 and 2 of the block's 256 threads (MW_THREADS; 0 is __syncthreads'): one warpgroup arrives, the
+ * other waits. */
+template <int ID> static __device__ __forceinline__ void mw_bar_sync() { asm volatile("bar.sync %0, 256;\n" ::"n"(ID) : "memory"); }
+template <int ID> static __device__ __forceinline__ void mw_bar_arrive() { asm volatile("bar.arrive %0, 256;\n" ::"n"(ID) : "memory"); }
 #endif
 
-template <int KT>
+template <int KT, bool PP>
 __global__ void __launch_bounds__(MW_THREADS, 1)
     k_mha_wg(const __nv_bfloat16 *Qb, const __nv_bfloat16 *Kb, const __nv_bfloat16 *Vb, int64_t qstride, int64_t kstride,
              int64_t pos0, int64_t n, float scale2, float *out, int64_t nh) {
@@ -290,11 +297,15 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
         __syncthreads(); /* tile kb (and Q) landed; everyone is done with the other buffer */
         if (kb + KT <= kmax) load_tile(kb + KT, buf ^ 1);
         cp_commit();
-        if (kb > wlast) continue; /* wholly masked for this warpgroup (uniform in it) */
+        /* a tile wholly past the warpgroup's last row is skipped (uniform in it) except under PP, where both
+         * warpgroups run every tile's barriers and products: such a tile's scores are all masked, so the
+         * running max stays, the correction is exactly 1 and P is 0 (the row's state keeps its bits) */
+        if (!PP && kb > wlast) continue;
         const uint32_t ka = kvaddr + buf * S::STAGE, va = ka + S::KTILE;
         float s[4 * NJ];
 #pragma unroll
         for (int i = 0; i < 4 * NJ; i++) s[i] = 0.0f;
+        if (PP && wg == 1) mw_bar_sync<1>(); /* warpgroup 0's S is issued */
         wg_fence();
 #pragma unroll
         for (int ks = 0; ks < MW_DQ / 16; ks++) {
@@ -303,6 +314,7 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
                           gmma_desc(ka + (ks >> 2) * S::KREG + kin, 16, 1024));
         }
         wg_commit();
+        if (PP) { if (wg == 0) mw_bar_arrive<1>(); else mw_bar_arrive<2>(); }
         wg_wait<0>();
         if (kb + KT - 1 > wfirst) tile_causal_mask<NJ>(s, kb, qp_lo, qp_hi, t); /* the tile crosses the warpgroup's diagonal */
         /* P in bf16 as the A fragments of k-step kk (keys 16 kk ..): pa[kk] */
@@ -315,10 +327,12 @@ __global__ void __launch_bounds__(MW_THREADS, 1)
                 o[4 * j] *= c_lo; o[4 * j + 1] *= c_lo; o[4 * j + 2] *= c_hi; o[4 * j + 3] *= c_hi;
             }
         }
+        if (PP) { if (wg == 0) mw_bar_sync<2>(); else mw_bar_sync<1>(); } /* the other's S (for 0) or P V (for 1) is issued */
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < KT / 16; kk++) wgmma_64x128_rs_tb(o, pa[kk], gmma_desc(va + kk * 2048, S::KREG, 1024), 1);
         wg_commit();
+        if (PP && wg == 0) mw_bar_arrive<1>();
         wg_wait<0>();
     }
     mha_store_rows<MW_DV>(o, l_lo, l_hi, out, t0 + rlo, n, nh, h, t);
@@ -340,17 +354,17 @@ int pdb_cuda_mha_wg_fits(int64_t nope, int64_t rope, int64_t dv) {
 
 /* The launch, the shape and device already checked (pdb_cuda_mha_wg_fits); Q rows past n are zero-filled,
  * never read. */
-template <int KT>
+template <int KT, bool PP>
 static pdb_status launch_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride, int64_t kstride,
                                 int64_t pos0, int64_t n, int64_t nh, float scale, float *out) {
     if (n <= 0) return PDB_OK;
     if (nh > 65535 || (n + MW_Q - 1) / MW_Q > INT32_MAX)
         return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): %lld tokens x %lld heads", (long long)n, (long long)nh);
     const size_t smem = mha_wg_smem<KT>();
-    PDB_CU(cudaFuncSetAttribute(k_mha_wg<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    PDB_CU(cudaFuncSetAttribute(k_mha_wg<KT, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     dim3 grid((unsigned)((n + MW_Q - 1) / MW_Q), (unsigned)nh);
-    k_mha_wg<KT><<<grid, MW_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb, (const __nv_bfloat16 *)Vb,
-                                                qstride, kstride, pos0, n, scale * 1.4426950408889634f, out, nh);
+    k_mha_wg<KT, PP><<<grid, MW_THREADS, smem, s>>>((const __nv_bfloat16 *)Qb, (const __nv_bfloat16 *)Kb, (const __nv_bfloat16 *)Vb,
+                                                    qstride, kstride, pos0, n, scale * 1.4426950408889634f, out, nh);
     PDB_CU_LAUNCH("attention (MHA form, warpgroup MMA)");
     return PDB_OK;
 }
@@ -363,9 +377,13 @@ pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void 
         return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): q/k %lld + %lld, v %lld (built: 128 + 64, 128), "
                            "an sm_90a build on a compute capability 9.0 device and %zu bytes of shared memory required",
                            (long long)nope, (long long)rope, (long long)dv, mha_wg_smem<128>());
-    if (key_tile == 64) return launch_mha_wg<64>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
-    if (key_tile == 128) return launch_mha_wg<128>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
-    return pdb_err_set(PDB_INVALID, "attention (MHA form, warpgroup MMA): key tile %d (built: 64, 128)", key_tile);
+    const int keys = key_tile & ~PDB_CUDA_MHA_WG_PINGPONG, pp = (key_tile & PDB_CUDA_MHA_WG_PINGPONG) != 0;
+    if (keys == 64 && !pp) return launch_mha_wg<64, false>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    if (keys == 64 && pp) return launch_mha_wg<64, true>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    if (keys == 128 && !pp) return launch_mha_wg<128, false>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    if (keys == 128 && pp) return launch_mha_wg<128, true>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    return pdb_err_set(PDB_INVALID, "attention (MHA form, warpgroup MMA): key tile %d (built: 64, 128, each with or without "
+                       "PDB_CUDA_MHA_WG_PINGPONG)", key_tile);
 }
 
 /* The shapes built (DQ = qk_nope + qk_rope rounded up to 16, DV): DeepSeek-V2/V2-Lite/V3 (192, 128)
@@ -444,7 +462,7 @@ pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb
                                   int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                   int64_t dv, float scale, float *out) {
     if (pdb_cuda_mha_wg_fits(nope, rope, dv))
-        return launch_mha_wg<PDB_CUDA_MHA_WG_KEYS>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+        return pdb_cuda_attention_mha_wg(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out, PDB_CUDA_MHA_WG_KEYS);
     return pdb_cuda_attention_mha_tiles(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out,
                                         PDB_CUDA_MHA_WARPS);
 }

@@ -375,7 +375,8 @@ static double attn_ref_worst(const float *out) {
  * masked key tiles change no row's arithmetic), and against softmax attention in double from the
  * same bf16 inputs on sampled rows. Then the warpgroup form's two key tiles: 64 against the mma.sync
  * kernel bit for bit (the same k-steps and softmax in the same order), 128 within bf16 P's rounding of
- * it, both against the double reference. */
+ * it, both against the double reference; each ping-ponging bit for bit with itself not (the same
+ * operations in another schedule). */
 static void test_gpu_attn_tiles(void **state) {
     (void)state;
     if (!pdb_test_have_gpu()) { printf("skipped: no GPU (attention tiles)\n"); return; }
@@ -392,21 +393,29 @@ static void test_gpu_attn_tiles(void **state) {
     printf("cuda-metric attn-tiles max|out - double reference| = %.3g (sampled rows)\n", worst);
     assert_true(worst < 2e-2);
     if (!pdb_cuda_attn_probe_wg_fits(&o)) { printf("skipped: the warpgroup form (no sm_90a device)\n"); return; }
-    for (int keys = 64; keys <= 128; keys *= 2) {
-        pdb_cuda_attn_probe_row wrow[1] = {{.warps = 0, .keys = keys}};
-        o.out_first = wout;
+    /* 64, 128, then each ping-ponging, compared with its own tile's first run bit for bit */
+    static float w64[N], w128[N];
+    const int cfgs[] = {64, 128, 64 | PDB_CUDA_ATTN_PROBE_PINGPONG, 128 | PDB_CUDA_ATTN_PROBE_PINGPONG};
+    for (int k = 0; k < 4; k++) {
+        const int keys = cfgs[k] & ~PDB_CUDA_ATTN_PROBE_PINGPONG, pp = cfgs[k] != keys;
+        float *mine = k == 0 ? w64 : k == 1 ? w128 : wout, *same = keys == 64 ? (pp ? w64 : out) : (pp ? w128 : NULL);
+        pdb_cuda_attn_probe_row wrow[1] = {{.warps = 0, .keys = cfgs[k]}};
+        o.out_first = mine;
         st = pdb_cuda_attn_probe_run(&o, wrow, 1);
-        if (st) fail_msg("attention probe (warpgroup, %d-key tiles): %s", keys, pdb_err_msg());
-        int64_t diff = 0;
+        if (st) fail_msg("attention probe (warpgroup, %d-key tiles%s): %s", keys, pp ? ", ping-pong" : "", pdb_err_msg());
+        int64_t diff = 0, sdiff = 0;
         double wd = 0;
         for (int64_t i = 0; i < N; i++) {
-            diff += memcmp(&wout[i], &out[i], sizeof(float)) != 0;
-            wd = fmax(wd, fabs((double)wout[i] - (double)out[i]));
+            diff += memcmp(&mine[i], &out[i], sizeof(float)) != 0;
+            if (same) sdiff += memcmp(&mine[i], &same[i], sizeof(float)) != 0;
+            wd = fmax(wd, fabs((double)mine[i] - (double)out[i]));
         }
-        double wref = attn_ref_worst(wout);
-        printf("cuda-metric attn-tiles warpgroup (%d-key tiles) vs 8 warps: differing=%lld of %d, max|d| %.3g; "
-               "max|out - double reference| = %.3g\n", keys, (long long)diff, N, wd, wref);
-        if (keys == 64) assert_int_equal(diff, 0);
+        double wref = attn_ref_worst(mine);
+        printf("cuda-metric attn-tiles warpgroup (%d-key tiles%s) vs 8 warps: differing=%lld of %d, max|d| %.3g; "
+               "max|out - double reference| = %.3g; against %s: differing=%lld\n", keys, pp ? ", ping-pong" : "",
+               (long long)diff, N, wd, wref, !same ? "-" : same == out ? "8 warps" : "the same tile without ping-pong",
+               (long long)sdiff);
+        assert_int_equal(sdiff, 0); /* 64 = mma.sync's bits; ping-pong = its tile's bits */
         assert_true(wd < 2e-3);
         assert_true(wref < 2e-2);
     }

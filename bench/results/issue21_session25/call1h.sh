@@ -10,7 +10,7 @@ timeout 150 $B/test_cuda_prefill > $T 2>&1; rc=$?; echo "NEW test_cuda_prefill r
 grep -E "PASSED|FAILED|Failure|attn-tiles|error" $T | cut -c1-220 | head -20
 A=$OUT/attn_bench.log
 ( echo "[BASE]"; LD_LIBRARY_PATH=$OB/../lib:$LD_LIBRARY_PATH timeout 60 $OB/cuda_attn_bench 8192,32768,131072 8192 8,0 3 16
-  echo "[NEW]"; timeout 90 $B/cuda_attn_bench 8192,32768,131072 8192 8,wg64,wg128 3 16 ) > $A 2>&1
+  echo "[NEW]"; timeout 90 $B/cuda_attn_bench 8192,32768,131072 8192 8,wg64,wg128,wg64p,wg128p 3 16 ) > $A 2>&1
 grep -E "^\[|cuda-attn tokens" $A | cut -c1-200
 if [ $rc -eq 0 ]; then
   OUT=$OUT/table_v2 OLD_ARCHIVE=$PWD/.cache/devcarry_base/devcarry_base.tar.xz timeout 330 bash bench/gpu_prefill.sh 2>&1 | tail -4
