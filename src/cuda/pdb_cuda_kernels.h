@@ -88,7 +88,7 @@ pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const vo
  * build on a compute capability 9.0 device; else PDB_UNSUPPORTED. pdb_cuda_attention_mha runs it with
  * PDB_CUDA_MHA_WG_KEYS. */
 enum { PDB_CUDA_MHA_WG_PINGPONG = 0x1000, /* or'd into key_tile: the warpgroups take turns on the tensor cores */
-       PDB_CUDA_MHA_WG_KEYS = 128 };
+       PDB_CUDA_MHA_WG_KEYS = 128 | PDB_CUDA_MHA_WG_PINGPONG };
 int pdb_cuda_mha_wg_fits(int64_t nope, int64_t rope, int64_t dv);
 pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                      int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,

@@ -1,5 +1,6 @@
 # Session 25 call 1 (the H200, needs_h200: the 8-layer V4-Flash-shaped model holds 107.5 GB of weights).
-# NEW = this tree: V2's warpgroup attention with 128-key tiles (k_mha_wg<128>, the engine's default), its tile
+# NEW = this tree: V2's warpgroup attention with 128-key tiles, ping-ponging (k_mha_wg<128, true>, the engine's
+# default since call 1h measured it fastest), its tile
 # loads by one swizzle a thread (134 / 163 registers instead of 204 / 255 with spills), O's rescale skipped
 # where both corrections are 1; wg64p / wg128p: the same kernels with the warpgroups ping-ponging on
 # named barriers (bit for bit the same as without). 1. the attention alone (8 warps, wg64, wg128), 2. test_cuda_prefill (wg64 bit for
