@@ -83,10 +83,9 @@ pdb_status pdb_cuda_attention_mha_tiles(cudaStream_t s, const void *Qb, const vo
                                         int64_t nope, int64_t rope, int64_t dv, float scale, float *out, int warps);
 /* The same contract on Hopper's warpgroup MMA (k_mha_wg: 128 query rows a block, keys in tiles of key_tile,
  * 64 or 128: m64n64k16 or m64n128k16 scores and m64n128k16 values, k_mha_tc's softmax; chunked = one shot bit
- * for bit; tile 64 gives k_mha_tc's bits, 128 others; PDB_CUDA_MHA_WG_PINGPONG or'd in changes the schedule, not
- * the bits). Fits: V2's shape (q/k 128 + 64, v 128), an sm_90a
- * build on a compute capability 9.0 device; else PDB_UNSUPPORTED. pdb_cuda_attention_mha runs it with
- * PDB_CUDA_MHA_WG_KEYS. */
+ * for bit; tile 64 gives k_mha_tc's bits, 128 others; PDB_CUDA_MHA_WG_PINGPONG or'd in changes the schedule,
+ * not the bits). Fits: V2's shape (q/k 128 + 64, v 128), an sm_90a build on a compute capability 9.0 device;
+ * else PDB_UNSUPPORTED. pdb_cuda_attention_mha runs it with PDB_CUDA_MHA_WG_KEYS. */
 enum { PDB_CUDA_MHA_WG_PINGPONG = 0x1000, /* or'd into key_tile: the warpgroups take turns on the tensor cores */
        PDB_CUDA_MHA_WG_KEYS = 128 | PDB_CUDA_MHA_WG_PINGPONG };
 int pdb_cuda_mha_wg_fits(int64_t nope, int64_t rope, int64_t dv);
