@@ -211,8 +211,8 @@ __global__ void __launch_bounds__(32 * WARPS)
  * accumulator, in k_mha_tc's layout (a thread's rows g, g + 8 of its warp's 16, columns 8 j + 2 t, + 1),
  * then k_mha_tc's mask, running max, base-2 softmax and bf16 P over the KT keys, and O += P V over KT / 16
  * k-steps (m64n128k16, P from registers as the A fragments, V N-major). O's rescale is skipped where both
- * of a thread's corrections are exactly 1 (the same bits). A warpgroup skips the tiles wholly past its
- * last row (the block's barriers still run). Invariants as k_mha_tc's: key tiles start at position 0 in
+ * of a thread's corrections are exactly 1 (the same bits). Without PP a warpgroup skips the tiles wholly
+ * past its last row (the block's barriers still run). Invariants as k_mha_tc's: key tiles start at position 0 in
  * steps of KT and every sum has a fixed order (each product's k-steps in order, the row statistics per
  * thread then over the quad at the end), so chunking and the block a row lands in change no bit; KT 64
  * is k_mha_tc's arithmetic (the same bits, tested), KT 128 moves the running max once per 128 keys (other
@@ -369,6 +369,18 @@ static pdb_status launch_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, 
     return PDB_OK;
 }
 
+/* launch_mha_wg for key_tile (pdb_cuda_attention_mha_wg's argument), the device already checked. */
+static pdb_status launch_mha_wg_tile(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
+                                     int64_t kstride, int64_t pos0, int64_t n, int64_t nh, float scale, float *out, int key_tile) {
+    const int keys = key_tile & ~PDB_CUDA_MHA_WG_PINGPONG, pp = (key_tile & PDB_CUDA_MHA_WG_PINGPONG) != 0;
+    if (keys == 64 && !pp) return launch_mha_wg<64, false>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    if (keys == 64 && pp) return launch_mha_wg<64, true>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    if (keys == 128 && !pp) return launch_mha_wg<128, false>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    if (keys == 128 && pp) return launch_mha_wg<128, true>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
+    return pdb_err_set(PDB_INVALID, "attention (MHA form, warpgroup MMA): key tile %d (built: 64, 128, each with or without "
+                       "PDB_CUDA_MHA_WG_PINGPONG)", key_tile);
+}
+
 pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void *Kb, const void *Vb, int64_t qstride,
                                      int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                      int64_t dv, float scale, float *out, int key_tile) {
@@ -377,13 +389,7 @@ pdb_status pdb_cuda_attention_mha_wg(cudaStream_t s, const void *Qb, const void 
         return pdb_err_set(PDB_UNSUPPORTED, "attention (MHA form, warpgroup MMA): q/k %lld + %lld, v %lld (built: 128 + 64, 128), "
                            "an sm_90a build on a compute capability 9.0 device and %zu bytes of shared memory required",
                            (long long)nope, (long long)rope, (long long)dv, mha_wg_smem<128>());
-    const int keys = key_tile & ~PDB_CUDA_MHA_WG_PINGPONG, pp = (key_tile & PDB_CUDA_MHA_WG_PINGPONG) != 0;
-    if (keys == 64 && !pp) return launch_mha_wg<64, false>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
-    if (keys == 64 && pp) return launch_mha_wg<64, true>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
-    if (keys == 128 && !pp) return launch_mha_wg<128, false>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
-    if (keys == 128 && pp) return launch_mha_wg<128, true>(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out);
-    return pdb_err_set(PDB_INVALID, "attention (MHA form, warpgroup MMA): key tile %d (built: 64, 128, each with or without "
-                       "PDB_CUDA_MHA_WG_PINGPONG)", key_tile);
+    return launch_mha_wg_tile(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out, key_tile);
 }
 
 /* The shapes built (DQ = qk_nope + qk_rope rounded up to 16, DV): DeepSeek-V2/V2-Lite/V3 (192, 128)
@@ -462,7 +468,7 @@ pdb_status pdb_cuda_attention_mha(cudaStream_t s, const void *Qb, const void *Kb
                                   int64_t kstride, int64_t pos0, int64_t n, int64_t nh, int64_t nope, int64_t rope,
                                   int64_t dv, float scale, float *out) {
     if (pdb_cuda_mha_wg_fits(nope, rope, dv))
-        return pdb_cuda_attention_mha_wg(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out, PDB_CUDA_MHA_WG_KEYS);
+        return launch_mha_wg_tile(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, scale, out, PDB_CUDA_MHA_WG_KEYS);
     return pdb_cuda_attention_mha_tiles(s, Qb, Kb, Vb, qstride, kstride, pos0, n, nh, nope, rope, dv, scale, out,
                                         PDB_CUDA_MHA_WARPS);
 }

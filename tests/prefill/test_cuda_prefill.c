@@ -375,7 +375,7 @@ static double attn_ref_worst(const float *out) {
  * masked key tiles change no row's arithmetic), and against softmax attention in double from the
  * same bf16 inputs on sampled rows. Then the warpgroup form's two key tiles: 64 against the mma.sync
  * kernel bit for bit (the same k-steps and softmax in the same order), 128 within bf16 P's rounding of
- * it, both against the double reference; each ping-ponging bit for bit with itself not (the same
+ * it, both against the double reference; each ping-ponging kernel bit for bit its tile's kernel without (the same
  * operations in another schedule). */
 static void test_gpu_attn_tiles(void **state) {
     (void)state;
